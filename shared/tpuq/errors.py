@@ -1,0 +1,139 @@
+"""One error taxonomy that says what to do.
+
+- `Retryable`: try again later (Pub/Sub redelivery, or a retry loop). May carry a delay.
+- `Permanent`: will never succeed; record it and stop. Carries the field when input was bad.
+- `CapacityUnavailable`: the cloud has no capacity there now; go elsewhere, back off.
+- `QuotaExhausted`: the zone/type has no quota; drop it until the fleet changes.
+- `ProjectBlocked`: project-level (billing, permission): stop creating everywhere.
+- `OwnershipLost`: a stale owner tried to write; drop the write.
+- `NotFound`: the resource is gone.
+
+`from_api_error` maps google.api_core exceptions into it once; nothing else in
+the code base matches error strings except `tpuq.claimer.classify`.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class TpuqError(Exception):
+    """Base of the taxonomy."""
+
+
+class Retryable(TpuqError):
+    def __init__(self, message: str, delay_seconds: float | None = None):
+        super().__init__(message)
+        self.delay_seconds = delay_seconds
+
+
+class Permanent(TpuqError):
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class CapacityUnavailable(TpuqError):
+    pass
+
+
+class QuotaExhausted(Permanent):
+    pass
+
+
+class ProjectBlocked(Permanent):
+    pass
+
+
+class OwnershipLost(TpuqError):
+    pass
+
+
+class NotFound(TpuqError):
+    pass
+
+
+class AlreadyExists(TpuqError):
+    pass
+
+
+def _loc_to_path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def describe_validation_error(err: ValidationError, prefix: str = "") -> tuple[str, str]:
+    """(field, one-line reason) for the first problem; the full text lists all of them."""
+    lines = []
+    first_field = ""
+    for e in err.errors(include_url=False):
+        loc = tuple(p for p in e.get("loc", ()) if not (isinstance(p, str) and p.startswith("function-")))
+        # pydantic puts the model-level validator name or the union tag in loc; drop noise.
+        field = _loc_to_path(loc)
+        if prefix:
+            field = f"{prefix}.{field}" if field else prefix
+        msg = e.get("msg", "invalid")
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        elif e.get("type") == "missing":
+            msg = "is required"
+        if not first_field:
+            first_field = field or "(message)"
+        lines.append(f"{field or '(message)'}: {msg}")
+    return first_field, "; ".join(lines)
+
+
+def from_validation_error(err: ValidationError, prefix: str = "") -> Permanent:
+    field, reason = describe_validation_error(err, prefix)
+    return Permanent(reason, field=field)
+
+
+def from_api_error(exc: BaseException) -> TpuqError:
+    """Map a google.api_core / requests / transport exception into the taxonomy."""
+    from google.api_core import exceptions as gexc
+
+    if isinstance(exc, TpuqError):
+        return exc
+    if isinstance(exc, gexc.NotFound):
+        return NotFound(str(exc))
+    if isinstance(exc, (gexc.AlreadyExists, gexc.Conflict)):
+        return AlreadyExists(str(exc))
+    if isinstance(
+        exc,
+        (
+            gexc.TooManyRequests,
+            gexc.ServiceUnavailable,
+            gexc.DeadlineExceeded,
+            gexc.InternalServerError,
+            gexc.BadGateway,
+            gexc.GatewayTimeout,
+            gexc.Aborted,
+            gexc.RetryError,
+        ),
+    ):
+        return Retryable(str(exc))
+    if isinstance(exc, gexc.PermissionDenied):
+        return ProjectBlocked(str(exc))
+    if isinstance(exc, gexc.ResourceExhausted):
+        # 429-shaped rate limits come as TooManyRequests; ResourceExhausted here is quota or capacity,
+        # which only the claimer's classifier can tell apart by message.
+        return Permanent(str(exc))
+    if isinstance(exc, (gexc.InvalidArgument, gexc.BadRequest, gexc.FailedPrecondition, gexc.Unauthenticated)):
+        return Permanent(str(exc))
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+        return Retryable(str(exc))
+    try:
+        import requests
+
+        if isinstance(exc, requests.RequestException):
+            return Retryable(str(exc))
+    except ImportError:  # pragma: no cover
+        pass
+    return Retryable(f"{type(exc).__name__}: {exc}")

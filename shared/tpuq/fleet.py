@@ -1,0 +1,262 @@
+"""The fleet file: which TPUs tpuq may claim, where, and under which budgets.
+
+It covers what tpu-runner's deployment.yaml holds (name, project,
+idle_timeout_seconds, ssh_transport, worker_secrets, tpus[...]) and adds
+per-entry spot/on-demand, several zones per entry, per-zone quota, retry
+budgets, claim policy and the owner prefix that marks what tpuq created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from tpuq.jobspec import StrictModel, split_gs_uri
+from tpuq.tputypes import AcceleratorType, UnknownAcceleratorType, parse_accelerator_type, zone_region
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
+_PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+_SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+
+
+class ProvisioningModel(str, Enum):
+    spot = "spot"
+    on_demand = "on_demand"
+
+
+_MODEL_ALIASES = {
+    "spot": "spot",
+    "preemptible": "spot",
+    "on_demand": "on_demand",
+    "on-demand": "on_demand",
+    "ondemand": "on_demand",
+    "guaranteed": "on_demand",
+    "standard": "on_demand",
+}
+
+
+def _provisioning_alias(value: Any) -> Any:
+    if isinstance(value, str):
+        return _MODEL_ALIASES.get(value.strip().lower().replace(" ", "_"), value)
+    return value
+
+
+def _zones_from_zone(value: Any) -> Any:
+    if isinstance(value, dict) and "zone" in value:
+        value = dict(value)
+        zone = value.pop("zone")
+        value.setdefault("zones", [zone] if isinstance(zone, str) else zone)
+    return value
+
+
+class SshTransport(str, Enum):
+    direct = "direct"
+    iap = "iap"
+
+
+class FleetEntry(StrictModel):
+    """One kind of TPU the fleet may hold: a type, its zones and its limits."""
+
+    id: str
+    type: str
+    zones: list[str] = Field(min_length=1)
+    runtime: str | None = None
+    count: int = Field(default=1, ge=0, le=1000, description="Most slices of this entry at once")
+    keep_warm_count: int = Field(default=0, ge=0)
+    chip_limit: int | None = Field(default=None, ge=1)
+    provisioning_model: Annotated[ProvisioningModel, BeforeValidator(_provisioning_alias)] = ProvisioningModel.spot
+    existing: str | None = Field(default=None, description="An existing node to use; never deleted")
+    idle_timeout_seconds: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zone_alias(cls, value: Any) -> Any:
+        return _zones_from_zone(value)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError("must be 1-30 lowercase letters, digits or '-', starting with a letter")
+        return value
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, value: str) -> str:
+        try:
+            return parse_accelerator_type(value).name
+        except UnknownAcceleratorType as e:
+            raise ValueError(str(e)) from None
+
+    @field_validator("zones")
+    @classmethod
+    def _zones(cls, zones: list[str]) -> list[str]:
+        for z in zones:
+            zone_region(z)
+        if len(set(zones)) != len(zones):
+            raise ValueError("a zone is listed twice")
+        return zones
+
+    @model_validator(mode="after")
+    def _limits(self) -> "FleetEntry":
+        if self.keep_warm_count > self.count:
+            raise ValueError(f"keep_warm_count ({self.keep_warm_count}) exceeds count ({self.count})")
+        if self.chip_limit is not None and self.chip_limit < self.accelerator.chips:
+            raise ValueError(
+                f"chip_limit ({self.chip_limit}) is below one {self.type} slice ({self.accelerator.chips} chips)"
+            )
+        return self
+
+    @property
+    def accelerator(self) -> AcceleratorType:
+        return parse_accelerator_type(self.type)
+
+    @property
+    def runtime_version(self) -> str:
+        return self.runtime or self.accelerator.default_runtime
+
+    @property
+    def spot(self) -> bool:
+        return self.provisioning_model is ProvisioningModel.spot
+
+    @property
+    def max_slices(self) -> int:
+        """count, further capped by chip_limit."""
+        if self.chip_limit is None:
+            return self.count
+        return min(self.count, self.chip_limit // self.accelerator.chips)
+
+
+class TierQuota(StrictModel):
+    spot: int = Field(default=0, ge=0, description="Spot (preemptible) chips")
+    on_demand: int = Field(default=0, ge=0, description="On-demand chips")
+
+    def chips(self, model: ProvisioningModel) -> int:
+        return self.spot if model is ProvisioningModel.spot else self.on_demand
+
+
+class RetryBudgets(StrictModel):
+    preemptions: int = Field(default=20, ge=0, description="Retries after spot preemptions")
+    infra_failures: int = Field(default=2, ge=0, description="Retries after infrastructure failures")
+    backoff_base_seconds: float = Field(default=5.0, ge=0)
+    backoff_max_seconds: float = Field(default=300.0, ge=0)
+
+
+class ClaimPolicy(StrictModel):
+    valid_until_seconds: int = Field(default=12 * 3600, ge=60, description="Queued requests expire after this")
+    unknown_error_retries: int = Field(default=3, ge=0, le=20)
+    capacity_backoff_base_seconds: float = Field(default=60.0, ge=0)
+    capacity_backoff_max_seconds: float = Field(default=1800.0, ge=0)
+    watch_interval_seconds: float = Field(default=5.0, gt=0, description="Fast watch after a create")
+    orphan_grace_seconds: float = Field(default=600.0, ge=0)
+
+
+class FleetFile(StrictModel):
+    name: str
+    project: str
+    owner_prefix: str = "tpuq"
+    idle_timeout_seconds: int = Field(default=600, ge=0)
+    ssh_transport: SshTransport = SshTransport.direct
+    ssh_user: str = "tpuq"
+    ssh_key_secret: str | None = Field(default=None, description="Secret Manager name of the executor's SSH key")
+    worker_secrets: list[str] = Field(default_factory=list, description="Secret Manager names, never values")
+    runner_bucket: str | None = None
+    retry: RetryBudgets = Field(default_factory=RetryBudgets)
+    claim: ClaimPolicy = Field(default_factory=ClaimPolicy)
+    quota: dict[str, dict[str, TierQuota]] | None = Field(
+        default=None,
+        description="zone -> TPU family (v4, v5e, v6e...) -> chips. Absent: not checked. Present: a missing entry means no quota",
+    )
+    tpus: list[FleetEntry] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError("must be 1-30 lowercase letters, digits or '-', starting with a letter")
+        return value
+
+    @field_validator("owner_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not _PREFIX_RE.match(value):
+            raise ValueError("must be 1-20 lowercase letters, digits or '-', starting with a letter")
+        return value
+
+    @field_validator("worker_secrets")
+    @classmethod
+    def _secret_names(cls, names: list[str]) -> list[str]:
+        for n in names:
+            if not _SECRET_RE.match(n):
+                raise ValueError(f"{n!r} is not a Secret Manager secret name (give names, never values)")
+        return names
+
+    @field_validator("runner_bucket")
+    @classmethod
+    def _runner_bucket(cls, value: str | None) -> str | None:
+        if value is not None:
+            bucket, path = split_gs_uri(value)
+            if path.strip("/"):
+                raise ValueError(f"{value!r} must be a bucket URI like gs://my-bucket")
+            return f"gs://{bucket}"
+        return value
+
+    @field_validator("quota")
+    @classmethod
+    def _quota_keys(cls, quota: dict[str, dict[str, TierQuota]] | None) -> dict[str, dict[str, TierQuota]] | None:
+        if quota is None:
+            return None
+        out: dict[str, dict[str, TierQuota]] = {}
+        for zone, families in quota.items():
+            zone_region(zone)
+            out[zone] = {}
+            for family, q in families.items():
+                canon = _family_of(family)
+                if canon is None:
+                    raise ValueError(f"{zone}.{family}: unknown TPU family (expected v2, v3, v4, v5p, v5e, v6e)")
+                out[zone][canon] = q
+        return out
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "FleetFile":
+        ids = [t.id for t in self.tpus]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"tpus: id {dupes[0]!r} is used twice")
+        return self
+
+    def entry(self, entry_id: str) -> FleetEntry | None:
+        return next((t for t in self.tpus if t.id == entry_id), None)
+
+    def zone_quota_chips(self, zone: str, family: str, model: ProvisioningModel) -> int | None:
+        """Declared chips for (zone, family, tier); None when the fleet declares no quota at all."""
+        if self.quota is None:
+            return None
+        q = self.quota.get(zone, {}).get(family)
+        return q.chips(model) if q else 0
+
+    def idle_timeout_for(self, entry_id: str | None) -> int:
+        entry = self.entry(entry_id) if entry_id else None
+        if entry and entry.idle_timeout_seconds is not None:
+            return entry.idle_timeout_seconds
+        return self.idle_timeout_seconds
+
+    @property
+    def version(self) -> str:
+        """A content hash: decisions tied to one fleet file (dropped zones) reset when it changes."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _family_of(name: str) -> str | None:
+    name = name.strip().lower()
+    if name in ("v2", "v3", "v4", "v5p", "v5litepod", "v6e"):
+        return name
+    if name == "v5e":
+        return "v5litepod"
+    return None

@@ -1,0 +1,176 @@
+"""Every message on every topic, one pydantic model each.
+
+`tpuq.topology` names the topic each model travels on. Messages are JSON
+objects in the Pub/Sub `data` field; unknown fields are refused so that a typo
+never silently drops an instruction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Literal
+
+from pydantic import Field
+
+from tpuq.jobspec import PublishedJob, StrictModel
+
+# The `jobs` topic carries a PublishedJob.
+JobSubmission = PublishedJob
+
+
+class CapacityAction(str, Enum):
+    request = "request"
+    withdraw = "withdraw"
+
+
+class CapacityRequest(StrictModel):
+    """Scheduler -> claimer: hold `count` slices of any of `types` (or stop asking)."""
+
+    request_id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
+    action: CapacityAction = CapacityAction.request
+    fleet: str
+    types: list[str] = Field(default_factory=list)
+    regions: list[str] = Field(default_factory=list, description="Empty: any region")
+    zones: list[str] = Field(default_factory=list, description="Empty: any zone of the fleet")
+    count: int = Field(default=1, ge=0, le=1000)
+    job_ids: list[str] = Field(default_factory=list, description="The jobs that asked, for status")
+    at: datetime | None = None
+
+
+class FleetEventKind(str, Enum):
+    active = "ACTIVE"
+    suspended = "SUSPENDED"
+    failed = "FAILED"
+    gone = "GONE"
+    provisioning = "PROVISIONING"
+    waiting = "WAITING_FOR_RESOURCES"
+
+
+class FailureClass(str, Enum):
+    capacity = "capacity"
+    zone_quota = "zone_quota"
+    project = "project"
+    unknown = "unknown"
+
+
+class WorkerEndpoint(StrictModel):
+    worker_id: int = Field(ge=0)
+    ip: str
+    port: int = 22
+    hostname: str | None = None
+
+
+class FleetEvent(StrictModel):
+    """Claimer -> scheduler, janitor: an owned queued resource changed state."""
+
+    kind: FleetEventKind
+    fleet: str
+    queued_resource: str  # full name projects/P/locations/Z/queuedResources/ID
+    request_id: str | None = None
+    zone: str
+    type: str
+    node: str | None = None  # full node name when it exists
+    entry_id: str | None = None
+    chips: int = 0
+    hosts: int = 0
+    spot: bool = True
+    endpoints: list[WorkerEndpoint] = Field(default_factory=list)
+    failure_class: FailureClass | None = None
+    failure_message: str | None = None
+    at: datetime
+
+
+class AssignmentAction(str, Enum):
+    assign = "assign"
+    cancel = "cancel"
+
+
+class Assignment(StrictModel):
+    """Scheduler -> executor: run attempt `attempt` of a job on a TPU (or stop it)."""
+
+    action: AssignmentAction = AssignmentAction.assign
+    job_id: str
+    attempt: int = Field(ge=1)
+    attempt_id: str
+    node: str  # full node name
+    zone: str
+    endpoints: list[WorkerEndpoint] = Field(default_factory=list)
+    job: PublishedJob | None = None
+    job_bucket: str | None = None
+    attempt_gcs_dir: str | None = None
+    checkpoint_gcs_dir: str | None = None
+    at: datetime
+
+
+class AttemptOutcome(str, Enum):
+    succeeded = "succeeded"
+    failed = "failed"  # application exit != 0: terminal
+    failed_setup = "failed_setup"  # bundle / cache / workspace: terminal
+    preempted = "preempted"  # node preempted or host gone: retryable
+    infra_failed = "infra_failed"  # could not reach hosts etc.: retryable, small budget
+    cancelled = "cancelled"
+
+
+class AttemptEventKind(str, Enum):
+    started = "started"
+    ended = "ended"
+
+
+class AttemptEvent(StrictModel):
+    """Executor -> scheduler, janitor: an attempt started or ended."""
+
+    kind: AttemptEventKind
+    job_id: str
+    attempt: int = Field(ge=1)
+    attempt_id: str
+    node: str
+    outcome: AttemptOutcome | None = None
+    detail: str | None = Field(default=None, max_length=8000)
+    exit_codes: dict[str, int] = Field(default_factory=dict, description="worker id -> exit code")
+    at: datetime
+
+
+class Tick(StrictModel):
+    """Ticks drive watches, timeouts and reconciles (Cloud Scheduler or the local tick source)."""
+
+    at: datetime | None = None
+    seq: int | None = None
+    source: str = "tick"
+
+
+class CancelRequest(StrictModel):
+    """CLI -> scheduler: cancel a job."""
+
+    job_id: str
+    reason: str = "cancelled by user"
+    requested_by: str | None = None
+    at: datetime | None = None
+
+
+class GcsObjectEvent(StrictModel):
+    """A GCS object notification (JSON_API_V1 payload); only the fields tpuq reads."""
+
+    model_config = StrictModel.model_config | {"extra": "ignore"}
+
+    bucket: str
+    name: str
+    generation: str | int | None = None
+    size: str | int | None = None
+    contentType: str | None = None
+    metageneration: str | int | None = None
+
+
+class DeadLetterRecord(StrictModel):
+    """What the handler adapter stores for a message it could never process."""
+
+    message_id: str
+    subscription: str | None = None
+    topic: str | None = None
+    reason: str
+    field: str | None = None
+    raw_data: str  # the payload, decoded as text where possible
+    attributes: dict[str, str] = Field(default_factory=dict)
+    job_id: str | None = None
+    recorded_at: datetime
+    kind: Literal["invalid", "poison", "exhausted"] = "invalid"
