@@ -1,0 +1,15 @@
+"""Scheduler entry point (Cloud Run / Cloud Functions 2nd gen, HTTP target `handle`).
+
+Pub/Sub push subscriptions post here; `tpuq.service` routes by path.
+"""
+
+import logging
+
+from tpuq.scheduler.handlers import build_service
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+SERVICE = build_service()  # builds the route table only; clients are created on first use
+
+
+def handle(request):
+    return SERVICE.dispatch(request)

@@ -1,0 +1,105 @@
+"""Cloud clients, created lazily and passed in.
+
+Nothing connects at import time. A `Clients` is built from the environment
+(the same variables `tpuq dev env` prints, or the deployed service's env) and
+each client is created on first use. Tests build their own `Clients`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel
+
+ENV_PROJECT = "GOOGLE_CLOUD_PROJECT"
+ENV_TPU_ENDPOINT = "TPUQ_TPU_API_ENDPOINT"
+ENV_TOPIC_PREFIX = "TPUQ_TOPIC_PREFIX"  # tests isolate themselves with a prefix
+ENV_RUNNER_BUCKET = "TPUQ_RUNNER_BUCKET"
+
+
+@dataclass
+class Settings:
+    project: str
+    tpu_endpoint: str | None = None
+    topic_prefix: str = ""
+    runner_bucket: str | None = None
+    storage_emulator: str | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        project = env.get(ENV_PROJECT) or env.get("GCLOUD_PROJECT") or "tpuq-local"
+        return cls(
+            project=project,
+            tpu_endpoint=env.get(ENV_TPU_ENDPOINT) or None,
+            topic_prefix=env.get(ENV_TOPIC_PREFIX, ""),
+            runner_bucket=env.get(ENV_RUNNER_BUCKET) or None,
+            storage_emulator=env.get("STORAGE_EMULATOR_HOST") or None,
+        )
+
+    def topic_path(self, name: str) -> str:
+        return f"projects/{self.project}/topics/{self.topic_prefix}{name}"
+
+    def subscription_path(self, name: str) -> str:
+        return f"projects/{self.project}/subscriptions/{self.topic_prefix}{name}"
+
+
+@dataclass
+class Clients:
+    """Lazily created clients. Thread-safe enough for Flask's threaded server."""
+
+    settings: Settings = field(default_factory=Settings.from_env)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @cached_property
+    def firestore(self):
+        from google.cloud import firestore
+
+        return firestore.Client(project=self.settings.project)
+
+    @cached_property
+    def publisher(self):
+        from google.cloud import pubsub_v1
+
+        # One message per batch: ~1.6 ms per publish instead of ~10 ms of batching delay.
+        return pubsub_v1.PublisherClient(batch_settings=pubsub_v1.types.BatchSettings(max_messages=1))
+
+    @cached_property
+    def storage(self):
+        from google.cloud import storage
+
+        if self.settings.storage_emulator:
+            from google.auth.credentials import AnonymousCredentials
+
+            return storage.Client(project=self.settings.project, credentials=AnonymousCredentials())
+        return storage.Client(project=self.settings.project)
+
+    @cached_property
+    def tpu(self):
+        from google.cloud import tpu_v2
+
+        endpoint = self.settings.tpu_endpoint
+        if endpoint:
+            from google.api_core.client_options import ClientOptions
+            from google.auth.credentials import AnonymousCredentials
+
+            return tpu_v2.TpuClient(
+                transport="rest",
+                credentials=AnonymousCredentials(),
+                client_options=ClientOptions(api_endpoint=endpoint),
+            )
+        return tpu_v2.TpuClient(transport="rest")
+
+    def publish(self, topic: str, message: BaseModel | dict[str, Any], **attributes: str) -> str:
+        """Publish a model as JSON to a declared topic; returns the message id."""
+        if isinstance(message, BaseModel):
+            data = message.model_dump_json(exclude_none=True).encode()
+        else:
+            data = json.dumps(message).encode()
+        future = self.publisher.publish(self.settings.topic_path(topic), data, **attributes)
+        return future.result(timeout=30)

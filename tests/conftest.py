@@ -1,0 +1,46 @@
+"""Shared fixtures: the local cloud stack, started once per session.
+
+Integration tests use `stack` (session-wide processes) and `clean_stack`
+(per test: Firestore cleared through the emulator's endpoint, Pub/Sub reset
+and the declared topics and subscriptions created again, so no message from
+an earlier test can reach a later one).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tpuq.clients import Clients, Settings
+from tpuq.devstack import stack as devstack
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory):
+    state_dir = Path(tmp_path_factory.mktemp("tpuq-dev"))
+    s = devstack.DevStack(state_dir=state_dir, services=devstack.ALL_SERVICES_AVAILABLE())
+    env = s.up()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # client libraries find the emulators through the environment
+    try:
+        yield s
+    finally:
+        s.down()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def clean_stack(stack):
+    stack.reset()
+    return stack
+
+
+@pytest.fixture
+def clients(clean_stack) -> Clients:
+    return Clients(Settings.from_env(clean_stack.env))
