@@ -1,0 +1,35 @@
+# `make demo`: install what is missing, then run the end-to-end demo on the local stack.
+# `make test`: install what is missing, then run the whole test suite.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+PYTEST_ARGS ?=
+
+.PHONY: install install-system install-python test demo bench clean
+
+install: install-system install-python
+
+# OpenSSH's sshd plays the TPU worker hosts. Java and the gcloud Pub/Sub and Firestore
+# emulator components are prerequisites (see README); this only checks for them.
+install-system:
+	@command -v /usr/sbin/sshd >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server; \
+	  else echo "openssh-server is missing: sudo apt-get install openssh-server" >&2; exit 1; fi; }
+	@mkdir -p /run/sshd 2>/dev/null || true
+	@command -v java >/dev/null 2>&1 || { echo "Java is missing (the emulators need it): apt-get install default-jre-headless" >&2; exit 1; }
+	@command -v gcloud >/dev/null 2>&1 || { echo "gcloud is missing: install the Google Cloud CLI with the pubsub and firestore emulator components" >&2; exit 1; }
+
+install-python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	$(PIP) install -q -e '.[dev]'
+
+test: install
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+demo: install
+	tpuq demo
+
+bench: install
+	$(PYTHON) benchmarks/run_all.py
+
+clean:
+	rm -rf build *.egg-info .pytest_cache .hypothesis
