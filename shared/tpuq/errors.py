@@ -14,7 +14,11 @@ the code base matches error strings except `tpuq.claimer.classify`.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import ValidationError
+
+_FIELD_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\])?): ")
 
 
 class TpuqError(Exception):
@@ -80,6 +84,11 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> tuple[s
         msg = e.get("msg", "invalid")
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
+        # Model-level validators have no location; their messages start with "field: ".
+        named = _FIELD_PREFIX.match(msg)
+        if named:
+            field = ".".join(p for p in (field, named.group(1)) if p)
+            msg = msg[named.end():]
         if e.get("type") == "extra_forbidden":
             msg = "unknown field"
         elif e.get("type") == "missing":
