@@ -1,15 +1,17 @@
 """Benchmark of the scheduler's matcher: `python benchmarks/bench_plan.py`.
 
-Prints one JSON line per size: jobs, idle TPUs, the best wall time of a few
+Prints one JSON line per mix and size: jobs, idle TPUs, the best wall time of a few
 runs of `plan()` (inputs are built outside the timed part) and how many jobs it
 matched. The mix is seeded, so every run sees the same jobs and TPUs: 1-3
 acceptable types per job, some zone- and region-bound jobs, a few pinned
-retries, a few exact-name jobs, some jobs still backing off, all priorities.
+retries, a few exact-name jobs, some jobs still backing off, all priorities
+(see MIXES for the two mixes).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sys
@@ -59,20 +61,33 @@ def make_tpus(n: int, rng: random.Random) -> list[IdleTpu]:
     return tpus
 
 
-def make_jobs(n: int, tpus: list[IdleTpu], rng: random.Random) -> list[PendingJob]:
-    types = [t for t, _ in OFFERINGS]
+# mix -> (share of zone-bound jobs, of region-bound, of pinned, of exact-name; most types per job;
+#         how many of the OFFERINGS types jobs ask for)
+MIXES = {
+    # Typical queue: more jobs than TPUs; every idle TPU usually finds a job.
+    "mixed": (0.15, 0.25, 0.10, 0.02, 3, len(OFFERINGS)),
+    # Narrow demand: jobs want only 4 of the 9 types, half are bound to a zone that often
+    # lacks them, many name a TPU. Most idle TPUs stay unusable, so the matcher never
+    # runs out of TPUs and searches all the way down the queue.
+    "constrained": (0.50, 0.20, 0.10, 0.10, 2, 4),
+}
+
+
+def make_jobs(n: int, tpus: list[IdleTpu], rng: random.Random, mix: str = "mixed") -> list[PendingJob]:
+    zone_share, region_share, pinned_share, name_share, most_types, type_pool = MIXES[mix]
+    types = [t for t, _ in OFFERINGS[:type_pool]]
     jobs = []
     for i in range(n):
-        chosen = rng.sample(types, rng.randint(1, 3))
+        chosen = rng.sample(types, rng.randint(1, most_types))
         zone = regions = pinned = name = not_before = None
         roll = rng.random()
-        if roll < 0.15:
+        if roll < zone_share:
             zone = rng.choice(ALL_ZONES)
-        elif roll < 0.40:
+        elif roll < zone_share + region_share:
             regions = frozenset(rng.sample(ALL_REGIONS, rng.randint(1, 2)))
-        elif roll < 0.50:
+        elif roll < zone_share + region_share + pinned_share:
             pinned = rng.choice(ALL_REGIONS)
-        elif roll < 0.52:
+        elif roll < zone_share + region_share + pinned_share + name_share:
             target = rng.choice(tpus)
             name, chosen = target.name, [target.type]
         if rng.random() < 0.10:
@@ -97,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per size; the best time is reported")
     parser.add_argument("--seed", type=int, default=20250601)
+    parser.add_argument("--mix", choices=sorted(MIXES), action="append", help="default: every mix")
     args = parser.parse_args(argv)
     fleet = make_fleet()
-    for n_jobs, n_tpus in SIZES:
+    for mix, (n_jobs, n_tpus) in itertools.product(args.mix or list(MIXES), SIZES):
         rng = random.Random(args.seed + n_jobs)
         tpus = make_tpus(n_tpus, rng)
-        jobs = make_jobs(n_jobs, tpus, rng)
+        jobs = make_jobs(n_jobs, tpus, rng, mix)
         times = []
         for _ in range(args.repeat):
             start = time.perf_counter()
@@ -110,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             times.append(time.perf_counter() - start)
         line = {
             "bench": "plan",
+            "mix": mix,
             "jobs": n_jobs,
             "tpus": n_tpus,
             "seconds": round(min(times), 4),

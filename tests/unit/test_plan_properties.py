@@ -164,7 +164,8 @@ def test_larger_cases_with_many_twins_match_the_reference(data):
         IdleTpu(f"t{i:02d}", data.draw(st.sampled_from(TYPES)), data.draw(st.sampled_from(ZONES)))
         for i in range(n_tpus)
     ]
-    type_sets = data.draw(st.lists(st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True), min_size=1, max_size=4))
+    type_list = st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True)
+    type_sets = data.draw(st.lists(type_list, min_size=1, max_size=4))
     jobs = [
         PendingJob(
             f"j{i:02d}",

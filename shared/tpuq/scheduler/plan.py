@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable
+from typing import Callable, Iterable
 
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec, Priority
@@ -191,7 +191,9 @@ def _signature(job: PendingJob) -> tuple:
     return (job.types, job.zone, job.tpu_name, job.regions, job.pinned_region)
 
 
-def _ordered(jobs: list[PendingJob], fleet: FleetFile | None) -> tuple[list[tuple[int, PendingJob]], list[tuple], dict[str, int]]:
+def _ordered(
+    jobs: list[PendingJob], fleet: FleetFile | None
+) -> tuple[list[tuple[int, PendingJob]], list[tuple], dict[str, int]]:
     """(signature index, job) in scheduling order, the signatures, and each job's fleet options."""
     sig_index: dict[tuple, int] = {}
     signatures: list[tuple] = []
@@ -293,7 +295,7 @@ def plan(
     next_tpu = [0] * len(class_tpus)
     matches = []
     for s, job in matched:
-        c = next(c for c in compat[s] or () if flow[c].get(s, 0) > 0)
+        c = next(c for c in compat[s] or () if flow[c].get(s, 0) > 0)  # compat[s] is set once matched
         flow[c][s] -= 1
         tpu = class_tpus[c][next_tpu[c]]
         next_tpu[c] += 1
@@ -304,7 +306,7 @@ def plan(
 def _augment(
     start: int,
     compat: list[list[int] | None],
-    compatible_classes,
+    compatible_classes: Callable[[int], list[int]],
     free: list[int],
     flow: list[dict[int, int]],
     class_dead: list[bool],
