@@ -1,0 +1,188 @@
+"""How an attempt ended: a pure decision over the per-worker status objects and the node's state.
+
+`decide_outcome` returns either `Decided` (publish the attempt's end) or `Wait`
+(nothing to publish yet; if `until` is set, decide again at that time even if no
+further status object arrives). The caller schedules that re-check; no clock is
+read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+
+from tpuq.messages import AttemptOutcome
+
+DEFAULT_FAILURE_GRACE = timedelta(seconds=30)
+DETAIL_LIMIT = 8000  # AttemptEvent.detail max_length
+TAIL_LINES = 20
+
+
+class NodeState(str, Enum):
+    """What the caller knows about the node (from the TPU API or fleet events)."""
+
+    ready = "ready"
+    preempted = "preempted"  # node PREEMPTED, queued resource SUSPENDING/SUSPENDED
+    gone = "gone"  # node deleted / NOT_FOUND
+    unknown = "unknown"  # not looked up, or the lookup failed: not evidence of anything
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """One worker's status object (see worker_supervisor.build_status)."""
+
+    worker_id: int
+    attempt_id: str
+    ended_at: datetime
+    phase: str = "run"  # "run" | "setup"
+    exit_code: int | None = None
+    signal: str | None = None
+    cancelled: bool = False
+    preempted: bool = False
+    setup_error: str | None = None
+    tail: str = ""
+    disk: Mapping[str, object] = field(default_factory=dict)
+    memory: Mapping[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object], stored_at: datetime | None = None) -> "WorkerStatus":
+        """Parse a status object; `stored_at` (the object's creation time in GCS) beats the worker's clock."""
+        ended = stored_at or datetime.fromisoformat(str(data["ended_at"]).replace("Z", "+00:00"))
+        exit_code = data.get("exit_code")
+        return cls(
+            worker_id=int(data["worker_id"]),  # type: ignore[arg-type]
+            attempt_id=str(data["attempt_id"]),
+            ended_at=ended,
+            phase=str(data.get("phase") or "run"),
+            exit_code=int(exit_code) if exit_code is not None else None,  # type: ignore[arg-type]
+            signal=data.get("signal"),  # type: ignore[arg-type]
+            cancelled=bool(data.get("cancelled")),
+            preempted=bool(data.get("preempted")),
+            setup_error=data.get("setup_error"),  # type: ignore[arg-type]
+            tail=str(data.get("tail") or ""),
+            disk=dict(data.get("disk") or {}),  # type: ignore[arg-type]
+            memory=dict(data.get("memory") or {}),  # type: ignore[arg-type]
+        )
+
+    @property
+    def is_setup_failure(self) -> bool:
+        return self.phase == "setup"
+
+    @property
+    def is_failure(self) -> bool:
+        return self.is_setup_failure or self.exit_code != 0
+
+
+@dataclass(frozen=True)
+class Decided:
+    outcome: AttemptOutcome
+    detail: str
+    exit_codes: dict[str, int] = field(default_factory=dict)  # AttemptEvent.exit_codes: worker id -> code
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not decided. `until`: decide again then even if nothing new arrives (None: wait for statuses)."""
+
+    reason: str
+    until: datetime | None = None
+
+
+Decision = Decided | Wait
+
+
+def decide_outcome(
+    *,
+    worker_count: int,
+    statuses: Mapping[int, WorkerStatus],
+    node_state: NodeState,
+    now: datetime,
+    cancel_requested: bool = False,
+    lost_workers: frozenset[int] = frozenset(),
+    failure_grace: timedelta = DEFAULT_FAILURE_GRACE,
+) -> Decision:
+    """Decide how the attempt ended.
+
+    In order: cancelled (asked for, or any worker says so); succeeded (every worker
+    exited 0 — even if the node went away afterwards); failed_setup (any worker's
+    setup failed: nothing was launched); preempted (node preempted or gone, a worker
+    saw the preemption notice, or a host lost its supervisor without a status);
+    failed (every worker ended and one exited non-zero, or the first failure is
+    `failure_grace` old: one host failing kills a slice, so the others are given a
+    moment to report and an early crash is not mistaken for the root cause).
+    """
+    exit_codes = {str(w): s.exit_code for w, s in sorted(statuses.items()) if s.exit_code is not None}
+    ended = [statuses[w] for w in range(worker_count) if w in statuses]
+    all_ended = len(ended) == worker_count
+
+    if cancel_requested or any(s.cancelled for s in ended):
+        return Decided(AttemptOutcome.cancelled, "cancelled", exit_codes)
+    if all_ended and not any(s.is_failure for s in ended):
+        return Decided(AttemptOutcome.succeeded, f"all {worker_count} workers exited 0", exit_codes)
+    setup_failures = [s for s in ended if s.is_setup_failure]
+    if setup_failures:
+        return Decided(AttemptOutcome.failed_setup, _setup_detail(setup_failures), exit_codes)
+    if node_state in (NodeState.preempted, NodeState.gone):
+        return Decided(AttemptOutcome.preempted, f"node {node_state.value}", exit_codes)
+    if any(s.preempted for s in ended):
+        workers = ", ".join(str(s.worker_id) for s in ended if s.preempted)
+        return Decided(AttemptOutcome.preempted, f"worker {workers} saw the preemption notice", exit_codes)
+    lost = sorted(w for w in lost_workers if w not in statuses and 0 <= w < worker_count)
+    if lost:
+        return Decided(
+            AttemptOutcome.preempted,
+            f"worker {', '.join(map(str, lost))} lost its supervisor without a status (host restarted or gone)",
+            exit_codes,
+        )
+
+    failures = sorted((s for s in ended if s.is_failure), key=lambda s: (s.ended_at, s.worker_id))
+    if not failures:
+        return Wait(f"{len(ended)} of {worker_count} workers ended")
+    decide_at = failures[0].ended_at + failure_grace
+    if all_ended or now >= decide_at:
+        missing = [w for w in range(worker_count) if w not in statuses]
+        return Decided(AttemptOutcome.failed, _failure_detail(failures, missing), exit_codes)
+    return Wait(f"worker {failures[0].worker_id} failed; waiting for the other workers", until=decide_at)
+
+
+def _setup_detail(failures: list[WorkerStatus]) -> str:
+    lines = [f"worker {s.worker_id}: {s.setup_error or 'setup failed'}" for s in failures]
+    return _limit("setup failed: " + "; ".join(lines))
+
+
+def _failure_detail(failures: list[WorkerStatus], missing: list[int]) -> str:
+    first = failures[0]
+    parts = [
+        "worker "
+        + ", ".join(f"{s.worker_id} exited {s.exit_code}" + (f" ({s.signal})" if s.signal else "") for s in failures)
+    ]
+    if missing:
+        parts.append(f"no status yet from worker {', '.join(map(str, missing))}")
+    parts.append(_resources(first))
+    tail = "\n".join(first.tail.rstrip("\n").splitlines()[-TAIL_LINES:])
+    head = "; ".join(p for p in parts if p)
+    return _limit(f"{head}\nlast lines of worker {first.worker_id}:\n{tail}" if tail else head)
+
+
+def _resources(status: WorkerStatus) -> str:
+    out = []
+    free, total = status.disk.get("free_bytes"), status.disk.get("total_bytes")
+    if isinstance(free, int) and isinstance(total, int):
+        out.append(f"disk {_gib(free)} free of {_gib(total)}")
+    avail, mem_total = status.memory.get("available_bytes"), status.memory.get("total_bytes")
+    if isinstance(avail, int) and isinstance(mem_total, int):
+        out.append(f"memory {_gib(avail)} available of {_gib(mem_total)}")
+    return f"worker {status.worker_id}: " + ", ".join(out) if out else ""
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _limit(text: str) -> str:
+    if len(text) <= DETAIL_LIMIT:
+        return text
+    # Keep the head (what failed) and the end of the log (why).
+    return text[: DETAIL_LIMIT // 4] + "\n[...]\n" + text[-(DETAIL_LIMIT * 3 // 4 - 10) :]

@@ -1,0 +1,50 @@
+"""Assignments and jobs for the executor tests."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from tpuq.messages import Assignment, WorkerEndpoint
+
+T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def make_assignment(
+    *,
+    job_id: str = "job-1",
+    attempt: int = 1,
+    attempt_id: str | None = None,
+    hosts: int = 2,
+    endpoints: list[WorkerEndpoint] | None = None,
+    command: str = "echo hello",
+    env: dict | None = None,
+    bundle: str | None = None,
+    caches: list[dict] | None = None,
+    bucket: str = "jobs-us-central2",
+    job_bucket: str | None = None,
+) -> Assignment:
+    if endpoints is None:
+        endpoints = [WorkerEndpoint(worker_id=i, ip=f"10.0.0.{i + 2}") for i in range(hosts)]
+    job = {
+        "id": job_id,
+        "tpu": "v4-32",
+        "buckets": [f"gs://{bucket}"],
+        "command": command,
+        "env": env or {},
+        "caches": caches or [],
+    }
+    if bundle:
+        job["bundle"] = bundle
+    return Assignment.model_validate(
+        {
+            "job_id": job_id,
+            "attempt": attempt,
+            "attempt_id": attempt_id or f"{job_id}-a{attempt}",
+            "node": "projects/p/locations/us-central2-b/nodes/n1",
+            "zone": "us-central2-b",
+            "endpoints": [e.model_dump() for e in endpoints],
+            "job": job,
+            "job_bucket": job_bucket,
+            "at": T0,
+        }
+    )

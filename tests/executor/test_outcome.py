@@ -1,0 +1,106 @@
+"""The outcome decision over per-worker statuses and the node's state."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tpuq.executor.outcome import Decided, NodeState, Wait, WorkerStatus, decide_outcome
+from tpuq.messages import AttemptOutcome
+
+from .factories import T0
+
+GRACE = timedelta(seconds=30)
+
+
+def st(worker: int, exit_code: int | None = 0, at: int = 0, **kw) -> WorkerStatus:
+    return WorkerStatus(worker_id=worker, attempt_id="a1", ended_at=T0 + timedelta(seconds=at), exit_code=exit_code, **kw)
+
+
+def decide(statuses, *, workers=4, node=NodeState.ready, now_s=0, **kw):
+    return decide_outcome(
+        worker_count=workers,
+        statuses={s.worker_id: s for s in statuses},
+        node_state=node,
+        now=T0 + timedelta(seconds=now_s),
+        failure_grace=GRACE,
+        **kw,
+    )
+
+
+def test_all_zero_is_success_with_exit_codes():
+    d = decide([st(i) for i in range(4)])
+    assert isinstance(d, Decided) and d.outcome == AttemptOutcome.succeeded
+    assert d.exit_codes == {"0": 0, "1": 0, "2": 0, "3": 0}
+
+
+def test_success_stands_even_if_the_node_went_away_afterwards():
+    assert decide([st(i) for i in range(4)], node=NodeState.preempted).outcome == AttemptOutcome.succeeded
+
+
+def test_nothing_ended_waits_without_deadline():
+    assert decide([]) == Wait("0 of 4 workers ended")
+    assert decide([st(0), st(1)]) == Wait("2 of 4 workers ended")
+
+
+def test_all_ended_with_a_non_zero_exit_fails_with_diagnostic():
+    bad = st(2, 1, tail="".join(f"line {i}\n" for i in range(100)),
+             disk={"free_bytes": 2**30, "total_bytes": 100 * 2**30},
+             memory={"available_bytes": 3 * 2**30, "total_bytes": 8 * 2**30})
+    d = decide([st(0), st(1), bad, st(3)])
+    assert d.outcome == AttemptOutcome.failed
+    assert d.exit_codes["2"] == 1
+    assert "worker 2 exited 1" in d.detail
+    assert "disk 1.0 GiB free of 100.0 GiB" in d.detail
+    assert "memory 3.0 GiB available of 8.0 GiB" in d.detail
+    assert "line 99" in d.detail and "line 79" not in d.detail  # last 20 lines only
+
+
+def test_partial_failure_waits_for_the_grace_then_fails():
+    statuses = [st(0, 0), st(1, 137, at=10, signal="SIGKILL")]
+    d = decide(statuses, now_s=20)
+    assert isinstance(d, Wait) and d.until == T0 + timedelta(seconds=40)
+    d = decide(statuses, now_s=40)
+    assert d.outcome == AttemptOutcome.failed
+    assert "worker 1 exited 137 (SIGKILL)" in d.detail and "no status yet from worker 2, 3" in d.detail
+
+
+def test_grace_runs_from_the_first_failure():
+    d = decide([st(1, 1, at=10), st(2, 1, at=25)], now_s=30)
+    assert d.until == T0 + timedelta(seconds=40)
+
+
+def test_setup_failure_is_terminal_at_once():
+    d = decide([st(3, None, phase="setup", setup_error="bundle gs://b/x does not exist")])
+    assert d.outcome == AttemptOutcome.failed_setup
+    assert "worker 3: bundle gs://b/x does not exist" in d.detail
+
+
+def test_preempted_or_gone_node_is_retryable_even_after_failures():
+    for node in (NodeState.preempted, NodeState.gone):
+        assert decide([st(0, 1)], node=node).outcome == AttemptOutcome.preempted
+        assert decide([], node=node).outcome == AttemptOutcome.preempted
+
+
+def test_unknown_node_state_is_not_evidence():
+    assert isinstance(decide([st(0, 1)], node=NodeState.unknown), Wait)
+
+
+def test_preemption_notice_seen_by_a_worker_is_preempted():
+    assert decide([st(0, 143, preempted=True)]).outcome == AttemptOutcome.preempted
+
+
+def test_lost_host_without_status_is_preempted():
+    assert decide([st(0)], lost_workers=frozenset({2})).outcome == AttemptOutcome.preempted
+    # A worker that did write its status is not lost.
+    assert isinstance(decide([st(0)], lost_workers=frozenset({0})), Wait)
+
+
+def test_cancel_wins():
+    assert decide([st(0, 143)], cancel_requested=True).outcome == AttemptOutcome.cancelled
+    assert decide([st(0, 143, cancelled=True)]).outcome == AttemptOutcome.cancelled
+
+
+def test_status_json_round_trip_uses_storage_time():
+    data = {"worker_id": 1, "attempt_id": "a1", "ended_at": "2025-01-01T12:00:05Z", "exit_code": 3, "phase": "run"}
+    assert WorkerStatus.from_json(data).ended_at == T0 + timedelta(seconds=5)
+    assert WorkerStatus.from_json(data, stored_at=T0).ended_at == T0
