@@ -1,0 +1,90 @@
+"""FakeTpuControl: a small client for the fake Cloud TPU's /_fake/ control endpoints.
+
+    control = FakeTpuControl(url)
+    control.preempt("projects/p/locations/us-central2-b/nodes/n1")
+    control.set_stockout("us-central2-b", "v4", True)
+    control.calls(method="GET")   # the witness: every API call made to the fake
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+
+class FakeTpuControlError(RuntimeError):
+    pass
+
+
+class FakeTpuControl:
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._session = requests.Session()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict:
+        response = self._session.request(method, f"{self.url}/_fake/{path}", timeout=self.timeout, **kwargs)
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"error": {"message": response.text}}
+        if response.status_code >= 400:
+            message = (body.get("error") or {}).get("message", response.text)
+            raise FakeTpuControlError(f"{method} /_fake/{path} -> {response.status_code}: {message}")
+        return body
+
+    def health(self) -> dict:
+        return self._call("GET", "health")
+
+    def preempt(self, node_name: str) -> dict:
+        """Preempt an ACTIVE node now: node PREEMPTED, its hosts killed, request SUSPENDING -> SUSPENDED."""
+        return self._call("POST", "preempt", json={"name": node_name})
+
+    def fail(self, queued_resource_name: str, error_class: str) -> dict:
+        """Fail a queued resource now with a real error text of that class: capacity|quota|reserved|billing|unknown."""
+        return self._call("POST", "fail", json={"name": queued_resource_name, "error_class": error_class})
+
+    def inject_fault(
+        self,
+        status: str = "UNAVAILABLE",
+        *,
+        message: str | None = None,
+        method: str | None = None,
+        path_contains: str | None = None,
+        count: int = 1,
+    ) -> None:
+        """Fail the next `count` matching API calls with an HTTP error of that canonical status."""
+        self._call(
+            "POST",
+            "faults",
+            json={"status": status, "message": message, "method": method, "path_contains": path_contains, "count": count},
+        )
+
+    def set_stockout(self, zone: str, family: str | None, stockout: bool | None, effect: str = "fail") -> None:
+        """True: no capacity (effect fail|wait); False: capacity whatever the scenario; None: back to the scenario."""
+        self._call("POST", "capacity", json={"zone": zone, "family": family, "stockout": stockout, "effect": effect})
+
+    def set_billing(self, enabled: bool | None, project: str | None = None) -> None:
+        """Enable/disable billing for one project (or all); None: back to the scenario."""
+        self._call("POST", "billing", json={"project": project, "enabled": enabled})
+
+    def calls(self, method: str | None = None, path_contains: str | None = None) -> list[dict]:
+        """The API call log (method, path, query, args, body, time, scenario_time, status), optionally filtered."""
+        calls = self._call("GET", "calls")["calls"]
+        return [
+            c
+            for c in calls
+            if (method is None or c["method"] == method.upper()) and (path_contains is None or path_contains in c["path"])
+        ]
+
+    def clear_calls(self) -> None:
+        self._call("DELETE", "calls")
+
+    def node_info(self, node_name: str) -> dict:
+        """{"node": <as the API renders it>, "hosts": [{worker, address, port, root_dir, tmp_dir, home_dirs, pids...}]}."""
+        return self._call("GET", "node", params={"name": node_name})
+
+    def quota(self, project: str, zone: str, family: str, tier: str) -> dict:
+        """{"used": chips held, "limit": chips} for tier spot|on_demand."""
+        return self._call("GET", "quota", params={"project": project, "zone": zone, "family": family, "tier": tier})

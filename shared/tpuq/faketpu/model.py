@@ -1,0 +1,938 @@
+"""The fake Cloud TPU's state machine: queued resources, nodes, operations, quota.
+
+No HTTP and no processes here: the clock and the RNG are passed in, every
+method is driven by `clock.now()`, and `advance()` applies every transition
+that is due (lazily, so a request after a long pause sees exactly the states
+the real API would have gone through, each stamped at its scheduled time).
+
+Worker hosts are the server's business. With `hosts_required=True` a queued
+resource whose provisioning time has passed stays PROVISIONING (its node
+`awaiting_hosts`) until the server calls `hosts_started()`; only then is it
+ACTIVE with the hosts' network endpoints, so ACTIVE always means "reachable".
+
+Quota: a queued resource takes its chips from the (zone, family, tier) quota
+when it passes the quota check on leaving ACCEPTED, and holds them in every
+state (SUSPENDED and FAILED included, like the real API) until it is deleted.
+A request over quota is accepted and then FAILED with a RESOURCE_EXHAUSTED
+"Quota limit ... has been exceeded" error (asynchronously, as queued resources
+report it), never rejected at create.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import re
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from tpuq.tputypes import AcceleratorType, UnknownAcceleratorType, parse_accelerator_type
+
+from .clock import Clock
+from .scenario import Scenario, Stockout
+
+# google.rpc.Code values
+RPC_CODES = {
+    "OK": 0,
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
+    "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6,
+    "PERMISSION_DENIED": 7,
+    "RESOURCE_EXHAUSTED": 8,
+    "FAILED_PRECONDITION": 9,
+    "ABORTED": 10,
+    "OUT_OF_RANGE": 11,
+    "UNIMPLEMENTED": 12,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+    "UNAUTHENTICATED": 16,
+}
+HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "OUT_OF_RANGE": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "ABORTED": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "CANCELLED": 499,
+    "UNKNOWN": 500,
+    "INTERNAL": 500,
+    "UNIMPLEMENTED": 501,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class QrState(str, Enum):
+    CREATING = "CREATING"
+    ACCEPTED = "ACCEPTED"
+    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
+    PROVISIONING = "PROVISIONING"
+    ACTIVE = "ACTIVE"
+    FAILED = "FAILED"
+    DELETING = "DELETING"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"
+
+
+class NodeState(str, Enum):
+    CREATING = "CREATING"
+    READY = "READY"
+    DELETING = "DELETING"
+    PREEMPTED = "PREEMPTED"
+
+
+# Delete without force is allowed in these states even when nodes exist.
+DELETABLE_WITHOUT_FORCE = (QrState.ACCEPTED, QrState.FAILED, QrState.SUSPENDED)
+# States in which an unprovisioned request can still expire (validUntil).
+EXPIRABLE = (QrState.ACCEPTED, QrState.WAITING_FOR_RESOURCES)
+
+
+@dataclass(frozen=True)
+class RpcStatus:
+    """A google.rpc.Status: the error of a failed queued resource or operation, or of an HTTP call."""
+
+    status: str  # canonical name, e.g. RESOURCE_EXHAUSTED
+    message: str
+    details: tuple[dict, ...] = ()
+
+    @property
+    def code(self) -> int:
+        return RPC_CODES[self.status]
+
+    def to_json(self) -> dict:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            body["details"] = list(self.details)
+        return body
+
+
+class ApiError(Exception):
+    """A synchronous API error: the HTTP layer renders it as {error:{code,message,status,details}}."""
+
+    def __init__(self, status: str, message: str, details: tuple[dict, ...] = ()):
+        super().__init__(message)
+        self.rpc = RpcStatus(status, message, details)
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS.get(self.rpc.status, 500)
+
+    def to_json(self) -> dict:
+        return {
+            "error": {
+                "code": self.http_status,
+                "message": self.rpc.message,
+                "status": self.rpc.status,
+                "details": list(self.rpc.details),
+            }
+        }
+
+
+def error_info(reason: str, domain: str = "googleapis.com", **metadata: str) -> dict:
+    return {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": domain, "metadata": metadata}
+
+
+# -- failure classes (failedData.error texts as the real API writes them) -------------------
+
+ERROR_CLASSES = ("capacity", "quota", "reserved", "billing", "unknown")
+
+
+def _eid(rng: random.Random) -> str:
+    return f"[EID: 0x{rng.getrandbits(64):016x}]"
+
+
+def quota_id(family: str, spot: bool) -> str:
+    """The per-zone Cloud Quotas id the real API names in quota errors."""
+    ids = {
+        "v2": ("TPUV2sPodPerProjectPerZoneForTPUAPI", "TPUV2sPreemptiblePodPerProjectPerZoneForTPUAPI"),
+        "v3": ("TPUV3sPodPerProjectPerZoneForTPUAPI", "TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI"),
+        "v4": ("TPUV4sPodPerProjectPerZoneForTPUAPI", "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI"),
+        "v5p": ("TPUV5pPerProjectPerZoneForTPUAPI", "TPUV5pPreemptiblePerProjectPerZoneForTPUAPI"),
+        "v5litepod": ("TPUV5sLitepodPerProjectPerZoneForTPUAPI", "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI"),
+        "v6e": ("TPUV6EPerProjectPerZoneForTPUAPI", "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI"),
+    }
+    return ids[family][1 if spot else 0]
+
+
+def capacity_error(zone: str, rng: random.Random) -> RpcStatus:
+    return RpcStatus(
+        "RESOURCE_EXHAUSTED",
+        f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU Nodes '
+        f"are offered (see https://cloud.google.com/tpu/docs/regions) {_eid(rng)}",
+    )
+
+
+def quota_error(zone: str, family: str, spot: bool, limit: int) -> RpcStatus:
+    return RpcStatus(
+        "RESOURCE_EXHAUSTED",
+        f"Quota limit '{quota_id(family, spot)}' has been exceeded. Limit: {limit} in zone {zone}.",
+    )
+
+
+def reserved_error(rng: random.Random) -> RpcStatus:
+    return RpcStatus("FAILED_PRECONDITION", f"Insufficient reserved capacity. {_eid(rng)}")
+
+
+def billing_error(project: str) -> RpcStatus:
+    return RpcStatus(
+        "PERMISSION_DENIED",
+        f"Billing account for project '{project}' is not found. Billing must be enabled for activation of "
+        f"service(s) 'tpu.googleapis.com' to proceed.",
+        (
+            error_info(
+                "BILLING_DISABLED",
+                consumer=f"projects/{project}",
+                service="tpu.googleapis.com",
+                activationUrl=f"https://console.cloud.google.com/billing/enable?project={project}",
+            ),
+        ),
+    )
+
+
+def unknown_error(rng: random.Random) -> RpcStatus:
+    return RpcStatus("INTERNAL", f"An internal error has occurred. {_eid(rng)}")
+
+
+def expired_error(valid_until_wall: str) -> RpcStatus:
+    # The real text is not in our references; the class (not capacity, not quota) is what matters.
+    return RpcStatus(
+        "DEADLINE_EXCEEDED",
+        f"The queued resource request expired before it could be provisioned (validUntilTime {valid_until_wall}).",
+    )
+
+
+def failure_for_class(error_class: str, *, project: str, zone: str, family: str, spot: bool, rng) -> RpcStatus:
+    if error_class == "capacity":
+        return capacity_error(zone, rng)
+    if error_class == "quota":
+        return quota_error(zone, family, spot, 0)
+    if error_class == "reserved":
+        return reserved_error(rng)
+    if error_class == "billing":
+        return billing_error(project)
+    if error_class == "unknown":
+        return unknown_error(rng)
+    raise ValueError(f"unknown error class {error_class!r}; expected one of {', '.join(ERROR_CLASSES)}")
+
+
+# -- records -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    ip_address: str
+    port: int
+    external_ip: str | None = None
+
+
+@dataclass
+class NodeRecord:
+    project: str
+    zone: str
+    node_id: str
+    accelerator: AcceleratorType
+    runtime_version: str
+    spot: bool
+    spec: dict  # the node as the client sent it (labels, metadata, networkConfig...)
+    queued_resource: str  # full name of the owning queued resource
+    create_time: float
+    state: NodeState = NodeState.CREATING
+    awaiting_hosts: bool = False
+    active_since: float | None = None
+    preempt_at: float | None = None
+    delete_done_at: float | None = None
+    endpoints: tuple[Endpoint, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/nodes/{self.node_id}"
+
+    @property
+    def wants_live_hosts(self) -> bool:
+        return self.awaiting_hosts or self.state == NodeState.READY
+
+    @property
+    def ssh_keys(self) -> str:
+        return (self.spec.get("metadata") or {}).get("ssh-keys", "")
+
+    @property
+    def enable_external_ips(self) -> bool:
+        return bool((self.spec.get("networkConfig") or {}).get("enableExternalIps"))
+
+
+@dataclass
+class QueuedResourceRecord:
+    project: str
+    zone: str
+    qr_id: str
+    body: dict  # as created, for echoing tpu/spot/guaranteed/queueingPolicy
+    node_id: str
+    node_spec: dict
+    accelerator: AcceleratorType
+    spot: bool
+    create_time: float
+    valid_until: float | None
+    state: QrState = QrState.ACCEPTED
+    state_since: float = 0.0
+    initiator: str = "USER"
+    failed_error: RpcStatus | None = None
+    holds_quota: bool = False
+    node: NodeRecord | None = None
+    delete_done_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.qr_id}"
+
+    @property
+    def tier(self) -> str:
+        return "spot" if self.spot else "on_demand"
+
+    def set_state(self, state: QrState, at: float, initiator: str = "SERVICE") -> None:
+        self.state, self.state_since, self.initiator = state, at, initiator
+
+
+@dataclass
+class Operation:
+    project: str
+    zone: str
+    op_id: str
+    verb: str  # create | delete | reset
+    target: str  # full resource name
+    create_time: float
+    api_version: str
+    done: bool = False
+    end_time: float | None = None
+    response: QueuedResourceRecord | None = None  # snapshot; None with done = google.protobuf.Empty
+    error: RpcStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/operations/{self.op_id}"
+
+
+@dataclass
+class ApiCallFault:
+    """A scripted failure of the next matching API calls (control endpoint 'fail a request now')."""
+
+    status: str
+    message: str
+    method: str | None = None
+    path_contains: str | None = None
+    remaining: int = 1
+    details: tuple[dict, ...] = ()
+
+
+def _parse_duration(value: Any, field_name: str) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?s", value.strip()):
+        return float(value.strip()[:-1])
+    if isinstance(value, dict) and set(value) <= {"seconds", "nanos"}:
+        return float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
+    raise ApiError("INVALID_ARGUMENT", f"Invalid value at '{field_name}': expected a duration like \"3600s\"")
+
+
+def invalid(message: str, field_name: str | None = None) -> ApiError:
+    details: tuple[dict, ...] = ()
+    if field_name:
+        details = (
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": field_name, "description": message}],
+            },
+        )
+    return ApiError("INVALID_ARGUMENT", message, details)
+
+
+# -- the world ------------------------------------------------------------------------------
+
+
+@dataclass
+class _ParsedCreate:
+    node_id: str
+    node_spec: dict
+    accelerator: AcceleratorType
+    spot: bool
+    valid_until_offset: float | None
+    valid_until_abs: datetime | None
+
+
+class FakeTpuWorld:
+    """Every queued resource, node and operation of the fake, for every project. Thread-safe."""
+
+    def __init__(self, scenario: Scenario, clock: Clock, rng: random.Random | None = None, *, hosts_required=False):
+        self.scenario = scenario
+        self.clock = clock
+        self.rng = rng if rng is not None else random.Random(scenario.seed)
+        self.hosts_required = hosts_required
+        self.lock = threading.RLock()
+        self.queued_resources: dict[str, QueuedResourceRecord] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self.operations: dict[str, Operation] = {}
+        self._request_ids: dict[tuple[str, str], str] = {}  # (parent, requestId) -> operation name
+        self.stockout_overrides: dict[tuple[str, str | None], Stockout | None] = {}
+        self.billing_overrides: dict[str | None, bool] = {}  # project (None = all) -> disabled
+        self.faults: list[ApiCallFault] = []
+        self._fired_at_rules: set[tuple[int, str]] = set()
+        self._ip_counter = 0
+
+    # -- checks shared by every API call ----------------------------------------------
+
+    def check_call(self, project: str, zone: str | None, method: str = "", path: str = "") -> None:
+        """Project-level faults and scripted call failures; raises ApiError."""
+        with self.lock:
+            for fault in self.faults:
+                if fault.remaining > 0 and (fault.method in (None, method.upper())) and (
+                    fault.path_contains is None or fault.path_contains in path
+                ):
+                    fault.remaining -= 1
+                    raise ApiError(fault.status, fault.message, fault.details)
+            self.faults = [f for f in self.faults if f.remaining > 0]
+            if self.billing_disabled(project):
+                err = billing_error(project)
+                raise ApiError(err.status, err.message, err.details)
+            if zone is not None and zone != "-" and not self.scenario.has_zone(zone):
+                raise ApiError(
+                    "INVALID_ARGUMENT",
+                    f"Invalid value for field 'parent': 'projects/{project}/locations/{zone}'. "
+                    f"Location {zone} is not found or access is unauthorized.",
+                )
+
+    def billing_disabled(self, project: str) -> bool:
+        if project in self.billing_overrides:
+            return self.billing_overrides[project]
+        if None in self.billing_overrides:
+            return self.billing_overrides[None]
+        return self.scenario.billing_disabled_at(self.clock.now())
+
+    # -- queued resources -------------------------------------------------------------
+
+    def create_queued_resource(
+        self, project: str, zone: str, qr_id: str | None, body: dict, request_id: str | None, api_version="v2"
+    ) -> Operation:
+        with self.lock:
+            self.advance()
+            parent = f"projects/{project}/locations/{zone}"
+            if request_id and (parent, request_id) in self._request_ids:
+                # Idempotent retry: the same operation, not a second resource.
+                return self.operations[self._request_ids[(parent, request_id)]]
+            if not qr_id:
+                raise invalid("queuedResourceId is required", "queued_resource_id")
+            if not _ID_RE.match(qr_id):
+                raise invalid(
+                    f"Invalid queuedResourceId '{qr_id}': it must be 1-63 characters of lowercase letters, "
+                    "digits and hyphens, start with a letter and not end with a hyphen",
+                    "queued_resource_id",
+                )
+            parsed = self._parse_create_body(parent, body)
+            name = f"{parent}/queuedResources/{qr_id}"
+            if name in self.queued_resources:
+                raise ApiError("ALREADY_EXISTS", f"Resource '{name}' already exists")
+            node_name = f"{parent}/nodes/{parsed.node_id}"
+            if node_name in self.nodes or any(
+                q.node_id == parsed.node_id and q.project == project and q.zone == zone
+                for q in self.queued_resources.values()
+            ):
+                raise ApiError("ALREADY_EXISTS", f"Resource '{node_name}' already exists")
+            now = self.clock.now()
+            valid_until = None
+            if parsed.valid_until_offset is not None:
+                valid_until = now + parsed.valid_until_offset
+            elif parsed.valid_until_abs is not None:
+                valid_until = now + (parsed.valid_until_abs - self.clock.wall(now)).total_seconds()
+            qr = QueuedResourceRecord(
+                project=project,
+                zone=zone,
+                qr_id=qr_id,
+                body=copy.deepcopy(body),
+                node_id=parsed.node_id,
+                node_spec=copy.deepcopy(parsed.node_spec),
+                accelerator=parsed.accelerator,
+                spot=parsed.spot,
+                create_time=now,
+                valid_until=valid_until,
+                state=QrState.ACCEPTED,
+                state_since=now,
+            )
+            self.queued_resources[name] = qr
+            op = self._new_operation(project, zone, "create", name, api_version)
+            self._finish(op, response=copy.deepcopy(qr))
+            if request_id:
+                self._request_ids[(parent, request_id)] = op.name
+            return op
+
+    def _parse_create_body(self, parent: str, body: dict) -> _ParsedCreate:
+        if not isinstance(body, dict):
+            raise invalid("Invalid JSON payload received: the body must be a QueuedResource object")
+        tpu = body.get("tpu")
+        if not isinstance(tpu, dict) or not isinstance(tpu.get("nodeSpec"), list) or not tpu["nodeSpec"]:
+            raise invalid("QueuedResource.tpu.nodeSpec must contain one node spec", "queued_resource.tpu.node_spec")
+        if len(tpu["nodeSpec"]) != 1:
+            raise invalid("The fake Cloud TPU supports exactly one node spec", "queued_resource.tpu.node_spec")
+        spec = tpu["nodeSpec"][0]
+        if not isinstance(spec, dict):
+            raise invalid("nodeSpec entries must be objects", "queued_resource.tpu.node_spec")
+        if spec.get("multisliceParams"):
+            raise ApiError("UNIMPLEMENTED", "multisliceParams is not supported by the fake Cloud TPU")
+        if spec.get("parent") not in (None, parent):
+            raise invalid(f"nodeSpec.parent '{spec.get('parent')}' does not match '{parent}'", "node_spec.parent")
+        node_id = spec.get("nodeId")
+        if not isinstance(node_id, str) or not _ID_RE.match(node_id):
+            raise invalid(f"Invalid nodeId {node_id!r}", "queued_resource.tpu.node_spec.node_id")
+        node = spec.get("node")
+        if not isinstance(node, dict):
+            raise invalid("nodeSpec.node is required", "queued_resource.tpu.node_spec.node")
+        try:
+            accelerator = parse_accelerator_type(str(node.get("acceleratorType") or ""))
+        except UnknownAcceleratorType as e:
+            raise invalid(
+                f"Invalid acceleratorType {node.get('acceleratorType')!r}: {e}", "node.accelerator_type"
+            ) from None
+        if not node.get("runtimeVersion"):
+            raise invalid("runtimeVersion is required", "node.runtime_version")
+        metadata = node.get("metadata") or {}
+        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+            raise invalid("node.metadata must map strings to strings", "node.metadata")
+        tiers = [t for t in ("spot", "guaranteed", "bestEffort") if t in body]
+        if len(tiers) > 1:
+            raise invalid(f"Only one of spot, guaranteed, bestEffort may be set (got {', '.join(tiers)})", "tier")
+        scheduling = node.get("schedulingConfig") or {}
+        # gcloud alpha --provisioning-model=SPOT sends provisioningModel instead of spot {}.
+        spot = (
+            "spot" in body
+            or "bestEffort" in body
+            or body.get("provisioningModel") == "SPOT"
+            or bool(scheduling.get("spot") or scheduling.get("preemptible"))
+        )
+        policy = body.get("queueingPolicy") or {}
+        offset = None
+        if "validUntilDuration" in policy:
+            offset = _parse_duration(policy["validUntilDuration"], "queueing_policy.valid_until_duration")
+            if offset <= 0:
+                raise invalid("validUntilDuration must be positive", "queueing_policy.valid_until_duration")
+        until = None
+        if "validUntilTime" in policy:
+            try:
+                until = datetime.fromisoformat(str(policy["validUntilTime"]).replace("Z", "+00:00"))
+            except ValueError:
+                raise invalid("validUntilTime must be an RFC 3339 timestamp", "queueing_policy.valid_until_time") from None
+            if until.tzinfo is None:
+                raise invalid("validUntilTime must carry a time zone", "queueing_policy.valid_until_time")
+        return _ParsedCreate(node_id, node, accelerator, spot, offset, until)
+
+    def get_queued_resource(self, project: str, zone: str, qr_id: str) -> QueuedResourceRecord:
+        with self.lock:
+            self.advance()
+            return self._qr(project, zone, qr_id)
+
+    def _qr(self, project: str, zone: str, qr_id: str) -> QueuedResourceRecord:
+        name = f"projects/{project}/locations/{zone}/queuedResources/{qr_id}"
+        qr = self.queued_resources.get(name)
+        if qr is None:
+            raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
+        return qr
+
+    def list_queued_resources(self, project, zone, page_size=0, page_token=""):
+        with self.lock:
+            self.advance()
+            prefix = f"projects/{project}/locations/{zone}/queuedResources/" if zone != "-" else None
+            items = [
+                q
+                for q in self.queued_resources.values()
+                if (q.name.startswith(prefix) if prefix else q.project == project)
+            ]
+            return _page(sorted(items, key=lambda q: q.name), page_size, page_token)
+
+    def delete_queued_resource(self, project, zone, qr_id, force=False, api_version="v2") -> Operation:
+        with self.lock:
+            self.advance()
+            qr = self._qr(project, zone, qr_id)
+            if qr.state == QrState.PROVISIONING:
+                raise ApiError(
+                    "FAILED_PRECONDITION", "DeleteQueuedResource is not supported when state is PROVISIONING"
+                )
+            has_nodes = qr.node is not None
+            if has_nodes and not force and qr.state not in DELETABLE_WITHOUT_FORCE + (QrState.DELETING,):
+                raise ApiError(
+                    "FAILED_PRECONDITION",
+                    f"Cannot delete queued resource '{qr.name}' in state {qr.state.value} while it has nodes; "
+                    "delete the nodes first or set force=true",
+                )
+            now = self.clock.now()
+            op = self._new_operation(project, zone, "delete", qr.name, api_version)
+            if qr.state != QrState.DELETING:
+                qr.set_state(QrState.DELETING, now, "USER")
+                qr.delete_done_at = now + self.scenario.delays.deleting
+                if qr.node is not None:
+                    self._start_node_delete(qr.node, now)
+            return op
+
+    def reset_queued_resource(self, project, zone, qr_id, api_version="v2") -> Operation:
+        with self.lock:
+            self.advance()
+            qr = self._qr(project, zone, qr_id)
+            if qr.state not in (QrState.SUSPENDED, QrState.FAILED):
+                raise ApiError(
+                    "FAILED_PRECONDITION", f"ResetQueuedResource is not supported when state is {qr.state.value}"
+                )
+            now = self.clock.now()
+            if qr.node is not None:
+                self._remove_node(qr.node)
+                qr.node = None
+            # Back in the queue; the quota check runs again on leaving ACCEPTED.
+            qr.holds_quota = False
+            qr.failed_error = None
+            qr.set_state(QrState.ACCEPTED, now, "USER")
+            op = self._new_operation(project, zone, "reset", qr.name, api_version)
+            self._finish(op, response=copy.deepcopy(qr))
+            return op
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def get_node(self, project, zone, node_id) -> NodeRecord:
+        with self.lock:
+            self.advance()
+            return self._node(project, zone, node_id)
+
+    def _node(self, project, zone, node_id) -> NodeRecord:
+        name = f"projects/{project}/locations/{zone}/nodes/{node_id}"
+        node = self.nodes.get(name)
+        if node is None:
+            raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
+        return node
+
+    def list_nodes(self, project, zone, page_size=0, page_token=""):
+        with self.lock:
+            self.advance()
+            items = [n for n in self.nodes.values() if n.project == project and zone in ("-", n.zone)]
+            return _page(sorted(items, key=lambda n: n.name), page_size, page_token)
+
+    def delete_node(self, project, zone, node_id, api_version="v2") -> Operation:
+        with self.lock:
+            self.advance()
+            node = self._node(project, zone, node_id)
+            qr = self.queued_resources.get(node.queued_resource)
+            if qr is not None and qr.state == QrState.PROVISIONING:
+                raise ApiError("FAILED_PRECONDITION", "DeleteNode is not supported while its queued resource is PROVISIONING")
+            now = self.clock.now()
+            op = self._new_operation(project, zone, "delete", node.name, api_version)
+            if node.state != NodeState.DELETING:
+                self._start_node_delete(node, now)
+                if qr is not None and qr.state == QrState.ACTIVE:
+                    # The slice is gone; the request keeps its quota until deleted itself.
+                    qr.set_state(QrState.SUSPENDED, now, "USER")
+            return op
+
+    def _start_node_delete(self, node: NodeRecord, now: float) -> None:
+        node.state = NodeState.DELETING
+        node.awaiting_hosts = False
+        node.delete_done_at = now + self.scenario.delays.deleting
+
+    def _remove_node(self, node: NodeRecord) -> None:
+        self.nodes.pop(node.name, None)
+        qr = self.queued_resources.get(node.queued_resource)
+        if qr is not None and qr.node is node:
+            qr.node = None
+
+    # -- operations ---------------------------------------------------------------------
+
+    def get_operation(self, project, zone, op_id) -> Operation:
+        with self.lock:
+            self.advance()
+            name = f"projects/{project}/locations/{zone}/operations/{op_id}"
+            op = self.operations.get(name)
+            if op is None:
+                raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
+            return op
+
+    def _new_operation(self, project, zone, verb, target, api_version) -> Operation:
+        now = self.clock.now()
+        op_id = f"operation-{int(self.clock.wall(now).timestamp() * 1000)}-{uuid.UUID(int=self.rng.getrandbits(128)).hex[:20]}"
+        op = Operation(project, zone, op_id, verb, target, now, api_version)
+        self.operations[op.name] = op
+        return op
+
+    def _finish(self, op: Operation, response: QueuedResourceRecord | None = None, error: RpcStatus | None = None):
+        op.done, op.end_time, op.response, op.error = True, self.clock.now(), response, error
+
+    # -- time -------------------------------------------------------------------------
+
+    def advance(self) -> None:
+        """Apply every transition due by now."""
+        with self.lock:
+            now = self.clock.now()
+            for qr in list(self.queued_resources.values()):
+                self._advance_queued_resource(qr, now)
+            for node in list(self.nodes.values()):
+                if node.state == NodeState.DELETING and node.delete_done_at is not None and node.delete_done_at <= now:
+                    self._remove_node(node)
+                    self._complete_deletes(node.name)
+
+    def _advance_queued_resource(self, qr: QueuedResourceRecord, now: float) -> None:
+        while self._step(qr, now):
+            pass
+
+    def _step(self, qr: QueuedResourceRecord, now: float) -> bool:
+        """Apply the next due transition of one queued resource; False when nothing is due."""
+        delays = self.scenario.delays
+        state, since = qr.state, qr.state_since
+        if state in EXPIRABLE:
+            expires = qr.valid_until is not None and qr.valid_until <= now
+            # Transitions due before the expiry still happen; the expiry wins over later ones.
+            horizon = qr.valid_until if expires else now
+            if state == QrState.ACCEPTED and since + delays.accepted <= horizon:
+                self._quota_check(qr, since + delays.accepted)
+                return True
+            if state == QrState.WAITING_FOR_RESOURCES and since + delays.waiting <= horizon:
+                if self._capacity_check(qr, since + delays.waiting, horizon):
+                    return True
+            if expires:
+                wall = self.clock.wall(qr.valid_until).strftime("%Y-%m-%dT%H:%M:%SZ")
+                self._fail(qr, expired_error(wall), qr.valid_until)
+                return True
+            return False
+        if state == QrState.PROVISIONING and since + delays.provisioning <= now:
+            node = qr.node
+            assert node is not None
+            if node.awaiting_hosts:
+                return False  # the server is starting them
+            if self.hosts_required:
+                node.awaiting_hosts = True
+                return False
+            self._activate(qr, self._synthetic_endpoints(node), since + delays.provisioning)
+            return True
+        if state == QrState.ACTIVE and qr.node is not None and qr.node.state == NodeState.READY:
+            at = self._preemption_due(qr.node, now)
+            if at is not None:
+                self._preempt(qr, at)
+                return True
+            return False
+        if state == QrState.SUSPENDING and since + delays.suspending <= now:
+            qr.set_state(QrState.SUSPENDED, since + delays.suspending, qr.initiator)
+            return True
+        if state == QrState.DELETING and qr.delete_done_at is not None and qr.delete_done_at <= now:
+            if qr.node is not None:
+                self._remove_node(qr.node)
+            del self.queued_resources[qr.name]
+            self._complete_deletes(qr.name)
+        return False
+
+    def _quota_check(self, qr: QueuedResourceRecord, at: float) -> None:
+        limit = self.scenario.quota_limit(qr.zone, qr.accelerator.family, qr.tier)
+        used = self.quota_used(qr.project, qr.zone, qr.accelerator.family, qr.tier)
+        if used + qr.accelerator.chips > limit:
+            self._fail(qr, quota_error(qr.zone, qr.accelerator.family, qr.spot, limit), at)
+            return
+        qr.holds_quota = True
+        qr.set_state(QrState.WAITING_FOR_RESOURCES, at)
+
+    def _capacity_check(self, qr: QueuedResourceRecord, at: float, horizon: float) -> bool:
+        """True when the request moved on by `horizon`; False when it is still waiting for capacity."""
+        while True:
+            stockout = self.scenario.stockout_at(qr.zone, qr.accelerator.family, at, self.stockout_overrides)
+            if stockout is None:
+                break
+            if stockout.effect == "fail":
+                self._fail(qr, capacity_error(qr.zone, self.rng), at)
+                return True
+            if stockout.end is None or stockout.end > horizon:
+                return False
+            at = stockout.end  # the window closed while nobody looked: provisioning began then
+        qr.set_state(QrState.PROVISIONING, at)
+        node = NodeRecord(
+            project=qr.project,
+            zone=qr.zone,
+            node_id=qr.node_id,
+            accelerator=qr.accelerator,
+            runtime_version=qr.node_spec["runtimeVersion"],
+            spot=qr.spot,
+            spec=qr.node_spec,
+            queued_resource=qr.name,
+            create_time=at,
+        )
+        qr.node = node
+        self.nodes[node.name] = node
+        return True
+
+    def _fail(self, qr: QueuedResourceRecord, error: RpcStatus, at: float) -> None:
+        qr.failed_error = error
+        qr.set_state(QrState.FAILED, at)
+        if qr.node is not None:
+            self._start_node_delete(qr.node, at)
+
+    def _activate(self, qr: QueuedResourceRecord, endpoints: tuple[Endpoint, ...], at: float) -> None:
+        node = qr.node
+        assert node is not None
+        node.endpoints = endpoints
+        node.awaiting_hosts = False
+        node.state = NodeState.READY
+        node.active_since = at
+        node.preempt_at = self._draw_preemption(node, at)
+        qr.set_state(QrState.ACTIVE, at)
+
+    def _draw_preemption(self, node: NodeRecord, active_since: float) -> float | None:
+        if not node.spot:
+            return None
+        rules = self.scenario.preemption
+        candidates = []
+        if rules.mean_spot_lifetime:
+            candidates.append(active_since + self.rng.expovariate(1.0 / rules.mean_spot_lifetime))
+        for rule in rules.scripted:
+            if rule.after_active is not None and rule.matches(node.zone, node.accelerator.family, node.node_id):
+                candidates.append(active_since + rule.after_active)
+        return min(candidates) if candidates else None
+
+    def _preemption_due(self, node: NodeRecord, now: float) -> float | None:
+        due = []
+        if node.preempt_at is not None and node.preempt_at <= now:
+            due.append(node.preempt_at)
+        if node.spot and node.active_since is not None:
+            for rule in self.scenario.preemption.scripted:
+                if (
+                    rule.at is not None
+                    and node.active_since <= rule.at <= now
+                    and rule.matches(node.zone, node.accelerator.family, node.node_id)
+                ):
+                    due.append(rule.at)
+        return min(due) if due else None
+
+    def _preempt(self, qr: QueuedResourceRecord, at: float) -> None:
+        node = qr.node
+        assert node is not None
+        node.state = NodeState.PREEMPTED
+        node.preempt_at = None
+        qr.set_state(QrState.SUSPENDING, at, "SERVICE")
+
+    def _complete_deletes(self, target: str) -> None:
+        for op in self.operations.values():
+            if op.target == target and op.verb == "delete" and not op.done:
+                self._finish(op)
+
+    def _synthetic_endpoints(self, node: NodeRecord) -> tuple[Endpoint, ...]:
+        out = []
+        for _ in range(node.accelerator.hosts):
+            self._ip_counter += 1
+            ip = f"10.130.{self._ip_counter // 250}.{self._ip_counter % 250 + 2}"
+            external = f"34.1.{self._ip_counter // 250}.{self._ip_counter % 250 + 2}" if node.enable_external_ips else None
+            out.append(Endpoint(ip, 22, external))
+        return tuple(out)
+
+    # -- quota --------------------------------------------------------------------------
+
+    def quota_used(self, project: str, zone: str, family: str, tier: str) -> int:
+        return sum(
+            q.accelerator.chips
+            for q in self.queued_resources.values()
+            if q.holds_quota and q.project == project and q.zone == zone
+            and q.accelerator.family == family and q.tier == tier
+        )
+
+    # -- host hand-off (server) ---------------------------------------------------------
+
+    def nodes_awaiting_hosts(self) -> list[NodeRecord]:
+        with self.lock:
+            self.advance()
+            return [n for n in self.nodes.values() if n.awaiting_hosts]
+
+    def node_names_wanting_hosts(self) -> set[str]:
+        with self.lock:
+            return {n.name for n in self.nodes.values() if n.wants_live_hosts}
+
+    def hosts_started(self, node_name: str, endpoints: tuple[Endpoint, ...]) -> bool:
+        """The server started a node's hosts: it becomes READY and its request ACTIVE. False if no longer wanted."""
+        with self.lock:
+            node = self.nodes.get(node_name)
+            if node is None or not node.awaiting_hosts:
+                return False
+            qr = self.queued_resources.get(node.queued_resource)
+            if qr is None or qr.state != QrState.PROVISIONING:
+                return False
+            self._activate(qr, endpoints, self.clock.now())
+            return True
+
+    def hosts_failed(self, node_name: str, message: str) -> None:
+        with self.lock:
+            node = self.nodes.get(node_name)
+            if node is None:
+                return
+            qr = self.queued_resources.get(node.queued_resource)
+            if qr is not None and qr.state == QrState.PROVISIONING:
+                self._fail(qr, RpcStatus("INTERNAL", f"Internal error: worker hosts failed to start: {message}"),
+                           self.clock.now())
+
+    # -- control ------------------------------------------------------------------------
+
+    def preempt_node(self, project: str, zone: str, node_id: str) -> NodeRecord:
+        with self.lock:
+            self.advance()
+            node = self._node(project, zone, node_id)
+            qr = self.queued_resources.get(node.queued_resource)
+            if node.state != NodeState.READY or qr is None or qr.state != QrState.ACTIVE:
+                raise ApiError("FAILED_PRECONDITION", f"node {node.name} is {node.state.value}, not READY")
+            self._preempt(qr, self.clock.now())
+            return node
+
+    def fail_queued_resource(self, project: str, zone: str, qr_id: str, error_class: str) -> QueuedResourceRecord:
+        with self.lock:
+            self.advance()
+            qr = self._qr(project, zone, qr_id)
+            if qr.state in (QrState.FAILED, QrState.DELETING, QrState.SUSPENDED, QrState.SUSPENDING):
+                raise ApiError("FAILED_PRECONDITION", f"{qr.name} is {qr.state.value}: too late to fail it")
+            try:
+                error = failure_for_class(
+                    error_class, project=project, zone=zone, family=qr.accelerator.family, spot=qr.spot, rng=self.rng
+                )
+            except ValueError as e:
+                raise invalid(str(e)) from None
+            self._fail(qr, error, self.clock.now())
+            return qr
+
+    def set_stockout(self, zone: str, family: str | None, stocked_out: bool | None, effect: str = "fail") -> None:
+        """True: no capacity; False: capacity regardless of the scenario; None: back to the scenario."""
+        with self.lock:
+            self.advance()
+            key = (zone, family)
+            if stocked_out is None:
+                self.stockout_overrides.pop(key, None)
+            else:
+                self.stockout_overrides[key] = Stockout(family=family, effect=effect) if stocked_out else None
+
+    def set_billing(self, project: str | None, enabled: bool | None) -> None:
+        with self.lock:
+            if enabled is None:
+                self.billing_overrides.pop(project, None)
+            else:
+                self.billing_overrides[project] = not enabled
+
+    def add_fault(self, fault: ApiCallFault) -> None:
+        with self.lock:
+            self.faults.append(fault)
+
+
+def _page(items: list, page_size: int, page_token: str) -> tuple[list, str]:
+    start = 0
+    if page_token:
+        try:
+            start = int(page_token)
+        except ValueError:
+            raise invalid(f"Invalid page token {page_token!r}", "page_token") from None
+    if page_size < 0:
+        raise invalid("pageSize must not be negative", "page_size")
+    size = page_size or 1000
+    page = items[start : start + size]
+    next_token = str(start + size) if start + size < len(items) else ""
+    return page, next_token

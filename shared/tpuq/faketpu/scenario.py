@@ -1,0 +1,196 @@
+"""The scenario file of the fake Cloud TPU: quota, capacity over time, delays, preemption, faults.
+
+All times are scenario seconds since the server started (see `clock.py`). The
+file is YAML validated with pydantic; `load_scenario(path)` raises
+`ScenarioError` with one line per problem. The format is documented in README.md.
+
+Evaluation helpers (`is_stocked_out`, `quota_limit`, ...) are pure: they take
+the scenario time and any runtime overrides as arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tpuq.tputypes import _FAMILIES, zone_region
+
+FAMILIES = tuple(_FAMILIES)
+Tier = Literal["spot", "on_demand"]
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_family(value: str | None) -> str | None:
+    if value is not None and value not in FAMILIES:
+        raise ValueError(f"unknown accelerator family {value!r}; expected one of {', '.join(FAMILIES)}")
+    return value
+
+
+class FamilyQuota(_Strict):
+    """Chips of one accelerator family a project may hold in one zone; absent = 0."""
+
+    spot: int = Field(0, ge=0)
+    on_demand: int = Field(0, ge=0)
+
+
+class Window(_Strict):
+    start: float = Field(0, ge=0)
+    end: float | None = None  # None: until the end of time
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Window:
+        if self.end is not None and self.end <= self.start:
+            raise ValueError(f"window end ({self.end}) must be after its start ({self.start})")
+        return self
+
+    def contains(self, t: float) -> bool:
+        return self.start <= t and (self.end is None or t < self.end)
+
+
+class Stockout(Window):
+    """No capacity for `family` (all families if omitted) during [start, end)."""
+
+    family: str | None = None
+    # fail: requests that reach the capacity check fail with "no more capacity";
+    # wait: they stay WAITING_FOR_RESOURCES until capacity returns.
+    effect: Literal["fail", "wait"] = "fail"
+
+    _family = field_validator("family")(_check_family)
+
+
+class ZoneScenario(_Strict):
+    quota: dict[str, FamilyQuota] = Field(default_factory=dict)
+    stockouts: list[Stockout] = Field(default_factory=list)
+
+    @field_validator("quota")
+    @classmethod
+    def _families(cls, value: dict[str, FamilyQuota]) -> dict[str, FamilyQuota]:
+        for family in value:
+            _check_family(family)
+        return value
+
+
+class Delays(_Strict):
+    """Scenario seconds spent in each state on the normal path."""
+
+    accepted: float = Field(1, ge=0)  # ACCEPTED -> WAITING_FOR_RESOURCES (quota check here)
+    waiting: float = Field(5, ge=0)  # WAITING_FOR_RESOURCES -> PROVISIONING (capacity check here)
+    provisioning: float = Field(600, ge=0)  # PROVISIONING -> ACTIVE
+    suspending: float = Field(30, ge=0)  # SUSPENDING -> SUSPENDED after a preemption
+    deleting: float = Field(5, ge=0)  # DELETING -> gone
+
+
+class ScriptedPreemption(_Strict):
+    """Preempt matching ACTIVE spot nodes at scenario time `at`, or `after_active` seconds after each turns ACTIVE."""
+
+    at: float | None = Field(None, ge=0)
+    after_active: float | None = Field(None, ge=0)
+    zone: str | None = None
+    family: str | None = None
+    node_id: str | None = None
+
+    _family = field_validator("family")(_check_family)
+
+    @model_validator(mode="after")
+    def _one_time(self) -> ScriptedPreemption:
+        if (self.at is None) == (self.after_active is None):
+            raise ValueError("give exactly one of 'at' or 'after_active'")
+        return self
+
+    def matches(self, zone: str, family: str, node_id: str) -> bool:
+        return (
+            (self.zone is None or self.zone == zone)
+            and (self.family is None or self.family == family)
+            and (self.node_id is None or self.node_id == node_id)
+        )
+
+
+class Preemption(_Strict):
+    mean_spot_lifetime: float | None = Field(None, gt=0)  # exponential, from the seeded RNG
+    scripted: list[ScriptedPreemption] = Field(default_factory=list)
+
+
+class Billing(_Strict):
+    disabled: bool = False
+    disabled_windows: list[Window] = Field(default_factory=list)
+
+
+class Scenario(_Strict):
+    seed: int = 0
+    zones: dict[str, ZoneScenario] = Field(default_factory=dict)
+    delays: Delays = Field(default_factory=Delays)
+    preemption: Preemption = Field(default_factory=Preemption)
+    billing: Billing = Field(default_factory=Billing)
+
+    @field_validator("zones")
+    @classmethod
+    def _zone_names(cls, value: dict[str, ZoneScenario]) -> dict[str, ZoneScenario]:
+        for zone in value:
+            zone_region(zone)  # raises ValueError with a clear message
+            if not re.fullmatch(r"[a-z]+-[a-z]+\d+-[a-z]", zone):
+                raise ValueError(f"not a zone name: {zone!r} (expected e.g. us-central2-b)")
+        return value
+
+    # -- evaluation ----------------------------------------------------------
+
+    def has_zone(self, zone: str) -> bool:
+        return zone in self.zones
+
+    def quota_limit(self, zone: str, family: str, tier: Tier) -> int:
+        quota = self.zones.get(zone, ZoneScenario()).quota.get(family)
+        return getattr(quota, tier) if quota else 0
+
+    def stockout_at(
+        self, zone: str, family: str, t: float, overrides: dict[tuple[str, str | None], Stockout | None] | None = None
+    ) -> Stockout | None:
+        """The stockout in force for (zone, family) at time t, if any.
+
+        Overrides from the control API win: key (zone, family or None for every
+        family), value a Stockout, or None for "capacity available".
+        """
+        overrides = overrides or {}
+        for key in ((zone, family), (zone, None)):
+            if key in overrides:
+                return overrides[key]
+        for window in self.zones.get(zone, ZoneScenario()).stockouts:
+            if (window.family is None or window.family == family) and window.contains(t):
+                return window
+        return None
+
+    def billing_disabled_at(self, t: float) -> bool:
+        return self.billing.disabled or any(w.contains(t) for w in self.billing.disabled_windows)
+
+
+def parse_scenario(data: object, source: str = "scenario") -> Scenario:
+    if data is None:
+        data = {}
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors(include_url=False):
+            where = ".".join(str(p) for p in e.get("loc", ())) or "(top level)"
+            problems.append(f"  {where}: {e.get('msg', 'invalid')}")
+        raise ScenarioError(f"invalid {source}:\n" + "\n".join(problems)) from None
+
+
+def load_scenario(path: str | Path | None) -> Scenario:
+    if path is None:
+        return Scenario()
+    text = Path(path).read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ScenarioError(f"invalid scenario {path}: not YAML: {err}") from None
+    return parse_scenario(data, source=f"scenario {path}")
