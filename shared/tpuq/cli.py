@@ -81,6 +81,16 @@ def validate(file: Path = typer.Argument(..., help="A fleet file or a job.yaml")
         out.print(f"[green]ok[/green]: {len(model.jobs)} job{'s' if len(model.jobs) != 1 else ''}")
 
 
+@app.command()
+def demo(state_dir: Optional[Path] = typer.Option(None, help="Keep the demo's state and logs here")) -> None:
+    """Run the end-to-end demo on a local stack it starts and stops itself."""
+    from tpuq.demo import run
+
+    summary = run(out, state_dir)
+    if any(state in ("failed", "rejected") for state in summary.get("jobs", {}).values()):
+        raise typer.Exit(1)
+
+
 # ------------------------------------------------------------------- dev
 def _stack(state_dir: Optional[Path] = None):
     from tpuq.devstack.stack import DevStack, default_state_dir

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Iterable
 
 import requests
+import yaml
 
 from tpuq import topology
 from tpuq.devstack import processes
@@ -78,6 +80,10 @@ class DevStack:
     services: tuple[str, ...] = ("scheduler",)
     runner_bucket: str = DEFAULT_RUNNER_BUCKET
     extra_buckets: tuple[str, ...] = ()
+    scenario: Path | None = None  # fake TPU scenario; None: no fake TPU API
+    time_scale: float = 60.0  # fake TPU scenario seconds per real second
+    tick_period: float | None = None  # seconds between ticks; None: no tick source
+    fleet_file: Path | None = None  # stored in Firestore `fleets/` once the stack is up
     records: list[ProcRecord] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -106,9 +112,17 @@ class DevStack:
             self._declare_topics()
             self._start_fake_gcs()
             self._create_buckets([self.runner_bucket, *self.extra_buckets])
+            self._make_ssh_identity()
+            if self.scenario is not None:
+                self._start_fake_tpu()
+            if self.fleet_file is not None:
+                self._store_fleet()
             for name in self.services:
                 self._start_service(name)
             self._declare_subscriptions()
+            if self.tick_period:
+                self._spawn("ticker", [sys.executable, "-m", "tpuq.devstack.ticker", "--period", str(self.tick_period)],
+                            None, None)
         except BaseException:
             self.down()
             raise
@@ -169,6 +183,40 @@ class DevStack:
         processes.wait_http(url + "/storage/v1/b", rec, timeout=20)
         self.env["STORAGE_EMULATOR_HOST"] = url
 
+    def _make_ssh_identity(self) -> None:
+        """The executor's SSH key pair (production keeps it in Secret Manager; only its name is configured)."""
+        key = self.state_dir / "executor_ed25519"
+        if not key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tpuq-executor", "-f", str(key)],
+                           check=True, capture_output=True)
+        self.env["TPUQ_SSH_PRIVATE_KEY_FILE"] = str(key)
+        self.env["TPUQ_SSH_PUBLIC_KEY_FILE"] = str(key) + ".pub"
+
+    def _start_fake_tpu(self) -> None:
+        port = processes.free_port()
+        url = f"http://127.0.0.1:{port}"
+        rec = self._spawn(
+            "fake-tpu",
+            [sys.executable, "-m", "tpuq.faketpu", "--host", "127.0.0.1", "--port", str(port), "--scenario",
+             str(self.scenario), "--time-scale", str(self.time_scale), "--state-dir", str(self.state_dir / "faketpu")],
+            port, url,
+        )
+        # The fake TPU kills its worker hosts on SIGTERM; give it time to do so.
+        processes.wait_http(url + "/_fake/health", rec, timeout=30, ok=lambda r: r.status_code == 200)
+        self.env["TPUQ_TPU_API_ENDPOINT"] = url
+
+    def _store_fleet(self) -> None:
+        from google.cloud import firestore
+
+        from tpuq.fleet import FleetFile
+        from tpuq.fleetstore import save_fleet
+        from tpuq.service import utcnow
+
+        fleet = FleetFile.model_validate(yaml.safe_load(Path(self.fleet_file).read_text()))
+        os.environ["FIRESTORE_EMULATOR_HOST"] = self.env["FIRESTORE_EMULATOR_HOST"]
+        save_fleet(firestore.Client(project=self.project), fleet, utcnow())
+        self.env["TPUQ_FLEET"] = fleet.name
+
     def _start_service(self, name: str) -> None:
         port = processes.free_port()
         url = f"http://127.0.0.1:{port}"
@@ -203,6 +251,8 @@ class DevStack:
         self._declare_topics()
         self._declare_subscriptions()
         firestore_clear(self.env["FIRESTORE_EMULATOR_HOST"], self.project)
+        if self.fleet_file is not None:
+            self._store_fleet()
 
     # ---------------------------------------------------------------- down
     def down(self) -> list[str]:

@@ -1,0 +1,47 @@
+"""`tpuq dev up`, `eval "$(tpuq dev env)"`, `tpuq dev down`: afterwards no process of the stack remains."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from tpuq.devstack.processes import ProcRecord, is_alive
+
+
+def tpuq(*args, env):
+    return subprocess.run(["tpuq", *args], env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_dev_up_env_down_leaves_nothing_running(tmp_path):
+    env = {**os.environ, "TPUQ_DEV_DIR": str(tmp_path / "dev")}
+    up = tpuq("dev", "up", env=env)
+    assert up.returncode == 0, up.stderr
+    try:
+        status = json.loads(tpuq("dev", "status", "--json", env=env).stdout)
+        names = {p["name"] for p in status}
+        assert {"pubsub-emulator", "firestore-emulator", "fake-gcs-server", "scheduler"} <= names
+        assert all(p["alive"] for p in status)
+        state = json.loads((tmp_path / "dev" / "state.json").read_text())
+        records = [ProcRecord(**p) for p in state["processes"]]
+
+        exported = tpuq("dev", "env", env=env).stdout
+        shell = subprocess.run(["bash", "-c", f'{exported}\necho "$PUBSUB_EMULATOR_HOST $FIRESTORE_EMULATOR_HOST '
+                                              f'$STORAGE_EMULATOR_HOST $GOOGLE_CLOUD_PROJECT"'],
+                               capture_output=True, text=True, check=True)
+        pubsub, firestore, storage, project = shell.stdout.split()
+        assert pubsub.startswith("127.0.0.1:") and firestore.startswith("127.0.0.1:")
+        assert storage.startswith("http://127.0.0.1:") and project == "tpuq-local"
+        assert tpuq("dev", "up", env=env).returncode == 1  # one stack at a time, said clearly
+    finally:
+        down = tpuq("dev", "down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert not any(is_alive(r) for r in records)
+    for r in records:  # nothing of their process groups either (the emulators' JVMs)
+        try:
+            os.killpg(r.pgid, 0)
+            raise AssertionError(f"process group of {r.name} still has processes")
+        except ProcessLookupError:
+            pass
+    assert tpuq("dev", "status", env=env).returncode == 1
+    assert "not running" in tpuq("dev", "env", env=env).stderr
