@@ -59,6 +59,7 @@ def test_worker_spec_points_at_the_job_bucket_and_worker_paths():
         "bucket": "jobs-us-central2",
         "log_prefix": "tpuq/jobs/job-1/attempts/1/tpuq-logs/worker-3/",
         "status_object": "tpuq/status/job-1/1/worker-3.json",
+        "retry_delay_seconds": 0.5,
     }
     assert spec["caches"] == [{"key": "xla", "path": ".cache/xla"}]
 

@@ -75,7 +75,7 @@ LOG_BUFFER_LIMIT = 16 * 1024 * 1024  # output kept in memory while GCS is unreac
 LOG_CHUNK_LIMIT = 8 * 1024 * 1024  # one simple upload
 TAIL_BYTES = 4096
 STATUS_UPLOAD_DEADLINE_SECONDS = 900.0  # the status object is how the system learns the end: insist
-EOF_AFTER_EXIT_SECONDS = 2.0  # wait this long for background children to release the output pipe
+EOF_AFTER_EXIT_SECONDS = 0.5  # then background children still holding the output pipe are stopped
 
 
 # ---------------------------------------------------------------------------
@@ -732,7 +732,10 @@ def _fetch_bundle(paths: WorkerPaths, spec: dict, bundle: dict) -> str:
     where = f"gs://{bundle['bucket']}/{bundle['object']}"
     try:
         size = _retry(
-            lambda: gcs.download_to(bundle["bucket"], bundle["object"], tar_path), 4, 0.5, _transient_gcs_error
+            lambda: gcs.download_to(bundle["bucket"], bundle["object"], tar_path),
+            4,
+            float(gcs_cfg.get("retry_delay_seconds", 0.5)),
+            _transient_gcs_error,
         )
     except GcsError as e:
         if e.status == 404:
@@ -903,12 +906,46 @@ def _preempted(url: str | None) -> bool:
         return False
 
 
+def _become_subreaper() -> None:
+    """Adopt the job's orphans so they are reaped at once (PR_SET_CHILD_SUBREAPER).
+
+    Otherwise a killed grandchild stays a zombie until init gets to it, and its
+    process group looks alive to `stop_stale` and `cancel` for that long.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
+
+
+class _Reaper:
+    """Reaps every child (the job's leader and adopted orphans) and remembers the leader's status."""
+
+    def __init__(self, leader_pid: int):
+        self.leader_pid = leader_pid
+        self.leader_returncode: int | None = None
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.leader_pid:
+                self.leader_returncode = os.waitstatus_to_exitcode(wait_status)
+
+
 def supervise(home: str) -> int:
     paths = WorkerPaths(home)
     spec = load_spec(open(paths.attempt_file("spec.json")).read())
     paths = _paths_for(home, spec)
     supervisor_lock = os.open(paths.attempt_file("supervisor.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     fcntl.flock(supervisor_lock, fcntl.LOCK_EX)
+    _become_subreaper()
 
     cancel_signalled = threading.Event()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -947,6 +984,7 @@ def supervise(home: str) -> int:
     os.close(write_fd)
     os.close(job_lock)  # the child holds it now
     pgid = proc.pid
+    reaper = _Reaper(proc.pid)
     _write_json_atomic(
         paths.attempt_file("state.json"),
         {"attempt_id": spec["attempt_id"], "supervisor_pid": os.getpid(), "job_pgid": pgid, "started_at": started_at},
@@ -960,7 +998,8 @@ def supervise(home: str) -> int:
     kill_at = None
     next_flush = time.monotonic() + flush_every
 
-    while proc.poll() is None:
+    while reaper.leader_returncode is None:
+        reaper.reap()
         now = time.monotonic()
         if cancel_reason is None and (cancel_signalled.is_set() or os.path.exists(cancel_file)):
             request = _read_json(cancel_file) or {}
@@ -976,12 +1015,14 @@ def supervise(home: str) -> int:
             next_flush = now + flush_every
         time.sleep(0.1)
 
+    proc.returncode = reaper.leader_returncode  # we reaped it; keep Popen from waiting again
     # The leader is gone; background children may still hold the output pipe. End them too.
     if not pump.eof.wait(EOF_AFTER_EXIT_SECONDS):
         _signal_group(pgid, signal.SIGTERM)
         if not pump.eof.wait(EOF_AFTER_EXIT_SECONDS):
             _signal_group(pgid, signal.SIGKILL)
             pump.eof.wait(EOF_AFTER_EXIT_SECONDS)
+    _wait_for(lambda: reaper.reap() or not _group_exists(pgid), EOF_AFTER_EXIT_SECONDS)
     if cancel_reason is None and os.path.exists(cancel_file):
         cancel_reason = (_read_json(cancel_file) or {}).get("reason") or "cancelled"
 

