@@ -12,6 +12,7 @@ import json
 import re
 import threading
 import zlib
+from urllib.parse import unquote
 from collections.abc import Callable
 from typing import Any
 
@@ -314,7 +315,7 @@ def create_app(
                 {
                     "method": request.method,
                     "path": request.path,
-                    "query": request.query_string.decode("utf-8", "replace"),
+                    "query": unquote(request.query_string.decode("utf-8", "replace")),
                     "args": request.args.to_dict(),
                     "body": body,
                     "time": rfc3339(world.clock.wall(now)),
@@ -413,9 +414,7 @@ def create_app(
         project, zone, family, tier = args.get("project"), args.get("zone"), args.get("family"), args.get("tier")
         if not (project and zone and family and tier in ("spot", "on_demand")):
             raise invalid("give project, zone, family and tier (spot|on_demand)")
-        with world.lock:
-            world.advance()
-            used = world.quota_used(project, zone, family, tier)
+        used = world.quota_used(project, zone, family, tier)
         return _json_response({"used": used, "limit": world.scenario.quota_limit(zone, family, tier)})
 
     return app

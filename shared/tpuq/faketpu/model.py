@@ -579,6 +579,7 @@ class FakeTpuWorld:
                 qr.delete_done_at = now + self.scenario.delays.deleting
                 if qr.node is not None:
                     self._start_node_delete(qr.node, now)
+            self.advance()  # a zero deleting delay completes the operation in this very call
             return op
 
     def reset_queued_resource(self, project, zone, qr_id, api_version="v2") -> Operation:
@@ -635,6 +636,7 @@ class FakeTpuWorld:
                 if qr is not None and qr.state == QrState.ACTIVE:
                     # The slice is gone; the request keeps its quota until deleted itself.
                     qr.set_state(QrState.SUSPENDED, now, "USER")
+            self.advance()
             return op
 
     def _start_node_delete(self, node: NodeRecord, now: float) -> None:
@@ -733,7 +735,7 @@ class FakeTpuWorld:
 
     def _quota_check(self, qr: QueuedResourceRecord, at: float) -> None:
         limit = self.scenario.quota_limit(qr.zone, qr.accelerator.family, qr.tier)
-        used = self.quota_used(qr.project, qr.zone, qr.accelerator.family, qr.tier)
+        used = self._quota_used(qr.project, qr.zone, qr.accelerator.family, qr.tier)
         if used + qr.accelerator.chips > limit:
             self._fail(qr, quota_error(qr.zone, qr.accelerator.family, qr.spot, limit), at)
             return
@@ -834,11 +836,20 @@ class FakeTpuWorld:
     # -- quota --------------------------------------------------------------------------
 
     def quota_used(self, project: str, zone: str, family: str, tier: str) -> int:
+        """Chips held in (zone, family, tier) by requests that passed the quota check and are not deleted."""
+        with self.lock:
+            self.advance()
+            return self._quota_used(project, zone, family, tier)
+
+    def _quota_used(self, project: str, zone: str, family: str, tier: str) -> int:
         return sum(
             q.accelerator.chips
             for q in self.queued_resources.values()
-            if q.holds_quota and q.project == project and q.zone == zone
-            and q.accelerator.family == family and q.tier == tier
+            if q.holds_quota
+            and q.project == project
+            and q.zone == zone
+            and q.accelerator.family == family
+            and q.tier == tier
         )
 
     # -- host hand-off (server) ---------------------------------------------------------

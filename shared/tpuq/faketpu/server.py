@@ -118,7 +118,9 @@ class FakeTpuServer:
         host, port = self._http.server_address[:2]
         self.url = f"http://{host}:{port}"
         _live_servers.add(self)
-        serve = threading.Thread(target=self._http.serve_forever, name="faketpu-http", daemon=True)
+        serve = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, name="faketpu-http", daemon=True
+        )
         ticker = threading.Thread(target=self._tick_loop, name="faketpu-ticker", daemon=True)
         self._threads = [serve, ticker]
         for t in self._threads:
