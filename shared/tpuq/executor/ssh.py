@@ -1,0 +1,338 @@
+"""Paramiko fan-out to every worker of a TPU: bounded connects, retries, host-key pins, SFTP.
+
+    with WorkerPool(endpoints, user="tpuq", pkey=key, node=node, pin_store=pins) as pool:
+        failed = pool.connect()                # {worker_id: error} for workers that stayed unreachable
+        results = pool.run(lambda conn: conn.exec(["uname", "-n"]))   # {worker_id: WorkerResult}
+
+or in one call: `run_on_workers(endpoints, user, pkey, fn, node=..., pin_store=...)`.
+
+Why connects are bounded: sshd's MaxStartups (10:30:100 on TPU VMs) drops a
+share of connections that are not yet authenticated once 10 are pending, so at
+most `batch_size` (default 8) handshakes are in flight at once. Authenticated
+connections no longer count, so the commands themselves then run on all workers
+in parallel.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import posixpath
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import paramiko
+import tenacity
+
+from tpuq.executor.pins import HostKeyPinStore
+from tpuq.messages import WorkerEndpoint
+
+T = TypeVar("T")
+DEFAULT_BATCH_SIZE = 8
+MAX_PARALLEL = 64  # threads per pool: one per worker up to this
+
+
+class HostKeyMismatch(Exception):
+    """The worker presented a key other than the one pinned for it: never retried."""
+
+
+class CommandTimeout(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ConnectPolicy:
+    attempts: int = 5
+    first_backoff: float = 0.5
+    max_backoff: float = 8.0
+    connect_timeout: float = 10.0
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class WorkerResult(Generic[T]):
+    worker_id: int
+    value: T | None = None
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def key_line(key: paramiko.PKey) -> str:
+    return f"{key.get_name()} {key.get_base64()}"
+
+
+def _parse_key_line(line: str) -> tuple[str, paramiko.PKey]:
+    key_type, b64 = line.split()[:2]
+    return key_type, paramiko.PKey.from_type_string(key_type, base64.b64decode(b64))
+
+
+class _RecordFirstKey(paramiko.MissingHostKeyPolicy):
+    """First contact: accept the key; the pool pins it once the connection is authenticated."""
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+@dataclass
+class WorkerConnection:
+    """An authenticated SSH connection to one worker."""
+
+    endpoint: WorkerEndpoint
+    client: paramiko.SSHClient
+    _sftp: paramiko.SFTPClient | None = field(default=None, repr=False)
+
+    @property
+    def worker_id(self) -> int:
+        return self.endpoint.worker_id
+
+    @property
+    def host_key(self) -> str:
+        return key_line(self.client.get_transport().get_remote_server_key())
+
+    def exec(self, argv: Sequence[str], *, stdin: bytes | str | None = None, timeout: float = 120.0) -> ExecResult:
+        """Run argv (quoted for the remote shell, so nothing in it is interpreted) and collect its output."""
+        chan = self.client.get_transport().open_session(timeout=timeout)
+        try:
+            chan.exec_command(shlex.join(argv))
+            if stdin is not None:
+                chan.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + timeout
+            while True:
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                # Data always precedes the exit status on a channel, so once it is here all output is too.
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    return ExecResult(chan.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace"))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CommandTimeout(f"{argv[:3]} on worker {self.worker_id} did not finish in {timeout:.0f} s")
+                # The channel's fd wakes on stdout data and on close; stderr alone does not wake it.
+                select.select([chan], [], [], min(remaining, 0.05))
+        finally:
+            chan.close()
+
+    @property
+    def sftp(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            self._sftp = self.client.open_sftp()
+        return self._sftp
+
+    def home(self) -> str:
+        """The login user's home: where SFTP and exec start."""
+        return self.sftp.normalize(".")
+
+    def makedirs(self, path: str) -> None:
+        current = "" if not path.startswith("/") else "/"
+        for part in [p for p in path.split("/") if p]:
+            current = posixpath.join(current, part) if current else part
+            try:
+                self.sftp.stat(current)
+            except FileNotFoundError:
+                try:
+                    self.sftp.mkdir(current)
+                except OSError:
+                    self.sftp.stat(current)  # created concurrently is fine; anything else raises
+
+    def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write a file atomically (temp name, then rename), so a reader never sees half of it."""
+        directory = posixpath.dirname(path)
+        if directory:
+            self.makedirs(directory)
+        tmp = f"{path}.tmp-upload"
+        self.sftp.putfo(io.BytesIO(data), tmp)
+        self.sftp.chmod(tmp, mode)
+        self.sftp.posix_rename(tmp, path)
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+        self.client.close()
+
+
+class WorkerPool:
+    """Connections to the workers of one node. Use as a context manager; `connect()` first."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[WorkerEndpoint],
+        *,
+        user: str,
+        pkey: paramiko.PKey,
+        node: str,
+        pin_store: HostKeyPinStore,
+        policy: ConnectPolicy = ConnectPolicy(),
+        sleep: Callable[[float], None] = time.sleep,
+        wait: tenacity.wait.wait_base | None = None,
+    ):
+        self.endpoints = {e.worker_id: e for e in endpoints}
+        self.user = user
+        self.pkey = pkey
+        self.node = node
+        self.pin_store = pin_store
+        self.policy = policy
+        self._sleep = sleep
+        self._wait = wait or tenacity.wait_exponential_jitter(
+            multiplier=policy.first_backoff, max=policy.max_backoff, jitter=policy.first_backoff
+        )
+        self._handshakes = threading.Semaphore(policy.batch_size)
+        self._executor = ThreadPoolExecutor(max_workers=max(1, min(len(self.endpoints), MAX_PARALLEL)),
+                                            thread_name_prefix="tpuq-ssh")
+        self.connections: dict[int, WorkerConnection] = {}
+        self.connect_attempts: dict[int, int] = {}
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def connect(self, worker_ids: Sequence[int] | None = None) -> dict[int, BaseException]:
+        """Connect to the workers (all by default); return the errors of those that stayed unreachable."""
+        ids = [w for w in (worker_ids if worker_ids is not None else sorted(self.endpoints)) if w not in self.connections]
+        pins = dict(self.pin_store.get_pins(self.node))
+        futures = {w: self._executor.submit(self._connect_with_retries, self.endpoints[w], pins.get(w)) for w in ids}
+        errors: dict[int, BaseException] = {}
+        fresh: dict[int, WorkerConnection] = {}
+        for w, fut in futures.items():
+            try:
+                fresh[w] = fut.result()
+            except Exception as e:  # noqa: BLE001 - reported per worker
+                errors[w] = e
+        new_pins = {w: c.host_key for w, c in fresh.items() if w not in pins}
+        if new_pins:
+            in_force = self.pin_store.add_pins(self.node, new_pins)
+            for w, key in new_pins.items():
+                if in_force.get(w) != key:  # another executor pinned a different key first
+                    fresh.pop(w).close()
+                    errors[w] = HostKeyMismatch(f"worker {w} of {self.node}: host key differs from the pinned one")
+        self.connections.update(fresh)
+        return errors
+
+    def _connect_with_retries(self, endpoint: WorkerEndpoint, pinned: str | None) -> WorkerConnection:
+        attempt = 0
+
+        def once() -> WorkerConnection:
+            nonlocal attempt
+            attempt += 1
+            self.connect_attempts[endpoint.worker_id] = attempt
+            with self._handshakes:
+                return self._connect_once(endpoint, pinned)
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.policy.attempts),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception(lambda e: not isinstance(e, HostKeyMismatch)),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        return retrying(once)
+
+    def _connect_once(self, endpoint: WorkerEndpoint, pinned: str | None) -> WorkerConnection:
+        client = paramiko.SSHClient()
+        host_entry = endpoint.ip if endpoint.port == 22 else f"[{endpoint.ip}]:{endpoint.port}"
+        if pinned:
+            key_type, key = _parse_key_line(pinned)
+            client.get_host_keys().add(host_entry, key_type, key)
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:
+            client.set_missing_host_key_policy(_RecordFirstKey())
+        timeout = self.policy.connect_timeout
+        try:
+            client.connect(
+                endpoint.ip,
+                endpoint.port,
+                username=self.user,
+                pkey=self.pkey,
+                look_for_keys=False,
+                allow_agent=False,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+            )
+        except paramiko.BadHostKeyException:
+            client.close()
+            raise HostKeyMismatch(
+                f"worker {endpoint.worker_id} of {self.node} at {endpoint.ip}:{endpoint.port}: "
+                "host key differs from the pinned one"
+            ) from None
+        except (paramiko.SSHException, socket.error, EOFError):
+            client.close()
+            raise
+        transport = client.get_transport()
+        transport.set_keepalive(15)  # long prepares must not look idle to NAT or sshd
+        return WorkerConnection(endpoint, client)
+
+    def run(
+        self, fn: Callable[[WorkerConnection], T], worker_ids: Sequence[int] | None = None
+    ) -> dict[int, WorkerResult[T]]:
+        """Run fn on each connected worker in parallel; exceptions are captured per worker."""
+        ids = [w for w in (worker_ids if worker_ids is not None else sorted(self.connections))]
+        futures = {w: self._executor.submit(fn, self.connections[w]) for w in ids}
+        results: dict[int, WorkerResult[T]] = {}
+        for w, fut in futures.items():
+            try:
+                results[w] = WorkerResult(w, value=fut.result())
+            except Exception as e:  # noqa: BLE001 - reported per worker
+                results[w] = WorkerResult(w, error=e)
+        return results
+
+    def close(self) -> None:
+        for conn in self.connections.values():
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self.connections.clear()
+        self._executor.shutdown(wait=False)
+
+
+def run_on_workers(
+    endpoints: Sequence[WorkerEndpoint],
+    user: str,
+    pkey: paramiko.PKey,
+    fn: Callable[[WorkerConnection], T],
+    *,
+    node: str,
+    pin_store: HostKeyPinStore,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    policy: ConnectPolicy | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[int, WorkerResult[T]]:
+    """Connect to every worker (at most `batch_size` handshakes at once), run fn on each, close.
+
+    Workers that could not be reached get a WorkerResult with the connect error.
+    """
+    policy = policy or ConnectPolicy(batch_size=batch_size)
+    with WorkerPool(endpoints, user=user, pkey=pkey, node=node, pin_store=pin_store, policy=policy, sleep=sleep) as pool:
+        errors = pool.connect()
+        results: dict[int, WorkerResult[T]] = {w: WorkerResult(w, error=e) for w, e in errors.items()}
+        results.update(pool.run(fn))
+        return dict(sorted(results.items()))
+
+
+def results_by_worker(results: Mapping[int, WorkerResult[T]]) -> tuple[dict[int, T], dict[int, BaseException]]:
+    """Split results into values and errors."""
+    values = {w: r.value for w, r in results.items() if r.ok}
+    errors = {w: r.error for w, r in results.items() if not r.ok}
+    return values, errors  # type: ignore[return-value]
