@@ -69,17 +69,18 @@ class CallLog:
 
 
 def topology(chips: int, family: str) -> str:
-    """acceleratorConfig.topology: v4/v5p slices are 3-D (2x2x4), the others 2-D (8x8)."""
-    dims = [1, 1, 1] if family in ("v4", "v5p") else [1, 1]
-    remaining = chips
-    i = 0
+    """acceleratorConfig.topology as the API reports it: v4-8 2x2x1, v4-32 2x2x4, v5litepod-64 8x8."""
+    if family in ("v4", "v5p"):  # 3-D tori; the smallest slice is one 2x2x1 host
+        dims, remaining = [2, 2, 1], max(1, chips // 4)
+    else:
+        dims, remaining = [1, 1], chips
     while remaining > 1:
-        dims[i % len(dims)] *= 2
+        # Grow the last of the smallest dimensions: 2x2x2 -> 2x2x4 -> 2x4x4 -> 4x4x4.
+        smallest = min(dims)
+        last = max(i for i, d in enumerate(dims) if d == smallest)
+        dims[last] *= 2
         remaining //= 2
-        i += 1
-    if family in ("v4", "v5p") and chips >= 4 and dims[2] == 1:
-        dims = [2, 2, chips // 4]
-    return "x".join(str(d) for d in sorted(dims))
+    return "x".join(str(d) for d in dims)
 
 
 def render_queued_resource(world: FakeTpuWorld, qr: QueuedResourceRecord) -> dict:

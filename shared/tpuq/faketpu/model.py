@@ -301,8 +301,11 @@ class QueuedResourceRecord:
     def tier(self) -> str:
         return "spot" if self.spot else "on_demand"
 
-    def set_state(self, state: QrState, at: float, initiator: str = "SERVICE") -> None:
-        self.state, self.state_since, self.initiator = state, at, initiator
+    def set_state(self, state: QrState, at: float, initiator: str | None = None) -> None:
+        """initiator None keeps the current one: the normal path stays USER (the user's request)."""
+        self.state, self.state_since = state, at
+        if initiator is not None:
+            self.initiator = initiator
 
 
 @dataclass
@@ -772,7 +775,7 @@ class FakeTpuWorld:
 
     def _fail(self, qr: QueuedResourceRecord, error: RpcStatus, at: float) -> None:
         qr.failed_error = error
-        qr.set_state(QrState.FAILED, at)
+        qr.set_state(QrState.FAILED, at, "SERVICE")
         if qr.node is not None:
             self._start_node_delete(qr.node, at)
 
