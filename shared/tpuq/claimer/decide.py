@@ -1,0 +1,387 @@
+"""The claimer's pure core: `decide(state, event, now, rng) -> Effects`.
+
+No I/O, no clock, no global randomness: the handler loads `ClaimState`, calls
+`decide`, and applies the effects. Rules (see docs in `tpuq.claimer`):
+
+Fan-out. Every open request races in each compatible zone: one queued resource
+per (request, zone), of the first of the request's types that zone can take now:
+not dropped, not backed off, with declared quota left for the family and tier,
+under the entry's max_slices, and with no other pending queued resource of that
+type in that zone (from any request). Pending queued resources count against
+quota and max_slices, so even if every racer wins the fleet's limits hold.
+
+Watch. A state change publishes one fleet event; the last seen state is kept.
+ACTIVE (with node and endpoints), SUSPENDED (-> delete with force, race again
+while demand remains), FAILED (-> classify, act, delete), PROVISIONING and
+WAITING_FOR_RESOURCES (informational), GONE (NOT_FOUND). A failed read
+concludes nothing.
+
+Satisfied (ACTIVE >= count) or withdrawn requests cancel their pending racers
+in deletable states. PROVISIONING is never deleted; ACTIVE never by the
+claimer (once claimed a slice belongs to the scheduler and the janitor).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from tpuq.claimer.classify import classify, project_block_reason
+from tpuq.claimer.model import (
+    DELETABLE_STATES,
+    GONE,
+    REQUEST_OPEN,
+    REQUEST_WITHDRAWN,
+    REQUESTED,
+    ClaimState,
+    CreateQr,
+    DeleteQr,
+    Effects,
+    Event,
+    FleetStatus,
+    Observation,
+    Observed,
+    QrRecord,
+    RequestReceived,
+    RequestRecord,
+    TargetRecord,
+    queued_resource_id,
+)
+from tpuq.fleet import FleetEntry
+from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
+from tpuq.tputypes import canonical_name, zone_region
+
+_ANNOUNCED = {
+    "ACTIVE": FleetEventKind.active,
+    "SUSPENDED": FleetEventKind.suspended,
+    "FAILED": FleetEventKind.failed,
+    "PROVISIONING": FleetEventKind.provisioning,
+    "WAITING_FOR_RESOURCES": FleetEventKind.waiting,
+}
+
+
+def decide(state: ClaimState, event: Event, now: datetime, rng: random.Random) -> Effects:
+    decision = _Decision(state, now, rng)
+    if isinstance(event, RequestReceived):
+        decision.on_request(event.request)
+    elif isinstance(event, Observed):
+        decision.on_observed(event.observations)
+        if event.plan:
+            decision.plan_all()
+    else:  # pragma: no cover - the Event union is closed
+        raise TypeError(f"unknown event {event!r}")
+    return decision.effects
+
+
+def capacity_backoff_seconds(failures: int, base: float, cap: float, rng: random.Random) -> float:
+    """Exponential in consecutive failures, capped, with 'equal jitter': never below half the step."""
+    step = min(cap, base * (2 ** max(failures - 1, 0)))
+    return step / 2 + rng.uniform(0, step / 2)
+
+
+def request_record(request: CapacityRequest, now: datetime, existing: RequestRecord | None) -> RequestRecord:
+    return RequestRecord(
+        request_id=request.request_id,
+        fleet=request.fleet,
+        types=tuple(dict.fromkeys(canonical_name(t) for t in request.types)),
+        regions=tuple(request.regions),
+        zones=tuple(request.zones),
+        count=request.count,
+        status=REQUEST_OPEN,
+        job_ids=tuple(request.job_ids),
+        generations=dict(existing.generations) if existing else {},
+        at=request.at,
+        created_at=existing.created_at if existing else now,
+        updated_at=now,
+    )
+
+
+class _Decision:
+    def __init__(self, state: ClaimState, now: datetime, rng: random.Random):
+        self.fleet = state.fleet
+        self.version = state.fleet.version
+        self.now = now
+        self.rng = rng
+        self.requests = dict(state.requests)
+        self.qrs = {k: q for k, q in state.qrs.items() if q.live}
+        self.targets = dict(state.targets)
+        self.status = state.status
+        self.effects = Effects()
+
+    # ------------------------------------------------------------ helpers
+    @property
+    def blocked(self) -> bool:
+        return self.status is not None and self.status.is_blocked(self.version)
+
+    def target(self, zone: str, tpu_type: str) -> TargetRecord:
+        return self.targets.get((zone, tpu_type)) or TargetRecord(self.fleet.name, zone, tpu_type)
+
+    def put_qr(self, qr: QrRecord) -> QrRecord:
+        if qr.live:
+            self.qrs[qr.qr_id] = qr
+        else:
+            self.qrs.pop(qr.qr_id, None)
+        self.effects.qrs[qr.qr_id] = qr
+        return qr
+
+    def put_target(self, target: TargetRecord) -> None:
+        key = (target.zone, target.type)
+        self.targets[key] = target
+        self.effects.targets[key] = target
+
+    def put_request(self, request: RequestRecord) -> None:
+        self.requests[request.request_id] = request
+        self.effects.requests[request.request_id] = request
+
+    def announce(self, qr: QrRecord, kind: FleetEventKind, failure: FailureClass | None = None,
+                 message: str | None = None) -> None:
+        entry = self.fleet.entry(qr.entry_id)
+        accel = entry.accelerator if entry else None
+        self.effects.events.append(
+            FleetEvent(
+                kind=kind,
+                fleet=qr.fleet,
+                queued_resource=qr.name,
+                request_id=qr.request_id,
+                zone=qr.zone,
+                type=qr.type,
+                node=qr.node,
+                entry_id=qr.entry_id,
+                chips=accel.chips if accel else 0,
+                hosts=accel.hosts if accel else 0,
+                spot=qr.spot,
+                endpoints=list(qr.endpoints),
+                failure_class=failure,
+                failure_message=message,
+                at=self.now,
+            )
+        )
+
+    def request_delete(self, qr: QrRecord, force: bool, reason: str, resource=None) -> QrRecord:
+        """Mark for deletion; send the delete now only in a state the API accepts it in."""
+        if not qr.delete_requested:
+            qr = self.put_qr(replace(qr, delete_requested=True, updated_at=self.now))
+        if qr.state in DELETABLE_STATES and not any(d.qr.qr_id == qr.qr_id for d in self.effects.deletes):
+            self.effects.deletes.append(DeleteQr(qr, force=force or qr.state == "SUSPENDED", reason=reason,
+                                                 resource=resource))
+        return qr
+
+    # ------------------------------------------------------------ requests
+    def on_request(self, request: CapacityRequest) -> None:
+        existing = self.requests.get(request.request_id)
+        if request.action is CapacityAction.withdraw:
+            self.withdraw(request, existing)
+            return
+        if existing is not None and not existing.open:
+            return  # a withdrawal is final for that request id, even if an older request message arrives late
+        if existing is None or request.at is None or existing.at is None or request.at >= existing.at:
+            record = request_record(request, self.now, existing)
+            if existing is None or replace(record, updated_at=existing.updated_at) != existing:
+                self.put_request(record)
+        self.plan_all()
+
+    def withdraw(self, request: CapacityRequest, existing: RequestRecord | None) -> None:
+        record = existing or replace(request_record(request, self.now, None))
+        if record.status != REQUEST_WITHDRAWN:
+            self.put_request(replace(record, status=REQUEST_WITHDRAWN, updated_at=self.now))
+        for qr in [q for q in self.qrs.values() if q.request_id == request.request_id]:
+            # ACTIVE: claimed capacity, the scheduler's and janitor's business. PROVISIONING: cannot be deleted
+            # and may still win; if it turns ACTIVE it is announced like any other slice.
+            if qr.state in ("ACTIVE", "PROVISIONING"):
+                continue
+            self.request_delete(qr, force=False, reason="request withdrawn")
+
+    # ------------------------------------------------------------ watch
+    def on_observed(self, observations: dict[str, Observation]) -> None:
+        for qr_id, obs in observations.items():
+            qr = self.qrs.get(qr_id)
+            if qr is None or obs.kind == "unknown":
+                continue  # a failed read is "unknown state", never "gone"
+            if obs.kind == "not_found":
+                self.on_not_found(qr)
+            elif obs.kind == "create_failed":
+                failure = classify(obs.error_code, obs.error_message)
+                self.on_failure(qr, failure, obs.error_message)
+                self.announce(qr, FleetEventKind.failed, failure, obs.error_message)
+                # It never existed: nothing to delete, and the zone slot is free again.
+                self.put_qr(replace(qr, state=GONE, failure_class=failure.value,
+                                    failure_message=obs.error_message, updated_at=self.now))
+            elif obs.state is not None:
+                self.on_found(qr, obs)
+
+    def on_not_found(self, qr: QrRecord) -> None:
+        if qr.state == REQUESTED and not qr.delete_requested and self.may_create(qr):
+            # Our create was recorded but never confirmed (a crash, or the API failed): finish it. Same name and
+            # same requestId, so the API cannot make a second one.
+            self.effects.creates.append(CreateQr(qr, claim=False))
+            return
+        gone = self.put_qr(replace(qr, state=GONE, updated_at=self.now))
+        if qr.state != REQUESTED:
+            self.announce(gone, FleetEventKind.gone)
+
+    def may_create(self, qr: QrRecord) -> bool:
+        request = self.requests.get(qr.request_id)
+        target = self.target(qr.zone, qr.type)
+        return (request is not None and request.open and not self.blocked and not target.dropped(self.version)
+                and not target.backed_off(self.now))
+
+    def on_found(self, qr: QrRecord, obs: Observation) -> None:
+        state = obs.state
+        if state == qr.state:
+            if qr.delete_requested and state in DELETABLE_STATES:
+                self.request_delete(qr, force=False, reason="delete not yet taken", resource=obs.resource)
+            return
+        if state == "ACTIVE" and obs.node is None:
+            return  # no endpoints yet (the node read failed): announce on a later pass
+        qr = replace(qr, state=state, updated_at=self.now)
+        kind = _ANNOUNCED.get(state)
+        if state == "ACTIVE":
+            qr = self.put_qr(replace(qr, node=obs.node.name, endpoints=obs.node.endpoints))
+            self.announce(qr, FleetEventKind.active)
+            target = self.target(qr.zone, qr.type)
+            if target.capacity_failures or target.unknown_failures:
+                self.put_target(replace(target, capacity_failures=0, unknown_failures=0))
+        elif state == "FAILED":
+            failure = classify(obs.error_code, obs.error_message)
+            qr = self.put_qr(replace(qr, failure_class=failure.value, failure_message=obs.error_message))
+            self.on_failure(qr, failure, obs.error_message)
+            self.announce(qr, FleetEventKind.failed, failure, obs.error_message)
+            self.request_delete(qr, force=False, reason=f"failed ({failure.value})", resource=obs.resource)
+        elif state == "SUSPENDED":
+            qr = self.put_qr(qr)
+            self.announce(qr, FleetEventKind.suspended)
+            self.request_delete(qr, force=True, reason="suspended (preempted)", resource=obs.resource)
+        else:
+            qr = self.put_qr(qr)
+            if kind is not None:
+                self.announce(qr, kind)
+            if qr.delete_requested and state in DELETABLE_STATES:
+                self.request_delete(qr, force=False, reason="delete requested earlier", resource=obs.resource)
+
+    def on_failure(self, qr: QrRecord, failure: FailureClass, message: str | None) -> None:
+        claim = self.fleet.claim
+        target = replace(self.target(qr.zone, qr.type), last_failure_class=failure.value,
+                         last_failure_message=message)
+        if failure is FailureClass.capacity:
+            failures = target.capacity_failures + 1
+            delay = capacity_backoff_seconds(failures, claim.capacity_backoff_base_seconds,
+                                             claim.capacity_backoff_max_seconds, self.rng)
+            target = replace(target, capacity_failures=failures, backoff_until=self.now + timedelta(seconds=delay))
+        elif failure is FailureClass.zone_quota:
+            target = replace(target, dropped_version=self.version, dropped_reason=f"no quota: {message}")
+        elif failure is FailureClass.project:
+            if not self.blocked:
+                self.status = FleetStatus(
+                    fleet=self.fleet.name,
+                    blocked=project_block_reason(self.fleet.project, message),
+                    blocked_version=self.version,
+                    blocked_message=message,
+                    blocked_at=self.now,
+                )
+                self.effects.status = self.status
+        else:
+            failures = target.unknown_count(self.version) + 1
+            target = replace(target, unknown_failures=failures, unknown_version=self.version)
+            if failures > claim.unknown_error_retries:
+                target = replace(target, dropped_version=self.version,
+                                 dropped_reason=f"unknown error {failures} times, dropped like quota: {message}")
+        self.put_target(target)
+
+    # ------------------------------------------------------------ fan-out
+    def plan_all(self) -> None:
+        open_requests = sorted(
+            (r for r in self.requests.values() if r.open and r.fleet == self.fleet.name),
+            key=lambda r: (r.created_at or self.now, r.request_id),
+        )
+        for request in open_requests:
+            self.plan_request(request)
+
+    def plan_request(self, request: RequestRecord) -> None:
+        mine = [q for q in self.qrs.values() if q.request_id == request.request_id]
+        won = sum(1 for q in mine if q.state == "ACTIVE")
+        if won >= request.count:
+            for qr in mine:
+                if qr.pending and not qr.delete_requested:
+                    self.request_delete(qr, force=False, reason="request satisfied: cancel the losers")
+            return
+        if self.blocked:
+            return
+        racing_zones = {q.zone for q in mine if q.pending}
+        for zone in self.candidate_zones(request):
+            if zone in racing_zones:
+                continue
+            entry = self.pick_entry(request, zone)
+            if entry is not None:
+                request = self.create(request, zone, entry)
+
+    def candidate_zones(self, request: RequestRecord) -> list[str]:
+        types = set(request.types)
+        zones: dict[str, None] = {}
+        for entry in self.fleet.tpus:
+            if entry.type not in types or entry.existing:
+                continue
+            for zone in entry.zones:
+                if request.zones and zone not in request.zones:
+                    continue
+                if request.regions and zone_region(zone) not in request.regions:
+                    continue
+                zones[zone] = None
+        return list(zones)
+
+    def pick_entry(self, request: RequestRecord, zone: str) -> FleetEntry | None:
+        for tpu_type in request.types:
+            target = self.target(zone, tpu_type)
+            if target.dropped(self.version) or target.backed_off(self.now):
+                continue
+            if any(q.pending and q.zone == zone and q.type == tpu_type for q in self.qrs.values()):
+                continue  # never two requests for the same type in one zone
+            for entry in self.fleet.tpus:
+                if entry.type != tpu_type or zone not in entry.zones or entry.existing:
+                    continue
+                if self.slices_of(entry) >= entry.max_slices:
+                    continue
+                if not self.quota_allows(zone, entry):
+                    continue
+                return entry
+        return None
+
+    def slices_of(self, entry: FleetEntry) -> int:
+        return sum(1 for q in self.qrs.values() if q.entry_id == entry.id)
+
+    def quota_allows(self, zone: str, entry: FleetEntry) -> bool:
+        accel = entry.accelerator
+        declared = self.fleet.zone_quota_chips(zone, accel.family, entry.provisioning_model)
+        if declared is None:
+            return True
+        used = 0
+        for q in self.qrs.values():  # every live queued resource holds quota, FAILED and SUSPENDED included
+            other = self.fleet.entry(q.entry_id)
+            if q.zone == zone and other is not None and other.accelerator.family == accel.family \
+                    and other.provisioning_model is entry.provisioning_model:
+                used += other.accelerator.chips
+        return declared - used >= accel.chips
+
+    def create(self, request: RequestRecord, zone: str, entry: FleetEntry) -> RequestRecord:
+        generation = request.generations.get(zone, 0)
+        qr = QrRecord(
+            qr_id=queued_resource_id(self.fleet.owner_prefix, request.request_id, zone, generation),
+            fleet=self.fleet.name,
+            project=self.fleet.project,
+            request_id=request.request_id,
+            entry_id=entry.id,
+            zone=zone,
+            type=entry.type,
+            spot=entry.spot,
+            generation=generation,
+            state=REQUESTED,
+            created_at=self.now,
+            updated_at=self.now,
+        )
+        # Recorded in the working state so later zones and requests in this pass see it; the shell writes the
+        # record together with the zone claim, not with the other state updates.
+        self.qrs[qr.qr_id] = qr
+        self.effects.creates.append(CreateQr(qr, claim=True))
+        request = replace(request, generations={**request.generations, zone: generation + 1}, updated_at=self.now)
+        self.put_request(request)
+        return request

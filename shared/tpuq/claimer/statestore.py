@@ -1,0 +1,162 @@
+"""The claimer's Firestore documents: load a fleet's `ClaimState`, write its updates, claim a zone.
+
+Documents (none hot: each is written only when its own entity changes):
+- requests/{request_id}            one capacity request: types, count, status, generations per zone
+- queued_resources/{qr_id}         one queued resource we created, with the last state seen (`live` until GONE)
+- zones/{fleet}:{zone}:{type}      a race target: back-off, drop (keyed on fleet version), unknown-error count
+- fleet_status/{fleet}             `blocked`: why the fleet may not create anywhere (billing, permission)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Any
+
+from google.api_core import exceptions as gexc
+
+from tpuq import store
+from tpuq.claimer.model import (
+    REQUEST_OPEN,
+    ClaimState,
+    FleetStatus,
+    QrRecord,
+    RequestRecord,
+    TargetRecord,
+)
+from tpuq.fleet import FleetFile
+from tpuq.messages import WorkerEndpoint
+
+QUEUED_RESOURCES = "queued_resources"
+FLEET_STATUS = "fleet_status"
+
+
+def target_doc_id(fleet: str, zone: str, tpu_type: str) -> str:
+    return store.doc_id(fleet, zone, tpu_type)
+
+
+# ------------------------------------------------------------ to/from documents
+
+def qr_to_doc(qr: QrRecord) -> dict[str, Any]:
+    doc = asdict(qr)
+    doc["endpoints"] = [e.model_dump() for e in qr.endpoints]
+    doc["name"] = qr.name
+    doc["live"] = qr.live
+    return doc
+
+
+def qr_from_doc(doc: dict[str, Any]) -> QrRecord:
+    fields = {k: v for k, v in doc.items() if k in QrRecord.__dataclass_fields__}
+    fields["endpoints"] = tuple(WorkerEndpoint.model_validate(e) for e in doc.get("endpoints") or ())
+    return QrRecord(**fields)
+
+
+def request_to_doc(request: RequestRecord) -> dict[str, Any]:
+    doc = asdict(request)
+    for key in ("types", "regions", "zones", "job_ids"):
+        doc[key] = list(doc[key])
+    return doc
+
+
+def request_from_doc(doc: dict[str, Any]) -> RequestRecord:
+    fields = {k: v for k, v in doc.items() if k in RequestRecord.__dataclass_fields__}
+    for key in ("types", "regions", "zones", "job_ids"):
+        fields[key] = tuple(fields.get(key) or ())
+    fields["generations"] = dict(fields.get("generations") or {})
+    return RequestRecord(**fields)
+
+
+def target_to_doc(target: TargetRecord) -> dict[str, Any]:
+    doc = asdict(target)
+    doc.pop("update_time")
+    return doc
+
+
+def target_from_doc(doc: dict[str, Any], update_time: Any) -> TargetRecord:
+    fields = {k: v for k, v in doc.items() if k in TargetRecord.__dataclass_fields__ and k != "update_time"}
+    return TargetRecord(**fields, update_time=update_time)
+
+
+def status_from_doc(doc: dict[str, Any]) -> FleetStatus:
+    return FleetStatus(**{k: v for k, v in doc.items() if k in FleetStatus.__dataclass_fields__})
+
+
+# ------------------------------------------------------------ load
+
+def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = ()) -> ClaimState:
+    """The fleet's targets, live queued resources, open requests (+ the named ones, whatever their status).
+
+    Targets are read before queued resources: a zone claim conditioned on the target's version then
+    fails if another handler created a queued resource after this load.
+    """
+    targets = {}
+    for snap in db.collection(store.ZONES).where("fleet", "==", fleet.name).stream():
+        t = target_from_doc(snap.to_dict(), snap.update_time)
+        targets[(t.zone, t.type)] = t
+    qrs = {}
+    for snap in (db.collection(QUEUED_RESOURCES).where("fleet", "==", fleet.name)
+                 .where("live", "==", True).stream()):
+        q = qr_from_doc(snap.to_dict())
+        qrs[q.qr_id] = q
+    requests = {}
+    for snap in (db.collection(store.REQUESTS).where("fleet", "==", fleet.name)
+                 .where("status", "==", REQUEST_OPEN).stream()):
+        r = request_from_doc(snap.to_dict())
+        requests[r.request_id] = r
+    for rid in request_ids:
+        snap = db.collection(store.REQUESTS).document(rid).get()
+        if snap.exists:
+            requests[rid] = request_from_doc(snap.to_dict())
+    status_snap = db.collection(FLEET_STATUS).document(fleet.name).get()
+    status = status_from_doc(status_snap.to_dict()) if status_snap.exists else None
+    return ClaimState(fleet=fleet, requests=requests, qrs=qrs, targets=targets, status=status)
+
+
+def load_fleets(db) -> list[FleetFile]:
+    return [FleetFile.model_validate(s.to_dict()["fleet"]) for s in db.collection(store.FLEETS).stream()]
+
+
+# ------------------------------------------------------------ write
+
+class StateWriter:
+    """Writes state updates; remembers each target's latest version for the zone claims that follow."""
+
+    def __init__(self, db):
+        self.db = db
+        self.target_versions: dict[tuple[str, str], Any] = {}
+
+    def put_qr(self, qr: QrRecord) -> None:
+        self.db.collection(QUEUED_RESOURCES).document(qr.qr_id).set(qr_to_doc(qr))
+
+    def put_request(self, request: RequestRecord) -> None:
+        self.db.collection(store.REQUESTS).document(request.request_id).set(request_to_doc(request))
+
+    def put_status(self, status: FleetStatus) -> None:
+        self.db.collection(FLEET_STATUS).document(status.fleet).set(asdict(status))
+
+    def put_target(self, target: TargetRecord) -> None:
+        ref = self.db.collection(store.ZONES).document(target_doc_id(target.fleet, target.zone, target.type))
+        result = ref.set(target_to_doc(target), merge=True)
+        self.target_versions[(target.zone, target.type)] = result.update_time
+
+    def claim_and_record(self, state: ClaimState, qr: QrRecord) -> bool:
+        """Atomically: take the (zone, type) slot (conditioned on the target version this decision saw) and
+        record the queued resource as REQUESTED. False: another handler changed the target meanwhile."""
+        key = (qr.zone, qr.type)
+        target = state.target(qr.zone, qr.type)
+        version = self.target_versions.get(key, target.update_time)
+        ref = self.db.collection(store.ZONES).document(target_doc_id(qr.fleet, qr.zone, qr.type))
+        batch = self.db.batch()
+        claim = {"last_claim": qr.qr_id, "last_claim_at": qr.created_at}
+        if version is None:
+            batch.create(ref, {**target_to_doc(target), **claim})
+        else:
+            batch.update(ref, claim, option=self.db.write_option(last_update_time=version))
+        batch.set(self.db.collection(QUEUED_RESOURCES).document(qr.qr_id), qr_to_doc(qr))
+        try:
+            results = batch.commit()
+        except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.Conflict, gexc.NotFound, gexc.Aborted):
+            return False
+        self.target_versions[key] = results[0].update_time
+        return True
+
+

@@ -1,0 +1,223 @@
+"""Unit tests of the pure core: decide(state, event, now, rng) -> effects."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+from tpuq.claimer.decide import capacity_backoff_seconds, decide
+from tpuq.claimer.model import (
+    REQUESTED,
+    ClaimState,
+    Effects,
+    NodeInfo,
+    Observation,
+    Observed,
+    RequestReceived,
+    queued_resource_id,
+)
+from tpuq.fleet import FleetFile
+from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, WorkerEndpoint
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+ZONES = ["us-central2-a", "us-central2-b", "us-central2-c"]
+QUOTA_TEXT = "Quota limit 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 0 in zone Z."
+CAPACITY_TEXT = 'There is no more capacity in the zone "Z"; you can try in another zone'
+BILLING_TEXT = "Billing account for project 'p' is not found. Billing must be enabled."
+
+
+def make_fleet(**over) -> FleetFile:
+    data = {
+        "name": "f1",
+        "project": "p",
+        "owner_prefix": "tq",
+        "quota": {z: {"v4": {"spot": 64}} for z in ZONES},
+        "tpus": [{"id": "v4", "type": "v4-32", "zones": ZONES, "count": 10}],
+    }
+    data.update(over)
+    return FleetFile.model_validate(data)
+
+
+def request(rid="r1", count=1, action=CapacityAction.request, **kw) -> CapacityRequest:
+    return CapacityRequest(request_id=rid, fleet="f1", types=["v4-32"], count=count, action=action, **kw)
+
+
+def run(state: ClaimState, event, now=NOW, rng=None) -> tuple[ClaimState, Effects]:
+    """decide, then apply its state updates like the shell does (creates recorded as REQUESTED)."""
+    effects = decide(state, event, now, rng or random.Random(1))
+    new = effects.applied(state)
+    new = replace(new, qrs={**new.qrs, **{c.qr.qr_id: c.qr for c in effects.creates}})
+    return new, effects
+
+
+def observed(state, **states_by_zone) -> Observed:
+    obs = {}
+    for q in state.qrs.values():
+        s = states_by_zone.get(q.zone.replace("-", "_"))
+        if s is not None:
+            obs[q.qr_id] = s
+    return Observed(obs)
+
+
+def test_fan_out_one_per_zone_with_deterministic_names():
+    state, eff = run(ClaimState(make_fleet()), RequestReceived(request()))
+    assert sorted(c.qr.zone for c in eff.creates) == ZONES
+    assert {c.qr.qr_id for c in eff.creates} == {f"tq-r1-{z}" for z in ZONES}
+    assert all(c.claim for c in eff.creates)
+    # Redelivery: nothing new.
+    _, again = run(state, RequestReceived(request()))
+    assert again.creates == [] and again.events == []
+
+
+def test_zone_without_quota_and_dropped_zone_are_skipped():
+    fleet = make_fleet(quota={ZONES[0]: {"v4": {"spot": 64}}, ZONES[1]: {"v4": {"on_demand": 64}}})
+    _, eff = run(ClaimState(fleet), RequestReceived(request()))
+    assert [c.qr.zone for c in eff.creates] == [ZONES[0]]
+
+
+def test_max_slices_and_chip_quota_bound_the_race():
+    fleet = make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": ZONES, "count": 2}])
+    _, eff = run(ClaimState(fleet), RequestReceived(request()))
+    assert len(eff.creates) == 2
+    fleet = make_fleet(quota={z: {"v4": {"spot": 16}} for z in ZONES})  # one v4-32 (16 chips) per zone
+    state, eff = run(ClaimState(fleet), RequestReceived(request()))
+    _, eff2 = run(state, RequestReceived(request("r2")))
+    assert len(eff.creates) == 3 and eff2.creates == []
+
+
+def test_never_two_pending_requests_for_one_type_in_one_zone():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request("r1")))
+    _, eff = run(state, RequestReceived(request("r2")))
+    assert eff.creates == []
+
+
+def test_capacity_failure_backs_off_the_zone_and_deletes():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    state, _ = run(state, Observed({q: Observation.found("ACCEPTED") for q in state.qrs}))
+    qa = f"tq-r1-{ZONES[0]}"
+    state, eff = run(state, Observed({qa: Observation.found("FAILED", error_code=8, error_message=CAPACITY_TEXT)}))
+    [event] = eff.events
+    assert event.kind is FleetEventKind.failed and event.failure_class is FailureClass.capacity
+    assert [d.qr.qr_id for d in eff.deletes] == [qa]
+    target = state.target(ZONES[0], "v4-32")
+    base = state.fleet.claim.capacity_backoff_base_seconds
+    assert NOW + timedelta(seconds=base / 2) <= target.backoff_until <= NOW + timedelta(seconds=base)
+    # No quick retry there: the QR goes away, the zone stays backed off.
+    state, eff = run(state, Observed({qa: Observation("not_found")}))
+    assert [e.kind for e in eff.events] == [FleetEventKind.gone] and eff.creates == []
+    # After the back-off the race may come back to that zone, under a new generation name.
+    state, eff = run(state, Observed({}), now=target.backoff_until + timedelta(seconds=1))
+    assert [c.qr.qr_id for c in eff.creates] == [f"tq-r1-{ZONES[0]}-1"]
+
+
+def test_backoff_grows_exponentially_with_jitter_and_is_capped():
+    rng = random.Random(7)
+    steps = [capacity_backoff_seconds(n, 60, 1800, rng) for n in range(1, 8)]
+    for n, s in enumerate(steps, start=1):
+        step = min(1800, 60 * 2 ** (n - 1))
+        assert step / 2 <= s <= step
+
+
+def test_zone_quota_drops_zone_until_fleet_changes():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    qa = f"tq-r1-{ZONES[0]}"
+    state, eff = run(state, Observed({qa: Observation.found("FAILED", error_code=8, error_message=QUOTA_TEXT)}))
+    assert state.target(ZONES[0], "v4-32").dropped(state.fleet.version)
+    state, _ = run(state, Observed({qa: Observation("not_found")}))
+    _, eff = run(state, Observed({}), now=NOW + timedelta(days=1))
+    assert eff.creates == []
+    changed = replace(state, fleet=make_fleet(claim={"valid_until_seconds": 7200}))
+    _, eff = run(changed, Observed({}))
+    assert [c.qr.zone for c in eff.creates] == [ZONES[0]]
+
+
+def test_project_failure_blocks_every_create():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    qa = f"tq-r1-{ZONES[0]}"
+    state, eff = run(state, Observed({qa: Observation("create_failed", error_code=7, error_message=BILLING_TEXT)}))
+    assert state.blocked and "billing is disabled on project p" in eff.status.blocked
+    _, eff = run(state, RequestReceived(request("r2", zones=[ZONES[0]])))
+    assert eff.creates == []
+
+
+def test_unknown_error_is_retried_three_times_then_dropped():
+    state, eff = run(ClaimState(make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": [ZONES[0]]}])),
+                     RequestReceived(request()))
+    creates = len(eff.creates)
+    for _ in range(10):
+        [qr] = state.qrs.values()
+        state, eff = run(state, Observed({qr.qr_id: Observation("create_failed", 13, "An internal error")}))
+        creates += len(eff.creates)
+        if not state.qrs:
+            break
+    assert creates == 4  # the first try and exactly 3 retries
+    assert state.target(ZONES[0], "v4-32").dropped(state.fleet.version)
+
+
+def test_active_announced_once_with_endpoints_and_losers_cancelled():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    state, _ = run(state, Observed({q: Observation.found("WAITING_FOR_RESOURCES") for q in state.qrs}))
+    qa, qb, qc = (f"tq-r1-{z}" for z in ZONES)
+    node = NodeInfo(f"projects/p/locations/{ZONES[0]}/nodes/{qa}",
+                    (WorkerEndpoint(worker_id=0, ip="127.0.0.2", port=2222),))
+    state, eff = run(state, Observed({qa: Observation.found("ACTIVE", node=node),
+                                      qb: Observation.found("PROVISIONING"),
+                                      qc: Observation.found("WAITING_FOR_RESOURCES")}))
+    active = [e for e in eff.events if e.kind is FleetEventKind.active]
+    assert len(active) == 1 and active[0].endpoints[0].port == 2222 and active[0].chips == 16
+    assert active[0].node == node.name and active[0].hosts == 4
+    # Satisfied: the waiting loser is deleted, the PROVISIONING one never is.
+    assert [d.qr.qr_id for d in eff.deletes] == [qc]
+    state, eff = run(state, Observed({qa: Observation.found("ACTIVE"), qb: Observation.found("PROVISIONING")}))
+    assert eff.events == [] and eff.deletes == [] and eff.creates == []
+
+
+def test_unknown_read_is_not_gone():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    state, _ = run(state, Observed({q: Observation.found("ACCEPTED") for q in state.qrs}))
+    _, eff = run(state, Observed({q: Observation("unknown") for q in state.qrs}))
+    assert eff.events == [] and eff.qrs == {}
+
+
+def test_requested_but_not_found_finishes_the_create_without_a_new_claim():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    qa = f"tq-r1-{ZONES[0]}"
+    assert state.qrs[qa].state == REQUESTED
+    _, eff = run(state, Observed({qa: Observation("not_found")}))
+    assert [(c.qr.qr_id, c.claim) for c in eff.creates] == [(qa, False)]
+
+
+def test_suspended_is_deleted_with_force_and_requested_again():
+    fleet = make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": [ZONES[0]], "count": 1}])
+    state, _ = run(ClaimState(fleet), RequestReceived(request()))
+    qa = f"tq-r1-{ZONES[0]}"
+    node = NodeInfo(f"projects/p/locations/{ZONES[0]}/nodes/{qa}")
+    state, _ = run(state, Observed({qa: Observation.found("ACTIVE", node=node)}))
+    state, eff = run(state, Observed({qa: Observation.found("SUSPENDED")}))
+    assert [e.kind for e in eff.events] == [FleetEventKind.suspended]
+    assert [(d.qr.qr_id, d.force) for d in eff.deletes] == [(qa, True)]
+    assert eff.creates == []  # max_slices 1: the suspended one still holds its slot until gone
+    state, eff = run(state, Observed({qa: Observation("not_found")}))
+    assert [c.qr.qr_id for c in eff.creates] == [f"{qa}-1"]
+
+
+def test_withdraw_deletes_waiting_but_not_active_or_provisioning():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request(count=3)))
+    qa, qb, qc = (f"tq-r1-{z}" for z in ZONES)
+    node = NodeInfo(f"projects/p/locations/{ZONES[0]}/nodes/{qa}")
+    state, _ = run(state, Observed({qa: Observation.found("ACTIVE", node=node),
+                                    qb: Observation.found("PROVISIONING"),
+                                    qc: Observation.found("WAITING_FOR_RESOURCES")}))
+    state, eff = run(state, RequestReceived(request(count=3, action=CapacityAction.withdraw)))
+    assert [d.qr.qr_id for d in eff.deletes] == [qc]
+    assert state.requests["r1"].status == "withdrawn"
+    _, eff = run(state, RequestReceived(request(count=3)))  # a late request message does not reopen it
+    assert eff.creates == []
+
+
+def test_long_names_stay_within_api_limits_and_deterministic():
+    rid = "r" * 41
+    name = queued_resource_id("owner-prefix-twenty", rid, "northamerica-northeast1-a", 12)
+    assert len(name) <= 63 and name.startswith("owner-prefix-twenty-") and name.endswith("-a-12")
+    assert name == queued_resource_id("owner-prefix-twenty", rid, "northamerica-northeast1-a", 12)
