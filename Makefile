@@ -1,8 +1,12 @@
 # `make demo`: install what is missing, then run the end-to-end demo on the local stack.
 # `make test`: install what is missing, then run the whole test suite.
-PYTHON ?= python3
-PIP ?= $(PYTHON) -m pip
+# Everything installs into a virtual environment in .venv, so that nothing on the machine changes.
+SYSTEM_PYTHON ?= python3
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+PIP := $(PYTHON) -m pip
 PYTEST_ARGS ?=
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: install install-system install-python test demo bench clean
 
@@ -19,8 +23,9 @@ install-system:
 	@command -v gcloud >/dev/null 2>&1 || { echo "gcloud is missing: install the Google Cloud CLI with the pubsub and firestore emulator components" >&2; exit 1; }
 
 install-python:
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
-	$(PIP) install -q -e '.[dev]'
+	@$(SYSTEM_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check -e '.[dev]'
 
 test: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -32,4 +37,4 @@ bench: install
 	$(PYTHON) benchmarks/run_all.py
 
 clean:
-	rm -rf build *.egg-info .pytest_cache .hypothesis
+	rm -rf build *.egg-info .pytest_cache .hypothesis $(VENV)
