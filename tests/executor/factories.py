@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from datetime import datetime, timezone
 
 from tpuq.messages import Assignment, WorkerEndpoint
@@ -48,3 +50,17 @@ def make_assignment(
             "at": T0,
         }
     )
+
+
+def upload_bundle(gcs, bucket: str, files: dict[str, bytes], name: str = "bundles/b.tar.gz", extra=()) -> str:
+    """A .tar.gz of `files` (plus raw TarInfo `extra` members) in the fake GCS; returns its gs:// URI."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for info in extra:
+            tar.addfile(info)
+    gcs.upload(bucket, name, buf.getvalue())
+    return f"gs://{bucket}/{name}"

@@ -6,7 +6,6 @@ import socket
 import threading
 
 import paramiko
-import pytest
 
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import ConnectPolicy, HostKeyMismatch, WorkerPool, run_on_workers

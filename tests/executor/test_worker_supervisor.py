@@ -6,8 +6,6 @@ poll with a deadline.
 
 from __future__ import annotations
 
-import fcntl
-import io
 import json
 import os
 import signal
@@ -22,7 +20,7 @@ from tpuq.executor import layout, worker_supervisor
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 
 from .conftest import wait_until
-from .factories import make_assignment
+from .factories import make_assignment, upload_bundle
 
 SCRIPT = worker_supervisor.__file__
 WORKER_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -85,22 +83,9 @@ def worker(tmp_path, fake_gcs):
     w.kill_everything()
 
 
-def _bundle(gcs, bucket: str, files: dict[str, bytes], name: str = "bundles/b.tar.gz", extra=()) -> str:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path, data in files.items():
-            info = tarfile.TarInfo(path)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        for info in extra:
-            tar.addfile(info)
-    gcs.upload(bucket, name, buf.getvalue())
-    return f"gs://{bucket}/{name}"
-
-
 def test_job_runs_with_its_env_and_bundle_and_reports_logs_and_status(worker, fake_gcs, bucket):
     tricky = "$(touch pwned) `id`; 'q' \"dq\""
-    bundle = _bundle(fake_gcs, bucket, {"run.sh": b"echo out-line; echo err-line >&2; env > env.txt\n"})
+    bundle = upload_bundle(fake_gcs, bucket, {"run.sh": b"echo out-line; echo err-line >&2; env > env.txt\n"})
     a = make_assignment(command="sh run.sh", env={"TRICKY": tricky}, bundle=bundle, bucket=bucket)
     worker.start(a)
 
@@ -168,7 +153,7 @@ def test_new_attempt_stops_the_old_one_and_replaces_the_workspace(worker, fake_g
     first = make_assignment(attempt=1, command="echo old > marker; sleep 300", bucket=bucket)
     worker.start(first)
     wait_until(lambda: (worker.home / "tpuq/job/marker").exists(), 10, "the first attempt's marker")
-    bundle = _bundle(fake_gcs, bucket, {"new.txt": b"new"})
+    bundle = upload_bundle(fake_gcs, bucket, {"new.txt": b"new"})
     second = make_assignment(attempt=2, command="cat new.txt", bundle=bundle, bucket=bucket)
 
     prepared = worker.prepare(second)
@@ -260,12 +245,12 @@ def test_setup_failures_write_a_setup_status_and_launch_nothing(worker, fake_gcs
     elif problem == "unsafe":
         evil = tarfile.TarInfo("escape")
         evil.type, evil.linkname = tarfile.SYMTYPE, "../../../etc"
-        bundle = _bundle(fake_gcs, bucket, {"ok.txt": b"x"}, extra=[evil])
+        bundle = upload_bundle(fake_gcs, bucket, {"ok.txt": b"x"}, extra=[evil])
     elif problem == "not-a-tar":
         fake_gcs.upload(bucket, "bundles/junk", b"not a tar")
         bundle = f"gs://{bucket}/bundles/junk"
     else:
-        bundle = _bundle(fake_gcs, bucket, {"cache/x": b"x"})
+        bundle = upload_bundle(fake_gcs, bucket, {"cache/x": b"x"})
         caches = [{"key": "k", "path": "cache"}]
     a = make_assignment(bundle=bundle, bucket=bucket, caches=caches)
     result = worker.prepare(a)

@@ -50,7 +50,6 @@ parent's (as on the fake TPU hosts).
 from __future__ import annotations
 
 import argparse
-import errno
 import fcntl
 import json
 import os
