@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tpuq.faketpu", description="A fake Cloud TPU API with real SSH worker hosts.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--scenario", help="scenario YAML (default: no zones, so no quota anywhere)")
+    parser.add_argument("--scenario", help="scenario YAML (default: the packaged scenarios/default.yaml)")
     parser.add_argument("--time-scale", type=float, default=1.0, help="scenario seconds per real second")
     parser.add_argument("--state-dir", help="where worker host roots live (default: a temp dir)")
     parser.add_argument("--url-file", help="write the URL here once serving")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
 
 from .clock import rfc3339
 from .model import (
@@ -302,6 +303,13 @@ def create_app(
     @app.errorhandler(ApiError)
     def _api_error(err: ApiError):
         return _json_response(err.to_json(), err.http_status)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(err: HTTPException):
+        # Unrouted paths and methods answer in the API's error shape too, never an HTML page.
+        status = {404: "NOT_FOUND", 405: "UNIMPLEMENTED"}.get(err.code or 500, "INVALID_ARGUMENT")
+        body = {"error": {"code": err.code, "message": err.description, "status": status, "details": []}}
+        return _json_response(body, err.code or 500)
 
     @app.after_request
     def _record(response: Response):

@@ -185,9 +185,13 @@ def parse_scenario(data: object, source: str = "scenario") -> Scenario:
         raise ScenarioError(f"invalid {source}:\n" + "\n".join(problems)) from None
 
 
+DEFAULT_SCENARIO_PATH = Path(__file__).parent / "scenarios" / "default.yaml"
+
+
 def load_scenario(path: str | Path | None) -> Scenario:
+    """Load and validate a scenario file; None loads the packaged default (a TRC-like project)."""
     if path is None:
-        return Scenario()
+        path = DEFAULT_SCENARIO_PATH
     text = Path(path).read_text()
     try:
         data = yaml.safe_load(text)
