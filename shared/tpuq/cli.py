@@ -24,9 +24,12 @@ app = typer.Typer(help="tpuq: an event-driven job queue for Cloud TPU allocation
                   pretty_exceptions_enable=False, add_completion=False)
 dev_app = typer.Typer(help="The local cloud stack (emulators, fake TPU API, services).", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
+fleet_app = typer.Typer(help="Queued resources, TPUs, states, idle times and blocked reasons; `apply` stores a fleet file.",
+                        invoke_without_command=True)
+app.add_typer(fleet_app, name="fleet")
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 class CliError(Exception):
@@ -89,6 +92,349 @@ def demo(state_dir: Optional[Path] = typer.Option(None, help="Keep the demo's st
     summary = run(out, state_dir)
     if any(state in ("failed", "rejected") for state in summary.get("jobs", {}).values()):
         raise typer.Exit(1)
+
+
+# ------------------------------------------------------------- clients
+def _reachable(hostport: str) -> bool:
+    import socket
+
+    host, _, port = hostport.replace("http://", "").rstrip("/").rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def cli_clients():
+    """Clients for the CLI: the environment's emulators, else a running dev stack's, else production (ADC)."""
+    from tpuq.clients import Clients, Settings
+    from tpuq.devstack.stack import StackError, load_env
+
+    env = dict(os.environ)
+    if not any(k in env for k in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST")):
+        try:
+            local = load_env()
+        except StackError:
+            local = {}
+        if local:
+            env.update(local)
+            os.environ.update(local)
+    for key in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST"):
+        if env.get(key) and not _reachable(env[key]):
+            raise CliError(f"the local stack is not running ({key}={env[key]} does not answer): start it with `tpuq dev up`")
+    if "FIRESTORE_EMULATOR_HOST" not in env:
+        _check_credentials()
+    return Clients(Settings.from_env(env))
+
+
+def _check_credentials() -> None:
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError, RefreshError
+
+    try:
+        credentials, _ = google.auth.default()
+        if not credentials.valid:
+            from google.auth.transport.requests import Request
+
+            credentials.refresh(Request())
+    except DefaultCredentialsError:
+        raise CliError("no Google Cloud credentials: run `gcloud auth application-default login` "
+                       "(or start the local stack with `tpuq dev up`)") from None
+    except RefreshError as e:
+        raise CliError(f"your Google Cloud credentials have expired or were revoked ({_one_line(e)}): "
+                       "run `gcloud auth application-default login`") from None
+
+
+def _job_or_fail(db, job_id: str) -> dict:
+    from tpuq.queries import UnknownJob, get_job
+
+    try:
+        return get_job(db, job_id)
+    except UnknownJob as e:
+        raise CliError(str(e)) from None
+
+
+def _json_default(value):
+    from datetime import datetime
+
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+# ------------------------------------------------------------------ jobs
+@app.command()
+def init(directory: Path = typer.Argument(Path("."), help="Where to write fleet.yaml and job.yaml"),
+         force: bool = typer.Option(False, "--force", help="Overwrite existing files")) -> None:
+    """Write example fleet and job files, with comments."""
+    from tpuq.examples import EXAMPLE_FLEET, EXAMPLE_JOB
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in (("fleet.yaml", EXAMPLE_FLEET), ("job.yaml", EXAMPLE_JOB)):
+        path = directory / name
+        if path.exists() and not force:
+            raise CliError(f"{path} already exists (use --force to overwrite)")
+        path.write_text(text)
+        out.print(f"wrote {path}")
+    out.print("next: edit them, then `tpuq validate fleet.yaml` and `tpuq submit job.yaml`")
+
+
+@app.command()
+def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
+           wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 if one did not succeed"),
+           timeout: float = typer.Option(0, help="With --wait: give up after this many seconds (0: never)")) -> None:
+    """Bundle the job directory, upload it to each candidate bucket, and publish the jobs."""
+    import random
+
+    from tpuq.bundle import BundleError
+    from tpuq.jobspec import JobFile
+    from tpuq.submit import prepare, submit_prepared
+
+    jobs = validate_data(load_yaml_file(job_file), "job")
+    assert isinstance(jobs, JobFile)
+    clients = cli_clients()
+    try:
+        prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random())
+    except (BundleError, ValueError) as e:
+        raise CliError(str(e)) from None
+    ids = submit_prepared(clients, prepared)
+    for p, job_id in zip(prepared, ids):
+        note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files)" if p.bundle else ""
+        out.print(f"submitted [bold]{job_id}[/bold]{note}")
+    if wait:
+        raise typer.Exit(_wait_for_jobs(clients, ids, timeout))
+
+
+def _wait_for_jobs(clients, ids: list[str], timeout: float) -> int:
+    import time
+
+    from tpuq.queries import TERMINAL
+
+    deadline = time.monotonic() + timeout if timeout else None
+    final: dict[str, str] = {}
+    with err.status("waiting for the jobs to end...") as status:
+        while len(final) < len(ids):
+            for job_id in ids:
+                if job_id in final:
+                    continue
+                snap = clients.firestore.collection("jobs").document(job_id).get()
+                state = (snap.to_dict() or {}).get("state") if snap.exists else "submitted"
+                if state in TERMINAL:
+                    final[job_id] = state
+                    out.print(f"{job_id}: {state}")
+            status.update(f"waiting: {len(ids) - len(final)} of {len(ids)} jobs still running...")
+            if deadline and time.monotonic() > deadline:
+                err.print(f"gave up waiting after {timeout:.0f}s")
+                return 1
+            time.sleep(0.5)
+    return 0 if all(s == "succeeded" for s in final.values()) else 1
+
+
+@app.command()
+def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for the recent jobs"),
+           as_json: bool = typer.Option(False, "--json", help="Machine-readable output")) -> None:
+    """Show one job (state, attempts, reason) or the recent jobs."""
+    from datetime import datetime, timezone
+
+    from tpuq.queries import attempts, list_jobs
+
+    clients = cli_clients()
+    db = clients.firestore
+    if job_id is None:
+        rows = list_jobs(db, limit=20)
+        if as_json:
+            print(json.dumps(rows, default=_json_default, indent=2))
+        else:
+            _print_job_table(rows, datetime.now(timezone.utc))
+        return
+    job = _job_or_fail(db, job_id)
+    job["attempt_history"] = attempts(db, job_id)
+    if as_json:
+        print(json.dumps(job, default=_json_default, indent=2))
+        return
+    spec = job.get("spec") or {}
+    out.print(f"[bold]{job_id}[/bold]  state: {_state_style(job.get('state'))}  priority: {job.get('priority')}  "
+              f"source: {job.get('source')}")
+    if spec:
+        out.print(f"  tpu: {', '.join(spec.get('tpu', []))}   command: {spec.get('command')}")
+    for key in ("reason", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
+        if job.get(key):
+            out.print(f"  {key}: {job[key]}")
+    for a in job["attempt_history"]:
+        out.print(f"  attempt {a.get('attempt')}: {a.get('state') or ''} {a.get('outcome') or ''} on "
+                  f"{a.get('tpu') or '?'} {('- ' + a['detail'][:200]) if a.get('detail') else ''}")
+
+
+def _state_style(state) -> str:
+    colour = {"succeeded": "green", "failed": "red", "rejected": "red", "cancelled": "yellow",
+              "running": "cyan", "assigned": "cyan"}.get(state or "", "white")
+    return f"[{colour}]{state}[/{colour}]"
+
+
+def _print_job_table(rows, now) -> None:
+    from tpuq.queries import age
+
+    if not rows:
+        out.print("no jobs yet (tpuq submit job.yaml)")
+        return
+    table = Table("job", "state", "priority", "tpu", "age", "reason")
+    for j in rows:
+        table.add_row(j.get("id", ""), _state_style(j.get("state")), j.get("priority") or "",
+                      ",".join((j.get("spec") or {}).get("tpu", [])), age(j.get("submit_time"), now),
+                      (j.get("reason") or j.get("blocked") or "")[:60])
+    out.print(table)
+
+
+@app.command("list")
+def list_(state: Optional[str] = typer.Option(None, help="Only jobs in this state"),
+          limit: int = typer.Option(50, min=1, max=1000)) -> None:
+    """List recent jobs, newest first."""
+    from datetime import datetime, timezone
+
+    from tpuq.queries import list_jobs
+
+    _print_job_table(list_jobs(cli_clients().firestore, limit=limit, state=state), datetime.now(timezone.utc))
+
+
+@app.command()
+def cancel(job_id: str = typer.Argument(...), reason: str = typer.Option("cancelled by user")) -> None:
+    """Cancel a job: a pending one at once, a running one by stopping it on every worker."""
+    from tpuq.messages import CancelRequest
+    from tpuq.queries import TERMINAL
+
+    clients = cli_clients()
+    job = _job_or_fail(clients.firestore, job_id)
+    if job.get("state") in TERMINAL:
+        out.print(f"{job_id} already ended: {job.get('state')}")
+        return
+    clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=os.environ.get("USER")))
+    out.print(f"cancel requested for {job_id} (state was {job.get('state')})")
+
+
+@app.command()
+def logs(job_id: str = typer.Argument(...),
+         follow: bool = typer.Option(False, "-f", "--follow", help="Keep printing until the job ends"),
+         worker: Optional[int] = typer.Option(None, "--worker", min=0, help="Only this worker"),
+         attempt: Optional[int] = typer.Option(None, "--attempt", min=1, help="Another attempt than the latest")) -> None:
+    """Print a job's logs, each line prefixed by its worker."""
+    import time
+
+    from tpuq.queries import TERMINAL, worker_log_chunks
+
+    clients = cli_clients()
+    seen: dict[int, int] = {}
+    partial: dict[int, str] = {}
+    while True:
+        job = _job_or_fail(clients.firestore, job_id)
+        for chunk in worker_log_chunks(clients.storage, job, attempt, worker, after=seen):
+            seen[chunk.worker] = chunk.seq
+            text = partial.pop(chunk.worker, "") + chunk.text
+            lines = text.split("\n")
+            partial[chunk.worker] = lines.pop()  # an unfinished line waits for the next chunk
+            for line in lines:
+                print(f"[w{chunk.worker}] {line}", flush=True)
+        if not follow or job.get("state") in TERMINAL:
+            break
+        time.sleep(1.0)
+    for w, rest in sorted(partial.items()):
+        if rest:
+            print(f"[w{w}] {rest}")
+    if not seen and not follow:
+        err.print(f"no logs yet for {job_id} (state {job.get('state')})")
+
+
+@app.command()
+def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0, min=0.2)) -> None:
+    """A live view of one job with per-worker state. Exit 0 on success, 1 on failure, 130 on Ctrl-C."""
+    import time
+
+    from rich.live import Live
+
+    from tpuq.queries import TERMINAL, worker_statuses
+
+    clients = cli_clients()
+    try:
+        with Live(console=out, refresh_per_second=4, transient=False) as live:
+            while True:
+                job = _job_or_fail(clients.firestore, job_id)
+                statuses = worker_statuses(clients.storage, job)
+                live.update(_watch_view(job, statuses))
+                if job.get("state") in TERMINAL:
+                    break
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+    raise typer.Exit(0 if job.get("state") == "succeeded" else 1)
+
+
+def _watch_view(job: dict, statuses: dict) -> Table:
+    from tpuq.tputypes import parse_accelerator_type
+
+    table = Table(title=f"{job['id']}: {job.get('state')}  attempt {job.get('attempt') or 0}  "
+                        f"{job.get('tpu') or ''}", title_justify="left")
+    table.add_column("worker")
+    table.add_column("state")
+    table.add_column("exit")
+    hosts = 0
+    if job.get("tpu_type"):
+        hosts = parse_accelerator_type(job["tpu_type"]).hosts
+    hosts = max(hosts, len(statuses), 1 if job.get("state") in ("assigned", "running") else 0)
+    for w in range(hosts):
+        st = statuses.get(w)
+        if st is not None:
+            code = st.get("exit_code")
+            table.add_row(str(w), "[green]exited[/green]" if code == 0 else "[red]exited[/red]", str(code))
+        else:
+            table.add_row(str(w), job.get("state") or "", "")
+    if job.get("reason"):
+        table.caption = job["reason"]
+    return table
+
+
+@fleet_app.callback()
+def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fleet name (default: the only one)"),
+          as_json: bool = typer.Option(False, "--json")) -> None:
+    """Queued resources, TPUs, states, idle times and blocked reasons."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from datetime import datetime, timezone
+
+    from tpuq.fleetreport import fleet_view
+
+    clients = cli_clients()
+    view = fleet_view(clients.firestore, name, datetime.now(timezone.utc))
+    if as_json:
+        print(json.dumps(view, default=_json_default, indent=2))
+        return
+    _print_fleet(view)
+
+
+def _print_fleet(view: dict) -> None:
+    out.print(f"fleet [bold]{view['fleet']}[/bold]")
+    for reason in view.get("blocked", []):
+        out.print(f"[red]blocked:[/red] {reason}")
+    qrs = Table("queued resource", "zone", "type", "state", "note", title="queued resources", title_justify="left")
+    for q in view.get("queued_resources", []):
+        qrs.add_row(q.get("name", ""), q.get("zone", ""), q.get("type", ""), q.get("state", ""), q.get("note", ""))
+    out.print(qrs)
+    tpus = Table("tpu", "zone", "type", "state", "job", "idle for", title="TPUs", title_justify="left")
+    for t in view.get("tpus", []):
+        tpus.add_row(t.get("short", ""), t.get("zone", ""), t.get("type", ""), t.get("state", ""), t.get("job_id") or "",
+                     t.get("idle_for", ""))
+    out.print(tpus)
+    for z in view.get("zones", []):
+        out.print(f"zone {z.get('key')}: {z.get('note')}")
+
+
+@fleet_app.command("apply")
+def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None:
+    """Store a fleet file so that the services use it (local stack or deployed project)."""
+    from datetime import datetime, timezone
+
+    from tpuq.fleetstore import save_fleet
+
+    model = validate_data(load_yaml_file(file), "fleet")
+    version = save_fleet(cli_clients().firestore, model, datetime.now(timezone.utc))
+    out.print(f"fleet {model.name!r} stored (version {version})")
 
 
 # ------------------------------------------------------------------- dev

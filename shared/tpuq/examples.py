@@ -1,0 +1,61 @@
+"""The files `tpuq init` writes: a commented fleet file and job.yaml."""
+
+EXAMPLE_FLEET = """\
+# tpuq fleet file: which TPUs tpuq may claim, where, and under which budgets.
+# Check it with `tpuq validate fleet.yaml`; store it with `tpuq fleet apply fleet.yaml` (or `tpuq deploy`).
+name: research                  # lowercase letters, digits, '-'
+project: my-trc-project         # the GCP project holding your TPU quota
+owner_prefix: tpuq              # every queued resource tpuq creates is named and labelled with this;
+                                # tpuq never deletes anything without both
+idle_timeout_seconds: 600       # delete a TPU that has been idle this long
+ssh_transport: direct           # direct | iap
+worker_secrets: []              # Secret Manager secret NAMES made available to jobs (never values)
+retry:
+  preemptions: 20               # retries after spot preemptions (per job)
+  infra_failures: 2             # retries after infrastructure failures (per job)
+claim:
+  valid_until_seconds: 43200    # a queued request expires by itself after this
+  unknown_error_retries: 3
+quota:                          # chips per zone and family, as your TRC email grants them;
+  us-central2-b:                # when this section exists, a zone or family missing here has no quota
+    v4: {spot: 64}
+  europe-west4-a:
+    v5e: {spot: 64}
+  us-east1-d:
+    v6e: {spot: 64}
+tpus:
+  - id: v4-spot
+    type: v4-32                 # 4 hosts, 16 chips
+    zones: [us-central2-b]
+    count: 2                    # at most 2 slices at once
+    keep_warm_count: 0          # slices kept even when idle
+    provisioning_model: spot    # spot | on_demand
+  - id: v5e-spot
+    type: v5litepod-64          # 16 hosts: created with internal IPs only
+    zones: [europe-west4-a]
+    count: 1
+  - id: v6e-spot
+    type: v6e-64
+    zones: [us-east1-d]
+    count: 1
+"""
+
+EXAMPLE_JOB = """\
+# tpuq job file. Submit with `tpuq submit job.yaml`; check with `tpuq validate job.yaml`.
+jobs:
+  - name: train
+    tpu: [v4-32, v6e-64]        # one type, or several compatible types to race
+    buckets:                    # one bucket per region you accept; the winner's is JOB_BUCKET
+      - gs://my-training-us-central2
+      - gs://my-training-us-east1
+    bundle: .                   # this directory, uploaded once per bucket (.tpuqignore excludes files)
+    priority: normal            # low | normal | high
+    caches:                     # kept on a worker for the next job that declares the same key,
+      - key: pip                # once the job touches <path>/.ready
+        path: .cache/pip
+    env:
+      PIP_CACHE_DIR: .cache/pip
+    command: >-
+      python3 -m pip install -r requirements.txt && touch "$PIP_CACHE_DIR/.ready" &&
+      python3 train.py --checkpoints "$CHECKPOINT_GCS_DIR"
+"""

@@ -1,0 +1,109 @@
+"""Read-only views over Firestore and GCS for the CLI (status, list, logs, watch, fleet)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterator
+
+from tpuq import store
+from tpuq.executor import layout
+from tpuq.jobspec import split_gs_uri
+
+TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
+
+
+class UnknownJob(LookupError):
+    pass
+
+
+def get_job(db, job_id: str) -> dict[str, Any]:
+    snap = db.collection(store.JOBS).document(job_id).get()
+    if not snap.exists:
+        raise UnknownJob(f"no job {job_id!r} (tpuq list shows the recent ones)")
+    return snap.to_dict()
+
+
+def list_jobs(db, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
+    from google.cloud import firestore
+
+    query = db.collection(store.JOBS)
+    if state:
+        query = query.where(filter=firestore.FieldFilter("state", "==", state))
+    docs = [d.to_dict() for d in query.order_by("submit_time", direction=firestore.Query.DESCENDING).limit(limit).stream()]
+    return docs
+
+
+def attempts(db, job_id: str) -> list[dict[str, Any]]:
+    col = db.collection(store.JOBS).document(job_id).collection(store.ATTEMPTS)
+    return sorted((d.to_dict() for d in col.stream()), key=lambda a: a.get("attempt", 0))
+
+
+@dataclass
+class LogChunk:
+    worker: int
+    seq: int
+    text: str
+
+
+def _log_location(job: dict[str, Any], attempt: int | None) -> tuple[str, int] | None:
+    bucket = job.get("job_bucket")
+    n = attempt or job.get("attempt")
+    if not bucket or not n:
+        return None
+    return split_gs_uri(bucket)[0], int(n)
+
+
+def worker_log_chunks(storage, job: dict[str, Any], attempt: int | None = None, worker: int | None = None,
+                      after: dict[int, int] | None = None) -> Iterator[LogChunk]:
+    """Log chunks in order (per worker, by sequence), skipping those already seen in `after`."""
+    where = _log_location(job, attempt)
+    if where is None:
+        return
+    bucket, n = where
+    prefix = f"{layout.attempt_prefix(job['id'], n)}/tpuq-logs/"
+    if worker is not None:
+        prefix = layout.worker_log_prefix(job["id"], n, worker)
+    after = after or {}
+    found = []
+    for blob in storage.list_blobs(bucket, prefix=prefix):
+        parts = blob.name[len(f"{layout.attempt_prefix(job['id'], n)}/tpuq-logs/"):].split("/")
+        if len(parts) != 2 or not parts[0].startswith("worker-"):
+            continue
+        try:
+            w, seq = int(parts[0][len("worker-"):]), int(parts[1].split(".")[0])
+        except ValueError:
+            continue
+        if seq > after.get(w, -1):
+            found.append((w, seq, blob))
+    for w, seq, blob in sorted(found, key=lambda t: (t[0], t[1])):
+        yield LogChunk(w, seq, blob.download_as_bytes().decode("utf-8", errors="replace"))
+
+
+def worker_statuses(storage, job: dict[str, Any], attempt: int | None = None) -> dict[int, dict[str, Any]]:
+    import json
+
+    where = _log_location(job, attempt)
+    if where is None:
+        return {}
+    bucket, n = where
+    out = {}
+    for blob in storage.list_blobs(bucket, prefix=layout.status_prefix(job["id"], n)):
+        ref = layout.parse_status_object_name(blob.name)
+        if ref and ref.worker_id is not None:
+            try:
+                out[ref.worker_id] = json.loads(blob.download_as_bytes())
+            except ValueError:
+                out[ref.worker_id] = {}
+    return out
+
+
+def age(ts: Any, now: datetime) -> str:
+    if not isinstance(ts, datetime):
+        return ""
+    seconds = max(0, int((now - ts).total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
