@@ -130,7 +130,7 @@ def cli_clients():
 
 def _check_credentials() -> None:
     import google.auth
-    from google.auth.exceptions import DefaultCredentialsError, RefreshError
+    from google.auth.exceptions import DefaultCredentialsError, RefreshError, TransportError
 
     try:
         credentials, _ = google.auth.default()
@@ -144,6 +144,9 @@ def _check_credentials() -> None:
     except RefreshError as e:
         raise CliError(f"your Google Cloud credentials have expired or were revoked ({_one_line(e)}): "
                        "run `gcloud auth application-default login`") from None
+    except TransportError:
+        raise CliError("could not refresh your Google Cloud credentials: Google's token service is out of reach "
+                       "(no network?)") from None
 
 
 def _job_or_fail(db, job_id: str) -> dict:

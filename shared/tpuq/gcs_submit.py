@@ -61,7 +61,7 @@ def on_object_finalized(event: GcsObjectEvent, ctx: Context) -> None:
     result_blob = bucket.blob(event.name + RESULT_SUFFIX)
     generation = str(event.generation or "0")
     try:
-        text = bucket.blob(event.name).download_as_bytes(if_generation_match=int(generation) or None).decode()
+        text = bucket.blob(event.name).download_as_bytes().decode()
         jobs = parse_job_file(text, event.bucket, event.name, generation)
     except ValueError as e:
         result = {"error": str(e), "object": event.name, "generation": generation}
