@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from google.cloud.firestore_v1.base_query import FieldFilter
+
 from tpuq import store
 from tpuq.claimer import statestore
 from tpuq.claimer.model import REQUEST_OPEN
@@ -24,13 +26,13 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
     blocked = status.blocked if status and (version is None or status.blocked_version == version) else None
 
     qrs = [statestore.qr_from_doc(s.to_dict()) for s in
-           db.collection(statestore.QUEUED_RESOURCES).where("fleet", "==", fleet_name).where("live", "==", True)
+           db.collection(statestore.QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", fleet_name)).where(filter=FieldFilter("live", "==", True))
            .stream()]
     requests = [statestore.request_from_doc(s.to_dict()) for s in
-                db.collection(store.REQUESTS).where("fleet", "==", fleet_name)
-                .where("status", "==", REQUEST_OPEN).stream()]
+                db.collection(store.REQUESTS).where(filter=FieldFilter("fleet", "==", fleet_name))
+                .where(filter=FieldFilter("status", "==", REQUEST_OPEN)).stream()]
     targets = [statestore.target_from_doc(s.to_dict(), s.update_time) for s in
-               db.collection(store.ZONES).where("fleet", "==", fleet_name).stream()]
+               db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet_name)).stream()]
     return {
         "fleet": fleet_name,
         "version": version,

@@ -14,6 +14,8 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
+from google.cloud.firestore_v1.base_query import FieldFilter
+
 from tpuq import store
 from tpuq.claimer.model import (
     REQUEST_OPEN,
@@ -89,17 +91,17 @@ def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = ()) -> Claim
     fails if another handler created a queued resource after this load.
     """
     targets = {}
-    for snap in db.collection(store.ZONES).where("fleet", "==", fleet.name).stream():
+    for snap in db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet.name)).stream():
         t = target_from_doc(snap.to_dict(), snap.update_time)
         targets[(t.zone, t.type)] = t
     qrs = {}
-    for snap in (db.collection(QUEUED_RESOURCES).where("fleet", "==", fleet.name)
-                 .where("live", "==", True).stream()):
+    for snap in (db.collection(QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", fleet.name))
+                 .where(filter=FieldFilter("live", "==", True)).stream()):
         q = qr_from_doc(snap.to_dict())
         qrs[q.qr_id] = q
     requests = {}
-    for snap in (db.collection(store.REQUESTS).where("fleet", "==", fleet.name)
-                 .where("status", "==", REQUEST_OPEN).stream()):
+    for snap in (db.collection(store.REQUESTS).where(filter=FieldFilter("fleet", "==", fleet.name))
+                 .where(filter=FieldFilter("status", "==", REQUEST_OPEN)).stream()):
         r = request_from_doc(snap.to_dict())
         requests[r.request_id] = r
     for rid in request_ids:

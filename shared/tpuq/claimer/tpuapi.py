@@ -80,7 +80,7 @@ class TpuApi:
         retrying = Retrying(
             retry=retry_if_exception_type(Retryable),
             stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential_jitter(initial=self.initial_wait, max=self.max_wait),
+            wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait),
             reraise=True,
         )
         for attempt in retrying:

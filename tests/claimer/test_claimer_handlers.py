@@ -1,0 +1,145 @@
+"""The claimer's handlers on the local stack, with the fake Cloud TPU API and its call log as the witness."""
+
+from __future__ import annotations
+
+from tpuq.claimer.report import fleet_report
+from tpuq.devstack.stack import wait_for
+from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, Tick
+
+from .conftest import fleet_data, scenario_data
+
+ZONES = ["us-central2-a", "us-central2-b", "us-central2-c"]
+
+
+def request(rid="job-1", types=("v4-32",), count=1, **kw) -> CapacityRequest:
+    return CapacityRequest(request_id=rid, fleet="race", types=list(types), count=count, **kw)
+
+
+def test_race_one_per_zone_backoff_for_stockout_first_active_announced(claimer):
+    h = claimer(scenario_data(ZONES, stocked_out=[ZONES[0]], provisioning=60))
+    h.fleet(fleet_data(ZONES))
+    h.push("/push/capacity", request())
+    assert [len(h.creates(z)) for z in ZONES] == [1, 1, 1]
+    # The stocked-out zone fails with "no more capacity": deleted and backed off, never retried quickly.
+    failed = h.wait_event(lambda e: e.kind is FleetEventKind.failed, "capacity failure event")
+    assert failed.zone == ZONES[0] and failed.failure_class is FailureClass.capacity
+    assert len(h.deletes(ZONES[0])) == 1
+    report = fleet_report(h.clients.firestore, "race")
+    assert [b["zone"] for b in report["backoffs"]] == [ZONES[0]]
+    # As soon as the fake has a node READY, one watch pass announces it.
+    node = f"projects/tpuq-test/locations/{ZONES[1]}/nodes/tq-job-1-{ZONES[1]}"
+    wait_for(lambda: h.control.node_info(node)["node"].get("state") == "READY" if _exists(h, node) else False,
+             what="node READY in the fake")
+    h.push("/push/ticks", Tick(seq=1))
+    active = [e for e in h.pull_events() if e.kind is FleetEventKind.active]
+    assert active, "ACTIVE not announced by the first watch pass after the node was READY"
+    first = active[0]
+    assert first.chips == 16 and first.hosts == 4 and len(first.endpoints) == 4
+    assert all(ep.port for ep in first.endpoints) and first.request_id == "job-1"
+    # More ticks: no second create in the backed-off zone, no duplicate ACTIVE.
+    h.push("/push/ticks", Tick(seq=2))
+    h.push("/push/ticks", Tick(seq=3))
+    assert len(h.creates(ZONES[0])) == 1
+    announced = [(e.queued_resource, e.kind) for e in h.pull_events()]
+    assert len(announced) == len(set(announced))
+
+
+def _exists(h, node) -> bool:
+    try:
+        h.control.node_info(node)
+        return True
+    except Exception:  # noqa: BLE001 - not created yet
+        return False
+
+
+def test_redelivered_messages_create_nothing_more(claimer):
+    h = claimer(scenario_data(ZONES, stocked_out=[ZONES[0]]))
+    h.fleet(fleet_data(ZONES))
+    message_id = h.push("/push/capacity", request())
+    h.push("/push/capacity", request(), message_id=message_id)
+    h.push("/push/capacity", request(), message_id=message_id)
+    tick_id = h.push("/push/ticks", Tick(seq=1))
+    h.push("/push/ticks", Tick(seq=1), message_id=tick_id)
+    h.push("/push/ticks", Tick(seq=1), message_id=tick_id)
+    assert [len(h.creates(z)) for z in ZONES] == [1, 1, 1]
+    assert sorted(d["zone"] for d in h.qr_docs()) == ZONES
+    failures = [e for e in h.pull_events() if e.kind is FleetEventKind.failed]
+    assert len(failures) == 1
+
+
+def test_billing_disabled_stops_every_create_and_is_reported(claimer):
+    h = claimer(scenario_data(ZONES, billing={"disabled": True}))
+    h.fleet(fleet_data(ZONES))
+    h.push("/push/capacity", request())
+    assert len(h.creates()) == 1
+    h.push("/push/capacity", request("job-2"))
+    h.push("/push/ticks", Tick(seq=1))
+    h.push("/push/ticks", Tick(seq=2))
+    assert len(h.creates()) == 1
+    report = fleet_report(h.clients.firestore, "race")
+    assert report["blocked"].startswith("billing is disabled on project tpuq-test")
+
+
+def test_quota_limit_zero_drops_that_zone_after_one_failure(claimer):
+    scenario = scenario_data(ZONES, provisioning=1e6)
+    scenario["zones"][ZONES[2]]["quota"] = {}
+    h = claimer(scenario)
+    h.fleet(fleet_data(ZONES))
+    h.push("/push/capacity", request())
+    wait_for(lambda: any(e.failure_class is FailureClass.zone_quota for e in h.pull_events()), what="quota failure")
+    for seq in range(3):
+        h.push("/push/ticks", Tick(seq=seq))
+    assert [len(h.creates(z)) for z in ZONES] == [1, 1, 1]
+    report = fleet_report(h.clients.firestore, "race")
+    assert [d["zone"] for d in report["dropped"]] == [ZONES[2]]
+    assert "Limit: 0" in report["dropped"][0]["reason"]
+    states = {q["zone"]: q["state"] for q in report["queued_resources"]}
+    assert states[ZONES[0]] != "GONE" and states[ZONES[1]] != "GONE"
+
+
+def test_unknown_error_is_retried_exactly_three_times(claimer):
+    zone = ZONES[0]
+    h = claimer(scenario_data([zone], provisioning=1e6))
+    h.fleet(fleet_data([zone]))
+    h.push("/push/capacity", request())
+    for attempt in range(1, 8):
+        if len(h.creates(zone)) < attempt:
+            break
+        suffix = f"-{attempt - 1}" if attempt > 1 else ""
+        name = f"projects/tpuq-test/locations/{zone}/queuedResources/tq-job-1-{zone}{suffix}"
+        h.control.fail(name, "unknown")
+        h.push("/push/ticks", Tick(seq=attempt))
+    assert len(h.creates(zone)) == 4  # the first try and exactly 3 retries
+    report = fleet_report(h.clients.firestore, "race")
+    assert [d["zone"] for d in report["dropped"]] == [zone]
+
+
+def test_provisioning_is_never_sent_a_delete(claimer):
+    h = claimer(scenario_data(ZONES[:2], provisioning=1e6))
+    h.fleet(fleet_data(ZONES[:2]))
+    h.push("/push/capacity", request())
+    wait_for(lambda: len([e for e in h.pull_events() if e.kind is FleetEventKind.provisioning]) == 2
+             or (h.push("/push/ticks", Tick()) and False), what="both PROVISIONING")
+    h.push("/push/capacity", request(action=CapacityAction.withdraw))
+    h.push("/push/ticks", Tick(seq=1))
+    assert h.deletes() == []
+    docs = {d["zone"]: d for d in h.qr_docs()}
+    assert {d["state"] for d in docs.values()} == {"PROVISIONING"}
+
+
+def test_watch_pass_makes_one_exact_get_per_owned_resource(claimer):
+    zones = [f"us-test{n}-a" for n in range(1, 21)]
+    types = ("v4-32", "v5litepod-8", "v6e-8")
+    h = claimer(scenario_data(zones, families=("v4", "v5litepod", "v6e"), provisioning=1e6, waiting=1e6))
+    h.fleet(fleet_data(zones, types=types, count=20))
+    for t in types:
+        h.push("/push/capacity", request(f"job-{t.replace('-', '')}", types=(t,)))
+    assert len(h.creates()) == 60
+    h.control.clear_calls()
+    h.push("/push/ticks", Tick(seq=1))
+    calls = h.control.calls()
+    gets = [c for c in calls if c["method"] == "GET"]
+    lists = [c for c in gets if c["path"].endswith("/queuedResources") or c["path"].endswith("/nodes")]
+    assert lists == []
+    assert sorted(c["path"].rsplit("/", 1)[-1] for c in gets) == sorted(d["qr_id"] for d in h.qr_docs())
+    assert len(gets) == 60 and len(calls) == 60
