@@ -128,7 +128,7 @@ def from_api_error(exc: BaseException) -> TpuqError:
         ),
     ):
         return Retryable(str(exc))
-    if isinstance(exc, gexc.PermissionDenied):
+    if isinstance(exc, (gexc.PermissionDenied, gexc.Forbidden)):  # REST renders 403 as Forbidden
         return ProjectBlocked(str(exc))
     if isinstance(exc, gexc.ResourceExhausted):
         # 429-shaped rate limits come as TooManyRequests; ResourceExhausted here is quota or capacity,
