@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import paramiko
 import pytest
 import requests
@@ -69,8 +71,6 @@ def test_every_state_of_a_spot_v4_32_with_real_workers_and_preemption(manual_ser
         assert out == f"{worker}\n"
     hosts = control.node_info(node_name)["hosts"]
     assert [h["address"] for h in hosts] == [e.ip_address for e in endpoints]
-    from pathlib import Path
-
     assert (Path(hosts[2]["tmp_dir"]) / "who").read_text() == "2\n"
 
     with pytest.raises(exceptions.BadRequest, match="force"):
@@ -96,12 +96,17 @@ def test_every_state_of_a_spot_v4_32_with_real_workers_and_preemption(manual_ser
         client.get_node(name=node_name)
 
 
-def test_no_quota_fails_with_quota_text(fast_server, project):
-    client = tpu_client(fast_server.url)
-    name = f"projects/{project}/locations/{NO_QUOTA_ZONE}/queuedResources/q"
-    client.create_queued_resource(request=qr_request(project, NO_QUOTA_ZONE, "q", "n")).result(timeout=10)
+def _create_and_wait_failed(url: str, project: str, zone: str, **kwargs):
+    """Create a v4-32 spot request in `zone`, wait for FAILED, return its failedData.error."""
+    client = tpu_client(url)
+    name = f"projects/{project}/locations/{zone}/queuedResources/q"
+    client.create_queued_resource(request=qr_request(project, zone, "q", "n", **kwargs)).result(timeout=10)
     wait_until(lambda: qr_state(client, name) == "FAILED", what="FAILED")
-    error = client.get_queued_resource(name=name).state.failed_data.error
+    return client.get_queued_resource(name=name).state.failed_data.error
+
+
+def test_no_quota_fails_with_quota_text(fast_server, project):
+    error = _create_and_wait_failed(fast_server.url, project, NO_QUOTA_ZONE)
     assert error.code == 8
     assert error.message == (
         f"Quota limit 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. Limit: 0 in zone {NO_QUOTA_ZONE}."
@@ -109,28 +114,22 @@ def test_no_quota_fails_with_quota_text(fast_server, project):
 
 
 def test_stockout_fails_with_capacity_text(fast_server, project):
-    client = tpu_client(fast_server.url)
-    name = f"projects/{project}/locations/{STOCKOUT_ZONE}/queuedResources/q"
-    client.create_queued_resource(request=qr_request(project, STOCKOUT_ZONE, "q", "n")).result(timeout=10)
-    wait_until(lambda: qr_state(client, name) == "FAILED", what="FAILED")
-    error = client.get_queued_resource(name=name).state.failed_data.error
+    error = _create_and_wait_failed(fast_server.url, project, STOCKOUT_ZONE)
     assert error.code == 8
     assert error.message.startswith(f'There is no more capacity in the zone "{STOCKOUT_ZONE}"; you can try in another zone')
     assert "[EID: 0x" in error.message
     # FAILED deletes without force, and holds its quota until then.
     control = FakeTpuControl(fast_server.url)
     assert control.quota(project, STOCKOUT_ZONE, "v4", "spot")["used"] == 16
-    client.delete_queued_resource(name=name).result(timeout=10)
+    tpu_client(fast_server.url).delete_queued_resource(
+        name=f"projects/{project}/locations/{STOCKOUT_ZONE}/queuedResources/q"
+    ).result(timeout=10)
     assert control.quota(project, STOCKOUT_ZONE, "v4", "spot")["used"] == 0
 
 
 def test_valid_until_duration_expires(fast_server, project):
-    client = tpu_client(fast_server.url)
-    name = f"projects/{project}/locations/{WAIT_ZONE}/queuedResources/q"
-    request = qr_request(project, WAIT_ZONE, "q", "n", valid_until_seconds=120)
-    client.create_queued_resource(request=request).result(timeout=10)
-    wait_until(lambda: qr_state(client, name) == "FAILED", what="expiry")
-    assert client.get_queued_resource(name=name).state.failed_data.error.code == 4
+    error = _create_and_wait_failed(fast_server.url, project, WAIT_ZONE, valid_until_seconds=120)
+    assert error.code == 4
 
 
 def test_capacity_control_and_fail_now(fast_server, project):
