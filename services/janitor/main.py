@@ -1,0 +1,15 @@
+"""Janitor entry point (Cloud Functions 2nd gen / Cloud Run, HTTP target `handle`).
+
+Pub/Sub pushes fleet events, attempt events and ticks here; `tpuq.service` routes by path.
+"""
+
+import logging
+
+from tpuq.janitor.handlers import build_service
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+SERVICE = build_service()  # builds the route table only; clients are created on first use
+
+
+def handle(request):
+    return SERVICE.dispatch(request)

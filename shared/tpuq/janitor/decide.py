@@ -1,0 +1,286 @@
+"""The janitor's pure core: which resources to delete, given what the API and Firestore say, and `now`.
+
+No I/O and no clock: the handler reads, calls these, and sends every delete
+through `tpuq.janitor.deleter.DeleteAdapter` (which checks `is_ours` itself).
+Every function here also filters on `is_ours`, so a foreign resource is never
+even proposed (the property tests check both layers).
+
+Rules (the module docstring of `tpuq.janitor` explains the why):
+- losers: once a request has `count` ACTIVE winners, its other queued resources
+  are losers. ACCEPTED / WAITING_FOR_RESOURCES are deleted at once; FAILED /
+  SUSPENDED too (with force); PROVISIONING (and CREATING) are left alone and
+  looked at again on the next event or tick. A racer that turns ACTIVE after
+  the request was satisfied is *surplus*: deleted at once, unless the request's
+  count has grown to cover it, a job is pending (the scheduler can use it; if
+  it does not, the idle rule removes it later), or the scheduler made it busy.
+- idle: an owned TPU idle longer than its entry's idle timeout is deleted,
+  longest idle first, while its entry keeps `keep_warm_count` live TPUs.
+- dead: SUSPENDED and FAILED queued resources and PREEMPTED nodes are deleted.
+- orphans: owned resources Firestore does not know, seen by the janitor for
+  longer than `claim.orphan_grace_seconds`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from tpuq.fleet import FleetFile
+from tpuq.ownership import is_ours, name_and_labels
+
+# Queued resource states (tpu_v2 QueuedResource.State.State names).
+ACTIVE = "ACTIVE"
+PROVISIONING = "PROVISIONING"
+DELETING = "DELETING"
+# A pending racer can be deleted without force: it has no node yet.
+CANCELLABLE_STATES = frozenset({"ACCEPTED", "WAITING_FOR_RESOURCES"})
+# Dead: they hold quota until deleted (force: a SUSPENDED one may still have its node).
+DEAD_QR_STATES = frozenset({"SUSPENDED", "FAILED"})
+DEAD_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED"})
+# The API refuses deletes here, or one is already under way: never send one.
+NEVER_DELETE_STATES = frozenset({PROVISIONING, "CREATING", DELETING, "SUSPENDING"})
+
+# tpus/{id}.state, as the scheduler writes it.
+TPU_IDLE, TPU_BUSY, TPU_DELETING, TPU_GONE = "idle", "busy", "deleting", "gone"
+LIVE_TPU_STATES = frozenset({TPU_IDLE, TPU_BUSY})
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete this resource (the API object, as read) for this reason."""
+
+    resource: Any = field(compare=False)
+    name: str
+    force: bool
+    reason: str
+
+
+def short_id(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def state_of(resource: Any) -> str | None:
+    """The state name of a tpu_v2 QueuedResource (`state.state`) or Node (`state`), or of a REST dict."""
+    state = resource.get("state") if isinstance(resource, Mapping) else getattr(resource, "state", None)
+    inner = state.get("state") if isinstance(state, Mapping) else getattr(state, "state", None)
+    if inner is not None and not isinstance(state, str):
+        state = inner
+    if state is None:
+        return None
+    return getattr(state, "name", None) or str(state)
+
+
+def is_queued_resource(resource: Any) -> bool:
+    return "/queuedResources/" in name_and_labels(resource)[0]
+
+
+# ---------------------------------------------------------------- losers
+
+
+@dataclass(frozen=True)
+class RaceMember:
+    """One queued resource of a request's race, as the API shows it now (resource None: NOT_FOUND)."""
+
+    name: str
+    resource: Any = field(default=None, compare=False)
+    tpu_state: str | None = None  # the scheduler's tpus/{node id}.state, None when it has no document
+    tpu_created_at: datetime | None = None
+
+    @property
+    def state(self) -> str | None:
+        return state_of(self.resource) if self.resource is not None else None
+
+
+@dataclass
+class LoserDecision:
+    deletes: list[Delete] = field(default_factory=list)
+    surplus: list[RaceMember] = field(default_factory=list)  # late winners to delete via the tpus transaction
+    waiting: list[str] = field(default_factory=list)  # PROVISIONING losers: looked at again later
+
+
+def decide_losers(
+    members: Iterable[RaceMember], fleet: FleetFile, request_count: int, request_open: bool, jobs_pending: bool
+) -> LoserDecision:
+    """The losers of one request's race. `request_count`: slices the request wants now."""
+    members = [m for m in members if m.resource is not None and is_ours(m.resource, fleet)]
+    decision = LoserDecision()
+    active = [m for m in members if m.state == ACTIVE]
+    if not active:
+        return decision  # no winner yet: the race goes on
+    needed = request_count if request_open else len(active)  # a withdrawn request's slices are plain TPUs
+    if len(active) < needed:
+        return decision  # demand not met: every racer may still be needed
+    for m in members:
+        if m.state in CANCELLABLE_STATES:
+            decision.deletes.append(Delete(m.resource, m.name, force=False, reason="race lost"))
+        elif m.state in DEAD_QR_STATES:
+            decision.deletes.append(Delete(m.resource, m.name, force=True, reason=f"race lost ({m.state})"))
+        elif m.state == PROVISIONING:
+            decision.waiting.append(m.name)
+    # Winners: the ones the scheduler already uses, then the first it recorded; the rest are surplus.
+    far_future = datetime.max.replace(tzinfo=None)
+
+    def rank(m: RaceMember):
+        created = m.tpu_created_at.replace(tzinfo=None) if m.tpu_created_at else far_future
+        return (m.tpu_state != TPU_BUSY, created, m.name)
+
+    surplus = sorted(active, key=rank)[max(needed, 1):]
+    if not jobs_pending:
+        decision.surplus = [m for m in surplus if m.tpu_state in (None, TPU_IDLE)]
+    return decision
+
+
+# ---------------------------------------------------------------- idle
+
+
+@dataclass(frozen=True)
+class TpuDoc:
+    """The fields of tpus/{id} the idle rule reads."""
+
+    id: str
+    fleet: str | None
+    entry_id: str | None
+    state: str | None
+    idle_since: datetime | None
+    queued_resource: str | None = None
+    name: str | None = None
+    deleting_since: datetime | None = None
+
+    @classmethod
+    def from_doc(cls, doc_id: str, doc: Mapping[str, Any]) -> "TpuDoc":
+        return cls(
+            id=doc_id,
+            fleet=doc.get("fleet"),
+            entry_id=doc.get("entry_id"),
+            state=doc.get("state"),
+            idle_since=doc.get("idle_since"),
+            queued_resource=doc.get("queued_resource"),
+            name=doc.get("name"),
+            deleting_since=doc.get("deleting_since"),
+        )
+
+
+def idle_expired(tpu: TpuDoc, fleet: FleetFile, now: datetime) -> bool:
+    """Idle (never busy), of this fleet, and idle for longer than its entry's timeout. Also the
+    transaction's precondition, re-checked on the freshly read document."""
+    if tpu.state != TPU_IDLE or tpu.idle_since is None or tpu.fleet not in (None, fleet.name):
+        return False
+    entry = fleet.entry(tpu.entry_id) if tpu.entry_id else None
+    if entry is not None and entry.existing:
+        return False  # a node the user brought: never deleted
+    return now - tpu.idle_since >= timedelta(seconds=fleet.idle_timeout_for(tpu.entry_id))
+
+
+def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime) -> list[TpuDoc]:
+    """Expired idle TPUs to delete, longest idle first, keeping `keep_warm_count` live TPUs per entry.
+
+    Busy TPUs count as live (the pool never shrinks below keep_warm_count by idleness) and are never chosen.
+    """
+    by_entry: dict[str | None, list[TpuDoc]] = defaultdict(list)
+    for t in tpus:
+        if t.fleet in (None, fleet.name) and t.state in LIVE_TPU_STATES:
+            by_entry[t.entry_id].append(t)
+    chosen: list[TpuDoc] = []
+    for entry_id, pool in by_entry.items():
+        entry = fleet.entry(entry_id) if entry_id else None
+        keep = entry.keep_warm_count if entry else 0
+        expired = sorted((t for t in pool if idle_expired(t, fleet, now)), key=lambda t: (t.idle_since, t.id))
+        room = max(len(pool) - keep, 0)
+        chosen.extend(expired[:room])
+    return chosen
+
+
+# ---------------------------------------------------------------- dead
+
+
+def decide_dead(resources: Iterable[Any], fleet: FleetFile) -> list[Delete]:
+    """SUSPENDED / FAILED queued resources and PREEMPTED nodes: they hold quota until deleted."""
+    out: list[Delete] = []
+    for r in resources:
+        if r is None or not is_ours(r, fleet):
+            continue
+        name = name_and_labels(r)[0]
+        state = state_of(r)
+        if is_queued_resource(r) and state in DEAD_QR_STATES:
+            out.append(Delete(r, name, force=True, reason=f"dead ({state}): holds quota"))
+        elif not is_queued_resource(r) and state in DEAD_NODE_STATES:
+            out.append(Delete(r, name, force=True, reason=f"dead node ({state}): holds quota"))
+    return out
+
+
+# ---------------------------------------------------------------- orphans
+
+
+@dataclass
+class OrphanDecision:
+    deletes: list[Delete] = field(default_factory=list)
+    first_seen: dict[str, datetime] = field(default_factory=dict)  # candidates still in their grace period
+
+
+def decide_orphans(
+    listed: Iterable[Any], known_ids: set[str], first_seen: Mapping[str, datetime], fleet: FleetFile, now: datetime
+) -> OrphanDecision:
+    """Owned resources (from the per-zone lists) that Firestore does not know.
+
+    `known_ids`: short ids of every queued resource and node Firestore records. A
+    candidate is deleted once the janitor has seen it for `orphan_grace_seconds`
+    (its own clock, not the API's createTime). A node whose queued resource is
+    listed goes with that queued resource (force), never on its own.
+    """
+    listed = [r for r in listed if r is not None and is_ours(r, fleet)]
+    qr_node_ids = set()
+    for r in listed:
+        if is_queued_resource(r):
+            qr_node_ids.add(short_id(name_and_labels(r)[0]))
+            qr_node_ids.update(_node_ids_of(r))
+    grace = timedelta(seconds=fleet.claim.orphan_grace_seconds)
+    decision = OrphanDecision()
+    for r in listed:
+        name = name_and_labels(r)[0]
+        rid = short_id(name)
+        if rid in known_ids or state_of(r) in NEVER_DELETE_STATES:
+            continue
+        if not is_queued_resource(r) and (rid in qr_node_ids or _node_back_reference(r)):
+            continue  # deleted with its queued resource
+        seen = first_seen.get(name, now)
+        if now - seen >= grace:
+            decision.deletes.append(Delete(r, name, force=True, reason="orphan: owned, unknown to Firestore"))
+        else:
+            decision.first_seen[name] = seen
+    return decision
+
+
+def _node_ids_of(qr: Any) -> list[str]:
+    tpu = qr.get("tpu") if isinstance(qr, Mapping) else getattr(qr, "tpu", None)
+    if tpu is None:
+        return []
+    specs = (tpu.get("nodeSpec") or tpu.get("node_spec") or []) if isinstance(tpu, Mapping) else tpu.node_spec
+    out = []
+    for s in specs:
+        node_id = s.get("nodeId") or s.get("node_id") if isinstance(s, Mapping) else getattr(s, "node_id", "")
+        if node_id:
+            out.append(node_id)
+    return out
+
+
+def _node_back_reference(node: Any) -> str:
+    ref = node.get("queuedResource") if isinstance(node, Mapping) else getattr(node, "queued_resource", "")
+    return ref or ""
+
+
+def node_id_of(qr: Any) -> str:
+    """The node id a queued resource asks for (the claimer uses the queued resource's own id)."""
+    ids = _node_ids_of(qr)
+    return ids[0] if ids else short_id(name_and_labels(qr)[0])
+
+
+def dedupe(deletes: Iterable[Delete]) -> list[Delete]:
+    """One delete per resource per handler run; force wins."""
+    out: dict[str, Delete] = {}
+    for d in deletes:
+        if d.name not in out or (d.force and not out[d.name].force):
+            out[d.name] = d
+    return list(out.values())

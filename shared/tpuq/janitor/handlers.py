@@ -1,0 +1,317 @@
+"""The janitor service: thin handlers that read, call the pure `decide_*` functions, and delete.
+
+- /push/fleet-events: the event's race (every queued resource of its request,
+  by exact GET): losers and dead ones are deleted synchronously, in this handler.
+- /push/ticks: per fleet, a sweep by exact GET of every live queued resource
+  Firestore knows (dead ones, losers that left PROVISIONING, stuck deletes),
+  the idle rule, and (rate-limited, per-fleet doc `janitor/{fleet}`) the orphan scan.
+- /push/attempt-events: an attempt that ended preempted / infra_failed: the
+  TPU's queued resource and node are read and deleted if dead.
+
+Every handler is idempotent: it reads the API's state before each delete, a
+resource already DELETING or NOT_FOUND is left alone, and the tpus/{id}
+"deleting" mark is a conditional write, so a redelivered message deletes nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud.firestore import FieldFilter
+
+from tpuq import store
+from tpuq.errors import Retryable, TpuqError
+from tpuq.fleet import FleetFile
+from tpuq.fleetstore import load_fleet
+from tpuq.janitor import decide as d
+from tpuq.janitor.deleter import DeleteAdapter, DeleteOutcome
+from tpuq.messages import AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent, FleetEventKind, Tick
+from tpuq.ownership import LABEL_REQUEST, name_and_labels
+from tpuq.service import Context, Service
+
+log = logging.getLogger("tpuq.janitor")
+
+# The claimer's record of every queued resource it created (tpuq.claimer.statestore.QUEUED_RESOURCES).
+CLAIMER_QUEUED_RESOURCES = "queued_resources"
+# janitor/{fleet}: when the last orphan scan ran, and the orphan candidates seen so far.
+JANITOR = "janitor"
+ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"
+DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
+# A delete marked in tpus/ but not seen through is sent again after this long.
+RESEND_DELETE_AFTER = timedelta(seconds=60)
+_LOST = (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.Conflict, gexc.Aborted, gexc.NotFound)
+ENDED_ON_INFRA = (AttemptOutcome.preempted, AttemptOutcome.infra_failed)
+
+
+@dataclass
+class Report:
+    deleted: list[DeleteOutcome] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Janitor:
+    """The imperative shell for one fleet and one message."""
+
+    ctx: Context
+    fleet: FleetFile
+    api: DeleteAdapter
+    report: Report = field(default_factory=Report)
+
+    @property
+    def db(self):
+        return self.ctx.clients.firestore
+
+    # ------------------------------------------------------------ Firestore reads
+    def claimer_docs(self, **equals: Any) -> list[dict]:
+        q = self.db.collection(CLAIMER_QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", self.fleet.name))
+        for key, value in equals.items():
+            q = q.where(filter=FieldFilter(key, "==", value))
+        return [s.to_dict() for s in q.stream()]
+
+    def tpu_docs(self) -> list[d.TpuDoc]:
+        q = self.db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", self.fleet.name))
+        return [d.TpuDoc.from_doc(s.id, s.to_dict()) for s in q.stream()]
+
+    def request_demand(self, request_id: str) -> tuple[int, bool]:
+        snap = self.db.collection(store.REQUESTS).document(request_id).get()
+        doc = snap.to_dict() if snap.exists else {}
+        return int(doc.get("count", 1)), doc.get("status", "open") == "open"
+
+    def jobs_pending(self) -> bool:
+        q = self.db.collection(store.JOBS).where(filter=FieldFilter("state", "==", "pending")).limit(1)
+        return any(True for _ in q.stream())
+
+    # ------------------------------------------------------------ API reads
+    def read_all(self, names: list[str]) -> dict[str, Any]:
+        """Exact GETs; a name whose read keeps failing is left out (unknown state concludes nothing)."""
+        out: dict[str, Any] = {}
+        failed: list[str] = []
+        for name, value in self.api.read_all_safely(names).items():
+            if isinstance(value, TpuqError):
+                failed.append(name)
+            else:
+                out[name] = value
+        if failed:
+            log.warning("could not read %s; they are looked at again on the next event or tick", failed)
+        return out
+
+    # ------------------------------------------------------------ deletes
+    def delete(self, deletes: list[d.Delete]) -> None:
+        for item in d.dedupe(deletes):
+            self.report.deleted.append(self.api.delete(item.resource, force=item.force, reason=item.reason))
+
+    def mark_deleting(self, tpu_id: str, allowed, reason: str, absent_fields: dict | None = None) -> bool:
+        """The same guard the scheduler's assignment uses: one read, then a write conditioned on that read.
+
+        `allowed(doc or None)` decides on the fresh document; an assignment that commits in between makes
+        this write fail (and vice versa), so a TPU is either assigned or deleted, never both.
+        """
+        now = self.ctx.now()
+        ref = self.db.collection(store.TPUS).document(tpu_id)
+        snap = ref.get()
+        doc = snap.to_dict() if snap.exists else None
+        if not allowed(doc):
+            return False
+        fields = {"state": d.TPU_DELETING, "deleting_since": now, "delete_reason": reason, "updated_at": now}
+        try:
+            if snap.exists:
+                ref.update(fields, option=self.db.write_option(last_update_time=snap.update_time))
+            else:
+                ref.create({**(absent_fields or {}), **fields, "created_at": now})
+        except _LOST:
+            log.info("tpus/%s changed under us (an assignment won): not deleted", tpu_id)
+            return False
+        return True
+
+    def mark_gone(self, tpu_id: str, reason: str) -> None:
+        now = self.ctx.now()
+        self.db.collection(store.TPUS).document(tpu_id).set(
+            {"state": d.TPU_GONE, "gone_at": now, "gone_reason": reason, "updated_at": now}, merge=True)
+
+    # ------------------------------------------------------------ races and dead ones
+    def settle(self, observed: dict[str, Any], request_of: dict[str, str]) -> None:
+        """Dead resources, then each request's losers, among what was just read."""
+        present = {n: r for n, r in observed.items() if r is not None}
+        deletes = d.decide_dead(present.values(), self.fleet)
+        races: dict[str, list[str]] = defaultdict(list)
+        for name, resource in present.items():
+            rid = request_of.get(name) or name_and_labels(resource)[1].get(LABEL_REQUEST)
+            if rid and d.is_queued_resource(resource):
+                races[rid].append(name)
+        for rid, names in races.items():
+            if not any(d.state_of(present[n]) == d.ACTIVE for n in names) or len(names) < 2:
+                continue  # no winner, or nobody to lose
+            deletes += self.settle_race(rid, {n: present[n] for n in names})
+        self.delete(deletes)
+
+    def settle_race(self, request_id: str, members: dict[str, Any]) -> list[d.Delete]:
+        count, open_ = self.request_demand(request_id)
+        tpu_ids = {n: d.node_id_of(r) for n, r in members.items() if d.state_of(r) == d.ACTIVE}
+        snaps = {s.id: s for s in self.db.get_all([self.db.collection(store.TPUS).document(i)
+                                                   for i in set(tpu_ids.values())])}
+        race = []
+        for name, resource in members.items():
+            snap = snaps.get(tpu_ids.get(name, ""))
+            doc = snap.to_dict() if snap is not None and snap.exists else {}
+            race.append(d.RaceMember(name, resource, doc.get("state"), doc.get("created_at")))
+        decision = d.decide_losers(race, self.fleet, count, open_, jobs_pending=False)
+        if decision.surplus and self.jobs_pending():
+            decision = d.decide_losers(race, self.fleet, count, open_, jobs_pending=True)
+        self.report.waiting += decision.waiting
+        deletes = list(decision.deletes)
+        for m in decision.surplus:
+            tpu_id = tpu_ids[m.name]
+            # Absent or idle only: a TPU the scheduler assigned meanwhile stays.
+            if self.mark_deleting(tpu_id, lambda doc: doc is None or doc.get("state") == d.TPU_IDLE,
+                                  "surplus: its race was already won",
+                                  {"fleet": self.fleet.name, "queued_resource": m.name, "request_id": request_id}):
+                deletes.append(d.Delete(m.resource, m.name, force=True, reason="surplus racer: race already won"))
+        return deletes
+
+    def on_fleet_event(self, event: FleetEvent) -> None:
+        names = [event.queued_resource]
+        request_of = {event.queued_resource: event.request_id} if event.request_id else {}
+        if event.request_id:
+            for doc in self.claimer_docs(request_id=event.request_id):
+                if doc.get("state") != "GONE" and doc.get("name"):
+                    names.append(doc["name"])
+                    request_of[doc["name"]] = event.request_id
+        self.settle(self.read_all(names), request_of)
+
+    # ------------------------------------------------------------ ticks
+    def sweep(self, tpus: list[d.TpuDoc]) -> None:
+        """Exact GETs of every live queued resource Firestore knows for the fleet (no list call)."""
+        request_of: dict[str, str] = {}
+        for doc in self.claimer_docs(live=True):
+            if doc.get("name"):
+                request_of[doc["name"]] = doc.get("request_id") or ""
+        tpu_resource = {t.id: t.queued_resource or t.name for t in tpus if t.state != d.TPU_GONE}
+        observed = self.read_all([*request_of, *filter(None, tpu_resource.values())])
+        self.settle(observed, request_of)
+        self.finish_deletes(tpus, tpu_resource, observed)
+
+    def finish_deletes(self, tpus: list[d.TpuDoc], tpu_resource: dict[str, str | None], observed: dict) -> None:
+        """TPUs marked deleting: gone once NOT_FOUND; the delete is sent again if it did not take."""
+        now = self.ctx.now()
+        for t in tpus:
+            name = tpu_resource.get(t.id)
+            if t.state != d.TPU_DELETING or not name or name not in observed:
+                continue
+            resource = observed[name]
+            if resource is None:
+                self.mark_gone(t.id, "deleted by the janitor")
+            elif d.state_of(resource) not in d.NEVER_DELETE_STATES and t.deleting_since is not None \
+                    and now - t.deleting_since >= RESEND_DELETE_AFTER:
+                self.delete([d.Delete(resource, name, force=True, reason="delete did not take: again")])
+
+    def reap_idle(self, tpus: list[d.TpuDoc]) -> None:
+        now = self.ctx.now()
+        for t in d.decide_idle(tpus, self.fleet, now):
+            marked = self.mark_deleting(
+                t.id, lambda doc: doc is not None and d.idle_expired(d.TpuDoc.from_doc(t.id, doc), self.fleet,
+                                                                     self.ctx.now()),
+                f"idle longer than {self.fleet.idle_timeout_for(t.entry_id)} s")
+            if not marked:
+                continue
+            name = t.queued_resource or t.name
+            resource = self.api.read(name) if name else None
+            if resource is None:
+                self.mark_gone(t.id, "not found when the janitor deleted it")
+                continue
+            self.delete([d.Delete(resource, name, force=True, reason="idle timeout")])
+
+    def scan_orphans(self, interval_seconds: float) -> bool:
+        """At most once per `interval_seconds` per fleet (a conditional write on janitor/{fleet} elects one
+        tick handler): list every zone of the fleet, delete owned resources Firestore does not know."""
+        now = self.ctx.now()
+        ref = self.db.collection(JANITOR).document(self.fleet.name)
+        snap = ref.get()
+        doc = snap.to_dict() if snap.exists else {}
+        last = doc.get("orphan_scan_at")
+        if last is not None and now - last < timedelta(seconds=interval_seconds):
+            return False
+        try:
+            if snap.exists:
+                ref.update({"orphan_scan_at": now}, option=self.db.write_option(last_update_time=snap.update_time))
+            else:
+                ref.create({"fleet": self.fleet.name, "orphan_scan_at": now, "orphan_first_seen": []})
+        except _LOST:
+            return False  # another tick handler is scanning
+        listed: list[Any] = []
+        for zone in dict.fromkeys(z for entry in self.fleet.tpus for z in entry.zones):
+            try:
+                listed += self.api.list_zone(zone)
+            except TpuqError as e:
+                log.warning("orphan scan: cannot list %s (%s); the next scan tries again", zone, e)
+        known: set[str] = set()
+        for q in self.claimer_docs():
+            known.update(filter(None, (q.get("qr_id"), d.short_id(q.get("node") or ""))))
+        for t in self.tpu_docs():
+            known.update(filter(None, (t.id, d.short_id(t.queued_resource or ""), d.short_id(t.name or ""))))
+        first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
+        decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
+        self.delete(decision.deletes)
+        ref.update({"orphan_first_seen": [{"name": n, "seen": s} for n, s in decision.first_seen.items()]})
+        return True
+
+
+# ------------------------------------------------------------------ handlers
+
+
+def _adapter(ctx: Context, fleet: FleetFile) -> DeleteAdapter:
+    return DeleteAdapter(ctx.clients.tpu, fleet)
+
+
+def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_adapter):
+    scan_every = orphan_scan_seconds
+    if scan_every is None:
+        scan_every = float(os.environ.get(ENV_ORPHAN_SCAN_SECONDS, DEFAULT_ORPHAN_SCAN_SECONDS))
+
+    def janitor_for(ctx: Context, fleet: FleetFile) -> Janitor:
+        return Janitor(ctx, fleet, adapter_factory(ctx, fleet))
+
+    def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
+        if event.kind is FleetEventKind.gone:
+            return  # nothing left to delete
+        fleet = load_fleet(ctx.clients.firestore, event.fleet)
+        janitor_for(ctx, fleet).on_fleet_event(event)
+
+    def on_tick(tick: Tick, ctx: Context) -> None:
+        failures = []
+        for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
+            fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
+            janitor = janitor_for(ctx, fleet)
+            try:
+                tpus = janitor.tpu_docs()
+                janitor.sweep(tpus)
+                janitor.reap_idle(tpus)
+                janitor.scan_orphans(scan_every)
+            except Retryable as e:  # one fleet's trouble must not starve the others
+                failures.append(f"{fleet.name}: {e}")
+        if failures:
+            raise Retryable("; ".join(failures))
+
+    def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
+        if event.kind is not AttemptEventKind.ended or event.outcome not in ENDED_ON_INFRA:
+            return  # the scheduler frees the TPU; the idle rule takes it from there
+        snap = ctx.clients.firestore.collection(store.TPUS).document(d.short_id(event.node)).get()
+        doc = snap.to_dict() if snap.exists else {}
+        if not doc.get("fleet"):
+            return  # not a TPU tpuq recorded: nothing of ours to judge
+        fleet = load_fleet(ctx.clients.firestore, doc["fleet"])
+        janitor = janitor_for(ctx, fleet)
+        names = [n for n in (doc.get("queued_resource"), event.node) if n]
+        janitor.settle(janitor.read_all(names), {})
+
+    return {"/push/fleet-events": on_fleet_event, "/push/ticks": on_tick, "/push/attempt-events": on_attempt_event}
+
+
+def build_service(**kwargs) -> Service:
+    return Service(name="janitor", handlers=make_handlers(**kwargs))

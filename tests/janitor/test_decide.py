@@ -1,0 +1,136 @@
+"""The janitor's pure rules, table by table (time passed in, no I/O)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tpuq.janitor import decide as d
+from tests.janitor.factories import fleet, node, ours, qr
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+F = fleet()
+
+
+def member(qr_id, state, tpu_state=None, created=None, labels=None):
+    resource = qr(qr_id, state, labels=ours(F) if labels is None else labels)
+    return d.RaceMember(resource.name, resource, tpu_state, created)
+
+
+def names(deletes):
+    return sorted(d.short_id(x.name) for x in deletes)
+
+
+class TestLosers:
+    def test_no_winner_no_loser(self):
+        race = [member("tpuq-r1-a", "WAITING_FOR_RESOURCES"), member("tpuq-r1-b", "ACCEPTED")]
+        assert d.decide_losers(race, F, 1, True, False).deletes == []
+
+    def test_pending_racers_lose_at_once_and_provisioning_waits(self):
+        race = [member("tpuq-r1-a", "ACTIVE", "idle"), member("tpuq-r1-b", "WAITING_FOR_RESOURCES"),
+                member("tpuq-r1-c", "ACCEPTED"), member("tpuq-r1-d", "PROVISIONING"),
+                member("tpuq-r1-e", "DELETING"), member("tpuq-r1-f", "CREATING")]
+        decision = d.decide_losers(race, F, 1, True, False)
+        assert names(decision.deletes) == ["tpuq-r1-b", "tpuq-r1-c"]
+        assert all(not x.force for x in decision.deletes)  # no node yet: no force needed
+        assert [d.short_id(n) for n in decision.waiting] == ["tpuq-r1-d"]
+        assert decision.surplus == []
+
+    def test_demand_not_met_keeps_every_racer(self):
+        race = [member("tpuq-r1-a", "ACTIVE"), member("tpuq-r1-b", "WAITING_FOR_RESOURCES")]
+        assert d.decide_losers(race, F, 2, True, False).deletes == []
+
+    def test_late_winner_is_surplus_unless_busy_or_jobs_pending(self):
+        race = [member("tpuq-r1-a", "ACTIVE", "idle", NOW), member("tpuq-r1-b", "ACTIVE", None)]
+        assert [d.short_id(m.name) for m in d.decide_losers(race, F, 1, True, False).surplus] == ["tpuq-r1-b"]
+        assert d.decide_losers(race, F, 1, True, jobs_pending=True).surplus == []
+        assert d.decide_losers(race, F, 2, True, False).surplus == []  # demand grew: both needed
+        busy_late = [member("tpuq-r1-a", "ACTIVE", "idle", NOW), member("tpuq-r1-b", "ACTIVE", "busy", NOW)]
+        assert [d.short_id(m.name) for m in d.decide_losers(busy_late, F, 1, True, False).surplus] == ["tpuq-r1-a"]
+        both_busy = [member("tpuq-r1-a", "ACTIVE", "busy", NOW), member("tpuq-r1-b", "ACTIVE", "busy", NOW)]
+        assert d.decide_losers(both_busy, F, 1, True, False).surplus == []
+
+    def test_withdrawn_request_active_slices_are_plain_tpus(self):
+        race = [member("tpuq-r1-a", "ACTIVE"), member("tpuq-r1-b", "ACTIVE"), member("tpuq-r1-c", "ACCEPTED")]
+        decision = d.decide_losers(race, F, 1, False, False)
+        assert decision.surplus == [] and names(decision.deletes) == ["tpuq-r1-c"]
+
+    def test_foreign_racer_is_never_a_loser(self):
+        race = [member("tpuq-r1-a", "ACTIVE"), member("tpuq-r1-b", "ACCEPTED", labels={}),
+                member("other-r1-c", "ACCEPTED")]
+        assert d.decide_losers(race, F, 1, True, False).deletes == []
+
+
+def tpu(tid, state, idle_for=None, entry="v4pool", fleet_name="f1"):
+    since = NOW - timedelta(seconds=idle_for) if idle_for is not None else None
+    return d.TpuDoc(tid, fleet_name, entry, state, since, f"projects/p/locations/z/queuedResources/{tid}")
+
+
+class TestIdle:
+    def test_expired_idle_is_deleted_busy_never(self):
+        f = fleet(idle=2)
+        got = d.decide_idle([tpu("a", "idle", 3), tpu("b", "idle", 1), tpu("c", "busy", 99)], f, NOW)
+        assert [t.id for t in got] == ["a"]
+
+    def test_keep_warm_keeps_the_most_recently_used(self):
+        f = fleet(idle=2, keep_warm=1)
+        got = d.decide_idle([tpu("a", "idle", 30), tpu("b", "idle", 10)], f, NOW)
+        assert [t.id for t in got] == ["a"]
+
+    def test_busy_tpus_count_towards_keep_warm(self):
+        f = fleet(idle=2, keep_warm=1)
+        assert [t.id for t in d.decide_idle([tpu("a", "idle", 30), tpu("b", "busy")], f, NOW)] == ["a"]
+        assert d.decide_idle([tpu("a", "idle", 30), tpu("b", "deleting")], f, NOW) == []
+
+    def test_entry_timeout_overrides_fleet_default(self):
+        f = fleet(idle=600, idle_timeout_seconds=5)
+        assert [t.id for t in d.decide_idle([tpu("a", "idle", 6)], f, NOW)] == ["a"]
+        assert d.decide_idle([tpu("a", "idle", 4)], f, NOW) == []
+
+    def test_default_timeout_is_the_fleets(self):
+        f = fleet()
+        assert d.decide_idle([tpu("a", "idle", 599)], f, NOW) == []
+        assert [t.id for t in d.decide_idle([tpu("a", "idle", 600)], f, NOW)] == ["a"]
+
+    def test_other_fleets_tpus_are_not_touched(self):
+        assert d.decide_idle([tpu("a", "idle", 9999, fleet_name="f2")], fleet(idle=2), NOW) == []
+
+
+class TestDead:
+    @pytest.mark.parametrize("state,dead", [("SUSPENDED", True), ("FAILED", True), ("ACTIVE", False),
+                                            ("PROVISIONING", False), ("DELETING", False), ("ACCEPTED", False)])
+    def test_queued_resource_states(self, state, dead):
+        got = d.decide_dead([qr("tpuq-r1-a", state, labels=ours(F))], F)
+        assert bool(got) is dead and all(x.force for x in got)
+
+    def test_preempted_node(self):
+        got = d.decide_dead([node("tpuq-r1-a", "PREEMPTED", labels=ours(F)), node("tpuq-r1-b", "READY",
+                                                                                  labels=ours(F))], F)
+        assert names(got) == ["tpuq-r1-a"]
+
+    def test_foreign_dead_resources_stay(self):
+        assert d.decide_dead([qr("tpuq-x", "SUSPENDED"), node("mine-x", "PREEMPTED", labels=ours(F))], F) == []
+
+
+class TestOrphans:
+    def test_grace_counts_from_first_sight(self):
+        f = fleet(grace=60)
+        orphan = qr("tpuq-lost-us-central2-b", "ACTIVE", labels=ours(f))
+        first = d.decide_orphans([orphan], set(), {}, f, NOW)
+        assert first.deletes == [] and first.first_seen == {orphan.name: NOW}
+        later = d.decide_orphans([orphan], set(), first.first_seen, f, NOW + timedelta(seconds=60))
+        assert names(later.deletes) == ["tpuq-lost-us-central2-b"] and later.first_seen == {}
+
+    def test_known_foreign_and_undeletable_are_skipped(self):
+        f = fleet(grace=0)
+        listed = [qr("tpuq-known", "ACTIVE", labels=ours(f)), qr("tpuq-prov", "PROVISIONING", labels=ours(f)),
+                  qr("tpuq-nolabel", "ACTIVE"), qr("other-x", "ACTIVE", labels=ours(f))]
+        assert d.decide_orphans(listed, {"tpuq-known"}, {}, f, NOW).deletes == []
+
+    def test_node_goes_with_its_queued_resource(self):
+        f = fleet(grace=0)
+        q = qr("tpuq-lost", "ACTIVE", labels=ours(f))
+        n = node("tpuq-lost", "READY", labels=ours(f), queued_resource=q.name)
+        lone = node("tpuq-lone", "READY", labels=ours(f))
+        assert names(d.decide_orphans([q, n, lone], set(), {}, f, NOW).deletes) == ["tpuq-lone", "tpuq-lost"]
