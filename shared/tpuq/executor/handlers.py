@@ -1,0 +1,206 @@
+"""The executor service: assignments in, attempt events out.
+
+- `/push/assignments`: assign → prepare every worker and launch (idempotent per
+  attempt); publish `started`, or `ended` when it could not start. cancel → TERM
+  then KILL on every worker; publish `ended cancelled`.
+- `/push/gcs-status`: a worker's status object was finalized → judge the attempt;
+  publish `ended` once it is decided. This is how the end of a job is noticed:
+  by event, not by polling.
+- `/push/ticks`: the backstop. Re-judges started attempts whose decision was
+  deferred (a grace for the other workers) or whose status events were lost.
+
+Each attempt has one document `executions/{job}:{attempt}` holding the
+assignment and whether its end was published, so a restarted executor (or a
+second instance) picks up where the first left off, and an outcome is published
+once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import datetime
+from functools import cached_property
+
+import paramiko
+
+from tpuq import store
+from tpuq.executor import layout
+from tpuq.executor.executor import Executor
+from tpuq.executor.objects import GcsObjectStore
+from tpuq.executor.outcome import Decided, NodeState
+from tpuq.executor.workerspec import WorkerSettings
+from tpuq.messages import Assignment, AssignmentAction, AttemptEvent, AttemptEventKind, GcsObjectEvent, Tick
+from tpuq.service import Context, Service
+
+log = logging.getLogger("tpuq.executor")
+EXECUTIONS = "executions"
+TICK_BATCH = 50
+
+
+class FirestorePinStore:
+    """Host-key pins in `tpus/{node}.host_keys`, first writer wins (a transaction per node)."""
+
+    def __init__(self, db):
+        self.db = db
+
+    def _ref(self, node: str):
+        return self.db.collection(store.TPUS).document(node.rsplit("/", 1)[-1])
+
+    def get_pins(self, node: str):
+        snap = self._ref(node).get()
+        return {int(k): v for k, v in ((snap.to_dict() or {}).get("host_keys") or {}).items()} if snap.exists else {}
+
+    def add_pins(self, node: str, pins):
+        from google.cloud import firestore
+
+        ref = self._ref(node)
+
+        @firestore.transactional
+        def merge(tx):
+            snap = ref.get(transaction=tx)
+            current = {int(k): v for k, v in ((snap.to_dict() or {}).get("host_keys") or {}).items()}
+            for worker, key in pins.items():
+                current.setdefault(int(worker), key)
+            tx.set(ref, {"host_keys": {str(k): v for k, v in current.items()}}, merge=True)
+            return current
+
+        return merge(self.db.transaction())
+
+    def forget(self, node: str) -> None:
+        from google.cloud import firestore
+
+        self._ref(node).set({"host_keys": firestore.DELETE_FIELD}, merge=True)
+
+
+def _load_private_key() -> paramiko.PKey:
+    """The executor's SSH key: a file locally (tpuq dev up makes one); in production mounted from Secret Manager."""
+    path = os.environ.get("TPUQ_SSH_PRIVATE_KEY_FILE")
+    if not path:
+        raise RuntimeError("TPUQ_SSH_PRIVATE_KEY_FILE is not set (mount the Secret Manager secret as a file)")
+    return paramiko.Ed25519Key.from_private_key_file(path)
+
+
+class ExecutorRuntime:
+    """The Executor, built once per process on first use."""
+
+    def __init__(self, clients):
+        self.clients = clients
+
+    @cached_property
+    def executor(self) -> Executor:
+        from datetime import timezone
+
+        emulator = self.clients.settings.storage_emulator
+        settings = WorkerSettings.for_emulator(emulator) if emulator else WorkerSettings()
+        key = _load_private_key()
+        return Executor(
+            ssh_user=os.environ.get("TPUQ_SSH_USER", "tpuq"),
+            ssh_key=lambda: key,
+            pin_store=FirestorePinStore(self.clients.firestore),
+            objects=GcsObjectStore(self.clients.storage),
+            clock=lambda: datetime.now(timezone.utc),
+            settings=settings,
+        )
+
+
+_RUNTIMES: dict[int, ExecutorRuntime] = {}
+
+
+def runtime(ctx: Context) -> ExecutorRuntime:
+    rt = _RUNTIMES.get(id(ctx.clients))
+    if rt is None:
+        rt = _RUNTIMES[id(ctx.clients)] = ExecutorRuntime(ctx.clients)
+    return rt
+
+
+def _execution_ref(db, job_id: str, attempt: int):
+    return db.collection(EXECUTIONS).document(store.doc_id(job_id, str(attempt)))
+
+
+def _publish_end(ctx: Context, assignment: Assignment, decided: Decided) -> None:
+    """Publish the attempt's end once: the execution document remembers that it was published."""
+    ref = _execution_ref(ctx.clients.firestore, assignment.job_id, assignment.attempt)
+    snap = ref.get()
+    if snap.exists and (snap.to_dict() or {}).get("ended"):
+        return
+    ctx.publish("attempt-events", AttemptEvent(
+        kind=AttemptEventKind.ended, job_id=assignment.job_id, attempt=assignment.attempt,
+        attempt_id=assignment.attempt_id, node=assignment.node, outcome=decided.outcome,
+        detail=(decided.detail or "")[:8000], exit_codes=decided.exit_codes, at=ctx.now()))
+    ref.set({"ended": True, "outcome": decided.outcome.value, "detail": (decided.detail or "")[:2000],
+             "ended_at": ctx.now()}, merge=True)
+    log.info("attempt %s ended: %s", assignment.attempt_id, decided.outcome.value)
+
+
+def on_assignment(assignment: Assignment, ctx: Context) -> None:
+    db = ctx.clients.firestore
+    ref = _execution_ref(db, assignment.job_id, assignment.attempt)
+    executor = runtime(ctx).executor
+    if assignment.action is AssignmentAction.cancel:
+        stored = ref.get().to_dict() or {}
+        original = Assignment.model_validate(stored["assignment"]) if stored.get("assignment") else assignment
+        _publish_end(ctx, original, executor.cancel_attempt(original, reason="cancelled by user"))
+        return
+    snap = ref.get()
+    if snap.exists and (snap.to_dict() or {}).get("ended"):
+        return  # a redelivery of an attempt that is over
+    ref.set({"job_id": assignment.job_id, "attempt": assignment.attempt, "attempt_id": assignment.attempt_id,
+             "node": assignment.node, "assignment": assignment.model_dump(mode="json"), "state": "starting",
+             "ended": False, "received_at": ctx.now()}, merge=True)
+    result = executor.start_attempt(assignment)
+    if result.outcome is not None:
+        _publish_end(ctx, assignment, result.outcome)
+        return
+    ref.set({"state": "started", "started_at": ctx.now()}, merge=True)
+    if not result.already:
+        ctx.publish("attempt-events", AttemptEvent(
+            kind=AttemptEventKind.started, job_id=assignment.job_id, attempt=assignment.attempt,
+            attempt_id=assignment.attempt_id, node=assignment.node, at=ctx.now()))
+
+
+def _node_state(db, node: str) -> NodeState:
+    snap = db.collection(store.TPUS).document(node.rsplit("/", 1)[-1]).get()
+    if not snap.exists:
+        return NodeState.unknown
+    return NodeState.preempted if (snap.to_dict() or {}).get("state") == "gone" else NodeState.ready
+
+
+def _judge(ctx: Context, stored: dict) -> None:
+    assignment = Assignment.model_validate(stored["assignment"])
+    decision = runtime(ctx).executor.read_outcome(assignment, _node_state(ctx.clients.firestore, assignment.node))
+    if isinstance(decision, Decided):
+        _publish_end(ctx, assignment, decision)
+
+
+def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:
+    ref_name = layout.parse_status_object_name(event.name)
+    if ref_name is None:
+        return  # not a status object: bundles, logs, submitted job files
+    snap = _execution_ref(ctx.clients.firestore, ref_name.job_id, ref_name.attempt).get()
+    stored = snap.to_dict() or {}
+    if not snap.exists or stored.get("ended") or not stored.get("assignment"):
+        return
+    _judge(ctx, stored)
+
+
+def on_tick(tick: Tick, ctx: Context) -> None:
+    from google.cloud import firestore
+
+    query = (ctx.clients.firestore.collection(EXECUTIONS)
+             .where(filter=firestore.FieldFilter("ended", "==", False)).limit(TICK_BATCH))
+    for snap in query.stream():
+        stored = snap.to_dict() or {}
+        if stored.get("state") == "started" and stored.get("assignment"):
+            try:
+                _judge(ctx, stored)
+            except Exception:  # noqa: BLE001 - one bad attempt must not stop the backstop for the others
+                log.exception("tick: could not judge %s", snap.id)
+
+
+def build_service() -> Service:
+    return Service(name="executor", handlers={
+        "/push/assignments": on_assignment,
+        "/push/gcs-status": on_status_object,
+        "/push/ticks": on_tick,
+    })
