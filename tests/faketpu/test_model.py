@@ -317,3 +317,25 @@ def test_paging():
         page, token = w.list_queued_resources(P, Z, 2, token)
         seen += [q.qr_id for q in page]
     assert seen == [f"q{i}" for i in range(5)]
+
+
+def test_valid_until_time_and_spot_spellings():
+    w, clock = world()
+    b = body(tier="guaranteed")
+    b["queueingPolicy"] = {"validUntilTime": "2025-01-01T00:00:03Z"}  # ManualClock starts at 2025-01-01T00:00:00Z
+    w.create_queued_resource(P, Z, "timed", b, None)
+    assert w.get_queued_resource(P, Z, "timed").valid_until == 3
+    for qr_id, tier_fields in [("best", {"bestEffort": {}}), ("model", {"provisioningModel": "SPOT"})]:
+        b = body(node_id=f"{qr_id}-n", tier="guaranteed")
+        del b["guaranteed"]
+        b.update(tier_fields)
+        w.create_queued_resource(P, Z, qr_id, b, None)
+        assert w.get_queued_resource(P, Z, qr_id).spot
+
+
+def test_dash_location_lists_every_zone():
+    w, _ = world({"zones": {Z: {"quota": {"v4": {"spot": 32}}}, Z2: {"quota": {"v4": {"spot": 32}}}}})
+    create(w, "a", zone=Z, node_id="na")
+    create(w, "b", zone=Z2, node_id="nb")
+    items, token = w.list_queued_resources(P, "-")
+    assert sorted(q.qr_id for q in items) == ["a", "b"] and token == ""
