@@ -1,21 +1,210 @@
-"""The scheduler service: thin handlers from topics to the pure core and the store."""
+"""The scheduler service: thin handlers from topics to the pure core and the store.
+
+Each handler decodes (the adapter did), loads the few documents it needs,
+asks a pure function in `lifecycle` / `capacity` / `plan` what to do, commits
+with preconditions and publishes. Every handler is idempotent: a redelivered
+message, or an event for an attempt that is no longer current, writes nothing.
+"""
 
 from __future__ import annotations
 
 import logging
 
+from tpuq import store
+from tpuq.errors import Permanent, Retryable
+from tpuq.fleet import FleetFile, RetryBudgets
+from tpuq.fleetstore import load_fleet
 from tpuq.jobspec import PublishedJob
-from tpuq.scheduler import intake
+from tpuq.messages import (
+    AssignmentAction,
+    AttemptEvent,
+    AttemptEventKind,
+    AttemptOutcome,
+    CancelRequest,
+    FleetEvent,
+    FleetEventKind,
+    Tick,
+)
+from tpuq.scheduler import capacity, intake, lifecycle
+from tpuq.scheduler.optimistic import WriteSet, read_decide_commit
+from tpuq.scheduler.plan import short_node_name
+from tpuq.scheduler.scheduling import release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
+
+NODE_LOST = (FleetEventKind.suspended, FleetEventKind.gone, FleetEventKind.failed)
+
+
+def fleet_in_force(ctx: Context) -> FleetFile | None:
+    """The stored fleet; None before any is stored: jobs are still queued and matched, nothing is claimed."""
+    try:
+        return load_fleet(ctx.clients.firestore)
+    except Retryable as e:
+        log.warning("%s", e)
+        return None
+
+
+def _budgets(fleet: FleetFile | None) -> RetryBudgets:
+    return fleet.retry if fleet else RetryBudgets()
+
+
+def _jobs(ctx: Context):
+    return ctx.clients.firestore.collection(store.JOBS)
+
+
+def _tpus(ctx: Context):
+    return ctx.clients.firestore.collection(store.TPUS)
+
+
+# -------------------------------------------------------------------- jobs
 
 
 def on_job(job: PublishedJob, ctx: Context) -> None:
     source = ctx.attributes.get("source", "pubsub")
     job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now())
     log.info("job %s %s (source %s)", job_id, "stored as pending" if created else "already stored", source)
+    # Also on a redelivery: the pass after the first delivery may not have run.
+    scheduling_pass(ctx, fleet_in_force(ctx), trigger_job_ids=[job_id])
+
+
+# ------------------------------------------------------------ fleet events
+
+
+def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
+    fleet = fleet_in_force(ctx)
+    if event.kind is FleetEventKind.active:
+        if not event.node:
+            raise Permanent("an ACTIVE fleet event must name its node", field="node")
+        _record_active(event, fleet, ctx)
+        if event.request_id:
+            release_request(ctx, event.request_id)
+        scheduling_pass(ctx, fleet)
+    elif event.kind in NODE_LOST and event.node:
+        if _record_node_lost(event, fleet, ctx):
+            scheduling_pass(ctx, fleet)
+    elif event.kind is FleetEventKind.failed and event.request_id:
+        # The claimer gave up on the request before any node existed: say why on the job.
+        cause = event.failure_class.value if event.failure_class else "unknown"
+        release_request(ctx, event.request_id, blocked=f"capacity request failed ({cause}): {event.failure_message}")
+    # PROVISIONING / WAITING_FOR_RESOURCES change nothing here.
+
+
+def _record_active(event: FleetEvent, fleet, ctx: Context) -> None:
+    ref = _tpus(ctx).document(short_node_name(event.node))
+
+    def decide(tpu):
+        return WriteSet().update(tpu, lifecycle.tpu_on_active(tpu.to_dict(), event, fleet, ctx.now())), None
+
+    read_decide_commit(ctx.clients.firestore, [ref], decide)
+
+
+def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
+    """TPU -> gone; an attempt on it counts as preempted (once). True if a job went back to pending."""
+    tpu_ref = _tpus(ctx).document(short_node_name(event.node))
+    tpu = tpu_ref.get().to_dict() or {}
+    job_ref = _jobs(ctx).document(tpu["job_id"]) if tpu.get("job_id") else None
+
+    def decide(tpu_snap, job_snap=None):
+        now = ctx.now()
+        writes = WriteSet().update(tpu_snap, lifecycle.tpu_on_gone(tpu_snap.to_dict(), event, now))
+        tpu_doc = tpu_snap.to_dict() or {}
+        attempt_id = tpu_doc.get("attempt_id")
+        if job_snap is None or not attempt_id or (job_snap.to_dict() or {}).get("attempt_id") != attempt_id:
+            return writes, None
+        end = lifecycle.attempt_ended(
+            job_snap.to_dict(),
+            int((job_snap.to_dict() or {}).get("attempt")),
+            AttemptOutcome.preempted,
+            f"TPU {tpu_doc.get('short')} {event.kind.value}",
+            _budgets(fleet),
+            now,
+            ctx.rng,
+        )
+        attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str((job_snap.to_dict() or {}).get("attempt")))
+        return writes.update(job_snap, end.job).merge(attempt_ref, end.attempt), end
+
+    refs = [tpu_ref] + ([job_ref] if job_ref else [])
+    end = read_decide_commit(ctx.clients.firestore, refs, decide)
+    return bool(end and end.job and end.job["state"] == "pending")
+
+
+# ---------------------------------------------------------- attempt events
+
+
+def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
+    db = ctx.clients.firestore
+    job_ref = _jobs(ctx).document(event.job_id)
+    attempt_ref = job_ref.collection(store.ATTEMPTS).document(str(event.attempt))
+    if event.kind is AttemptEventKind.started:
+
+        def decide_started(job):
+            job_fields, attempt_fields = lifecycle.attempt_started(job.to_dict(), event.attempt, ctx.now())
+            return WriteSet().update(job, job_fields).merge(attempt_ref, attempt_fields), None
+
+        read_decide_commit(db, [job_ref], decide_started)
+        return
+
+    if event.outcome is None:
+        raise Permanent("an ended attempt event needs an outcome", field="outcome")
+    fleet = fleet_in_force(ctx)
+    tpu_ref = _tpus(ctx).document(short_node_name(event.node))
+
+    def decide_ended(job, tpu):
+        now = ctx.now()
+        end = lifecycle.attempt_ended(job.to_dict(), event.attempt, event.outcome, event.detail, _budgets(fleet), now,
+                                      ctx.rng)
+        freed = lifecycle.tpu_freed(tpu.to_dict(), event.attempt_id, now)
+        writes = WriteSet().update(job, end.job).merge(attempt_ref, end.attempt).update(tpu, freed)
+        return writes, (end, freed)
+
+    end, freed = read_decide_commit(db, [job_ref, tpu_ref], decide_ended)
+    log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,
+             end.job["state"] if end.job else "unchanged", "freed" if freed else "unchanged")
+    if freed or (end.job and end.job["state"] == "pending"):
+        scheduling_pass(ctx, fleet)
+
+
+# ------------------------------------------------------------------ cancel
+
+
+def on_cancel(request: CancelRequest, ctx: Context) -> None:
+    db = ctx.clients.firestore
+    job_ref = _jobs(ctx).document(request.job_id)
+
+    def decide(job):
+        if not job.exists:
+            raise Permanent(f"no job {request.job_id!r} is stored", field="job_id")
+        decision = lifecycle.cancel(job.to_dict(), request.reason, ctx.now())
+        return WriteSet().update(job, decision.job), (decision, job.to_dict())
+
+    decision, job = read_decide_commit(db, [job_ref], decide)
+    if decision.withdraw_request_id:
+        fleet = fleet_in_force(ctx)
+        fleet_name = fleet.name if fleet else "unknown"
+        ctx.publish("capacity", capacity.withdrawal(decision.withdraw_request_id, fleet_name, ctx.now()))
+    if decision.stop_attempt:
+        # Sent on every delivery: the executor stops an attempt id at most once, and a crash
+        # after the write above must not lose the stop.
+        ctx.publish("assignments", lifecycle.assignment_message(job, [], ctx.now(), AssignmentAction.cancel))
+
+
+# -------------------------------------------------------------------- tick
+
+
+def on_tick(tick: Tick, ctx: Context) -> None:
+    republish_stale_assignments(ctx)
+    scheduling_pass(ctx, fleet_in_force(ctx), full=True)
 
 
 def build_service() -> Service:
-    return Service(name="scheduler", handlers={"/push/jobs": on_job})
+    return Service(
+        name="scheduler",
+        handlers={
+            "/push/jobs": on_job,
+            "/push/fleet-events": on_fleet_event,
+            "/push/attempt-events": on_attempt_event,
+            "/push/cancels": on_cancel,
+            "/push/ticks": on_tick,
+        },
+    )

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, Iterable
 
-from tpuq.fleet import FleetFile
+from tpuq.fleet import FleetEntry, FleetFile
 from tpuq.jobspec import JobSpec, Priority
 from tpuq.tputypes import canonical_name, zone_region
 
@@ -163,17 +163,21 @@ def fleet_options(job: PendingJob, fleet: FleetFile | None) -> int:
     """
     if job.tpu_name is not None:
         return 1
+    return sum(entry.max_slices for entry in eligible_entries(job, fleet))
+
+
+def eligible_entries(job: PendingJob, fleet: FleetFile | None) -> list[FleetEntry]:
+    """The fleet entries whose slices `job` could run on: its type, in a zone it may use."""
     if fleet is None:
-        return 0
-    total = 0
-    for entry in fleet.tpus:
-        if entry.type not in job.types:
-            continue
-        if any(
+        return []
+    return [
+        entry
+        for entry in fleet.tpus
+        if entry.type in job.types
+        and any(
             (job.zone is None or job.zone == zone) and job.region_allowed(zone_region(zone)) for zone in entry.zones
-        ):
-            total += entry.max_slices
-    return total
+        )
+    ]
 
 
 def order_key(job: PendingJob, options: int) -> tuple:

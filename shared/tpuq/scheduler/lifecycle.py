@@ -1,0 +1,336 @@
+"""Pure decisions on stored documents: what a job, its attempt and a TPU become after an event.
+
+Every function takes plain documents (dicts as Firestore returns them, or None
+when absent), the event, and the clock / randomness, and returns the fields to
+write (None: write nothing). The handlers read the documents, call these and
+commit the result with `optimistic.commit_if_unchanged`; nothing here touches
+a client. An event that the job's state does not allow (a redelivery, a stale
+attempt) yields no writes: `jobstate.transition` is the only judge.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tpuq.fleet import FleetFile, RetryBudgets
+from tpuq.jobspec import JobSpec, PublishedJob
+from tpuq.jobstate import IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
+from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FleetEvent, WorkerEndpoint
+from tpuq.scheduler.plan import Match, short_node_name
+from tpuq.tputypes import canonical_name, zone_region
+
+Doc = dict[str, Any]
+
+# tpus/{short}.state
+TPU_IDLE, TPU_BUSY, TPU_DELETING, TPU_GONE = "idle", "busy", "deleting", "gone"
+
+
+def attempt_id_for(job_id: str, attempt: int) -> str:
+    return f"{job_id}-{attempt}"
+
+
+def job_bucket_for(spec: JobSpec, region: str, runner_bucket: str | None) -> str:
+    """The job's bucket in `region`, or the runner bucket when the job lists none."""
+    bucket = spec.bucket_for_region(region)
+    if bucket:
+        return bucket
+    if spec.buckets:  # plan() only offers regions of the job's buckets; reaching here is a bug upstream
+        raise ValueError(f"job has no bucket in region {region}")
+    if not runner_bucket:
+        raise ValueError("the job lists no bucket and no runner bucket is configured (TPUQ_RUNNER_BUCKET)")
+    return runner_bucket if runner_bucket.startswith("gs://") else f"gs://{runner_bucket}"
+
+
+def attempt_gcs_dir(job_bucket: str, job_id: str, attempt: int) -> str:
+    return f"{job_bucket}/tpuq/jobs/{job_id}/attempts/{attempt}"
+
+
+def checkpoint_gcs_dir(job_bucket: str, job_id: str) -> str:
+    """Fixed across attempts, so a retry resumes from the checkpoints of the one before."""
+    return f"{job_bucket}/tpuq/jobs/{job_id}/checkpoints"
+
+
+# --------------------------------------------------------------------- TPUs
+
+
+def entry_for(fleet: FleetFile | None, event: FleetEvent) -> str | None:
+    """The fleet entry a node belongs to: the claimer says so, else the first entry of its type and zone."""
+    if event.entry_id or fleet is None:
+        return event.entry_id
+    node_type = canonical_name(event.type)
+    entry = next((e for e in fleet.tpus if e.type == node_type and event.zone in e.zones), None)
+    return entry.id if entry else None
+
+
+def _node_identity(event: FleetEvent, entry_id: str | None) -> Doc:
+    assert event.node
+    return {
+        "name": event.node,
+        "short": short_node_name(event.node),
+        "fleet": event.fleet,
+        "zone": event.zone,
+        "region": zone_region(event.zone),
+        "type": canonical_name(event.type),
+        "entry_id": entry_id,
+        "request_id": event.request_id,
+        "queued_resource": event.queued_resource,
+    }
+
+
+def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | None, now: datetime) -> Doc | None:
+    """An ACTIVE node: a new idle TPU, or fresher endpoints for a known one (never resets a busy TPU)."""
+    if not event.node:
+        return None
+    if existing is not None and existing.get("state") == TPU_GONE:
+        return None  # gone is final: an ACTIVE that arrives late (or is redelivered) must not revive it
+    details = {
+        **_node_identity(event, entry_for(fleet, event)),
+        "endpoints": [e.model_dump(mode="json", exclude_none=True) for e in event.endpoints],
+        "chips": event.chips,
+        "hosts": event.hosts,
+        "spot": event.spot,
+    }
+    if existing is None:
+        return {
+            **details,
+            "state": TPU_IDLE,
+            "job_id": None,
+            "attempt_id": None,
+            "idle_since": now,
+            "created_at": now,
+            "updated_at": now,
+        }
+    changed = {k: v for k, v in details.items() if existing.get(k) != v and v is not None}
+    return {**changed, "updated_at": now} if changed else None
+
+
+def tpu_on_gone(existing: Doc | None, event: FleetEvent, now: datetime) -> Doc | None:
+    """SUSPENDED / GONE / FAILED for a node: the TPU is gone (recorded even if never seen ACTIVE)."""
+    if existing is not None and existing.get("state") == TPU_GONE:
+        return None
+    fields: Doc = {"state": TPU_GONE, "gone_at": now, "gone_reason": event.kind.value, "updated_at": now}
+    if existing is None:
+        fields |= {
+            **_node_identity(event, event.entry_id),
+            "job_id": None,
+            "attempt_id": None,
+            "created_at": now,
+        }
+    return fields
+
+
+def tpu_freed(tpu: Doc | None, attempt_id: str, now: datetime) -> Doc | None:
+    """A TPU busy with this attempt becomes idle; any other TPU state is left alone."""
+    if tpu is None or tpu.get("state") != TPU_BUSY or tpu.get("attempt_id") != attempt_id:
+        return None
+    return {"state": TPU_IDLE, "job_id": None, "attempt_id": None, "idle_since": now, "updated_at": now}
+
+
+# -------------------------------------------------------------- assignment
+
+
+@dataclass(frozen=True)
+class AssignmentWrites:
+    job: Doc
+    tpu: Doc
+    attempt: Doc
+    message: Assignment
+    withdraw_request_id: str | None  # the job's capacity request, now unneeded
+
+
+def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now: datetime) -> AssignmentWrites | None:
+    """Pending job + idle TPU -> assigned attempt n+1 on a busy TPU; None when either has moved on."""
+    if tpu.get("state") != TPU_IDLE:
+        return None
+    try:
+        transition(job["state"], JobEvent.assign)
+    except IllegalTransition:
+        return None
+    job_id = job["id"]
+    spec = PublishedJob.model_validate(job["spec"])
+    n = int(job.get("attempt") or 0) + 1
+    attempt_id = attempt_id_for(job_id, n)
+    bucket = job_bucket_for(spec, match.region, runner_bucket)
+    checkpoints = job.get("checkpoint_gcs_dir") if job.get("pinned_region") == match.region else None
+    checkpoints = checkpoints or checkpoint_gcs_dir(bucket, job_id)
+    attempt_dir = attempt_gcs_dir(bucket, job_id, n)
+    node = tpu["name"]
+    served = (job.get("capacity_request") or {}).get("id")
+    return AssignmentWrites(
+        job={
+            "state": JobState.assigned.value,
+            "attempt": n,
+            "attempts": n,
+            "attempt_id": attempt_id,
+            "tpu": node,
+            "zone": match.zone,
+            "region": match.region,
+            "job_bucket": bucket,
+            "attempt_gcs_dir": attempt_dir,
+            "checkpoint_gcs_dir": checkpoints,
+            "assigned_at": now,
+            "not_before": None,
+            "capacity_request": None,
+            "blocked": None,
+            "cancel_requested": False,
+            "updated_at": now,
+        },
+        tpu={"state": TPU_BUSY, "job_id": job_id, "attempt_id": attempt_id, "busy_since": now, "updated_at": now},
+        attempt={
+            "attempt": n,
+            "attempt_id": attempt_id,
+            "tpu": node,
+            "zone": match.zone,
+            "region": match.region,
+            "state": JobState.assigned.value,
+            "outcome": None,
+            "detail": None,
+            "assigned_at": now,
+            "started_at": None,
+            "ended_at": None,
+        },
+        message=Assignment(
+            job_id=job_id,
+            attempt=n,
+            attempt_id=attempt_id,
+            node=node,
+            zone=match.zone,
+            endpoints=[WorkerEndpoint.model_validate(e) for e in tpu.get("endpoints") or []],
+            job=spec,
+            job_bucket=bucket,
+            attempt_gcs_dir=attempt_dir,
+            checkpoint_gcs_dir=checkpoints,
+            at=now,
+        ),
+        withdraw_request_id=served if served and served != tpu.get("request_id") else None,
+    )
+
+
+def assignment_message(job: Doc, tpu_endpoints: list[Doc], now: datetime, action=AssignmentAction.assign) -> Assignment:
+    """The Assignment for the job's current attempt, rebuilt from its document (cancel, republish)."""
+    run = action is AssignmentAction.assign
+    return Assignment(
+        action=action,
+        job_id=job["id"],
+        attempt=job["attempt"],
+        attempt_id=job["attempt_id"],
+        node=job["tpu"],
+        zone=job["zone"],
+        endpoints=[WorkerEndpoint.model_validate(e) for e in tpu_endpoints] if run else [],
+        job=PublishedJob.model_validate(job["spec"]) if run else None,
+        job_bucket=job.get("job_bucket") if run else None,
+        attempt_gcs_dir=job.get("attempt_gcs_dir") if run else None,
+        checkpoint_gcs_dir=job.get("checkpoint_gcs_dir") if run else None,
+        at=now,
+    )
+
+
+# ---------------------------------------------------------------- attempts
+
+
+def _is_current(job: Doc | None, attempt: int) -> bool:
+    return job is not None and int(job.get("attempt") or 0) == attempt
+
+
+def attempt_started(job: Doc | None, attempt: int, now: datetime) -> tuple[Doc | None, Doc | None]:
+    """(job fields, attempt fields) for `started`: assigned -> running, pinning the region."""
+    if not _is_current(job, attempt):
+        return None, None
+    try:
+        state = transition(job["state"], JobEvent.start)
+    except IllegalTransition:
+        return None, None
+    return (
+        {"state": state.value, "started_at": now, "pinned_region": job.get("region"), "updated_at": now},
+        {"state": state.value, "started_at": now},
+    )
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    job: Doc | None  # None: stale or repeated event, the job is left alone
+    attempt: Doc | None
+    decision: RetryDecision | None
+
+
+def attempt_ended(
+    job: Doc | None,
+    attempt: int,
+    outcome: AttemptOutcome,
+    detail: str | None,
+    budgets: RetryBudgets,
+    now: datetime,
+    rng: random.Random,
+) -> AttemptEnd:
+    """The job after its attempt `attempt` ended: finished, failed, cancelled, or back to pending."""
+    if not _is_current(job, attempt):
+        return AttemptEnd(None, None, None)
+    assert job is not None
+    spec = job.get("spec") or {}
+    decision = retry_decision(
+        outcome,
+        int(job.get("preemptions") or 0),
+        int(job.get("infra_failures") or 0),
+        budgets,
+        spec.get("max_preemptions"),
+        spec.get("max_infra_retries"),
+        now,
+        rng,
+    )
+    try:
+        state = transition(job["state"], decision.event)
+    except IllegalTransition:
+        return AttemptEnd(None, None, None)  # the attempt already ended: only the first report counts
+    fields: Doc = {"state": state.value, "updated_at": now, "cancel_requested": False}
+    if state is JobState.pending:
+        counter = "preemptions" if outcome is AttemptOutcome.preempted else "infra_failures"
+        fields |= {
+            counter: int(job.get(counter) or 0) + 1,
+            "not_before": decision.not_before,
+            # The attempt may have written checkpoints in its region: retries stay there.
+            "pinned_region": job.get("pinned_region") or job.get("region"),
+            "reason": f"{decision.reason}: {detail}" if detail else decision.reason,
+            "tpu": None,
+        }
+    else:
+        reason = detail if outcome in (AttemptOutcome.failed, AttemptOutcome.failed_setup) and detail else None
+        fields |= {"reason": reason or decision.reason, "finished_at": now}
+        if state is JobState.cancelled and job.get("cancel_reason"):
+            fields["reason"] = job["cancel_reason"]
+    attempt_fields = {"state": "ended", "outcome": outcome.value, "detail": detail, "ended_at": now}
+    return AttemptEnd(fields, attempt_fields, decision)
+
+
+# ------------------------------------------------------------------ cancel
+
+
+@dataclass(frozen=True)
+class CancelDecision:
+    job: Doc | None
+    withdraw_request_id: str | None = None
+    stop_attempt: bool = False  # tell the executor to stop the running attempt
+
+
+def cancel(job: Doc, reason: str, now: datetime) -> CancelDecision:
+    state = JobState(job["state"])
+    if state.terminal:
+        return CancelDecision(None)
+    if state is JobState.pending:
+        return CancelDecision(
+            {
+                "state": JobState.cancelled.value,
+                "reason": reason,
+                "capacity_request": None,
+                "finished_at": now,
+                "updated_at": now,
+            },
+            withdraw_request_id=(job.get("capacity_request") or {}).get("id"),
+        )
+    # assigned / running: the executor stops it and reports `ended cancelled`, which ends the job.
+    fields = None
+    if not job.get("cancel_requested"):
+        fields = {"cancel_requested": True, "cancel_reason": reason, "updated_at": now}
+    return CancelDecision(fields, stop_attempt=True)

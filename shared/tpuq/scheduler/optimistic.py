@@ -1,0 +1,80 @@
+"""Small multi-document transactions that never wait on a lock.
+
+A write set is committed as one atomic batch in which every document read
+carries a precondition: "unchanged since I read it" (its update time) or
+"still absent". Either every write lands or none does, and a concurrent writer
+(another scheduler instance, the janitor's transaction) makes the commit fail
+at once with FailedPrecondition instead of holding a read lock. That is what a
+Firestore transaction guarantees for these few documents, without its cost
+here: the emulator locks on read and every conflict stalls ~2 s, and two
+scheduler instances running the same deterministic plan would conflict on
+every pair they both try to assign.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+from google.api_core.exceptions import Aborted, AlreadyExists, Conflict, FailedPrecondition
+
+from tpuq.errors import Retryable
+
+T = TypeVar("T")
+_LOST = (FailedPrecondition, AlreadyExists, Aborted, Conflict)
+
+
+@dataclass
+class WriteSet:
+    """Writes guarded by the snapshots they were decided from."""
+
+    guarded: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # (snapshot, fields)
+    unguarded: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # (reference, fields), merged
+
+    def update(self, snapshot, fields: dict[str, Any] | None) -> "WriteSet":
+        """Write `fields` to the snapshot's document only if it has not changed since the snapshot."""
+        if fields:
+            self.guarded.append((snapshot, fields))
+        return self
+
+    def merge(self, reference, fields: dict[str, Any] | None) -> "WriteSet":
+        """A write that needs no guard of its own (a child of a guarded document)."""
+        if fields:
+            self.unguarded.append((reference, fields))
+        return self
+
+    def __bool__(self) -> bool:
+        return bool(self.guarded or self.unguarded)
+
+
+def commit_if_unchanged(db, writes: WriteSet) -> bool:
+    """Commit atomically; False when any guarded document changed (or appeared) meanwhile."""
+    if not writes:
+        return True
+    batch = db.batch()
+    for snap, fields in writes.guarded:
+        if snap.exists:
+            batch.update(snap.reference, fields, option=db.write_option(last_update_time=snap.update_time))
+        else:
+            batch.create(snap.reference, fields)
+    for ref, fields in writes.unguarded:
+        batch.set(ref, fields, merge=True)
+    try:
+        batch.commit()
+    except _LOST:
+        return False
+    return True
+
+
+def read_decide_commit(db, refs: list, decide: Callable[..., tuple[WriteSet, T]], attempts: int = 6) -> T:
+    """Read `refs`, let `decide(*snapshots)` choose writes, commit them unless something changed; repeat.
+
+    `decide` must be pure apart from its arguments: it runs again on fresh
+    snapshots whenever a concurrent writer won.
+    """
+    for _ in range(attempts):
+        snaps = [ref.get() for ref in refs]
+        writes, result = decide(*snaps)
+        if commit_if_unchanged(db, writes):
+            return result
+    raise Retryable(f"documents {[r.path for r in refs]} kept changing; will retry")

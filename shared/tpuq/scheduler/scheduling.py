@@ -1,0 +1,255 @@
+"""The scheduling pass: read pending jobs and idle TPUs, plan, assign, ask for capacity.
+
+A pass reads only what it needs, through indexed queries (see
+infra/firestore.indexes.json): idle TPUs, then pending jobs in queue order.
+With no idle TPU and a pass triggered by one job, only that job is read, since
+the only thing left to decide is its capacity request. A pass writes only the
+job and TPU pairs it assigns and the jobs it asks capacity for; no document is
+written by every pass.
+
+Two scheduler instances may run the same pass at once and plan the same pairs.
+Each pair is committed with preconditions on both documents
+(`optimistic.commit_if_unchanged`), so one wins and the other's commit fails
+at once; the loser plans again on fresh reads, a bounded number of rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterable
+
+from google.cloud.firestore import FieldFilter, Query
+
+from tpuq import store
+from tpuq.fleet import FleetFile
+from tpuq.jobspec import JobSpec
+from tpuq.messages import AssignmentAction
+from tpuq.scheduler import capacity, lifecycle
+from tpuq.scheduler.optimistic import WriteSet, commit_if_unchanged
+from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan, short_node_name
+from tpuq.service import Context
+
+log = logging.getLogger("tpuq.scheduler")
+
+PENDING_LIMIT = 2000
+IDLE_LIMIT = 2000
+MAX_ROUNDS = 3  # plan again after losing pairs to another instance, at most this often per message
+LIVE_TPU_STATES = [lifecycle.TPU_IDLE, lifecycle.TPU_BUSY, lifecycle.TPU_DELETING]
+REPUBLISH_ASSIGNMENT_AFTER = timedelta(minutes=5)
+
+
+@dataclass
+class PassReport:
+    assigned: int = 0
+    lost: int = 0
+    requested: int = 0
+    withdrawn: int = 0
+    rounds: int = 0
+
+
+# ------------------------------------------------------------------ reads
+
+
+def idle_tpu_snapshots(db) -> list:
+    q = db.collection(store.TPUS).where(filter=FieldFilter("state", "==", lifecycle.TPU_IDLE)).limit(IDLE_LIMIT)
+    return list(q.stream())
+
+
+def pending_job_snapshots(db) -> list:
+    q = (
+        db.collection(store.JOBS)
+        .where(filter=FieldFilter("state", "==", "pending"))
+        .order_by("priority_rank", direction=Query.DESCENDING)
+        .order_by("submit_time")
+        .limit(PENDING_LIMIT)
+    )
+    return list(q.stream())
+
+
+def job_snapshots(db, job_ids: Iterable[str]) -> list:
+    refs = [db.collection(store.JOBS).document(j) for j in dict.fromkeys(job_ids)]
+    return [s for s in db.get_all(refs) if s.exists] if refs else []
+
+
+def jobs_with_request(db, request_id: str) -> list:
+    q = db.collection(store.JOBS).where(filter=FieldFilter("capacity_request.id", "==", request_id)).limit(10)
+    return list(q.stream())
+
+
+def _count(query) -> int:
+    return int(query.count().get()[0][0].value)
+
+
+def live_tpus_of(db, entry_id: str) -> int:
+    tpus = db.collection(store.TPUS)
+    return _count(
+        tpus.where(filter=FieldFilter("entry_id", "==", entry_id)).where(filter=FieldFilter("state", "in", LIVE_TPU_STATES))
+    )
+
+
+def open_requests_of(db, entry_id: str) -> int:
+    return _count(db.collection(store.JOBS).where(filter=FieldFilter("capacity_request.entry_id", "==", entry_id)))
+
+
+def pending_job(doc: dict) -> PendingJob:
+    return PendingJob.from_spec(
+        JobSpec.model_validate(doc["spec"]),
+        doc["submit_time"],
+        job_id=doc["id"],
+        pinned_region=doc.get("pinned_region"),
+        not_before=doc.get("not_before"),
+    )
+
+
+def idle_tpu(doc: dict) -> IdleTpu:
+    return IdleTpu(doc["name"], doc["type"], doc["zone"], doc.get("region") or "", doc.get("entry_id"))
+
+
+# ------------------------------------------------------------------- pass
+
+
+def scheduling_pass(ctx: Context, fleet: FleetFile | None, trigger_job_ids: Iterable[str] = (), full: bool = False) -> PassReport:
+    """Plan and apply; `full` reads every pending job even when no TPU is idle (ticks)."""
+    db = ctx.clients.firestore
+    report = PassReport()
+    trigger_job_ids = list(trigger_job_ids)
+    for _ in range(MAX_ROUNDS):
+        report.rounds += 1
+        tpu_snaps = idle_tpu_snapshots(db)
+        if tpu_snaps or full:
+            job_snaps = pending_job_snapshots(db)
+        else:
+            job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if (s.to_dict() or {}).get("state") == "pending"]
+        lost_before = report.lost
+        _apply_plan(ctx, fleet, job_snaps, tpu_snaps, report)
+        if report.lost == lost_before:
+            break
+        full = True  # another instance took some pairs: look at everything again
+    log.info("pass: %s", report)
+    return report
+
+
+def _apply_plan(ctx: Context, fleet: FleetFile | None, job_snaps: list, tpu_snaps: list, report: PassReport) -> None:
+    now = ctx.now()
+    jobs: dict[str, tuple[object, PendingJob]] = {}
+    for snap in job_snaps:
+        try:
+            jobs[snap.id] = (snap, pending_job(snap.to_dict()))
+        except Exception:  # noqa: BLE001 - one bad stored job must not stop the queue
+            log.exception("job %s cannot be scheduled: its stored spec does not validate", snap.id)
+    tpus = {(snap.to_dict() or {}).get("name"): snap for snap in tpu_snaps}
+    result = plan([pj for _, pj in jobs.values()], [idle_tpu(s.to_dict()) for s in tpu_snaps], fleet, now)
+
+    for match in result.matches:
+        job_snap, tpu_snap = jobs[match.job_id][0], tpus[match.tpu_name]
+        if _assign(ctx, fleet, job_snap, tpu_snap, match, now, report):
+            report.assigned += 1
+        else:
+            report.lost += 1
+
+    waiting = []
+    for job_id in result.unmatched_job_ids:
+        snap, pj = jobs[job_id]
+        if pj.tpu_name is None and not (snap.to_dict() or {}).get("capacity_request"):
+            waiting.append((snap, pj))
+    if waiting and fleet is not None:  # without a fleet there is nothing to claim from
+        _ask_for_capacity(ctx, fleet, waiting, now, report)
+
+
+def _assign(ctx: Context, fleet: FleetFile | None, job_snap, tpu_snap, match, now, report: PassReport) -> bool:
+    db = ctx.clients.firestore
+    runner_bucket = ctx.clients.settings.runner_bucket or (fleet.runner_bucket if fleet else None)
+    writes = lifecycle.assignment(job_snap.to_dict(), tpu_snap.to_dict(), match, runner_bucket, now)
+    if writes is None:
+        return False
+    attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(writes.message.attempt))
+    batch = WriteSet().update(job_snap, writes.job).update(tpu_snap, writes.tpu).merge(attempt_ref, writes.attempt)
+    if not commit_if_unchanged(db, batch):
+        return False
+    # Published after the commit: only the winner tells the executor. If this publish is lost,
+    # the tick's republish of long-assigned attempts is the backstop (the executor dedups attempt ids).
+    ctx.publish("assignments", writes.message)
+    log.info("assigned %s to %s", writes.message.attempt_id, match.tpu_name)
+    if writes.withdraw_request_id and fleet is not None:
+        ctx.publish("capacity", capacity.withdrawal(writes.withdraw_request_id, fleet.name, now))
+        report.withdrawn += 1
+    return True
+
+
+def _ask_for_capacity(ctx: Context, fleet: FleetFile, waiting: list, now, report: PassReport) -> None:
+    db = ctx.clients.firestore
+    entry_ids = sorted({e.id for _, pj in waiting for e in eligible_entries(pj, fleet)})
+    room = capacity.room_per_entry(
+        fleet,
+        {e: live_tpus_of(db, e) for e in entry_ids},
+        {e: open_requests_of(db, e) for e in entry_ids},
+    )
+    snaps = {pj.job_id: snap for snap, pj in waiting}
+    asks, blocked = capacity.ask_for_capacity(
+        [(pj, int((snap.to_dict() or {}).get("capacity_requests") or 0)) for snap, pj in waiting], fleet, room, now
+    )
+    for ask in asks:
+        snap = snaps[ask.job_id]
+        # Published before it is recorded: the id is deterministic, so a crash in between makes
+        # the next pass publish the same request again, which the claimer sees as one.
+        ctx.publish("capacity", ask.message)
+        fields = {"capacity_request": ask.record, "capacity_requests": ask.n, "blocked": None, "updated_at": now}
+        if commit_if_unchanged(db, WriteSet().update(snap, fields)):
+            report.requested += 1
+            continue
+        current = snap.reference.get()
+        if ((current.to_dict() or {}).get("capacity_request") or {}).get("id") != ask.message.request_id:
+            # The job moved on meanwhile (assigned, cancelled, asked under another id): take it back.
+            ctx.publish("capacity", capacity.withdrawal(ask.message.request_id, fleet.name, now))
+            report.withdrawn += 1
+    for job_id, reason in blocked.items():
+        snap = snaps[job_id]
+        if (snap.to_dict() or {}).get("blocked") != reason:
+            commit_if_unchanged(db, WriteSet().update(snap, {"blocked": reason, "updated_at": now}))
+
+
+# ------------------------------------------------------- request bookkeeping
+
+
+def release_request(ctx: Context, request_id: str, blocked: str | None = None) -> int:
+    """The claimer served (or gave up on) `request_id`: the job no longer has it open.
+
+    A later pass asks again (with the next id) if the job still waits, e.g.
+    because the new TPU went to a job ahead of it in the queue.
+    """
+    db = ctx.clients.firestore
+    released = 0
+    for snap in jobs_with_request(db, request_id):
+        fields = {"capacity_request": None, "updated_at": ctx.now()}
+        if blocked:
+            fields["blocked"] = blocked
+        if commit_if_unchanged(db, WriteSet().update(snap, fields)):
+            released += 1
+    return released
+
+
+def republish_stale_assignments(ctx: Context) -> int:
+    """Backstop for an Assignment lost between commit and publish: send it again (same attempt id)."""
+    db = ctx.clients.firestore
+    now = ctx.now()
+    q = (
+        db.collection(store.JOBS)
+        .where(filter=FieldFilter("state", "==", "assigned"))
+        .where(filter=FieldFilter("assigned_at", "<=", now - REPUBLISH_ASSIGNMENT_AFTER))
+        .limit(100)
+    )
+    count = 0
+    for snap in q.stream():
+        job = snap.to_dict()
+        last = job.get("assignment_republished_at")
+        if job.get("cancel_requested") or (last and last > now - REPUBLISH_ASSIGNMENT_AFTER):
+            continue
+        if not commit_if_unchanged(db, WriteSet().update(snap, {"assignment_republished_at": now})):
+            continue  # the job moved on, or another instance republishes it
+        tpu = db.collection(store.TPUS).document(short_node_name(job["tpu"])).get()
+        endpoints = (tpu.to_dict() or {}).get("endpoints") or []
+        ctx.publish("assignments", lifecycle.assignment_message(job, endpoints, now, AssignmentAction.assign))
+        count += 1
+    return count
