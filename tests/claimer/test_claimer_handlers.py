@@ -118,8 +118,12 @@ def test_provisioning_is_never_sent_a_delete(claimer):
     h = claimer(scenario_data(ZONES[:2], provisioning=1e6))
     h.fleet(fleet_data(ZONES[:2]))
     h.push("/push/capacity", request())
-    wait_for(lambda: len([e for e in h.pull_events() if e.kind is FleetEventKind.provisioning]) == 2
-             or (h.push("/push/ticks", Tick()) and False), what="both PROVISIONING")
+
+    def both_provisioning() -> bool:
+        h.push("/push/ticks", Tick())  # each poll is one watch pass
+        return len([e for e in h.pull_events() if e.kind is FleetEventKind.provisioning]) == 2
+
+    wait_for(both_provisioning, what="both PROVISIONING")
     h.push("/push/capacity", request(action=CapacityAction.withdraw))
     h.push("/push/ticks", Tick(seq=1))
     assert h.deletes() == []
@@ -143,3 +147,19 @@ def test_watch_pass_makes_one_exact_get_per_owned_resource(claimer):
     assert lists == []
     assert sorted(c["path"].rsplit("/", 1)[-1] for c in gets) == sorted(d["qr_id"] for d in h.qr_docs())
     assert len(gets) == 60 and len(calls) == 60
+
+
+def test_transient_api_errors_are_retried_and_the_request_is_never_lost(claimer):
+    a, b = ZONES[:2]
+    h = claimer(scenario_data([a, b], provisioning=1e6))
+    h.fleet(fleet_data([a, b]))
+    h.control.inject_fault("UNAVAILABLE", method="POST", count=2)
+    h.push("/push/capacity", request(zones=[a]))
+    assert [c["status"] for c in h.creates(a)] == [503, 503, 200]
+    # Still failing after the retries: the handler asks Pub/Sub to redeliver; the create stays recorded.
+    h.control.inject_fault("UNAVAILABLE", method="POST", count=4)
+    assert h.push("/push/capacity", request("job-2", zones=[b]), expect=(503,))
+    # The next pass (here a tick; a redelivery would do the same) finishes it under the same name.
+    h.push("/push/ticks", Tick(seq=1))
+    assert [c["status"] for c in h.creates(b)] == [503] * 4 + [200]
+    assert len({c["path"] + c["args"]["queuedResourceId"] for c in h.creates(b)}) == 1
