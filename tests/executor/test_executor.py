@@ -73,7 +73,7 @@ def test_attempt_runs_on_every_worker_and_succeeds(executor, start_hosts, fake_g
     a = make_assignment(endpoints=endpoints, command="sh main.sh", bundle=bundle, bucket=bucket)
 
     result = executor.start_attempt(a)
-    assert (result.started, result.outcome) == (True, None)
+    assert (result.started, result.outcome) == (True, None), result.outcome
     decision = _decided(executor, a, node_state=NodeState.ready)
     assert decision.outcome == AttemptOutcome.succeeded
     assert decision.exit_codes == {"0": 0, "1": 0}

@@ -33,6 +33,7 @@ from tpuq.executor.objects import ObjectStore
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore
 from tpuq.executor.ssh import ConnectPolicy, WorkerConnection, WorkerPool
+from tpuq.executor.worker_supervisor import BOOTSTRAP
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 from tpuq.messages import Assignment, AttemptOutcome, WorkerEndpoint
 
@@ -151,8 +152,9 @@ class Executor:
 
     def _supervisor(self, conn: WorkerConnection, *args: str, stdin: str | None = None) -> dict:
         """Run a supervisor subcommand and parse its one-line JSON answer."""
-        result = conn.exec([self.settings.python, layout.WORKER_SUPERVISOR, *args], stdin=stdin,
-                           timeout=self.command_timeout)
+        directory, module = layout.WORKER_SUPERVISOR.removesuffix(".py").rsplit("/", 1)
+        argv = [self.settings.python, "-I", "-S", "-c", BOOTSTRAP, directory, module, *args]
+        result = conn.exec(argv, stdin=stdin, timeout=self.command_timeout)
         try:
             answer = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
