@@ -29,6 +29,7 @@ from tpuq.devstack.processes import ProcRecord
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SERVICES_DIR = REPO_ROOT / "services"
+DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
 DEFAULT_PROJECT = "tpuq-local"
 DEFAULT_RUNNER_BUCKET = "tpuq-runner"
 GCLOUD_PLATFORM_DIRS = ("/usr/lib/google-cloud-sdk/platform", "/usr/share/google-cloud-sdk/platform")

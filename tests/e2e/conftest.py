@@ -1,0 +1,42 @@
+"""The whole system on the local stack: emulators, fake GCS, the fake Cloud TPU with real sshd workers,
+the four services as real processes receiving Pub/Sub push, and the tick source."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tpuq.clients import Clients, Settings
+from tpuq.devstack.stack import DEMO_DIR, DevStack
+
+
+@pytest.fixture(scope="session")
+def system(tmp_path_factory):
+    s = DevStack(
+        state_dir=Path(tmp_path_factory.mktemp("tpuq-e2e")),
+        services=("scheduler", "claimer", "executor", "janitor"),
+        scenario=DEMO_DIR / "scenario.yaml",
+        fleet_file=DEMO_DIR / "fleet.yaml",
+        time_scale=60.0,
+        tick_period=1.0,
+        extra_buckets=("tpuq-demo-us-central2",),
+    )
+    env = s.up()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield s
+    finally:
+        s.down()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def system_clients(system) -> Clients:
+    return Clients(Settings.from_env(system.env))
