@@ -134,3 +134,10 @@ class TestOrphans:
         n = node("tpuq-lost", "READY", labels=ours(f), queued_resource=q.name)
         lone = node("tpuq-lone", "READY", labels=ours(f))
         assert names(d.decide_orphans([q, n, lone], set(), {}, f, NOW).deletes) == ["tpuq-lone", "tpuq-lost"]
+
+
+def test_dead_node_goes_with_its_queued_resource_when_both_were_read():
+    q = qr("tpuq-r1-a", "SUSPENDED", labels=ours(F))
+    n = node("tpuq-r1-a", "PREEMPTED", labels=ours(F), queued_resource=q.name)
+    assert names(d.decide_dead([q, n], F)) == ["tpuq-r1-a"] and d.decide_dead([q, n], F)[0].name == q.name
+    assert names(d.decide_dead([n], F)) == ["tpuq-r1-a"]  # alone, the node itself is deleted

@@ -199,14 +199,15 @@ def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime) -> list
 def decide_dead(resources: Iterable[Any], fleet: FleetFile) -> list[Delete]:
     """SUSPENDED / FAILED queued resources and PREEMPTED nodes: they hold quota until deleted."""
     out: list[Delete] = []
+    resources = [r for r in resources if r is not None and is_ours(r, fleet)]
+    # A node whose queued resource was read too goes with it (force): one delete, not two.
+    read_qrs = {name_and_labels(r)[0] for r in resources if is_queued_resource(r)}
     for r in resources:
-        if r is None or not is_ours(r, fleet):
-            continue
         name = name_and_labels(r)[0]
         state = state_of(r)
         if is_queued_resource(r) and state in DEAD_QR_STATES:
             out.append(Delete(r, name, force=True, reason=f"dead ({state}): holds quota"))
-        elif not is_queued_resource(r) and state in DEAD_NODE_STATES:
+        elif not is_queued_resource(r) and state in DEAD_NODE_STATES and _node_back_reference(r) not in read_qrs:
             out.append(Delete(r, name, force=True, reason=f"dead node ({state}): holds quota"))
     return out
 
