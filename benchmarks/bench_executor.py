@@ -8,7 +8,8 @@ Prints one JSON line per size: hosts, the best and median wall time of
 `Executor.start_attempt` until a marker written by the command exists on every
 host (connect + SFTP upload + prepare + launch), the same for a bare SSH fan-out
 (`connect` + `true` on every worker) to show what SSH alone costs, and the
-ratio to the 1-host time. Hosts are started outside the timed part; each run is
+ratio to the 1-host time, and the CPU seconds the executor process and the
+whole machine used (all hosts share this machine's cores, unlike real TPU VMs). Hosts are started outside the timed part; each run is
 cancelled and its status objects awaited before the next one starts.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -87,6 +89,13 @@ def _start_gcs() -> tuple[subprocess.Popen, str]:
     return proc, base
 
 
+def _machine_busy_seconds() -> float:
+    """CPU time all processes on the machine have used (user+nice+system+irq+softirq), in seconds."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
+
+
 def _assignment(job_id: str, endpoints, attempt: int) -> Assignment:
     return Assignment.model_validate({
         "job_id": job_id,
@@ -128,16 +137,18 @@ def main() -> int:
                 clock=lambda: datetime.now(timezone.utc),
                 settings=WorkerSettings.for_emulator(base, cancel_grace_seconds=0.0, stale_grace_seconds=1.0),
             )
-            start_times, ssh_times = [], []
+            start_times, ssh_times, cpu_pairs = [], [], []
             for run in range(args.runs + 1):  # run 0 warms up: first contact pins keys, creates dirs
                 attempt = len(start_times) + 1 + (0 if run else 1000)
                 a = _assignment(f"bench-{size}", endpoints, attempt)
-                t0 = time.perf_counter()
+                t0, cpu0, busy0 = time.perf_counter(), time.process_time(), _machine_busy_seconds()
                 result = executor.start_attempt(a)
                 if not result.started:
                     raise RuntimeError(f"start failed: {result.outcome}")
                 _poll(lambda: all(h.path_on_host(f"/tmp/running-{attempt}").exists() for h in hosts), 60, "markers")
                 elapsed = time.perf_counter() - t0
+                executor_cpu = time.process_time() - cpu0
+                machine_cpu = _machine_busy_seconds() - busy0
 
                 t1 = time.perf_counter()
                 fan = run_on_workers(endpoints, USER, key, lambda c: c.exec(["true"]).exit_code,
@@ -151,6 +162,7 @@ def main() -> int:
                 if run:
                     start_times.append(elapsed)
                     ssh_times.append(ssh_elapsed)
+                    cpu_pairs.append((executor_cpu, machine_cpu))
             best = min(start_times)
             if size == args.sizes[0]:
                 baseline = best
@@ -161,6 +173,11 @@ def main() -> int:
                 "best_s": round(best, 3),
                 "median_s": round(statistics.median(start_times), 3),
                 "ssh_true_best_s": round(min(ssh_times), 3),
+                # Where the time goes on this one machine: the executor's own CPU, and all CPU used
+                # (sshd sessions, supervisors, the job) while the cores are shared by every "host".
+                "executor_cpu_s": round(statistics.median(c for c, _ in cpu_pairs), 3),
+                "machine_cpu_s": round(statistics.median(m for _, m in cpu_pairs), 3),
+                "cores": os.cpu_count(),
                 "ratio_to_first_size": round(best / baseline, 2) if baseline else None,
             }), flush=True)
             manager.stop_hosts(hosts)

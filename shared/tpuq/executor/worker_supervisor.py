@@ -2,7 +2,7 @@
 """tpuq's worker-side agent: prepares the workspace, runs the job detached, reports to GCS.
 
 This file is copied to every TPU worker over SFTP on every attempt and run with
-the system python (`/usr/bin/python3`, 3.8+), so it uses the standard library
+the system python (`/usr/bin/python3`, 3.9+: Ubuntu 22.04 TPU images have 3.10), so it uses the standard library
 only and imports nothing from tpuq. The executor talks to it with one JSON
 object on stdin (`prepare`) or command-line flags, and reads one JSON object
 from its stdout.
