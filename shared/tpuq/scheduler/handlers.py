@@ -197,6 +197,9 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     scheduling_pass(ctx, fleet_in_force(ctx), full=True)
 
 
+from tpuq.gcs_submit import on_object_finalized  # noqa: E402 - the bucket-upload path into `jobs`
+
+
 def build_service() -> Service:
     return Service(
         name="scheduler",
@@ -206,5 +209,6 @@ def build_service() -> Service:
             "/push/attempt-events": on_attempt_event,
             "/push/cancels": on_cancel,
             "/push/ticks": on_tick,
+            "/push/gcs-submit": on_object_finalized,
         },
     )
