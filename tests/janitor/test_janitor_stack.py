@@ -117,22 +117,28 @@ def test_assignment_that_commits_first_wins_over_the_idle_delete(janitor_stack):
     assert s.tpu_doc(tpu_id)["state"] == "busy"
 
 
-def test_suspended_queued_resource_is_gone_within_one_tick_and_its_quota_is_free(janitor_stack):
-    s = janitor_stack
-    qr = s.create_owned("r8", WIN_ZONE)
+def preempted_busy_tpu(s, request_id: str) -> tuple[str, str]:
+    """An ACTIVE queued resource whose busy node was preempted: (queued resource, node), SUSPENDED."""
+    qr = s.create_owned(request_id, WIN_ZONE)
     s.advance(ACTIVE_AFTER + 1)
     s.record_tpu(qr, state="busy")
     node = qr.replace("/queuedResources/", "/nodes/")
-    held_before = s.control.quota(s.fleet.project, WIN_ZONE, "v4", "spot")["used"]
     s.control.preempt(node)
     s.advance(31)
     assert s.state(qr) == "SUSPENDED"
+    return qr, node
+
+
+def test_suspended_queued_resource_is_gone_within_one_tick_and_its_quota_is_free(janitor_stack):
+    s = janitor_stack
+    qr, _ = preempted_busy_tpu(s, "r8")
+    held = s.control.quota(s.fleet.project, WIN_ZONE, "v4", "spot")["used"]  # ours and the foreign ones
 
     s.tick()
 
     assert s.deleted_ids() == [qr.rsplit("/", 1)[-1]]
     assert s.state(qr) is None
-    assert s.control.quota(s.fleet.project, WIN_ZONE, "v4", "spot")["used"] == held_before - 4
+    assert s.control.quota(s.fleet.project, WIN_ZONE, "v4", "spot")["used"] == held - 4  # a v4-8 is 4 chips
 
 
 def test_failed_queued_resource_is_deleted_on_its_fleet_event(janitor_stack):
@@ -145,12 +151,7 @@ def test_failed_queued_resource_is_deleted_on_its_fleet_event(janitor_stack):
 
 def test_preempted_attempt_gets_its_tpu_deleted(janitor_stack):
     s = janitor_stack
-    qr = s.create_owned("r10", WIN_ZONE)
-    s.advance(ACTIVE_AFTER + 1)
-    s.record_tpu(qr, state="busy")
-    node = qr.replace("/queuedResources/", "/nodes/")
-    s.control.preempt(node)
-    s.advance(31)
+    qr, node = preempted_busy_tpu(s, "r10")
     s.post_twice("/push/attempt-events", {"kind": "ended", "job_id": "j1", "attempt": 1, "attempt_id": "j1-1",
                                           "node": node, "outcome": "preempted",
                                           "at": datetime.now(timezone.utc).isoformat()})
