@@ -29,6 +29,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ValidationError
 
 from tpuq import store, topology
+from tpuq.auth import PushAuth, PushAuthConfigError
 from tpuq.clients import Clients
 from tpuq.errors import OwnershipLost, Permanent, Retryable, from_validation_error
 
@@ -151,6 +152,7 @@ class Service:
     clients_factory: Callable[[], Clients] = Clients
     now: Callable[[], datetime] = utcnow
     rng: random.Random = field(default_factory=random.Random)
+    push_auth: PushAuth | None = None  # None: from the environment at the first request (tpuq.auth)
     _clients: Clients | None = None
 
     @property
@@ -165,6 +167,9 @@ class Service:
         path = request.path
         if request.method == "GET" and path in ("/", "/healthz"):
             return f"{self.name} ok", 200
+        refused = self._refuse_unauthenticated(request)
+        if refused:
+            return refused
         sub = topology.subscription_by_path(self.name, path)
         if sub is None:
             return f"no handler for {path} on {self.name}", 404
@@ -175,6 +180,15 @@ class Service:
             log.warning("bad push envelope on %s: %s", path, e)
             return f"bad request: {e}", 400
         return self.deliver(sub, msg)
+
+    def _refuse_unauthenticated(self, request) -> tuple[str, int] | None:
+        try:
+            if self.push_auth is None:
+                self.push_auth = PushAuth.from_env()
+        except PushAuthConfigError as e:  # fail closed: a half-configured deployment accepts nothing
+            log.error("%s: %s", self.name, e)
+            return "push authentication is misconfigured", 500
+        return self.push_auth.check(dict(request.headers), self.name)
 
     def deliver(self, sub: topology.Subscription, msg: PushMessage) -> tuple[str, int]:
         topic = topology.topic(sub.topic)
