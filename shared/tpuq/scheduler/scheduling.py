@@ -1,21 +1,22 @@
 """The scheduling pass: read pending jobs and idle TPUs, plan, assign, ask for capacity.
 
 A pass reads only what it needs, through indexed queries (see
-infra/firestore.indexes.json): idle TPUs, then pending jobs in queue order.
-With no idle TPU and a pass triggered by one job, only that job is read, since
-the only thing left to decide is its capacity request. A pass writes only the
+infra/firestore.indexes.json): idle TPUs, then pending jobs in queue order
+(or, for a newly stored job, just that job). A pass writes only the
 job and TPU pairs it assigns and the jobs it asks capacity for; no document is
 written by every pass.
 
 Two scheduler instances may run the same pass at once and plan the same pairs.
 Each pair is committed with preconditions on both documents
 (`optimistic.commit_if_unchanged`), so one wins and the other's commit fails
-at once; the loser plans again on fresh reads, a bounded number of rounds.
+at once; the loser plans again on fresh reads (a bounded number of rounds)
+when a lost pair left its job or TPU free.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterable
@@ -47,6 +48,8 @@ class PassReport:
     requested: int = 0
     withdrawn: int = 0
     rounds: int = 0
+    jobs_read: int = 0
+    seconds: float = 0.0
 
 
 # ------------------------------------------------------------------ reads
@@ -110,28 +113,56 @@ def idle_tpu(doc: dict) -> IdleTpu:
 # ------------------------------------------------------------------- pass
 
 
-def scheduling_pass(ctx: Context, fleet: FleetFile | None, trigger_job_ids: Iterable[str] = (), full: bool = False) -> PassReport:
-    """Plan and apply; `full` reads every pending job even when no TPU is idle (ticks)."""
+def scheduling_pass(
+    ctx: Context, fleet: FleetFile | None, trigger_job_ids: Iterable[str] = (), full: bool = False
+) -> PassReport:
+    """Plan and apply.
+
+    With `trigger_job_ids` (a job was just stored) only those jobs are planned
+    against the idle TPUs: any TPU idle before they arrived already had every
+    older pending job offered to it and none fitted, so the new jobs are the
+    only new demand. Otherwise (new or freed TPU, requeued job, tick) the
+    whole queue is read.
+    """
     db = ctx.clients.firestore
     report = PassReport()
+    started = time.monotonic()
     trigger_job_ids = list(trigger_job_ids)
     for _ in range(MAX_ROUNDS):
         report.rounds += 1
         tpu_snaps = idle_tpu_snapshots(db)
-        if tpu_snaps or full:
-            job_snaps = pending_job_snapshots(db)
-        else:
+        if trigger_job_ids and not full:
             job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if (s.to_dict() or {}).get("state") == "pending"]
-        lost_before = report.lost
-        _apply_plan(ctx, fleet, job_snaps, tpu_snaps, report)
-        if report.lost == lost_before:
+        else:
+            job_snaps = pending_job_snapshots(db)
+        report.jobs_read += len(job_snaps)
+        lost = _apply_plan(ctx, fleet, job_snaps, tpu_snaps, report)
+        if not lost or not _unresolved(db, lost):
             break
-        full = True  # another instance took some pairs: look at everything again
+        full = True  # a pair was lost and its job or TPU is still free: plan again on fresh reads
+    report.seconds = round(time.monotonic() - started, 3)
     log.info("pass: %s", report)
     return report
 
 
-def _apply_plan(ctx: Context, fleet: FleetFile | None, job_snaps: list, tpu_snaps: list, report: PassReport) -> None:
+def _unresolved(db, lost_pairs: list[tuple]) -> bool:
+    """After losing pairs to another writer: is any of their jobs still pending, or TPUs still idle?
+
+    Usually the other scheduler instance assigned exactly the same pair, and
+    there is nothing left to plan.
+    """
+    refs = [ref for job_snap, tpu_snap in lost_pairs for ref in (job_snap.reference, tpu_snap.reference)]
+    for snap in db.get_all(refs):
+        doc = snap.to_dict() or {}
+        if doc.get("state") in ("pending", lifecycle.TPU_IDLE):
+            return True
+    return False
+
+
+def _apply_plan(
+    ctx: Context, fleet: FleetFile | None, job_snaps: list, tpu_snaps: list, report: PassReport
+) -> list[tuple]:
+    """Assign the planned pairs and ask capacity for the rest; returns the pairs lost to other writers."""
     now = ctx.now()
     jobs: dict[str, tuple[object, PendingJob]] = {}
     for snap in job_snaps:
@@ -142,12 +173,14 @@ def _apply_plan(ctx: Context, fleet: FleetFile | None, job_snaps: list, tpu_snap
     tpus = {(snap.to_dict() or {}).get("name"): snap for snap in tpu_snaps}
     result = plan([pj for _, pj in jobs.values()], [idle_tpu(s.to_dict()) for s in tpu_snaps], fleet, now)
 
+    lost = []
     for match in result.matches:
         job_snap, tpu_snap = jobs[match.job_id][0], tpus[match.tpu_name]
         if _assign(ctx, fleet, job_snap, tpu_snap, match, now, report):
             report.assigned += 1
         else:
             report.lost += 1
+            lost.append((job_snap, tpu_snap))
 
     waiting = []
     for job_id in result.unmatched_job_ids:
@@ -156,6 +189,7 @@ def _apply_plan(ctx: Context, fleet: FleetFile | None, job_snaps: list, tpu_snap
             waiting.append((snap, pj))
     if waiting and fleet is not None:  # without a fleet there is nothing to claim from
         _ask_for_capacity(ctx, fleet, waiting, now, report)
+    return lost
 
 
 def _assign(ctx: Context, fleet: FleetFile | None, job_snap, tpu_snap, match, now, report: PassReport) -> bool:
