@@ -440,6 +440,30 @@ def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None
     out.print(f"fleet {model.name!r} stored (version {version})")
 
 
+# ---------------------------------------------------------------- deploy
+@app.command()
+def deploy(fleet_file: Path = typer.Argument(..., help="The fleet file (its project is the one deployed to)"),
+           dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing"),
+           region: str = typer.Option("us-central1", help="Region of the Cloud Run services, Scheduler job and images"),
+           firestore_location: Optional[str] = typer.Option(None, help="Firestore location (default: --region)"),
+           image_tag: str = typer.Option("latest", help="Tag of the service images to run (cloudbuild.yaml: $BUILD_ID)"),
+           skip_services: bool = typer.Option(False, "--skip-services",
+                                              help="Everything but the services and what pushes to them (first pass)"),
+           offline: bool = typer.Option(False, "--offline", help="With --dry-run: plan against an empty project, "
+                                                                 "without reading it"),
+           infra_dir: Optional[Path] = typer.Option(None, help="The infra/ directory (default: the repository's)")) -> None:
+    """Enable the APIs, then create or update everything in infra/ for the fleet's project, idempotently."""
+    from tpuq.deploy.cli import run_deploy
+
+    fleet = validate_data(load_yaml_file(fleet_file), "fleet")
+    try:
+        code = run_deploy(fleet, out, dry_run=dry_run, region=region, firestore_location=firestore_location,
+                          image_tag=image_tag, skip_services=skip_services, offline=offline, infra_dir=infra_dir)
+    except ValueError as e:  # InfraError, a malformed infra/ file
+        raise CliError(str(e)) from None
+    raise typer.Exit(code)
+
+
 # ------------------------------------------------------------------- dev
 def _stack(state_dir: Optional[Path] = None):
     from tpuq.devstack.stack import DevStack, default_state_dir

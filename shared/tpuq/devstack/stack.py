@@ -40,6 +40,12 @@ def ALL_SERVICES_AVAILABLE() -> tuple[str, ...]:
     return tuple(name for name in topology.SERVICES if (SERVICES_DIR / name / "main.py").exists())
 
 
+def service_argv(name: str, host: str, port: int, python: str = sys.executable, root: Path = REPO_ROOT) -> list[str]:
+    """How a service is started: the local stack and each service's container (its Dockerfile CMD) run this."""
+    return [python, "-m", "functions_framework", "--source", str(root / "services" / name / "main.py"),
+            "--target", "handle", "--signature-type", "http", "--host", host, "--port", str(port)]
+
+
 class StackError(RuntimeError):
     """The stack could not be started or reached; the message says what to do."""
 
@@ -221,12 +227,9 @@ class DevStack:
     def _start_service(self, name: str) -> None:
         port = processes.free_port()
         url = f"http://127.0.0.1:{port}"
-        source = SERVICES_DIR / name / "main.py"
         rec = self._spawn(
-            name,
-            [sys.executable, "-m", "functions_framework", "--source", str(source), "--target", "handle",
-             "--signature-type", "http", "--host", "127.0.0.1", "--port", str(port)],
-            port, url, {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1"}, cwd=str(SERVICES_DIR / name),
+            name, service_argv(name, "127.0.0.1", port), port, url, {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1"},
+            cwd=str(SERVICES_DIR / name),
         )
         processes.wait_http(url + "/healthz", rec, timeout=30, ok=lambda r: r.status_code == 200)
         self.env[f"TPUQ_{name.upper()}_URL"] = url

@@ -1,0 +1,269 @@
+"""The side effects of `tpuq deploy`: small REST adapters, reading the project's state, and apply().
+
+Every adapter is a `RestApi`: a versioned base URL and a session (google-auth's AuthorizedSession for a
+real project; a plain requests.Session for an emulator). Tests point the Pub/Sub one at the emulator and
+replace the others with recorders.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import requests
+
+from tpuq.deploy.infra import Infra
+from tpuq.deploy.plan import NETWORK, Action, IamResource, NetworkFacts, ProjectState, Request, Target, \
+    iam_resource, large_slice_regions
+
+BASE_URLS = {
+    "serviceusage": "https://serviceusage.googleapis.com/v1/",
+    "crm": "https://cloudresourcemanager.googleapis.com/v1/",
+    "iam": "https://iam.googleapis.com/v1/",
+    "pubsub": "https://pubsub.googleapis.com/v1/",
+    "storage": "https://storage.googleapis.com/storage/v1/",
+    "run": "https://run.googleapis.com/v2/",
+    "scheduler": "https://cloudscheduler.googleapis.com/v1/",
+    "firestore": "https://firestore.googleapis.com/v1/",
+    "artifactregistry": "https://artifactregistry.googleapis.com/v1/",
+    "secretmanager": "https://secretmanager.googleapis.com/v1/",
+    "compute": "https://compute.googleapis.com/compute/v1/",
+}
+READ_ONLY_APIS = {"compute"}  # network settings are the project owner's: tpuq only reads them
+
+
+class ApiError(RuntimeError):
+    def __init__(self, api: str, method: str, path: str, status: int, message: str):
+        super().__init__(f"{api} {method} {path}: HTTP {status}: {message}")
+        self.status = status
+
+
+class NetworkChangeRefused(RuntimeError):
+    """A request that would change network settings: tpuq never sends one."""
+
+
+class RestApi:
+    def __init__(self, name: str, base_url: str, session, sleep: Callable[[float], None] = time.sleep,
+                 operation_timeout: float = 600.0):
+        self.name = name
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        self.session = session
+        self.sleep = sleep
+        self.operation_timeout = operation_timeout
+
+    def call(self, method: str, path: str, params: dict | None = None, body: Any = None) -> dict:
+        if self.name in READ_ONLY_APIS and method != "GET":
+            raise NetworkChangeRefused(f"refused {method} {path}: tpuq never changes network settings")
+        r = self.session.request(method, self.base_url + path, params=params, json=body, timeout=60)
+        if r.status_code >= 400:
+            try:
+                message = r.json().get("error", {}).get("message") or r.text
+            except ValueError:
+                message = r.text
+            raise ApiError(self.name, method, path, r.status_code, str(message)[:500])
+        return r.json() if r.content else {}
+
+    def get_or_none(self, path: str, params: dict | None = None) -> dict | None:
+        try:
+            return self.call("GET", path, params)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list_all(self, path: str, key: str, params: dict | None = None) -> list[dict]:
+        items, token = [], None
+        while True:
+            page = self.call("GET", path, {**(params or {}), **({"pageToken": token} if token else {})})
+            items += page.get(key) or []
+            token = page.get("nextPageToken")
+            if not token:
+                return items
+
+    def send(self, request: Request) -> dict:
+        result = self.call(request.method, request.path, request.params, request.body)
+        return self._wait(result)
+
+    def _wait(self, result: dict) -> dict:
+        """Long-running operations (Run, Firestore, Service Usage, Artifact Registry) are polled until done."""
+        name = result.get("name", "")
+        if not (name.startswith("operations/") or "/operations/" in name):
+            return result
+        deadline = time.monotonic() + self.operation_timeout
+        delay = 1.0
+        while not result.get("done"):
+            if time.monotonic() > deadline:
+                raise ApiError(self.name, "GET", name, 504, "operation did not finish in time")
+            self.sleep(delay)
+            delay = min(delay * 1.5, 10.0)
+            result = self.call("GET", name)
+        if result.get("error"):
+            raise ApiError(self.name, "operation", name, 500, str(result["error"].get("message")))
+        return result
+
+
+class FirestoreFleetStore:
+    """The `fleetstore` adapter: the fleet file in Firestore fleets/{name}, as `tpuq fleet apply` stores it."""
+
+    def __init__(self, project: str, client=None):
+        self.project = project
+        self._client = client
+
+    @property
+    def client(self):
+        if self._client is None:
+            from google.cloud import firestore
+
+            self._client = firestore.Client(project=self.project)
+        return self._client
+
+    def send(self, request: Request) -> dict:
+        from datetime import datetime, timezone
+
+        from tpuq.fleet import FleetFile
+        from tpuq.fleetstore import save_fleet
+
+        return {"version": save_fleet(self.client, FleetFile.model_validate(request.body), datetime.now(timezone.utc))}
+
+    def stored_version(self, name: str) -> str | None:
+        snap = self.client.collection("fleets").document(name).get()
+        return (snap.to_dict() or {}).get("version") if snap.exists else None
+
+
+def project_adapters(project: str, credentials=None) -> dict[str, Any]:
+    """Adapters for a real project, authorised with Application Default Credentials."""
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    if credentials is None:
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    session = AuthorizedSession(credentials)
+    adapters: dict[str, Any] = {name: RestApi(name, url, session) for name, url in BASE_URLS.items()}
+    adapters["fleetstore"] = FirestoreFleetStore(project)
+    return adapters
+
+
+def emulator_pubsub(host: str) -> RestApi:
+    return RestApi("pubsub", f"http://{host}/v1/", requests.Session())
+
+
+# ------------------------------------------------------------ reading state
+def _short(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _tolerant(read: Callable[[], Any], default: Any, notes: list[str], what: str) -> Any:
+    """An API not enabled yet (403) or a resource not there (404) reads as empty."""
+    try:
+        return read()
+    except ApiError as e:
+        if e.status in (403, 404, 501):  # 501: an emulator without that method (Pub/Sub's has no IAM)
+            notes.append(f"{what}: read as empty (HTTP {e.status})")
+            return default
+        raise
+
+
+def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tuple[ProjectState, list[str]]:
+    """The project's current state, as far as it can be read, and notes on what could not be."""
+    p, notes = target.project, []
+    s = ProjectState(known=True)
+    a = adapters
+    project = _tolerant(lambda: a["crm"].call("GET", f"projects/{p}"), {}, notes, "project")
+    s.project_number = project.get("projectNumber")
+    # Asking for Cloud Storage's service agent creates it, so that it can be granted a role on gcs-events.
+    _tolerant(lambda: a["storage"].call("GET", f"projects/{p}/serviceAccount"), {}, notes, "storage service agent")
+    s.enabled_apis = {svc["config"]["name"] for svc in _tolerant(
+        lambda: a["serviceusage"].list_all(f"projects/{p}/services", "services", {"filter": "state:ENABLED",
+                                                                                 "pageSize": 200}),
+        [], notes, "enabled APIs")}
+    s.service_accounts = {acc["email"] for acc in _tolerant(
+        lambda: a["iam"].list_all(f"projects/{p}/serviceAccounts", "accounts"), [], notes, "service accounts")}
+    s.topics = {_short(t["name"]) for t in _tolerant(
+        lambda: a["pubsub"].list_all(f"projects/{p}/topics", "topics"), [], notes, "topics")}
+    s.subscriptions = {_short(sub["name"]): sub for sub in _tolerant(
+        lambda: a["pubsub"].list_all(f"projects/{p}/subscriptions", "subscriptions"), [], notes, "subscriptions")}
+    bucket = target.runner_bucket
+    current_bucket = _tolerant(lambda: a["storage"].get_or_none(f"b/{bucket}"), None, notes, "runner bucket")
+    if current_bucket is not None:
+        s.buckets[bucket] = current_bucket
+        s.notifications[bucket] = _tolerant(lambda: a["storage"].call("GET", f"b/{bucket}/notificationConfigs")
+                                            .get("items", []), [], notes, "notifications")
+    parent = f"projects/{p}/locations/{target.region}"
+    s.artifact_repositories = {_short(r["name"]) for r in _tolerant(
+        lambda: a["artifactregistry"].list_all(f"{parent}/repositories", "repositories"), [], notes, "repositories")}
+    s.run_services = {_short(svc["name"]): svc for svc in _tolerant(
+        lambda: a["run"].list_all(f"{parent}/services", "services"), [], notes, "Cloud Run services")}
+    s.scheduler_jobs = {_short(j["name"]): j for j in _tolerant(
+        lambda: a["scheduler"].list_all(f"{parent}/jobs", "jobs"), [], notes, "scheduler jobs")}
+    db = infra.firestore.database
+    if _tolerant(lambda: a["firestore"].get_or_none(f"projects/{p}/databases/{db}"), None, notes, "database"):
+        s.firestore_databases.add(db)
+        s.firestore_indexes = _tolerant(lambda: a["firestore"].list_all(
+            f"projects/{p}/databases/{db}/collectionGroups/-/indexes", "indexes"), [], notes, "indexes")
+        s.stored_fleet_version = _tolerant(lambda: a["fleetstore"].stored_version(target.fleet.name), None, notes,
+                                           "stored fleet") if hasattr(a["fleetstore"], "stored_version") else None
+    s.secrets = {_short(x["name"]) for x in _tolerant(
+        lambda: a["secretmanager"].list_all(f"projects/{p}/secrets", "secrets"), [], notes, "secrets")}
+    for key in sorted({b.resource for b in infra.iam.bindings}):
+        resource = iam_resource(target, infra, key)
+        policy = _tolerant(lambda: _get_policy(a[resource.api], resource), {}, notes, f"IAM policy of {resource.label}")
+        s.iam[key] = {(b["role"], m) for b in policy.get("bindings", []) for m in b.get("members", [])}
+    for region in large_slice_regions(target.fleet):
+        s.networks[region] = _tolerant(lambda: read_network(a["compute"], p, region), NetworkFacts(), notes,
+                                       f"network in {region}")
+    return s, notes
+
+
+def read_network(compute: RestApi, project: str, region: str) -> NetworkFacts:
+    """Private Google Access on the subnet and a Cloud NAT that covers it: read, never written."""
+    subnet = compute.get_or_none(f"projects/{project}/regions/{region}/subnetworks/{NETWORK}")
+    routers = compute.call("GET", f"projects/{project}/regions/{region}/routers").get("items", [])
+    nat = False
+    for router in routers:
+        if not router.get("network", "").endswith(f"/networks/{NETWORK}"):
+            continue
+        for n in router.get("nats") or []:
+            ranges = n.get("sourceSubnetworkIpRangesToNat")
+            if ranges in ("ALL_SUBNETWORKS_ALL_IP_RANGES", "ALL_SUBNETWORKS_ALL_PRIMARY_IP_RANGES") or any(
+                    sub.get("name", "").endswith(f"/subnetworks/{NETWORK}") for sub in n.get("subnetworks") or []):
+                nat = True
+    return NetworkFacts(private_google_access=bool(subnet and subnet.get("privateIpGoogleAccess")), cloud_nat=nat)
+
+
+def _get_policy(api: RestApi, resource: IamResource) -> dict:
+    return api.send(resource.get)
+
+
+# ------------------------------------------------------------------- apply
+def apply(actions: list[Action], adapters: Mapping[str, Any], echo: Callable[[str], None] = print) -> int:
+    """Send each action's request in order; stop at the first failure (ApiError says which). Returns the count."""
+    sent = 0
+    for action in actions:
+        if not action.sends:
+            continue
+        if action.iam is not None:
+            _grant(adapters[action.iam.api], action)
+        else:
+            assert action.request is not None
+            adapters[action.request.api].send(action.request)
+        sent += 1
+        echo(f"done: {action.verb} {action.what}")
+    return sent
+
+
+def _grant(api, action: Action) -> None:
+    """Read-modify-write with the policy's etag: only this one binding is added; nothing else changes."""
+    resource = action.iam
+    assert resource is not None and action.role and action.member
+    policy = api.send(resource.get) or {}
+    bindings = policy.setdefault("bindings", [])
+    binding = next((b for b in bindings if b.get("role") == action.role and not b.get("condition")), None)
+    if binding is None:
+        binding = {"role": action.role, "members": []}
+        bindings.append(binding)
+    if action.member in binding.setdefault("members", []):
+        return
+    binding["members"].append(action.member)
+    body = {"policy": policy} if resource.wrap_policy else policy
+    api.send(Request(resource.api, resource.set_method, resource.set_path, body=body))

@@ -1,0 +1,556 @@
+"""plan(target, infra, state) -> list[Action]: what `tpuq deploy` will do, computed without any I/O.
+
+An Action carries the exact REST request that apply sends (or, for a role, the grant that apply merges
+into the resource's IAM policy by read-modify-write, so nothing else in a policy is ever lost).
+`check` and `todo` actions send nothing: a check was read from the project; a todo is for a person,
+e.g. the network settings of 16+ host slices, which tpuq never changes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuq.devstack.stack import subscription_body
+from tpuq.deploy.infra import Infra, SubscriptionSpec
+from tpuq.fleet import FleetFile
+from tpuq.tputypes import zone_region
+
+RUN_PORT = 8080
+NETWORK = "default"  # the network the claimer's TPU VMs use
+
+
+# ------------------------------------------------------------- the target
+@dataclass(frozen=True)
+class Target:
+    """Where to deploy: the fleet file plus what only the command line says."""
+
+    fleet: FleetFile
+    region: str = "us-central1"
+    firestore_location: str | None = None  # default: region
+    image_tag: str = "latest"
+    project_number: str | None = None  # from the project; None in an offline plan
+    service_urls: dict[str, str] | None = None  # override Cloud Run's deterministic URLs (tests)
+
+    @property
+    def project(self) -> str:
+        return self.fleet.project
+
+    @property
+    def runner_bucket(self) -> str:
+        if self.fleet.runner_bucket:
+            return self.fleet.runner_bucket.removeprefix("gs://")
+        return f"{self.project}-tpuq-runner"
+
+    def variables(self) -> dict[str, Any]:
+        return {"project": self.project, "region": self.region,
+                "firestore_location": self.firestore_location or self.region, "image_tag": self.image_tag,
+                "service": "${service}",  # expanded per service
+                "ssh_key_secret": self.fleet.ssh_key_secret, "worker_secrets": list(self.fleet.worker_secrets)}
+
+    def sa_email(self, account_id: str) -> str:
+        return f"{account_id}@{self.project}.iam.gserviceaccount.com"
+
+    def member(self, spec: str) -> str:
+        kind, _, name = spec.partition(":")
+        number = self.project_number or "<project-number>"
+        if kind == "sa":
+            return f"serviceAccount:{self.sa_email(name)}"
+        if kind == "agent" and name == "pubsub":
+            return f"serviceAccount:service-{number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+        if kind == "agent" and name == "storage":
+            return f"serviceAccount:service-{number}@gs-project-accounts.iam.gserviceaccount.com"
+        raise ValueError(f"unknown member {spec!r} in infra/iam.yaml")
+
+    def service_url(self, infra: Infra, service: str) -> str:
+        if self.service_urls and service in self.service_urls:
+            return self.service_urls[service].rstrip("/")
+        run_name = infra.services.service(service).run_service
+        # Cloud Run's deterministic URL: known before the service exists, so the plan stays pure.
+        return f"https://{run_name}-{self.project_number or '<project-number>'}.{self.region}.run.app"
+
+
+# ---------------------------------------------------------- current state
+@dataclass
+class NetworkFacts:
+    private_google_access: bool | None = None  # None: could not be read
+    cloud_nat: bool | None = None
+
+
+@dataclass
+class ProjectState:
+    """What the project holds now. A fresh ProjectState is an empty project (or an offline plan)."""
+
+    known: bool = False
+    project_number: str | None = None
+    enabled_apis: set[str] = field(default_factory=set)
+    service_accounts: set[str] = field(default_factory=set)  # emails
+    iam: dict[str, set[tuple[str, str]]] = field(default_factory=dict)  # resource key -> {(role, member)}
+    topics: set[str] = field(default_factory=set)
+    subscriptions: dict[str, dict] = field(default_factory=dict)  # short name -> REST resource
+    buckets: dict[str, dict] = field(default_factory=dict)
+    notifications: dict[str, list[dict]] = field(default_factory=dict)  # bucket -> configs
+    artifact_repositories: set[str] = field(default_factory=set)
+    run_services: dict[str, dict] = field(default_factory=dict)  # Cloud Run name -> REST resource
+    scheduler_jobs: dict[str, dict] = field(default_factory=dict)
+    firestore_databases: set[str] = field(default_factory=set)
+    firestore_indexes: list[dict] = field(default_factory=list)
+    secrets: set[str] | None = None  # None: unknown
+    stored_fleet_version: str | None = None
+    networks: dict[str, NetworkFacts] = field(default_factory=dict)  # region -> facts
+
+
+# ----------------------------------------------------------------- actions
+@dataclass(frozen=True)
+class Request:
+    api: str  # the adapter's key: pubsub, iam, run, ...
+    method: str
+    path: str  # relative to the API's versioned base URL
+    params: dict | None = None
+    body: Any = None
+
+
+@dataclass(frozen=True)
+class IamResource:
+    key: str  # "project", "topic:gcs-events", ...
+    label: str
+    api: str
+    get: Request
+    set_method: str
+    set_path: str
+    wrap_policy: bool = True  # {"policy": ...} (every API but Cloud Storage's)
+
+
+@dataclass(frozen=True)
+class Action:
+    verb: str  # enable | create | update | grant | store | check | todo
+    what: str
+    detail: str = ""
+    request: Request | None = None
+    iam: IamResource | None = None
+    role: str | None = None
+    member: str | None = None
+    commands: tuple[str, ...] = ()  # todo: commands for a person to run
+
+    def __str__(self) -> str:
+        line = f"{self.verb} {self.what}" + (f" {self.detail}" if self.detail else "")
+        return line + "".join(f"\n      {c}" for c in self.commands)
+
+    @property
+    def sends(self) -> bool:
+        return self.request is not None or self.iam is not None
+
+
+# ------------------------------------------------------------------- plan
+def plan(target: Target, infra: Infra, state: ProjectState, skip_services: bool = False) -> list[Action]:
+    target = _with_number(target, state)
+    p = target.project
+    actions: list[Action] = []
+    actions += _apis(infra, state, p)
+    actions += _firestore(target, infra, state)
+    actions += _service_accounts(target, infra, state)
+    actions += _topics(infra, state, p)
+    actions += _bucket(target, infra, state)
+    actions += _grants(target, infra, state, lambda on: not on.startswith("run_service:"))
+    if not skip_services:
+        actions += _artifact_repository(target, infra, state)
+        actions += _run_services(target, infra, state)
+        actions += _grants(target, infra, state, lambda on: on.startswith("run_service:"))
+        actions += _subscriptions(target, infra, state)
+        actions += _scheduler_jobs(target, infra, state)
+    actions += _hold_subscriptions(infra, state, p)
+    actions += _notifications(target, infra, state)
+    if state.stored_fleet_version != target.fleet.version:
+        actions.append(Action("store", f"fleet {target.fleet.name}", f"in Firestore fleets/{target.fleet.name} "
+                              f"(version {target.fleet.version})",
+                              Request("fleetstore", "STORE", target.fleet.name, body=target.fleet.model_dump(mode="json"))))
+    actions += _secrets_todo(target, state)
+    actions += _network_checks(target, state)
+    return actions
+
+
+def _with_number(target: Target, state: ProjectState) -> Target:
+    if state.project_number and not target.project_number:
+        from dataclasses import replace
+
+        return replace(target, project_number=state.project_number)
+    return target
+
+
+def _apis(infra: Infra, state: ProjectState, p: str) -> list[Action]:
+    return [Action("enable", f"API {api}", request=Request("serviceusage", "POST", f"projects/{p}/services/{api}:enable",
+                                                          body={}))
+            for api in infra.apis.apis if api not in state.enabled_apis]
+
+
+def _firestore(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    fs, p = infra.firestore, target.project
+    out = []
+    if fs.database not in state.firestore_databases:
+        out.append(Action("create", f"Firestore database {fs.database}", f"({fs.type}, location {fs.location})",
+                          Request("firestore", "POST", f"projects/{p}/databases", {"databaseId": fs.database},
+                                  {"locationId": fs.location, "type": fs.type})))
+    have = {_index_key(i) for i in state.firestore_indexes}
+    for index in fs.indexes:
+        if _index_key(index) in have:
+            continue
+        cg = index["collectionGroup"]
+        fields = ", ".join(f"{f['fieldPath']} {f.get('order', f.get('arrayConfig', '')).lower()}" for f in index["fields"])
+        out.append(Action("create", f"Firestore index {cg}", f"({fields})",
+                          Request("firestore", "POST", f"projects/{p}/databases/{fs.database}/collectionGroups/{cg}/indexes",
+                                  body={"queryScope": index.get("queryScope", "COLLECTION"), "fields": index["fields"]})))
+    return out
+
+
+def _index_key(index: dict) -> tuple:
+    cg = index.get("collectionGroup") or index.get("name", "").split("/collectionGroups/")[-1].split("/")[0]
+    fields = tuple((f["fieldPath"], f.get("order") or f.get("arrayConfig")) for f in index.get("fields", [])
+                   if f["fieldPath"] != "__name__")  # Firestore appends __name__ to what it lists
+    return cg, index.get("queryScope", "COLLECTION"), fields
+
+
+def _service_accounts(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    return [Action("create", f"service account {target.sa_email(sa.id)}", f"({sa.display_name})",
+                   Request("iam", "POST", f"projects/{target.project}/serviceAccounts",
+                           body={"accountId": sa.id, "serviceAccount": {"displayName": sa.display_name}}))
+            for sa in infra.iam.service_accounts if target.sa_email(sa.id) not in state.service_accounts]
+
+
+def _topics(infra: Infra, state: ProjectState, p: str) -> list[Action]:
+    return [Action("create", f"topic {t.name}", request=Request("pubsub", "PUT", f"projects/{p}/topics/{t.name}", body={}))
+            for t in infra.pubsub.topics if t.name not in state.topics]
+
+
+def desired_subscription(target: Target, infra: Infra, spec: SubscriptionSpec) -> dict:
+    """The REST body: the local stack's (tpuq.devstack.stack.subscription_body) plus the OIDC token."""
+    base_url = target.service_url(infra, spec.service)
+    body = subscription_body(spec.as_topology(), target.project, base_url)
+    body["pushConfig"]["oidcToken"] = {"serviceAccountEmail": target.sa_email(infra.pubsub.push_service_account),
+                                       "audience": base_url}
+    return body
+
+
+def _seconds(duration: Any) -> float | None:
+    if duration is None:
+        return None
+    return float(str(duration).rstrip("s"))
+
+
+def subscription_projection(body: dict) -> dict:
+    """The fields deploy owns, normalised so that a body read back compares equal to the one sent."""
+    push = body.get("pushConfig") or {}
+    retry = body.get("retryPolicy") or {}
+    dead = body.get("deadLetterPolicy") or {}
+    return {
+        "topic": body.get("topic"),
+        "ackDeadlineSeconds": int(body.get("ackDeadlineSeconds") or 10),
+        "pushEndpoint": push.get("pushEndpoint"),
+        "oidcToken": push.get("oidcToken") or None,
+        "minimumBackoff": _seconds(retry.get("minimumBackoff")),
+        "maximumBackoff": _seconds(retry.get("maximumBackoff")),
+        "deadLetterTopic": dead.get("deadLetterTopic"),
+        "maxDeliveryAttempts": dead.get("maxDeliveryAttempts"),
+    }
+
+
+def _subscription_summary(body: dict) -> str:
+    push = body["pushConfig"]
+    r, d = body["retryPolicy"], body["deadLetterPolicy"]
+    return (f"→ {push['pushEndpoint']} (OIDC as {push['oidcToken']['serviceAccountEmail']}; ack "
+            f"{body['ackDeadlineSeconds']}s; retry {r['minimumBackoff']}..{r['maximumBackoff']}; dead-letter after "
+            f"{d['maxDeliveryAttempts']} attempts to {d['deadLetterTopic'].rsplit('/', 1)[-1]})")
+
+
+def _subscriptions(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    p, out = target.project, []
+    for spec in infra.pubsub.subscriptions:
+        body = desired_subscription(target, infra, spec)
+        current = state.subscriptions.get(spec.name)
+        if current is None:
+            out.append(Action("create", f"subscription {spec.name}", _subscription_summary(body),
+                              Request("pubsub", "PUT", f"projects/{p}/subscriptions/{spec.name}", body=body)))
+            continue
+        have, want = subscription_projection(current), subscription_projection(body)
+        if have == want:
+            continue
+        if have["topic"] != want["topic"]:
+            out.append(Action("todo", f"subscription {spec.name}",
+                              f"is attached to {have['topic']}, infra/ says {want['topic']}: a subscription cannot "
+                              "change topic; delete it and deploy again",
+                              commands=(f"gcloud pubsub subscriptions delete {spec.name} --project={p}",)))
+            continue
+        changed = sorted(k for k in want if have[k] != want[k])
+        update = {k: v for k, v in body.items() if k != "topic"}
+        out.append(Action("update", f"subscription {spec.name}", f"({', '.join(changed)}) " + _subscription_summary(body),
+                          Request("pubsub", "PATCH", f"projects/{p}/subscriptions/{spec.name}",
+                                  body={"subscription": update,
+                                        "updateMask": "ackDeadlineSeconds,pushConfig,retryPolicy,deadLetterPolicy"})))
+    return out
+
+
+def _hold_subscriptions(infra: Infra, state: ProjectState, p: str) -> list[Action]:
+    return [Action("create", f"subscription {h.name}",
+                   f"(pull; keeps {h.topic} for {h.message_retention_seconds // 86400} days for inspection)",
+                   Request("pubsub", "PUT", f"projects/{p}/subscriptions/{h.name}",
+                           body={"topic": f"projects/{p}/topics/{h.topic}",
+                                 "messageRetentionDuration": f"{h.message_retention_seconds}s",
+                                 "expirationPolicy": {}}))  # {}: never expires
+            for h in infra.pubsub.hold_subscriptions if h.name not in state.subscriptions]
+
+
+def _lifecycle_body(infra_bucket) -> dict:
+    rules = []
+    for r in infra_bucket.lifecycle:
+        condition: dict[str, Any] = {"age": r.age_days}
+        if r.matches_prefix:
+            condition["matchesPrefix"] = list(r.matches_prefix)
+        if r.matches_suffix:
+            condition["matchesSuffix"] = list(r.matches_suffix)
+        rules.append({"action": {"type": r.action}, "condition": condition})
+    return {"rule": rules}
+
+
+def _bucket_name(target: Target, bucket_id: str) -> str:
+    if bucket_id != "runner":
+        raise ValueError(f"infra/storage.yaml: unknown bucket id {bucket_id!r} (only 'runner')")
+    return target.runner_bucket
+
+
+def _bucket(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    out = []
+    for b in infra.storage.buckets:
+        name = _bucket_name(target, b.id)
+        lifecycle = _lifecycle_body(b)
+        rules = "; ".join(f"{r['action']['type'].lower()} {'+'.join(r['condition'].get('matchesPrefix', []))}"
+                          f"*{'|'.join(r['condition'].get('matchesSuffix', []))} after {r['condition']['age']} days"
+                          for r in lifecycle["rule"])
+        current = state.buckets.get(name)
+        if current is None:
+            out.append(Action("create", f"bucket gs://{name}", f"(location {b.location}, uniform access; lifecycle: {rules})",
+                              Request("storage", "POST", "b", {"project": target.project},
+                                      {"name": name, "location": b.location, "lifecycle": lifecycle,
+                                       "iamConfiguration": {"uniformBucketLevelAccess": {"enabled":
+                                                                                         b.uniform_bucket_level_access}}})))
+        elif (current.get("lifecycle") or {"rule": []}) != lifecycle:
+            out.append(Action("update", f"bucket gs://{name}", f"lifecycle: {rules}",
+                              Request("storage", "PATCH", f"b/{name}", body={"lifecycle": lifecycle})))
+    return out
+
+
+def _notifications(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    out = []
+    for n in infra.storage.notifications:
+        bucket = _bucket_name(target, n.bucket)
+        topic = f"//pubsub.googleapis.com/projects/{target.project}/topics/{n.topic}"
+        exists = any(c.get("topic", "").endswith(f"projects/{target.project}/topics/{n.topic}")
+                     and c.get("object_name_prefix", "") == n.object_name_prefix
+                     and sorted(c.get("event_types") or []) == sorted(n.event_types)
+                     for c in state.notifications.get(bucket, []))
+        if not exists:
+            out.append(Action("create", f"notification gs://{bucket}/{n.object_name_prefix}",
+                              f"→ topic {n.topic} ({', '.join(n.event_types)})",
+                              Request("storage", "POST", f"b/{bucket}/notificationConfigs",
+                                      body={"topic": topic, "payload_format": "JSON_API_V1",
+                                            "event_types": list(n.event_types),
+                                            "object_name_prefix": n.object_name_prefix})))
+    return out
+
+
+def _artifact_repository(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    repo = infra.services.artifact_repository
+    if repo in state.artifact_repositories:
+        return []
+    return [Action("create", f"Artifact Registry repository {repo}", f"(Docker, {target.region})",
+                   Request("artifactregistry", "POST", f"projects/{target.project}/locations/{target.region}/repositories",
+                           {"repositoryId": repo}, {"format": "DOCKER", "description": "tpuq service images"}))]
+
+
+def desired_run_service(target: Target, infra: Infra, name: str) -> dict:
+    spec = infra.services.service(name)
+    url = target.service_url(infra, name)
+    env = {"GOOGLE_CLOUD_PROJECT": target.project, "TPUQ_RUNNER_BUCKET": target.runner_bucket,
+           "TPUQ_FLEET": target.fleet.name, "TPUQ_SERVICE": name, "TPUQ_PUSH_AUTH": "oidc",
+           "TPUQ_PUSH_AUDIENCE": url, "TPUQ_PUSH_SERVICE_ACCOUNT": target.sa_email(infra.pubsub.push_service_account),
+           **spec.env}
+    container: dict[str, Any] = {
+        "image": infra.services.image.replace("${service}", name),
+        "ports": [{"containerPort": RUN_PORT}],
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "resources": {"limits": {"cpu": spec.cpu, "memory": spec.memory}},
+    }
+    template: dict[str, Any] = {
+        "serviceAccount": target.sa_email(spec.service_account),
+        "timeout": f"{spec.timeout_seconds}s",
+        "maxInstanceRequestConcurrency": spec.concurrency,
+        "scaling": {"minInstanceCount": 0, "maxInstanceCount": spec.max_instances},  # 0: nothing runs when idle
+        "containers": [container],
+    }
+    if spec.secret_files:
+        template["volumes"] = [{"name": f"secret-{i}", "secret": {"secret": f.secret,
+                                                                  "items": [{"path": f.file, "version": "latest"}]}}
+                               for i, f in enumerate(spec.secret_files)]
+        container["volumeMounts"] = [{"name": f"secret-{i}", "mountPath": f.mount_dir}
+                                     for i, f in enumerate(spec.secret_files)]
+    return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL"}
+
+
+def run_projection(body: dict) -> dict:
+    t = body.get("template") or {}
+    c = (t.get("containers") or [{}])[0]
+    return {
+        "image": c.get("image"), "env": {e["name"]: e.get("value") for e in c.get("env") or []},
+        "limits": (c.get("resources") or {}).get("limits"), "serviceAccount": t.get("serviceAccount"),
+        "timeout": t.get("timeout"), "concurrency": t.get("maxInstanceRequestConcurrency"),
+        "maxInstances": (t.get("scaling") or {}).get("maxInstanceCount"),
+        "volumes": [(v.get("secret") or {}).get("secret") for v in t.get("volumes") or []],
+        "mounts": [m.get("mountPath") for m in c.get("volumeMounts") or []],
+    }
+
+
+def _run_services(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    out = []
+    base = f"projects/{target.project}/locations/{target.region}/services"
+    for spec in infra.services.services:
+        body = desired_run_service(target, infra, spec.name)
+        image = body["template"]["containers"][0]["image"]
+        detail = f"(image {image}, as {body['template']['serviceAccount']}, scales 0..{spec.max_instances})"
+        current = state.run_services.get(spec.run_service)
+        if current is None:
+            out.append(Action("create", f"Cloud Run service {spec.run_service}", detail,
+                              Request("run", "POST", base, {"serviceId": spec.run_service}, body)))
+        elif run_projection(current) != run_projection(body):
+            out.append(Action("update", f"Cloud Run service {spec.run_service}", detail,
+                              Request("run", "PATCH", f"{base}/{spec.run_service}", body=body)))
+    return out
+
+
+def _scheduler_jobs(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    out = []
+    parent = f"projects/{target.project}/locations/{target.region}"
+    for job in infra.scheduler.jobs:
+        body = {"name": f"{parent}/jobs/{job.name}", "schedule": job.schedule, "timeZone": job.time_zone,
+                "pubsubTarget": {"topicName": f"projects/{target.project}/topics/{job.topic}",
+                                 "data": base64.b64encode(json.dumps(job.data, sort_keys=True).encode()).decode()}}
+        detail = f"({job.schedule} {job.time_zone} → topic {job.topic})"
+        current = state.scheduler_jobs.get(job.name)
+        if current is None:
+            out.append(Action("create", f"Cloud Scheduler job {job.name}", detail,
+                              Request("scheduler", "POST", f"{parent}/jobs", body=body)))
+        elif any(current.get(k) != body[k] for k in ("schedule", "timeZone", "pubsubTarget")):
+            out.append(Action("update", f"Cloud Scheduler job {job.name}", detail,
+                              Request("scheduler", "PATCH", f"{parent}/jobs/{job.name}", body=body)))
+    return out
+
+
+def iam_resource(target: Target, infra: Infra, on: str) -> IamResource:
+    p = target.project
+    kind, _, name = on.partition(":")
+    if kind == "project":
+        return IamResource(on, f"project {p}", "crm", Request("crm", "POST", f"projects/{p}:getIamPolicy",
+                                                              body={"options": {"requestedPolicyVersion": 3}}),
+                           "POST", f"projects/{p}:setIamPolicy")
+    if kind == "topic":
+        path = f"projects/{p}/topics/{name}"
+        return IamResource(on, f"topic {name}", "pubsub", Request("pubsub", "GET", f"{path}:getIamPolicy"),
+                           "POST", f"{path}:setIamPolicy")
+    if kind == "bucket":
+        bucket = _bucket_name(target, name)
+        return IamResource(on, f"bucket gs://{bucket}", "storage", Request("storage", "GET", f"b/{bucket}/iam"),
+                           "PUT", f"b/{bucket}/iam", wrap_policy=False)
+    if kind == "secret":
+        path = f"projects/{p}/secrets/{name}"
+        return IamResource(on, f"secret {name}", "secretmanager",
+                           Request("secretmanager", "GET", f"{path}:getIamPolicy"), "POST", f"{path}:setIamPolicy")
+    if kind == "service_account":
+        path = f"projects/{p}/serviceAccounts/{target.sa_email(name)}"
+        return IamResource(on, f"service account {target.sa_email(name)}", "iam",
+                           Request("iam", "POST", f"{path}:getIamPolicy", body={}), "POST", f"{path}:setIamPolicy")
+    if kind == "run_service":
+        run_name = infra.services.service(name).run_service
+        path = f"projects/{p}/locations/{target.region}/services/{run_name}"
+        return IamResource(on, f"Cloud Run service {run_name}", "run", Request("run", "GET", f"{path}:getIamPolicy"),
+                           "POST", f"{path}:setIamPolicy")
+    raise ValueError(f"infra/iam.yaml: cannot grant on {on!r}")
+
+
+def _grants(target: Target, infra: Infra, state: ProjectState, which) -> list[Action]:
+    out = []
+    for b in infra.iam.bindings:
+        if not which(b.resource):
+            continue
+        member = target.member(b.member)
+        if (b.role, member) in state.iam.get(b.resource, set()):
+            continue
+        resource = iam_resource(target, infra, b.resource)
+        out.append(Action("grant", b.role, f"on {resource.label} to {member.removeprefix('serviceAccount:')}",
+                          iam=resource, role=b.role, member=member))
+    return out
+
+
+def _secrets_todo(target: Target, state: ProjectState) -> list[Action]:
+    fleet, p = target.fleet, target.project
+    if not fleet.ssh_key_secret:
+        return [Action("todo", "SSH key", "the fleet file names no ssh_key_secret: the executor cannot reach workers. "
+                       "Create a key pair in Secret Manager and set ssh_key_secret in the fleet file",
+                       commands=_ssh_secret_commands("tpuq-executor-ssh", p))]
+    out = []
+    if state.secrets is None or not {fleet.ssh_key_secret, fleet.ssh_key_secret + "-public"} <= state.secrets:
+        word = "could not be checked" if state.secrets is None else "is missing"
+        out.append(Action("todo", f"secret {fleet.ssh_key_secret}", f"(the executor's SSH key pair) {word}: "
+                          "tpuq never handles secret values, so create it yourself if needed",
+                          commands=_ssh_secret_commands(fleet.ssh_key_secret, p)))
+    missing = [s for s in fleet.worker_secrets if state.secrets is not None and s not in state.secrets]
+    for name in missing:
+        out.append(Action("todo", f"secret {name}", "(a worker secret) is missing: create it yourself",
+                          commands=(f"printf %s \"$VALUE\" | gcloud secrets create {name} --data-file=- --project={p}",)))
+    return out
+
+
+def _ssh_secret_commands(name: str, p: str) -> tuple[str, ...]:
+    return (f"ssh-keygen -q -t ed25519 -N '' -C tpuq-executor -f ./{name}",
+            f"gcloud secrets create {name} --data-file=./{name} --project={p}",
+            f"gcloud secrets create {name}-public --data-file=./{name}.pub --project={p}",
+            f"rm ./{name} ./{name}.pub")
+
+
+def large_slice_regions(fleet: FleetFile) -> dict[str, list[str]]:
+    """region -> the fleet entries whose slices have 16+ hosts there (they get internal IPs only)."""
+    out: dict[str, list[str]] = {}
+    for entry in fleet.tpus:
+        acc = entry.accelerator
+        if acc.needs_internal_ips:
+            for zone in entry.zones:
+                out.setdefault(zone_region(zone), [])
+                label = f"{entry.id}: {entry.type}, {acc.hosts} hosts"
+                if label not in out[zone_region(zone)]:
+                    out[zone_region(zone)].append(label)
+    return out
+
+
+def _network_checks(target: Target, state: ProjectState) -> list[Action]:
+    p, out = target.project, []
+    for region, entries in sorted(large_slice_regions(target.fleet).items()):
+        facts = state.networks.get(region, NetworkFacts())
+        why = "; ".join(entries)
+        if facts.private_google_access and facts.cloud_nat:
+            out.append(Action("check", f"network {NETWORK} in {region}",
+                              f"has Private Google Access and Cloud NAT, as slices of 16+ hosts need ({why})"))
+            continue
+        commands = []
+        if not facts.private_google_access:
+            commands.append(f"gcloud compute networks subnets update {NETWORK} --region={region} "
+                            f"--enable-private-ip-google-access --project={p}")
+        if not facts.cloud_nat:
+            commands += [f"gcloud compute routers create tpuq-nat-router --network={NETWORK} --region={region} --project={p}",
+                         f"gcloud compute routers nats create tpuq-nat --router=tpuq-nat-router --region={region} "
+                         f"--auto-allocate-nat-external-ips --nat-all-subnet-ip-ranges --project={p}"]
+        status = ", ".join(f"{name} {'unknown' if value is None else 'missing'}" for name, value in
+                           (("Private Google Access", facts.private_google_access), ("Cloud NAT", facts.cloud_nat))
+                           if not value)
+        out.append(Action("todo", f"network {NETWORK} in {region}",
+                          f"FOR THE PROJECT OWNER TO RUN (tpuq never changes network settings): {status}; slices of "
+                          f"16+ hosts get internal IPs only and need both to reach Google APIs and PyPI ({why})",
+                          commands=tuple(commands)))
+    return out

@@ -1,0 +1,109 @@
+"""The real apply against the Pub/Sub and Firestore emulators: topics and subscriptions exactly as infra/ says.
+
+The other APIs (IAM, Run, Scheduler, Storage notifications, ...) have no emulator here: recorders stand in.
+A project of its own on the shared emulator keeps this apart from the stack's own topics.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+import yaml
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import firestore
+
+from tpuq.deploy import gcp
+from tpuq.deploy.infra import INFRA_DIR, load_infra
+from tpuq.deploy.plan import Target, plan, subscription_projection
+from tpuq.fleet import FleetFile
+from tpuq.devstack.stack import DEMO_DIR
+
+from .fakes import EmulatorWithoutIam, FirestoreAdminStandIn, ProjectApi, RecordingApi
+
+PROJECT = "tpuq-deploy-test"
+
+
+@pytest.fixture
+def deployment(stack):
+    host = stack.env["PUBSUB_EMULATOR_HOST"]
+    requests.post(f"http://{host}/reset", timeout=10)  # clean_stack declares its topics again for the next test
+    data = yaml.safe_load((DEMO_DIR / "fleet.yaml").read_text())
+    fleet = FleetFile.model_validate({**data, "project": PROJECT, "ssh_key_secret": "tpuq-ssh"})
+    service_urls = {name: stack.env[f"TPUQ_{name.upper()}_URL"] for name in stack.services}
+    target = Target(fleet=fleet, region="us-central1", service_urls=service_urls)
+    infra = load_infra(target.variables())
+    adapters = {name: RecordingApi(name) for name in gcp.BASE_URLS}
+    adapters["crm"] = ProjectApi()
+    adapters["firestore"] = FirestoreAdminStandIn()
+    adapters["pubsub"] = EmulatorWithoutIam(gcp.emulator_pubsub(host))
+    adapters["fleetstore"] = gcp.FirestoreFleetStore(PROJECT, firestore.Client(project=PROJECT,
+                                                                               credentials=AnonymousCredentials()))
+    yield target, infra, adapters, f"http://{host}/v1/projects/{PROJECT}"
+    requests.post(f"http://{host}/reset", timeout=10)
+    stack.reset()
+
+
+def deploy(target, infra, adapters):
+    state, _ = gcp.read_state(adapters, target, infra)
+    actions = plan(target, infra, state)
+    gcp.apply(actions, adapters, echo=lambda line: None)
+    return actions
+
+
+def emulator_subscriptions(base: str) -> dict[str, dict]:
+    subs = requests.get(f"{base}/subscriptions", timeout=10).json().get("subscriptions", [])
+    return {s["name"].rsplit("/", 1)[-1]: s for s in subs}
+
+
+def test_deploy_creates_topics_and_subscriptions_exactly_as_infra_declares(deployment):
+    target, infra, adapters, base = deployment
+    deploy(target, infra, adapters)
+
+    topics = {t["name"].rsplit("/", 1)[-1] for t in requests.get(f"{base}/topics", timeout=10).json()["topics"]}
+    assert topics == {t.name for t in infra.pubsub.topics}
+    declared = yaml.safe_load((INFRA_DIR / "pubsub.yaml").read_text())
+    subs = emulator_subscriptions(base)
+    assert set(subs) == {s["name"] for s in declared["subscriptions"] + declared["hold_subscriptions"]}
+    for spec in declared["subscriptions"]:
+        got = subs[spec["name"]]
+        url = target.service_urls[spec["service"]]
+        assert got["topic"] == f"projects/{PROJECT}/topics/{spec['topic']}"
+        assert got["ackDeadlineSeconds"] == spec["ack_deadline_seconds"]
+        assert got["pushConfig"]["pushEndpoint"] == url + spec["path"]
+        assert got["pushConfig"]["oidcToken"] == {"serviceAccountEmail": f"tpuq-push@{PROJECT}.iam.gserviceaccount.com",
+                                                  "audience": url}
+        assert got["deadLetterPolicy"] == {"deadLetterTopic": f"projects/{PROJECT}/topics/dead-letters",
+                                           "maxDeliveryAttempts": spec["max_delivery_attempts"]}
+        assert subscription_projection(got)["minimumBackoff"] == spec["min_backoff_seconds"]
+        assert subscription_projection(got)["maximumBackoff"] == spec["max_backoff_seconds"]
+    stored = adapters["fleetstore"].client.collection("fleets").document(target.fleet.name).get().to_dict()
+    assert stored["version"] == target.fleet.version
+
+
+def test_a_second_deploy_changes_nothing_in_pubsub_or_firestore(deployment):
+    target, infra, adapters, _ = deployment
+    deploy(target, infra, adapters)
+    again = deploy(target, infra, adapters)
+    assert [str(a) for a in again if a.request and a.request.api in ("pubsub", "fleetstore")] == []
+
+
+def test_a_subscription_changed_by_hand_is_put_back(deployment):
+    target, infra, adapters, base = deployment
+    deploy(target, infra, adapters)
+    r = requests.patch(f"{base}/subscriptions/executor-assignments", timeout=10,
+                       json={"subscription": {"ackDeadlineSeconds": 30}, "updateMask": "ackDeadlineSeconds"})
+    assert r.status_code == 200, r.text
+    actions = deploy(target, infra, adapters)
+    assert [f"{a.verb} {a.what}" for a in actions if a.request and a.request.api == "pubsub"] == [
+        "update subscription executor-assignments"]
+    assert emulator_subscriptions(base)["executor-assignments"]["ackDeadlineSeconds"] == 120
+
+
+def test_what_the_stand_ins_received_never_touches_the_network(deployment):
+    target, infra, adapters, _ = deployment
+    deploy(target, infra, adapters)
+    assert adapters["compute"].sent == []
+    created = {r.params["serviceId"] for r in adapters["run"].sent if r.method == "POST" and r.params}
+    assert created == {s.run_service for s in infra.services.services}
+    notifications = [r.body["object_name_prefix"] for r in adapters["storage"].sent if r.path.endswith("notificationConfigs")]
+    assert notifications == ["submit/", "tpuq/status/"]
