@@ -6,7 +6,7 @@ import re
 
 from tpuq.fleetstore import save_fleet
 from tpuq.jobspec import Priority
-from tpuq.messages import CancelRequest, Tick
+from tpuq.messages import CancelRequest, FailureClass, FleetEventKind, Tick
 from tpuq.scheduler.capacity import ask_for_capacity, request_id_for, room_per_entry
 from tpuq.scheduler.plan import PendingJob
 
@@ -117,3 +117,14 @@ def test_cancelling_a_waiting_job_withdraws_its_request(sched):
     assert summary(sched.drain("capacity")) == [("request", "r-j1-1"), ("withdraw", "r-j1-1")]
     sched.deliver("fleet-events", active("n1"))
     assert sched.drain("assignments") == []
+
+
+def test_failed_request_is_shown_on_the_job_and_asked_again_later(sched):
+    sched.deliver("jobs", job("j1"))
+    failed = active("n1", request_id="r-j1-1", kind=FleetEventKind.failed).model_copy(
+        update={"node": None, "failure_class": FailureClass.zone_quota, "failure_message": "no v4 quota in us-central2-b"})
+    sched.deliver("fleet-events", failed)
+    j = sched.job("j1")
+    assert j["capacity_request"] is None and "zone_quota" in j["blocked"] and "no v4 quota" in j["blocked"]
+    sched.deliver("ticks", Tick(seq=1))
+    assert summary(sched.drain("capacity")) == [("request", "r-j1-1"), ("request", "r-j1-2")]
