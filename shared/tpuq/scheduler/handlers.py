@@ -101,32 +101,30 @@ def _record_active(event: FleetEvent, fleet, ctx: Context) -> None:
 
 def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
     """TPU -> gone; an attempt on it counts as preempted (once). True if a job went back to pending."""
+    db = ctx.clients.firestore
     tpu_ref = _tpus(ctx).document(short_node_name(event.node))
-    tpu = tpu_ref.get().to_dict() or {}
-    job_ref = _jobs(ctx).document(tpu["job_id"]) if tpu.get("job_id") else None
+    for _ in range(3):
+        holder = (tpu_ref.get().to_dict() or {}).get("job_id")
+        refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else [])
+        outcome = read_decide_commit(db, refs, lambda tpu, job=None: _node_lost_writes(event, fleet, ctx, tpu, job))
+        if outcome != "reassigned":
+            return bool(outcome and outcome.job and outcome.job["state"] == "pending")
+    raise Retryable(f"TPU {event.node} keeps changing hands")
 
-    def decide(tpu_snap, job_snap=None):
-        now = ctx.now()
-        writes = WriteSet().update(tpu_snap, lifecycle.tpu_on_gone(tpu_snap.to_dict(), event, now))
-        tpu_doc = tpu_snap.to_dict() or {}
-        attempt_id = tpu_doc.get("attempt_id")
-        if job_snap is None or not attempt_id or (job_snap.to_dict() or {}).get("attempt_id") != attempt_id:
-            return writes, None
-        end = lifecycle.attempt_ended(
-            job_snap.to_dict(),
-            int((job_snap.to_dict() or {}).get("attempt")),
-            AttemptOutcome.preempted,
-            f"TPU {tpu_doc.get('short')} {event.kind.value}",
-            _budgets(fleet),
-            now,
-            ctx.rng,
-        )
-        attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str((job_snap.to_dict() or {}).get("attempt")))
-        return writes.update(job_snap, end.job).merge(attempt_ref, end.attempt), end
 
-    refs = [tpu_ref] + ([job_ref] if job_ref else [])
-    end = read_decide_commit(ctx.clients.firestore, refs, decide)
-    return bool(end and end.job and end.job["state"] == "pending")
+def _node_lost_writes(event: FleetEvent, fleet, ctx: Context, tpu_snap, job_snap):
+    now = ctx.now()
+    tpu = tpu_snap.to_dict() or {}
+    if tpu.get("job_id") != (job_snap.id if job_snap else None):
+        return WriteSet(), "reassigned"  # the TPU went to another job since it was read: read again
+    writes = WriteSet().update(tpu_snap, lifecycle.tpu_on_gone(tpu_snap.to_dict(), event, now))
+    job = job_snap.to_dict() if job_snap else None
+    if not job or not tpu.get("attempt_id") or job.get("attempt_id") != tpu["attempt_id"]:
+        return writes, None
+    end = lifecycle.attempt_ended(job, int(job["attempt"]), AttemptOutcome.preempted,
+                                  f"TPU {tpu.get('short')} {event.kind.value}", _budgets(fleet), now, ctx.rng)
+    attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(job["attempt"]))
+    return writes.update(job_snap, end.job).merge(attempt_ref, end.attempt), end
 
 
 # ---------------------------------------------------------- attempt events
