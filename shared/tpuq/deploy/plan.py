@@ -154,8 +154,8 @@ def plan(target: Target, infra: Infra, state: ProjectState, skip_services: bool 
     actions += _topics(infra, state, p)
     actions += _bucket(target, infra, state)
     actions += _grants(target, infra, state, lambda on: not on.startswith("run_service:"))
+    actions += _artifact_repository(target, infra, state)  # before the images are pushed (cloudbuild.yaml)
     if not skip_services:
-        actions += _artifact_repository(target, infra, state)
         actions += _run_services(target, infra, state)
         actions += _grants(target, infra, state, lambda on: on.startswith("run_service:"))
         actions += _subscriptions(target, infra, state)

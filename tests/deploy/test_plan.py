@@ -1,0 +1,119 @@
+"""plan() is pure and idempotent; apply() merges roles without losing any and never changes the network."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tpuq.deploy import gcp
+from tpuq.deploy.infra import load_infra
+from tpuq.deploy.plan import Action, NetworkFacts, ProjectState, Target, plan
+from tpuq.examples import EXAMPLE_FLEET
+from tpuq.fleet import FleetFile
+
+FLEET = FleetFile.model_validate({**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh"})
+TARGET = Target(fleet=FLEET, project_number="42")
+INFRA = load_infra(TARGET.variables())
+
+
+def state_after(actions: list[Action]) -> ProjectState:
+    """The project as Google would hold it once these actions were applied."""
+    s = ProjectState(known=True, project_number="42", secrets={"tpuq-ssh", "tpuq-ssh-public"})
+    for a in actions:
+        r = a.request
+        if a.iam is not None:
+            s.iam.setdefault(a.iam.key, set()).add((a.role, a.member))
+        elif r is None:
+            continue
+        elif r.api == "serviceusage":
+            s.enabled_apis.add(r.path.split("/")[-1].removesuffix(":enable"))
+        elif r.api == "iam":
+            s.service_accounts.add(f"{r.body['accountId']}@{FLEET.project}.iam.gserviceaccount.com")
+        elif r.api == "pubsub" and "/topics/" in r.path:
+            s.topics.add(r.path.rsplit("/", 1)[-1])
+        elif r.api == "pubsub":
+            s.subscriptions[r.path.rsplit("/", 1)[-1]] = r.body
+        elif r.api == "storage" and r.path == "b":
+            s.buckets[r.body["name"]] = r.body
+        elif r.api == "storage":
+            s.notifications.setdefault(r.path.split("/")[1], []).append(r.body)
+        elif r.api == "artifactregistry":
+            s.artifact_repositories.add(r.params["repositoryId"])
+        elif r.api == "run":
+            s.run_services[r.params["serviceId"]] = r.body
+        elif r.api == "scheduler":
+            s.scheduler_jobs[r.body["name"].rsplit("/", 1)[-1]] = r.body
+        elif r.api == "firestore" and r.params:
+            s.firestore_databases.add(r.params["databaseId"])
+        elif r.api == "firestore":
+            s.firestore_indexes.append({"collectionGroup": r.path.split("/")[-2], **r.body})
+        elif r.api == "fleetstore":
+            s.stored_fleet_version = FleetFile.model_validate(r.body).version
+    return s
+
+
+def test_planning_again_after_applying_changes_nothing():
+    first = plan(TARGET, INFRA, ProjectState())
+    state = state_after(first)
+    state.networks = {"europe-west4": NetworkFacts(True, True), "us-east1": NetworkFacts(True, True)}
+    again = plan(TARGET, INFRA, state)
+    assert [str(a) for a in again if a.sends] == []
+    assert [a.verb for a in again] == ["check", "check"]  # the two 16-host regions, read and fine
+
+
+def test_a_new_image_tag_updates_the_services_only():
+    state = state_after(plan(TARGET, INFRA, ProjectState()))
+    from dataclasses import replace
+
+    retagged = replace(TARGET, image_tag="b42")
+    again = plan(retagged, load_infra(retagged.variables()), state)
+    assert sorted(f"{a.verb} {a.what}" for a in again if a.sends) == [
+        f"update Cloud Run service tpuq-{name}" for name in sorted(("claimer", "executor", "janitor", "scheduler"))]
+
+
+def test_the_plan_never_writes_to_the_network_api():
+    assert not [a for a in plan(TARGET, INFRA, ProjectState()) if a.request and a.request.api == "compute"]
+
+
+def test_the_compute_adapter_refuses_writes():
+    api = gcp.RestApi("compute", gcp.BASE_URLS["compute"], session=None)
+    with pytest.raises(gcp.NetworkChangeRefused):
+        api.call("PATCH", "projects/p/regions/r/subnetworks/default", body={"privateIpGoogleAccess": True})
+
+
+def test_only_the_missing_network_setting_is_asked_for():
+    state = ProjectState(known=True, project_number="42",
+                         networks={"europe-west4": NetworkFacts(private_google_access=True, cloud_nat=False)})
+    (todo,) = [a for a in plan(TARGET, INFRA, state) if a.verb == "todo" and "europe-west4" in a.what]
+    assert "Cloud NAT missing" in todo.detail and "Private Google Access" not in todo.detail.split(";")[0]
+    assert not any("subnets update" in c for c in todo.commands)
+    assert any("routers nats create" in c for c in todo.commands)
+
+
+class PolicyApi:
+    """An IAM policy endpoint: get returns the stored policy; set replaces it."""
+
+    def __init__(self, policy: dict):
+        self.policy = policy
+        self.sets = 0
+
+    def send(self, request):
+        if request.path.endswith(":getIamPolicy"):
+            return yaml.safe_load(yaml.safe_dump(self.policy))  # a copy, as over the wire
+        self.sets += 1
+        self.policy = request.body["policy"]
+        return self.policy
+
+
+def test_a_grant_adds_one_member_and_keeps_every_other_binding():
+    existing = {"etag": "abc", "bindings": [{"role": "roles/owner", "members": ["user:boss@example.com"]},
+                                            {"role": "roles/tpu.admin", "members": ["user:me@example.com"]}]}
+    api = PolicyApi(existing)
+    grant = next(a for a in plan(TARGET, INFRA, ProjectState()) if a.role == "roles/tpu.admin")
+    gcp.apply([grant], {grant.iam.api: api}, echo=lambda line: None)
+    assert api.policy["etag"] == "abc"  # sent back, so a concurrent change fails instead of being overwritten
+    assert api.policy["bindings"] == [
+        {"role": "roles/owner", "members": ["user:boss@example.com"]},
+        {"role": "roles/tpu.admin", "members": ["user:me@example.com", grant.member]}]
+    gcp.apply([grant], {grant.iam.api: api}, echo=lambda line: None)
+    assert api.sets == 1  # already there: nothing is written
