@@ -89,8 +89,8 @@ def demo(state_dir: Optional[Path] = typer.Option(None, help="Keep the demo's st
     """Run the end-to-end demo on a local stack it starts and stops itself."""
     from tpuq.demo import run
 
-    summary = run(out, state_dir)
-    if any(state in ("failed", "rejected") for state in summary.get("jobs", {}).values()):
+    result = run(out, state_dir)
+    if not result.ok:
         raise typer.Exit(1)
 
 

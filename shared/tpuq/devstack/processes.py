@@ -98,6 +98,17 @@ def stop(rec: ProcRecord, grace: float = 5.0) -> None:
         pass
 
 
+def stop_all(records: list[ProcRecord], grace: float = 5.0) -> None:
+    """TERM every group at once, give them `grace` seconds together, then KILL what is left."""
+    for rec in records:
+        _kill_group(rec.pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(is_alive(r) or _group_alive(r.pgid) for r in records):
+        time.sleep(0.05)
+    for rec in records:
+        stop(rec, grace=0)
+
+
 def _kill_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)

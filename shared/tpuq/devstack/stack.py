@@ -264,10 +264,8 @@ class DevStack:
         records = self.records
         if not records and self.state_file.exists():
             records, _ = processes.load_records(self.state_file)
-        stopped = []
-        for rec in reversed(records):
-            processes.stop(rec)
-            stopped.append(rec.name)
+        processes.stop_all(list(reversed(records)))
+        stopped = [rec.name for rec in reversed(records)]
         self.records = []
         for path in (self.state_file, self.env_file):
             path.unlink(missing_ok=True)

@@ -79,6 +79,10 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
         _record_active(event, fleet, ctx)
         if event.request_id:
             release_request(ctx, event.request_id)
+            # The request is served: close it at the claimer too, so that when this slice is later
+            # deleted as idle (or preempted) the claimer does not ask for it again. Demand that
+            # remains comes back as a new request from a later pass.
+            ctx.publish("capacity", capacity.withdrawal(event.request_id, event.fleet, ctx.now()))
         scheduling_pass(ctx, fleet)
     elif event.kind in NODE_LOST and event.node:
         if _record_node_lost(event, fleet, ctx):
