@@ -44,3 +44,8 @@ def clean_stack(stack):
 @pytest.fixture
 def clients(clean_stack) -> Clients:
     return Clients(Settings.from_env(clean_stack.env))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end tests run last: they bring up a second, whole-system stack for the rest of the session."""
+    items.sort(key=lambda item: "/tests/e2e/" in str(item.fspath))

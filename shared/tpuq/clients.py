@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -29,6 +30,8 @@ class Settings:
     topic_prefix: str = ""
     runner_bucket: str | None = None
     storage_emulator: str | None = None
+    pubsub_emulator: str | None = None
+    firestore_emulator: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -40,7 +43,17 @@ class Settings:
             topic_prefix=env.get(ENV_TOPIC_PREFIX, ""),
             runner_bucket=env.get(ENV_RUNNER_BUCKET) or None,
             storage_emulator=env.get("STORAGE_EMULATOR_HOST") or None,
+            pubsub_emulator=env.get("PUBSUB_EMULATOR_HOST") or None,
+            firestore_emulator=env.get("FIRESTORE_EMULATOR_HOST") or None,
         )
+
+    @property
+    def emulator_env(self) -> dict[str, str | None]:
+        return {
+            "PUBSUB_EMULATOR_HOST": self.pubsub_emulator,
+            "FIRESTORE_EMULATOR_HOST": self.firestore_emulator,
+            "STORAGE_EMULATOR_HOST": self.storage_emulator,
+        }
 
     def topic_path(self, name: str) -> str:
         return f"projects/{self.project}/topics/{self.topic_prefix}{name}"
@@ -49,35 +62,61 @@ class Settings:
         return f"projects/{self.project}/subscriptions/{self.topic_prefix}{name}"
 
 
+_CONSTRUCTION_LOCK = threading.Lock()
+
+
+@contextmanager
+def _environment(values: dict[str, str | None]):
+    """Google's clients read the *_EMULATOR_HOST variables once, when constructed. Construct them under
+    exactly these Settings' values, so that two Clients in one process (tests, tools) never cross over."""
+    with _CONSTRUCTION_LOCK:
+        saved = {k: os.environ.get(k) for k in values}
+        try:
+            for k, v in values.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 @dataclass
 class Clients:
     """Lazily created clients. Thread-safe enough for Flask's threaded server."""
 
     settings: Settings = field(default_factory=Settings.from_env)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @cached_property
     def firestore(self):
         from google.cloud import firestore
 
-        return firestore.Client(project=self.settings.project)
+        with _environment(self.settings.emulator_env):
+            return firestore.Client(project=self.settings.project)
 
     @cached_property
     def publisher(self):
         from google.cloud import pubsub_v1
 
         # One message per batch: ~1.6 ms per publish instead of ~10 ms of batching delay.
-        return pubsub_v1.PublisherClient(batch_settings=pubsub_v1.types.BatchSettings(max_messages=1))
+        with _environment(self.settings.emulator_env):
+            return pubsub_v1.PublisherClient(batch_settings=pubsub_v1.types.BatchSettings(max_messages=1))
 
     @cached_property
     def storage(self):
         from google.cloud import storage
 
-        if self.settings.storage_emulator:
-            from google.auth.credentials import AnonymousCredentials
+        with _environment(self.settings.emulator_env):
+            if self.settings.storage_emulator:
+                from google.auth.credentials import AnonymousCredentials
 
-            return storage.Client(project=self.settings.project, credentials=AnonymousCredentials())
-        return storage.Client(project=self.settings.project)
+                return storage.Client(project=self.settings.project, credentials=AnonymousCredentials())
+            return storage.Client(project=self.settings.project)
 
     @cached_property
     def tpu(self):

@@ -3,14 +3,18 @@
 Documents are small and per-entity so that none is hot (the emulator stalls
 ~2 s per transaction conflict; production allows ~1 write/s per document):
 
-- jobs/{job_id}                      one job: spec, state, budgets, pin
-- jobs/{job_id}/attempts/{n}         one attempt of a job
-- tpus/{node_id}                     one owned TPU node: state, busy/idle, endpoints
-- requests/{request_id}              one capacity request and its queued resources
-- zones/{fleet}:{zone}:{type}        back-off / dropped state of one race target
-- fleets/{name}                      the fleet file in force (+ blocked reason)
-- dead_letters/{id}                  messages that could never be processed
-- deliveries/{id}                    failed-delivery counters (so nothing loops forever)
+- jobs/{job_id}                      one job: spec, state, budgets, pin            (scheduler)
+- jobs/{job_id}/attempts/{n}         one attempt of a job                          (scheduler)
+- tpus/{node_id}                     one owned TPU node: idle/busy/deleting/gone   (scheduler, janitor; executor: host_keys)
+- requests/{request_id}              one capacity request                          (claimer)
+- queued_resources/{qr_id}           one queued resource the claimer created       (claimer)
+- zones/{fleet}:{zone}:{type}        back-off / dropped state of one race target   (claimer)
+- fleet_status/{fleet}               a project-level block ("billing is disabled") (claimer)
+- fleets/{name}                      the fleet file in force                       (tpuq fleet apply / dev up / deploy)
+- executions/{job}:{attempt}         the assignment an executor runs, and whether its end was published (executor)
+- janitor/{fleet}                    when the last orphan scan ran                 (janitor)
+- dead_letters/{id}                  messages that could never be processed        (every service)
+- deliveries/{id}                    failed-delivery counters (so nothing loops forever) (every service)
 """
 
 from __future__ import annotations
@@ -21,12 +25,17 @@ JOBS = "jobs"
 ATTEMPTS = "attempts"
 TPUS = "tpus"
 REQUESTS = "requests"
+QUEUED_RESOURCES = "queued_resources"
+FLEET_STATUS = "fleet_status"
+EXECUTIONS = "executions"
+JANITOR = "janitor"
 ZONES = "zones"
 FLEETS = "fleets"
 DEAD_LETTERS = "dead_letters"
 DELIVERIES = "deliveries"
 
-ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, ZONES, FLEETS, DEAD_LETTERS, DELIVERIES)
+ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, FLEETS, EXECUTIONS, JANITOR,
+                   DEAD_LETTERS, DELIVERIES)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 

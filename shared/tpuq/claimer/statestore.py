@@ -28,8 +28,8 @@ from tpuq.claimer.model import (
 from tpuq.fleet import FleetFile
 from tpuq.messages import WorkerEndpoint
 
-QUEUED_RESOURCES = "queued_resources"
-FLEET_STATUS = "fleet_status"
+QUEUED_RESOURCES = store.QUEUED_RESOURCES
+FLEET_STATUS = store.FLEET_STATUS
 
 
 def target_doc_id(fleet: str, zone: str, tpu_type: str) -> str:

@@ -224,8 +224,16 @@ class DevStack:
         save_fleet(firestore.Client(project=self.project), fleet, utcnow())
         self.env["TPUQ_FLEET"] = fleet.name
 
-    def _start_service(self, name: str) -> None:
-        port = processes.free_port()
+    def restart_service(self, name: str, kill: bool = True) -> None:
+        """Stop a service process (SIGKILL by default, like a crash) and start it again on the same port."""
+        rec = next(r for r in self.records if r.name == name)
+        processes.stop(rec, grace=0 if kill else 5.0)
+        self.records.remove(rec)
+        self._start_service(name, port=rec.port)
+        self._save()
+
+    def _start_service(self, name: str, port: int | None = None) -> None:
+        port = port or processes.free_port()
         url = f"http://127.0.0.1:{port}"
         rec = self._spawn(
             name, service_argv(name, "127.0.0.1", port), port, url, {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1"},

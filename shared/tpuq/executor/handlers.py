@@ -30,11 +30,11 @@ from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.executor.workerspec import WorkerSettings
-from tpuq.messages import Assignment, AssignmentAction, AttemptEvent, AttemptEventKind, GcsObjectEvent, Tick
+from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, AttemptEvent, AttemptEventKind, GcsObjectEvent, Tick
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.executor")
-EXECUTIONS = "executions"
+EXECUTIONS = store.EXECUTIONS
 TICK_BATCH = 50
 
 
@@ -150,7 +150,11 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
              "ended": False, "received_at": ctx.now()}, merge=True)
     result = executor.start_attempt(assignment)
     if result.outcome is not None:
-        _publish_end(ctx, assignment, result.outcome)
+        outcome = result.outcome
+        if outcome.outcome is AttemptOutcome.infra_failed and _node_state(db, assignment.node) is NodeState.preempted:
+            # Unreachable because the node was preempted meanwhile: that is a preemption, with its own budget.
+            outcome = Decided(AttemptOutcome.preempted, f"node preempted: {outcome.detail}", outcome.exit_codes)
+        _publish_end(ctx, assignment, outcome)
         return
     ref.set({"state": "started", "started_at": ctx.now()}, merge=True)
     if not result.already:

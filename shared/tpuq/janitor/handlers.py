@@ -38,9 +38,9 @@ from tpuq.service import Context, Service
 log = logging.getLogger("tpuq.janitor")
 
 # The claimer's record of every queued resource it created (tpuq.claimer.statestore.QUEUED_RESOURCES).
-CLAIMER_QUEUED_RESOURCES = "queued_resources"
+CLAIMER_QUEUED_RESOURCES = store.QUEUED_RESOURCES
 # janitor/{fleet}: when the last orphan scan ran, and the orphan candidates seen so far.
-JANITOR = "janitor"
+JANITOR = store.JANITOR
 ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"
 DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
 # A delete marked in tpus/ but not seen through is sent again after this long.

@@ -1,0 +1,158 @@
+"""End-to-end latencies on the local stack (issue 8), one JSON line each:
+
+- publish on `jobs` → the command running on an idle ACTIVE 1-host TPU (p50, p95 over N jobs);
+- a spot preemption → the job's command running again on another idle TPU;
+- the race winner going ACTIVE → the losing queued resources deleted.
+
+"Running" is the time the command itself prints (`date +%s.%N` on the worker), read back from the
+job's log in GCS, so log flushing does not count. The stack is the real one: emulators, fake GCS,
+the fake Cloud TPU with sshd workers, the four services receiving Pub/Sub push.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from tpuq import store
+from tpuq.clients import Clients, Settings
+from tpuq.devstack.stack import DevStack, wait_for
+from tpuq.faketpu.control import FakeTpuControl
+from tpuq.queries import worker_log_chunks
+
+SCENARIO = {
+    "seed": 1,
+    "zones": {
+        "us-central2-a": {"quota": {"v4": {"spot": 256}}},
+        "us-central2-b": {"quota": {"v4": {"spot": 256}}, "stockouts": [{"family": "v4", "start": 0, "effect": "fail"}]},
+        # Zone c queues forever: its request is a race loser that is still WAITING when a wins.
+        "us-central2-c": {"quota": {"v4": {"spot": 256}}, "stockouts": [{"family": "v4", "start": 0, "effect": "wait"}]},
+    },
+    "delays": {"accepted": 1, "waiting": 5, "provisioning": 60, "suspending": 10, "deleting": 5},
+}
+FLEET = {
+    "name": "bench", "project": "tpuq-local", "idle_timeout_seconds": 3600,
+    "retry": {"preemptions": 5, "backoff_base_seconds": 0.0, "backoff_max_seconds": 0.0},
+    "claim": {"watch_interval_seconds": 0.5},
+    "tpus": [{"id": "v4-single", "type": "v4-8", "zones": ["us-central2-a", "us-central2-b", "us-central2-c"],
+              "count": 8}],
+}
+STAMP = 'echo "RUNNING_AT=$(date +%s.%N)"'
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def job(clients: Clients, job_id: str) -> dict:
+    snap = clients.firestore.collection(store.JOBS).document(job_id).get()
+    return snap.to_dict() if snap.exists else {}
+
+
+def running_at(clients: Clients, job_id: str, attempt: int | None = None) -> float:
+    def stamp():
+        j = job(clients, job_id)
+        for chunk in worker_log_chunks(clients.storage, j, attempt):
+            for line in chunk.text.splitlines():
+                if line.startswith("RUNNING_AT="):
+                    return float(line.split("=", 1)[1])
+        return None
+
+    return wait_for(stamp, timeout=60, interval=0.1, what=f"{job_id} to log its start")
+
+
+def submit(clients: Clients, job_id: str, command: str) -> float:
+    t = time.time()
+    clients.publish("jobs", {"id": job_id, "tpu": "v4-8", "command": command})
+    return t
+
+
+def wait_state(clients, job_id, states, timeout=120):
+    return wait_for(lambda: job(clients, job_id).get("state") in states, timeout=timeout, interval=0.05,
+                    what=f"{job_id} in {states}")
+
+
+def idle_tpus(clients) -> list[dict]:
+    return [d.to_dict() for d in clients.firestore.collection(store.TPUS).stream() if d.to_dict().get("state") == "idle"]
+
+
+def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
+    work = Path(tempfile.mkdtemp(prefix="tpuq-bench-"))
+    (work / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
+    (work / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
+    stack = DevStack(state_dir=work / "dev", services=("scheduler", "claimer", "executor", "janitor"),
+                     scenario=work / "scenario.yaml", fleet_file=work / "fleet.yaml", time_scale=60.0,
+                     tick_period=1.0)
+    env = stack.up()
+    os.environ.update(env)
+    try:
+        clients = Clients(Settings.from_env(env))
+        control = FakeTpuControl(env["TPUQ_TPU_API_ENDPOINT"])
+
+        # Warm up, and measure the race: every request races zones a (wins) and c (waits forever),
+        # so each warm-up job's request leaves one loser that must be deleted once a's slice is ACTIVE.
+        warm = [f"warm-{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+        for w in warm:
+            submit(clients, w, "sleep 2")
+        for w in warm:
+            wait_state(clients, w, ("succeeded",))
+        wait_for(lambda: len(idle_tpus(clients)) >= 2, timeout=60, what="two idle TPUs")
+        active_at = {t["request_id"]: t["created_at"].timestamp()
+                     for t in (d.to_dict() for d in clients.firestore.collection(store.TPUS).stream())
+                     if t.get("request_id") and t.get("created_at")}
+        deltas = []
+        for call in control.calls(method="DELETE"):
+            name = call["path"].rsplit("/", 1)[-1].split("?")[0]
+            for request_id, t_active in active_at.items():
+                if name.endswith(f"{request_id}-us-central2-c"):
+                    deltas.append(datetime.fromisoformat(call["time"]).timestamp() - t_active)
+        print(json.dumps({"bench": "winner_active_to_losers_deleted", "races": len(deltas),
+                          "p50_s": round(percentile(deltas, 50), 3) if deltas else None,
+                          "max_s": round(max(deltas), 3) if deltas else None}), flush=True)
+
+        # 1. publish -> running on an idle ACTIVE TPU.
+        latencies = []
+        for i in range(n_jobs):
+            job_id = f"lat-{i}-{uuid.uuid4().hex[:6]}"
+            t0 = submit(clients, job_id, STAMP)
+            latencies.append(running_at(clients, job_id) - t0)
+            wait_state(clients, job_id, ("succeeded",))
+            wait_for(lambda: len(idle_tpus(clients)) >= 2, timeout=30, what="the TPU idle again")
+        print(json.dumps({"bench": "publish_to_running", "jobs": n_jobs, "p50_s": round(percentile(latencies, 50), 3),
+                          "p95_s": round(percentile(latencies, 95), 3), "max_s": round(max(latencies), 3)}),
+              flush=True)
+
+        # 2. preemption -> running again on another idle TPU (the freed capacity is re-requested meanwhile).
+        recoveries = []
+        for i in range(n_preemptions):
+            wait_for(lambda: len(idle_tpus(clients)) >= 2, timeout=90, what="two idle TPUs")
+            job_id = f"pre-{i}-{uuid.uuid4().hex[:6]}"
+            submit(clients, job_id, f"{STAMP}; sleep 30")
+            running_at(clients, job_id, 1)
+            node = job(clients, job_id)["tpu"]
+            t0 = time.time()
+            control.preempt(node)
+            recoveries.append(running_at(clients, job_id, 2) - t0)
+            clients.publish("cancels", {"job_id": job_id})
+            wait_state(clients, job_id, ("cancelled", "succeeded", "failed"))
+        print(json.dumps({"bench": "preemption_to_running_again", "runs": n_preemptions,
+                          "p50_s": round(percentile(recoveries, 50), 3), "max_s": round(max(recoveries), 3)}),
+              flush=True)
+
+    finally:
+        stack.down()
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:3]))

@@ -1,0 +1,119 @@
+"""The executor on the whole local stack (issue 6): real push, real sshd workers of the fake TPU, real GCS."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+from tpuq import store
+from tpuq.devstack.stack import wait_for
+from tpuq.faketpu.control import FakeTpuControl
+from tpuq.queries import worker_log_chunks
+
+DEADLINE = 120
+
+
+def job(clients, job_id):
+    snap = clients.firestore.collection(store.JOBS).document(job_id).get()
+    return snap.to_dict() if snap.exists else {}
+
+
+def wait_state(clients, job_id, states, timeout=DEADLINE):
+    return wait_for(lambda: (j := job(clients, job_id)).get("state") in states and j, timeout=timeout,
+                    what=f"{job_id} in {states}")
+
+
+def publish(clients, **spec):
+    job_id = spec.setdefault("id", f"x-{uuid.uuid4().hex[:8]}")
+    clients.publish("jobs", spec)
+    return job_id
+
+
+def logs_text(clients, j):
+    return "".join(c.text for c in worker_log_chunks(clients.storage, j))
+
+
+def test_logs_reach_gcs_while_the_job_runs(system_clients):
+    job_id = publish(system_clients, tpu="v4-8",
+                     command='echo first; i=0; while [ ! -e "$JOB_DIR/../stop" ] && [ $i -lt 60 ]; do i=$((i+1)); sleep 0.5; done')
+    running = wait_state(system_clients, job_id, ("running",))
+    wait_for(lambda: "first" in logs_text(system_clients, job(system_clients, job_id)), timeout=30,
+             what="the first log line in GCS while running")
+    assert job(system_clients, job_id)["state"] == "running"
+    system_clients.publish("cancels", {"job_id": job_id})
+    wait_state(system_clients, job_id, ("cancelled",))
+    assert running["tpu"]
+
+
+def test_exit_3_fails_with_the_log_tail(system_clients):
+    job_id = publish(system_clients, tpu="v4-8", command="echo about to fail; echo oops >&2; exit 3")
+    j = wait_state(system_clients, job_id, ("failed", "succeeded"))
+    assert j["state"] == "failed"
+    assert "oops" in j["reason"] and "3" in j["reason"]
+
+
+def _host_commands(control, node):
+    info = control.node_info(node)
+    out = {}
+    for host in info["hosts"]:
+        cmds = []
+        for pid in host.get("pids", []):
+            try:
+                cmds.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                pass
+        out[host["worker"]] = cmds
+    return out
+
+
+def test_cancel_running_4_host_job_leaves_no_process(system, system_clients):
+    marker = f"tpuq-cancel-me-{uuid.uuid4().hex[:6]}"
+    job_id = publish(system_clients, tpu="v4-32", command=f"sh -c 'sleep 300; echo {marker}' & wait")
+    j = wait_state(system_clients, job_id, ("running",))
+    control = FakeTpuControl(system.env["TPUQ_TPU_API_ENDPOINT"])
+    wait_for(lambda: all(any("sleep 300" in c for c in cmds) for cmds in _host_commands(control, j["tpu"]).values())
+             and len(_host_commands(control, j["tpu"])) == 4, timeout=30, what="the job on all 4 hosts")
+    r = subprocess.run(["tpuq", "cancel", job_id], env={**os.environ, **system.env}, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_state(system_clients, job_id, ("cancelled",))
+
+    def leftovers():
+        return {w: [c for c in cmds if "sleep 300" in c or marker in c]
+                for w, cmds in _host_commands(control, j["tpu"]).items()}
+
+    # TERM first, KILL after the grace: poll until every host is clean.
+    wait_for(lambda: leftovers() == {0: [], 1: [], 2: [], 3: []}, timeout=60, what="no process of the job on any host")
+
+
+def test_executor_restart_mid_job_completes_once(system, system_clients):
+    job_id = publish(system_clients, tpu="v4-8", command="sleep 3; echo finished")
+    wait_state(system_clients, job_id, ("running",))
+    system.restart_service("executor")  # SIGKILL, like a crash, then a new process on the same port
+    j = wait_state(system_clients, job_id, ("succeeded", "failed"))
+    assert j["state"] == "succeeded"
+    attempts = list(system_clients.firestore.collection(store.JOBS).document(job_id)
+                    .collection(store.ATTEMPTS).stream())
+    assert len(attempts) == 1 and attempts[0].to_dict()["outcome"] == "succeeded"
+    execution = system_clients.firestore.collection(store.EXECUTIONS).document(f"{job_id}:1").get().to_dict()
+    assert execution["ended"] and execution["outcome"] == "succeeded"
+
+
+def test_cache_kept_for_same_key_on_same_tpu(system_clients):
+    first = publish(system_clients, tpu="v4-8", caches=[{"key": "pip", "path": ".cache/pip"}],
+                    command="echo cached > .cache/pip/wheel; echo workspace > leftover")
+    j1 = wait_state(system_clients, first, ("succeeded", "failed"))
+    assert j1["state"] == "succeeded"
+    tpu_name = j1["tpu"].rsplit("/", 1)[-1]
+    same = publish(system_clients, tpu="v4-8", tpu_name=tpu_name, caches=[{"key": "pip", "path": ".cache/pip"}],
+                   command="cat .cache/pip/wheel; test ! -e leftover && echo clean-workspace")
+    j2 = wait_state(system_clients, same, ("succeeded", "failed"))
+    assert j2["state"] == "succeeded"
+    assert "cached" in logs_text(system_clients, j2) and "clean-workspace" in logs_text(system_clients, j2)
+    # Only after: a job with another key on that TPU discards the pip cache (and must not find it).
+    other = publish(system_clients, tpu="v4-8", tpu_name=tpu_name, caches=[{"key": "conda", "path": ".cache/pip"}],
+                    command="test ! -e .cache/pip/wheel && echo no-cache")
+    j3 = wait_state(system_clients, other, ("succeeded", "failed"))
+    assert j3["state"] == "succeeded" and "no-cache" in logs_text(system_clients, j3)
