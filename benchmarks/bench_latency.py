@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
@@ -44,8 +43,9 @@ FLEET = {
     "retry": {"preemptions": 5, "backoff_base_seconds": 0.0, "backoff_max_seconds": 0.0},
     "claim": {"watch_interval_seconds": 0.5},
     "tpus": [{"id": "v4-single", "type": "v4-8", "zones": ["us-central2-a", "us-central2-b", "us-central2-c"],
-              "count": 8}],
+              "count": 20}],
 }
+SCALE = 60.0
 STAMP = 'echo "RUNNING_AT=$(date +%s.%N)"'
 
 
@@ -92,7 +92,7 @@ def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
     (work / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
     (work / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
     stack = DevStack(state_dir=work / "dev", services=("scheduler", "claimer", "executor", "janitor"),
-                     scenario=work / "scenario.yaml", fleet_file=work / "fleet.yaml", time_scale=60.0,
+                     scenario=work / "scenario.yaml", fleet_file=work / "fleet.yaml", time_scale=SCALE,
                      tick_period=1.0)
     env = stack.up()
     os.environ.update(env)
@@ -102,21 +102,31 @@ def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
 
         # Warm up, and measure the race: every request races zones a (wins) and c (waits forever),
         # so each warm-up job's request leaves one loser that must be deleted once a's slice is ACTIVE.
-        warm = [f"warm-{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
+        warm = [f"warm-{i}-{uuid.uuid4().hex[:6]}" for i in range(n_preemptions + 2)]
         for w in warm:
-            submit(clients, w, "sleep 2")
+            submit(clients, w, "sleep 8")  # long enough that each holds its own TPU
         for w in warm:
             wait_state(clients, w, ("succeeded",))
         wait_for(lambda: len(idle_tpus(clients)) >= 2, timeout=60, what="two idle TPUs")
-        active_at = {t["request_id"]: t["created_at"].timestamp()
-                     for t in (d.to_dict() for d in clients.firestore.collection(store.TPUS).stream())
-                     if t.get("request_id") and t.get("created_at")}
+        # The fake stamps each transition with its scheduled time, so the winner (zone a) went ACTIVE exactly
+        # accepted + waiting + provisioning scenario seconds after its create; the call log stamps calls in
+        # scenario seconds too. Map both to real time.
+        health, now_real = control.health(), time.time()
+        scenario_origin = now_real - health["scenario_time"] / SCALE
+        to_active = sum(SCENARIO["delays"][k] for k in ("accepted", "waiting", "provisioning"))
+        calls = control.calls()
+        active_at = {}
+        for call in calls:
+            name = (call.get("args") or {}).get("queuedResourceId", "")
+            if call["method"] == "POST" and name.endswith("-us-central2-a") and call.get("status", 200) < 300:
+                active_at[name[: -len("-us-central2-a")]] = scenario_origin + (call["scenario_time"] + to_active) / SCALE
         deltas = []
-        for call in control.calls(method="DELETE"):
+        for call in calls:
+            if call["method"] != "DELETE" or "/queuedResources/" not in call["path"]:
+                continue
             name = call["path"].rsplit("/", 1)[-1].split("?")[0]
-            for request_id, t_active in active_at.items():
-                if name.endswith(f"{request_id}-us-central2-c"):
-                    deltas.append(datetime.fromisoformat(call["time"]).timestamp() - t_active)
+            if name.endswith("-us-central2-c") and name[: -len("-us-central2-c")] in active_at:
+                deltas.append(scenario_origin + call["scenario_time"] / SCALE - active_at[name[: -len("-us-central2-c")]])
         print(json.dumps({"bench": "winner_active_to_losers_deleted", "races": len(deltas),
                           "p50_s": round(percentile(deltas, 50), 3) if deltas else None,
                           "max_s": round(max(deltas), 3) if deltas else None}), flush=True)
@@ -136,7 +146,7 @@ def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
         # 2. preemption -> running again on another idle TPU (the freed capacity is re-requested meanwhile).
         recoveries = []
         for i in range(n_preemptions):
-            wait_for(lambda: len(idle_tpus(clients)) >= 2, timeout=90, what="two idle TPUs")
+            wait_for(lambda: len(idle_tpus(clients)) >= 2, timeout=60, what="two idle TPUs")
             job_id = f"pre-{i}-{uuid.uuid4().hex[:6]}"
             submit(clients, job_id, f"{STAMP}; sleep 30")
             running_at(clients, job_id, 1)
