@@ -474,14 +474,29 @@ def _stack(state_dir: Optional[Path] = None):
 @dev_app.command("up")
 def dev_up(
     state_dir: Optional[Path] = typer.Option(None, help="Where state, logs and env go (default ~/.tpuq/dev or $TPUQ_DEV_DIR)"),
+    scenario: Optional[Path] = typer.Option(None, help="Fake Cloud TPU scenario (default: the demo's: 3 v4 zones, one stocked out)"),
+    fleet_file: Optional[Path] = typer.Option(None, "--fleet", help="Fleet file to store (default: the demo's fleet)"),
+    time_scale: float = typer.Option(60.0, min=1.0, help="Fake TPU scenario seconds per real second"),
+    tick_period: float = typer.Option(5.0, min=0.0, help="Seconds between ticks (0: no tick source)"),
+    no_tpu: bool = typer.Option(False, "--no-tpu", help="Only the emulators, fake GCS and the services"),
 ) -> None:
     """Start the local stack in the background on free loopback ports."""
     import time
 
-    from tpuq.devstack.stack import ALL_SERVICES_AVAILABLE
+    from tpuq.devstack.stack import ALL_SERVICES_AVAILABLE, DEMO_DIR
 
+    for path in (scenario, fleet_file):
+        if path is not None and not path.is_file():
+            raise CliError(f"{path}: no such file")
+    if fleet_file is not None:
+        validate_data(load_yaml_file(fleet_file), "fleet")
     s = _stack(state_dir)
     s.services = ALL_SERVICES_AVAILABLE()
+    if not no_tpu:
+        s.scenario = scenario or DEMO_DIR / "scenario.yaml"
+        s.fleet_file = fleet_file or DEMO_DIR / "fleet.yaml"
+        s.time_scale = time_scale
+        s.tick_period = tick_period or None
     started = time.monotonic()
     with err.status("starting the local stack..."):
         s.up()

@@ -20,7 +20,8 @@ def test_dev_up_env_down_leaves_nothing_running(tmp_path):
     try:
         status = json.loads(tpuq("dev", "status", "--json", env=env).stdout)
         names = {p["name"] for p in status}
-        assert {"pubsub-emulator", "firestore-emulator", "fake-gcs-server", "scheduler"} <= names
+        assert {"pubsub-emulator", "firestore-emulator", "fake-gcs-server", "fake-tpu", "ticker", "scheduler",
+                "claimer", "executor", "janitor"} <= names
         assert all(p["alive"] for p in status)
         state = json.loads((tmp_path / "dev" / "state.json").read_text())
         records = [ProcRecord(**p) for p in state["processes"]]
@@ -32,6 +33,9 @@ def test_dev_up_env_down_leaves_nothing_running(tmp_path):
         pubsub, firestore, storage, project = shell.stdout.split()
         assert pubsub.startswith("127.0.0.1:") and firestore.startswith("127.0.0.1:")
         assert storage.startswith("http://127.0.0.1:") and project == "tpuq-local"
+        tpu_endpoint = subprocess.run(["bash", "-c", f'{exported}\necho "$TPUQ_TPU_API_ENDPOINT"'],
+                                      capture_output=True, text=True, check=True).stdout.strip()
+        assert tpu_endpoint.startswith("http://127.0.0.1:")
         assert tpuq("dev", "up", env=env).returncode == 1  # one stack at a time, said clearly
     finally:
         down = tpuq("dev", "down", env=env)
