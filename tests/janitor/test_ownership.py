@@ -101,7 +101,8 @@ def _foreign_names(resources_, f):
 
 
 @settings(max_examples=300, deadline=None)
-@given(f=fleets(), listed=st.lists(resources(), max_size=12), count=st.integers(0, 3), open_=st.booleans(),
+@given(f=fleets(), listed=st.lists(resources(), max_size=12, unique_by=lambda r: r.name),
+       count=st.integers(0, 3), open_=st.booleans(),
        pending=st.booleans(), known=st.sets(st.sampled_from(["tpuq-r1-0", "tpu-r2-1", "other-r1-2"])))
 def test_decide_functions_never_select_a_foreign_resource(f, listed, count, open_, pending, known):
     foreign = _foreign_names(listed, f)
