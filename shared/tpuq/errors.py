@@ -104,6 +104,16 @@ def from_validation_error(err: ValidationError, prefix: str = "") -> Permanent:
     return Permanent(reason, field=field)
 
 
+_RATE_LIMIT = re.compile(r"per (second|minute|100 seconds|day)|rate limit|rateLimitExceeded|RATE_LIMIT", re.I)
+_QUOTA_OR_CAPACITY = re.compile(r"Limit:? \d+ in zone|no more capacity|STOCKOUT|RESOURCE_POOL_EXHAUSTED|"
+                                r"Quota limit '|Quota '[^']+' exhausted|PerProjectPerZone|PerProjectPerRegion", re.I)
+
+
+def _is_rate_limit(message: str) -> bool:
+    """A 429 is a rate limit unless its text names a zone's quota or capacity."""
+    return bool(_RATE_LIMIT.search(message)) or not _QUOTA_OR_CAPACITY.search(message)
+
+
 def from_api_error(exc: BaseException) -> TpuqError:
     """Map a google.api_core / requests / transport exception into the taxonomy."""
     from google.api_core import exceptions as gexc
@@ -114,6 +124,10 @@ def from_api_error(exc: BaseException) -> TpuqError:
         return NotFound(str(exc))
     if isinstance(exc, (gexc.AlreadyExists, gexc.Conflict)):
         return AlreadyExists(str(exc))
+    if isinstance(exc, (gexc.TooManyRequests, gexc.ResourceExhausted)) and not _is_rate_limit(str(exc)):
+        # Over REST a synchronous RESOURCE_EXHAUSTED arrives as HTTP 429. When it names a zone's quota or
+        # capacity it is not a rate limit: retrying cannot help; the claimer's classifier decides from the text.
+        return Permanent(str(exc))
     if isinstance(
         exc,
         (

@@ -1,0 +1,29 @@
+"""google.api_core exceptions map once into the taxonomy that says what to do."""
+
+import pytest
+from google.api_core import exceptions as g
+
+from tpuq.errors import (AlreadyExists, NotFound, Permanent, ProjectBlocked, Retryable, from_api_error)
+
+QUOTA_TEXT = ("Quota limit 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. "
+              "Limit: 0 in zone us-central2-b.")
+
+
+@pytest.mark.parametrize("exc,expected", [
+    (g.NotFound("queued resource x not found"), NotFound),
+    (g.Conflict("already exists"), AlreadyExists),
+    (g.AlreadyExists("already exists"), AlreadyExists),
+    (g.ServiceUnavailable("backend unavailable"), Retryable),
+    (g.DeadlineExceeded("deadline"), Retryable),
+    (g.InternalServerError("oops"), Retryable),
+    (g.TooManyRequests("Too many requests"), Retryable),
+    (g.TooManyRequests("Quota exceeded for quota metric 'Requests' and limit 'Requests per minute'"), Retryable),
+    (g.TooManyRequests(QUOTA_TEXT), Permanent),  # a zone's quota over REST: never retried blindly
+    (g.ResourceExhausted('There is no more capacity in the zone "us-central2-b"'), Permanent),
+    (g.PermissionDenied("Billing account for project 'p' is not found"), ProjectBlocked),
+    (g.Forbidden("Billing account for project 'p' is not found"), ProjectBlocked),
+    (g.BadRequest("DeleteQueuedResource is not supported when state is PROVISIONING"), Permanent),
+    (ConnectionError("refused"), Retryable),
+])
+def test_mapping(exc, expected):
+    assert type(from_api_error(exc)) is expected
