@@ -244,6 +244,10 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
     db = clients.firestore
     if job_id is None:
         rows = list_jobs(db, limit=20)
+        blocks = _fleet_blocks(db)
+        for row in rows:
+            if row.get("state") == "pending" and blocks and not row.get("blocked"):
+                row["blocked"] = "blocked: " + blocks[0]
         if as_json:
             print(json.dumps(rows, default=_json_default, indent=2))
         else:
@@ -262,9 +266,19 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
     for key in ("reason", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
         if job.get(key):
             out.print(f"  {key}: {job[key]}")
+    if job.get("state") == "pending":
+        for reason in _fleet_blocks(db):
+            out.print(f"  [red]blocked:[/red] {reason}")
     for a in job["attempt_history"]:
         out.print(f"  attempt {a.get('attempt')}: {a.get('state') or ''} {a.get('outcome') or ''} on "
                   f"{a.get('tpu') or '?'} {('- ' + a['detail'][:200]) if a.get('detail') else ''}")
+
+
+def _fleet_blocks(db) -> list[str]:
+    """Project-level blocks the claimer recorded (billing, permission): every waiting job is held by them."""
+    from tpuq import store
+
+    return [d.to_dict()["blocked"] for d in db.collection(store.FLEET_STATUS).stream() if (d.to_dict() or {}).get("blocked")]
 
 
 def _state_style(state) -> str:
@@ -426,6 +440,23 @@ def _print_fleet(view: dict) -> None:
     out.print(tpus)
     for z in view.get("zones", []):
         out.print(f"zone {z.get('key')}: {z.get('note')}")
+
+
+@fleet_app.command("unblock")
+def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (default: the only one)")) -> None:
+    """After fixing billing or permissions: let the claimer create again (clears the project-level block)."""
+    from tpuq import store
+    from tpuq.fleetstore import load_fleet
+
+    clients = cli_clients()
+    fleet_name = load_fleet(clients.firestore, name).name
+    ref = clients.firestore.collection(store.FLEET_STATUS).document(fleet_name)
+    snap = ref.get()
+    if not snap.exists or not (snap.to_dict() or {}).get("blocked"):
+        out.print(f"fleet {fleet_name!r} is not blocked")
+        return
+    ref.delete()
+    out.print(f"fleet {fleet_name!r} unblocked (was: {snap.to_dict()['blocked']})")
 
 
 @fleet_app.command("apply")

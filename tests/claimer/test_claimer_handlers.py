@@ -78,6 +78,22 @@ def test_billing_disabled_stops_every_create_and_is_reported(claimer):
     assert len(h.creates()) == 1
     report = fleet_report(h.clients.firestore, "race")
     assert report["blocked"].startswith("billing is disabled on project tpuq-test")
+    # ... and `tpuq fleet` shows it to people.
+    import os
+    import subprocess
+
+    env = {**os.environ, **{k: v for k, v in h.clients.settings.emulator_env.items() if v},
+           "GOOGLE_CLOUD_PROJECT": h.clients.settings.project}
+    shown = subprocess.run(["tpuq", "fleet", "--name", "race"], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "blocked: billing is disabled on project tpuq-test" in shown.stdout
+    # Once a person has fixed billing, `tpuq fleet unblock` lets the claimer create again.
+    h.control.set_billing(True)
+    unblocked = subprocess.run(["tpuq", "fleet", "unblock", "--name", "race"], env=env, capture_output=True,
+                               text=True, timeout=60)
+    assert unblocked.returncode == 0 and "unblocked" in unblocked.stdout, unblocked.stderr
+    h.push("/push/capacity", request("job-3"))
+    assert len(h.creates()) > 1
 
 
 def test_quota_limit_zero_drops_that_zone_after_one_failure(claimer):
