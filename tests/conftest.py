@@ -27,19 +27,8 @@ from tpuq.devstack import stack as devstack
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
     state_dir = Path(tmp_path_factory.mktemp("tpuq-dev"))
-    s = devstack.DevStack(state_dir=state_dir, services=devstack.ALL_SERVICES_AVAILABLE())
-    env = s.up()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # client libraries find the emulators through the environment
-    try:
+    with devstack.DevStack(state_dir=state_dir, services=devstack.ALL_SERVICES_AVAILABLE()).running() as s:
         yield s
-    finally:
-        s.down()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture

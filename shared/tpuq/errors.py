@@ -160,3 +160,28 @@ def from_api_error(exc: BaseException) -> TpuqError:
     except ImportError:  # pragma: no cover
         pass
     return Retryable(f"{type(exc).__name__}: {exc}")
+
+
+def call_api(fn, *, attempts: int, initial_wait: float, max_wait: float, annotate=None, **kwargs):
+    """Call a Google API method: map any failure into the taxonomy once, and retry only `Retryable` ones
+    (429 rate limits, 5xx, deadlines) with exponential back-off and jitter. The original exception is the
+    `__cause__`; `annotate(mapped, original)` may copy details (an RPC code) onto the mapped error."""
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(Retryable),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential_jitter(multiplier=initial_wait, max=max_wait, jitter=initial_wait),
+        reraise=True,
+    )
+    for attempt in retrying:
+        with attempt:
+            try:
+                return fn(**kwargs)
+            except TpuqError:
+                raise
+            except Exception as e:  # noqa: BLE001 - mapped into the taxonomy just below
+                mapped = from_api_error(e)
+                if annotate is not None:
+                    annotate(mapped, e)
+                raise mapped from e

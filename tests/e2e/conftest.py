@@ -3,7 +3,6 @@ the four services as real processes receiving Pub/Sub push, and the tick source.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,8 @@ def system(tmp_path_factory):
         tick_period=1.0,
         extra_buckets=("tpuq-demo-us-central2",),
     )
-    env = s.up()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with s.running():
         yield s
-    finally:
-        s.down()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture

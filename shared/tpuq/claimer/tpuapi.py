@@ -9,16 +9,16 @@ names are read: no list call is ever made.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from google.protobuf import duration_pb2
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from tpuq.claimer.model import NodeInfo, Observation, QrRecord, create_request_id
 from tpuq.claimer.sshkeys import ssh_keys_metadata
-from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, from_api_error
+from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, call_api
 from tpuq.fleet import FleetFile
 from tpuq.messages import WorkerEndpoint
 from tpuq.ownership import is_ours, owner_labels
@@ -50,6 +50,12 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
         network_config=tpu_v2.NetworkConfig(enable_external_ips=not accel.needs_internal_ips),
         scheduling_config=tpu_v2.SchedulingConfig(spot=True) if entry.spot else None,
     )
+    worker_account = os.environ.get("TPUQ_WORKER_SERVICE_ACCOUNT")
+    if worker_account:
+        # The workers write logs and status to the job's bucket as this account (deploy grants it exactly
+        # that), not as the Compute Engine default account.
+        node.service_account = tpu_v2.ServiceAccount(
+            email=worker_account, scope=["https://www.googleapis.com/auth/cloud-platform"])
     resource = tpu_v2.QueuedResource(
         tpu=tpu_v2.QueuedResource.Tpu(
             node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
@@ -66,6 +72,10 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
     return resource
 
 
+def _keep_rpc_code(mapped: TpuqError, original: BaseException) -> None:
+    mapped.rpc_code = rpc_code(original)  # type: ignore[attr-defined]
+
+
 class TpuApi:
     def __init__(self, client: Any, *, attempts: int = 4, initial_wait: float = 0.2, max_wait: float = 2.0,
                  max_workers: int = 16):
@@ -77,22 +87,8 @@ class TpuApi:
 
     def _call(self, fn, **kwargs):
         """Call the API; transient errors retried with backoff; raises a taxonomy error (original as __cause__)."""
-        retrying = Retrying(
-            retry=retry_if_exception_type(Retryable),
-            stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait),
-            reraise=True,
-        )
-        for attempt in retrying:
-            with attempt:
-                try:
-                    return fn(**kwargs)
-                except TpuqError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - mapped into the taxonomy just below
-                    mapped = from_api_error(e)
-                    mapped.rpc_code = rpc_code(e)  # type: ignore[attr-defined]
-                    raise mapped from e
+        return call_api(fn, attempts=self.attempts, initial_wait=self.initial_wait, max_wait=self.max_wait,
+                        annotate=_keep_rpc_code, **kwargs)
 
     # ------------------------------------------------------------ create
     def create(self, qr: QrRecord, fleet: FleetFile, public_key: str) -> Observation:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 import shutil
 import subprocess
 import sys
@@ -256,6 +257,23 @@ class DevStack:
             r = requests.post(f"{base}/storage/v1/b", params={"project": self.project}, json={"name": name}, timeout=5)
             if r.status_code not in (200, 409):
                 raise StackError(f"could not create bucket {name}: {r.status_code} {r.text}")
+
+    @contextmanager
+    def running(self):
+        """Up for the duration, with this process's environment pointing at it (client libraries read it);
+        then down, and the environment as it was."""
+        env = self.up()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield self
+        finally:
+            self.down()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def reset(self) -> None:
         """Between tests: clear Firestore, reset Pub/Sub and declare topics and subscriptions again."""

@@ -20,9 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
-
-from tpuq.errors import NotFound, Permanent, Retryable, TpuqError, from_api_error
+from tpuq.errors import NotFound, Permanent, TpuqError, call_api
 from tpuq.fleet import FleetFile
 from tpuq.ownership import is_ours, name_and_labels
 
@@ -57,20 +55,7 @@ class DeleteAdapter:
 
     # ------------------------------------------------------------ calls
     def _call(self, fn, **kwargs):
-        retrying = Retrying(
-            retry=retry_if_exception_type(Retryable),
-            stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait, jitter=self.initial_wait),
-            reraise=True,
-        )
-        for attempt in retrying:
-            with attempt:
-                try:
-                    return fn(**kwargs)
-                except TpuqError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - mapped into the taxonomy once, here
-                    raise from_api_error(e) from e
+        return call_api(fn, attempts=self.attempts, initial_wait=self.initial_wait, max_wait=self.max_wait, **kwargs)
 
     # ------------------------------------------------------------ reads
     def read(self, name: str) -> Any | None:
