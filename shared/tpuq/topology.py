@@ -58,7 +58,8 @@ SUBSCRIPTIONS: tuple[Subscription, ...] = (
     Subscription("scheduler-gcs-submit", "gcs-events", "scheduler", "/push/gcs-submit"),
     Subscription("claimer-capacity", "capacity", "claimer", "/push/capacity"),
     Subscription("claimer-ticks", "ticks", "claimer", "/push/ticks"),
-    Subscription("executor-assignments", "assignments", "executor", "/push/assignments", ack_deadline_seconds=120),
+    # A start (bundle download and extract on every worker) can take minutes; 600 s is Pub/Sub's maximum.
+    Subscription("executor-assignments", "assignments", "executor", "/push/assignments", ack_deadline_seconds=600),
     Subscription("executor-gcs-status", "gcs-events", "executor", "/push/gcs-status"),
     Subscription("executor-ticks", "ticks", "executor", "/push/ticks"),
     Subscription("janitor-fleet-events", "fleet-events", "janitor", "/push/fleet-events"),

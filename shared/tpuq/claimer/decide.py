@@ -232,8 +232,8 @@ class _Decision:
             if qr.delete_requested and state in DELETABLE_STATES:
                 self.request_delete(qr, force=False, reason="delete not yet taken", resource=obs.resource)
             return
-        if state == "ACTIVE" and obs.node is None:
-            return  # no endpoints yet (the node read failed): announce on a later pass
+        if state == "ACTIVE" and (obs.node is None or not obs.node.endpoints):
+            return  # no endpoints yet (the node read failed, or none listed): announce on a later pass
         qr = replace(qr, state=state, updated_at=self.now)
         kind = _ANNOUNCED.get(state)
         if state == "ACTIVE":

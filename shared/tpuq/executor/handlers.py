@@ -25,6 +25,7 @@ from functools import cached_property
 import paramiko
 
 from tpuq import store
+from tpuq.errors import Permanent
 from tpuq.executor import layout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
@@ -148,7 +149,13 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
     ref.set({"job_id": assignment.job_id, "attempt": assignment.attempt, "attempt_id": assignment.attempt_id,
              "node": assignment.node, "assignment": assignment.model_dump(mode="json"), "state": "starting",
              "ended": False, "received_at": ctx.now()}, merge=True)
-    result = executor.start_attempt(assignment)
+    try:
+        result = executor.start_attempt(assignment)
+    except Permanent as e:
+        # It can never run (no endpoints, no bucket, env overriding runner variables): end the attempt so the
+        # job does not sit in `assigned` for ever, and the TPU is not held.
+        _publish_end(ctx, assignment, Decided(AttemptOutcome.failed_setup, f"cannot start: {e}"))
+        return
     if result.outcome is not None:
         outcome = result.outcome
         if outcome.outcome is AttemptOutcome.infra_failed and _node_state(db, assignment.node) is NodeState.preempted:

@@ -81,7 +81,8 @@ def ask_for_capacity(
     asks: list[Ask] = []
     blocked: dict[str, str] = {}
     for job, made in waiting:
-        entries = eligible_entries(job, fleet)
+        # An `existing` entry is one node a person made: the claimer never creates for it.
+        entries = [e for e in eligible_entries(job, fleet) if not e.existing]
         if not entries:
             blocked[job.job_id] = no_entry_reason(job)
             continue

@@ -28,7 +28,7 @@ from tpuq.messages import (
 from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.optimistic import WriteSet, read_decide_commit
 from tpuq.scheduler.plan import short_node_name
-from tpuq.scheduler.scheduling import release_request, republish_stale_assignments, scheduling_pass
+from tpuq.scheduler.scheduling import note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
@@ -88,9 +88,11 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
         if _record_node_lost(event, fleet, ctx):
             scheduling_pass(ctx, fleet)
     elif event.kind is FleetEventKind.failed and event.request_id:
-        # The claimer gave up on the request before any node existed: say why on the job.
+        # One zone's queued resource failed; the claimer races on in the others (and backs off or drops this
+        # one). Keep the job's request open, and say why it waits.
         cause = event.failure_class.value if event.failure_class else "unknown"
-        release_request(ctx, event.request_id, blocked=f"capacity request failed ({cause}): {event.failure_message}")
+        note_request_failure(ctx, event.request_id, f"capacity request failed in {event.zone} ({cause}): "
+                                                    f"{event.failure_message}")
     # PROVISIONING / WAITING_FOR_RESOURCES change nothing here.
 
 
@@ -181,10 +183,9 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
         return WriteSet().update(job, decision.job), (decision, job.to_dict())
 
     decision, job = read_decide_commit(db, [job_ref], decide)
-    if decision.withdraw_request_id:
-        fleet = fleet_in_force(ctx)
-        fleet_name = fleet.name if fleet else "unknown"
-        ctx.publish("capacity", capacity.withdrawal(decision.withdraw_request_id, fleet_name, ctx.now()))
+    fleet = fleet_in_force(ctx) if decision.withdraw_request_id else None
+    if decision.withdraw_request_id and fleet is not None:
+        ctx.publish("capacity", capacity.withdrawal(decision.withdraw_request_id, fleet.name, ctx.now()))
     if decision.stop_attempt:
         # Sent on every delivery: the executor stops an attempt id at most once, and a crash
         # after the write above must not lose the stop.

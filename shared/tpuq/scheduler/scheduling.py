@@ -24,6 +24,7 @@ from typing import Iterable
 from google.cloud.firestore import FieldFilter, Query
 
 from tpuq import store
+from tpuq.jobstate import JobEvent, JobState, transition
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec
 from tpuq.messages import AssignmentAction
@@ -195,7 +196,16 @@ def _apply_plan(
 def _assign(ctx: Context, fleet: FleetFile | None, job_snap, tpu_snap, match, now, report: PassReport) -> bool:
     db = ctx.clients.firestore
     runner_bucket = ctx.clients.settings.runner_bucket or (fleet.runner_bucket if fleet else None)
-    writes = lifecycle.assignment(job_snap.to_dict(), tpu_snap.to_dict(), match, runner_bucket, now)
+    try:
+        writes = lifecycle.assignment(job_snap.to_dict(), tpu_snap.to_dict(), match, runner_bucket, now)
+    except ValueError as e:
+        # This job can never be assigned (e.g. no bucket and no runner bucket): reject it (the table's
+        # pending --reject--> rejected edge) and keep the pass going for the others.
+        log.warning("job %s cannot be assigned: %s", job_snap.id, e)
+        state = transition(JobState(job_snap.to_dict()["state"]), JobEvent.reject).value
+        commit_if_unchanged(db, WriteSet().update(job_snap, {"state": state, "reason": f"cannot run: {e}",
+                                                             "updated_at": now}))
+        return False
     if writes is None:
         return False
     attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(writes.message.attempt))
@@ -262,6 +272,13 @@ def release_request(ctx: Context, request_id: str, blocked: str | None = None) -
         if commit_if_unchanged(db, WriteSet().update(snap, fields)):
             released += 1
     return released
+
+
+def note_request_failure(ctx: Context, request_id: str, reason: str) -> None:
+    """A racer of `request_id` failed: the waiting job shows why, and keeps its request."""
+    db = ctx.clients.firestore
+    for snap in jobs_with_request(db, request_id):
+        commit_if_unchanged(db, WriteSet().update(snap, {"blocked": reason[:2000], "updated_at": ctx.now()}))
 
 
 def republish_stale_assignments(ctx: Context) -> int:
