@@ -68,6 +68,13 @@ def tpu(tid, state, idle_for=None, entry="v4pool", fleet_name="f1"):
 
 
 class TestIdle:
+    def test_quarantined_tpu_goes_at_once_and_is_not_kept_warm(self):
+        f = fleet(idle=600, keep_warm=1)
+        suspect = d.TpuDoc("q", "f1", "v4pool", "idle", NOW, "projects/p/locations/z/queuedResources/q",
+                           quarantined=True)
+        got = d.decide_idle([suspect, tpu("w", "idle", 1)], f, NOW)
+        assert [t.id for t in got] == ["q"]  # the healthy one is the warm one, and not yet expired anyway
+
     def test_expired_idle_is_deleted_busy_never(self):
         f = fleet(idle=2)
         got = d.decide_idle([tpu("a", "idle", 3), tpu("b", "idle", 1), tpu("c", "busy", 99)], f, NOW)

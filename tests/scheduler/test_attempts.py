@@ -101,10 +101,14 @@ def test_preemption_budget_spent_fails_the_job_with_the_reason(sched):
     running_job(sched)
     sched.deliver("attempt-events", ended("preempted", detail="host lost"))
     job = sched.job("j1")
-    # The TPU was freed by the ended event (it is not gone), so the retry runs on it at once.
-    assert job["state"] == "assigned" and job["attempt"] == 2 and job["preemptions"] == 1
-    [retry] = sched.drain("assignments")
-    assert retry["attempt_id"] == "j1-2"
+    # The TPU the attempt was preempted on is quarantined, not handed out again: the retry waits for another.
+    assert job["state"] == "pending" and job["preemptions"] == 1
+    assert sched.tpu("n1")["quarantined"]
+    sched.deliver("fleet-events", active("n2"))
+    job = sched.job("j1")
+    assert job["state"] == "assigned" and job["attempt"] == 2
+    [retry] = [a for a in sched.drain("assignments") if a["attempt_id"] == "j1-2"]
+    assert retry["node"].endswith("/nodes/n2")
     sched.deliver("attempt-events", ended("preempted", attempt=2))
     job = sched.job("j1")
     assert job["state"] == "failed" and "max_preemptions=1" in job["reason"]

@@ -38,6 +38,9 @@ def test_only_the_attempt_that_holds_a_tpu_frees_it():
     assert lifecycle.tpu_freed(busy, "j1-1", NOW) is None  # a stale attempt
     assert lifecycle.tpu_freed({**busy, "state": "gone"}, "j1-2", NOW) is None
     assert lifecycle.tpu_freed(busy, "j1-2", NOW)["state"] == "idle"
+    assert not lifecycle.tpu_freed(busy, "j1-2", NOW).get("quarantined")
+    suspect = lifecycle.tpu_freed(busy, "j1-2", NOW, "attempt j1-2 ended infra_failed")
+    assert suspect["quarantined"] and "infra_failed" in suspect["quarantine_reason"]
 
 
 def test_assignment_needs_a_pending_job_and_an_idle_tpu():

@@ -148,6 +148,7 @@ class TpuDoc:
     queued_resource: str | None = None
     name: str | None = None
     deleting_since: datetime | None = None
+    quarantined: bool = False  # its last attempt ended preempted / unreachable: never reused
 
     @classmethod
     def from_doc(cls, doc_id: str, doc: Mapping[str, Any]) -> "TpuDoc":
@@ -160,6 +161,7 @@ class TpuDoc:
             queued_resource=doc.get("queued_resource"),
             name=doc.get("name"),
             deleting_since=doc.get("deleting_since"),
+            quarantined=bool(doc.get("quarantined")),
         )
 
 
@@ -171,6 +173,8 @@ def idle_expired(tpu: TpuDoc, fleet: FleetFile, now: datetime) -> bool:
     entry = fleet.entry(tpu.entry_id) if tpu.entry_id else None
     if entry is not None and entry.existing:
         return False  # a node the user brought: never deleted
+    if tpu.quarantined:
+        return True  # the scheduler will not use it again: keeping it only costs money
     return now - tpu.idle_since >= timedelta(seconds=fleet.idle_timeout_for(tpu.entry_id))
 
 
@@ -183,14 +187,16 @@ def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime) -> list
     for t in tpus:
         if t.fleet in (None, fleet.name) and t.state in LIVE_TPU_STATES:
             by_entry[t.entry_id].append(t)
+    quarantined = [t for pool in by_entry.values() for t in pool if t.quarantined and idle_expired(t, fleet, now)]
     chosen: list[TpuDoc] = []
     for entry_id, pool in by_entry.items():
         entry = fleet.entry(entry_id) if entry_id else None
         keep = entry.keep_warm_count if entry else 0
-        expired = sorted((t for t in pool if idle_expired(t, fleet, now)), key=lambda t: (t.idle_since, t.id))
-        room = max(len(pool) - keep, 0)
+        healthy = [t for t in pool if not t.quarantined]
+        expired = sorted((t for t in healthy if idle_expired(t, fleet, now)), key=lambda t: (t.idle_since, t.id))
+        room = max(len(healthy) - keep, 0)
         chosen.extend(expired[:room])
-    return chosen
+    return quarantined + chosen
 
 
 # ---------------------------------------------------------------- dead

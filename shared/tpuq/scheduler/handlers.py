@@ -158,7 +158,9 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
         now = ctx.now()
         end = lifecycle.attempt_ended(job.to_dict(), event.attempt, event.outcome, event.detail, _budgets(fleet), now,
                                       ctx.rng)
-        freed = lifecycle.tpu_freed(tpu.to_dict(), event.attempt_id, now)
+        suspect = (f"attempt {event.attempt_id} ended {event.outcome.value}"
+                   if event.outcome in (AttemptOutcome.preempted, AttemptOutcome.infra_failed) else None)
+        freed = lifecycle.tpu_freed(tpu.to_dict(), event.attempt_id, now, suspect)
         writes = WriteSet().update(job, end.job).merge(attempt_ref, end.attempt).update(tpu, freed)
         return writes, (end, freed)
 

@@ -122,11 +122,19 @@ def tpu_on_gone(existing: Doc | None, event: FleetEvent, now: datetime) -> Doc |
     return fields
 
 
-def tpu_freed(tpu: Doc | None, attempt_id: str, now: datetime) -> Doc | None:
-    """A TPU busy with this attempt becomes idle; any other TPU state is left alone."""
+def tpu_freed(tpu: Doc | None, attempt_id: str, now: datetime, suspect: str | None = None) -> Doc | None:
+    """A TPU busy with this attempt becomes idle; any other TPU state is left alone.
+
+    `suspect`: why the attempt could not finish on it (preempted, unreachable). Such a TPU is quarantined:
+    never assigned again (it would fail the next job too, and burn that job's budget), and deleted by the
+    janitor at once instead of after the idle timeout.
+    """
     if tpu is None or tpu.get("state") != TPU_BUSY or tpu.get("attempt_id") != attempt_id:
         return None
-    return {"state": TPU_IDLE, "job_id": None, "attempt_id": None, "idle_since": now, "updated_at": now}
+    freed = {"state": TPU_IDLE, "job_id": None, "attempt_id": None, "idle_since": now, "updated_at": now}
+    if suspect:
+        freed.update({"quarantined": True, "quarantine_reason": suspect[:500]})
+    return freed
 
 
 # -------------------------------------------------------------- assignment

@@ -58,7 +58,7 @@ class PassReport:
 
 def idle_tpu_snapshots(db) -> list:
     q = db.collection(store.TPUS).where(filter=FieldFilter("state", "==", lifecycle.TPU_IDLE)).limit(IDLE_LIMIT)
-    return list(q.stream())
+    return [s for s in q.stream() if not (s.to_dict() or {}).get("quarantined")]
 
 
 def pending_job_snapshots(db) -> list:
