@@ -28,7 +28,7 @@ from tpuq.messages import (
 from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.optimistic import WriteSet, read_decide_commit
 from tpuq.scheduler.plan import short_node_name
-from tpuq.scheduler.scheduling import note_request_failure, release_request, republish_stale_assignments, scheduling_pass
+from tpuq.scheduler.scheduling import ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
@@ -199,6 +199,11 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
 
 def on_tick(tick: Tick, ctx: Context) -> None:
     republish_stale_assignments(ctx)
+    for event in ended_attempts_not_applied(ctx):
+        # The executor published this end, but the event never arrived (dead-lettered after an outage):
+        # apply the outcome it recorded, through the same handler, so the job and its TPU move on.
+        log.warning("tick: applying the recorded end of %s (%s)", event.attempt_id, event.outcome.value)
+        on_attempt_event(event, ctx)
     scheduling_pass(ctx, fleet_in_force(ctx), full=True)
 
 

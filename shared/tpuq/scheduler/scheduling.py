@@ -27,7 +27,7 @@ from tpuq import store
 from tpuq.jobstate import JobEvent, JobState, transition
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec
-from tpuq.messages import AssignmentAction
+from tpuq.messages import AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.optimistic import WriteSet, commit_if_unchanged
 from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan, short_node_name
@@ -279,6 +279,36 @@ def note_request_failure(ctx: Context, request_id: str, reason: str) -> None:
     db = ctx.clients.firestore
     for snap in jobs_with_request(db, request_id):
         commit_if_unchanged(db, WriteSet().update(snap, {"blocked": reason[:2000], "updated_at": ctx.now()}))
+
+
+RECONCILE_AFTER = timedelta(minutes=2)
+
+
+def ended_attempts_not_applied(ctx: Context, limit: int = 50) -> list[AttemptEvent]:
+    """Backstop for a lost `ended` event: jobs still assigned/running a while after their last change whose
+    attempt the executor has recorded as ended (`executions/{job}:{attempt}`). Returns the events to apply."""
+    db = ctx.clients.firestore
+    now = ctx.now()
+    q = (
+        db.collection(store.JOBS)
+        .where(filter=FieldFilter("state", "in", ["assigned", "running"]))
+        .where(filter=FieldFilter("updated_at", "<=", now - RECONCILE_AFTER))
+        .limit(limit)
+    )
+    events = []
+    for snap in q.stream():
+        job = snap.to_dict()
+        if not job.get("attempt") or not job.get("tpu"):
+            continue
+        execution = db.collection(store.EXECUTIONS).document(store.doc_id(job["id"], str(job["attempt"]))).get()
+        record = execution.to_dict() or {}
+        if not record.get("ended") or not record.get("outcome"):
+            continue
+        events.append(AttemptEvent(
+            kind=AttemptEventKind.ended, job_id=job["id"], attempt=job["attempt"],
+            attempt_id=job.get("attempt_id") or f"{job['id']}-{job['attempt']}", node=job["tpu"],
+            outcome=AttemptOutcome(record["outcome"]), detail=record.get("detail"), at=now))
+    return events
 
 
 def republish_stale_assignments(ctx: Context) -> int:

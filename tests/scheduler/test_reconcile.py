@@ -1,0 +1,44 @@
+"""The tick's backstop for a lost `ended` event: the executor's record of the end is applied."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+from tpuq import store, topology
+from tpuq.messages import Tick
+from tpuq.scheduler import handlers
+from tpuq.service import Context
+
+from tests.scheduler.test_attempts import running_job
+
+
+def tick_context(sched, later: timedelta) -> Context:
+    """A tick handled `later` than now: the clock is passed in, as every handler's is."""
+    return Context(
+        clients=sched.clients, now=lambda: datetime.now(timezone.utc) + later, rng=random.Random(1),
+        message_id="tick-1", attributes={}, publish_time=None,
+        subscription=topology.subscription_by_path("scheduler", "/push/ticks"), service="scheduler",
+    )
+
+
+def test_recorded_end_is_applied_when_its_event_was_lost(sched):
+    running_job(sched)
+    # The executor recorded the end and published it; the event was dead-lettered on the way.
+    sched.db.collection(store.EXECUTIONS).document("j1:1").set(
+        {"job_id": "j1", "attempt": 1, "ended": True, "outcome": "succeeded", "detail": "all 1 workers exited 0"})
+
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(seconds=10)))
+    assert sched.job("j1")["state"] == "running"  # too soon: the event may still be on its way
+
+    handlers.on_tick(Tick(seq=2), tick_context(sched, timedelta(minutes=5)))
+    assert sched.job("j1")["state"] == "succeeded"
+    assert sched.tpu("n1")["state"] == "idle"
+    handlers.on_tick(Tick(seq=3), tick_context(sched, timedelta(minutes=6)))  # and only once
+    assert sched.attempts("j1")["1"]["outcome"] == "succeeded"
+
+
+def test_attempt_without_a_recorded_end_is_left_alone(sched):
+    running_job(sched)
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
+    assert sched.job("j1")["state"] == "running"
