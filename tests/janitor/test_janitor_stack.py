@@ -187,3 +187,15 @@ def test_orphans_get_a_grace_period(janitor_stack):
     assert s.deletes() == [] and s.state(orphan) == "ACCEPTED"
     seen = s.db.collection("janitor").document(s.fleet.name).get().to_dict()["orphan_first_seen"]
     assert [e["name"] for e in seen] == [orphan]
+
+
+@pytest.mark.fleet(idle_timeout_seconds=0)
+def test_idle_tpu_that_lost_our_marks_is_left_alone_and_the_tick_succeeds(janitor_stack):
+    s = janitor_stack
+    # Recorded as ours, but the resource itself carries another owner's label (e.g. the prefix was changed).
+    name = s.create("tpuq-r9-" + WIN_ZONE, WIN_ZONE, {"tpuq-owner": "someone-else"})
+    s.advance(ACTIVE_AFTER + 1)
+    tpu_id = s.record_tpu(name, idle_since=datetime.now(timezone.utc) - timedelta(hours=1))
+    s.tick()  # post_twice inside asserts every delivery is acknowledged
+    assert s.deletes() == []
+    assert s.tpu_doc(tpu_id)["state"] == "gone" and "left alone" in s.tpu_doc(tpu_id)["gone_reason"]

@@ -30,9 +30,9 @@ from tpuq.errors import Retryable, TpuqError
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_fleet
 from tpuq.janitor import decide as d
-from tpuq.janitor.deleter import DeleteAdapter, DeleteOutcome
+from tpuq.janitor.deleter import DeleteAdapter, DeleteOutcome, NotOurs
 from tpuq.messages import AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent, FleetEventKind, Tick
-from tpuq.ownership import LABEL_REQUEST, name_and_labels
+from tpuq.ownership import LABEL_REQUEST, is_ours, name_and_labels
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.janitor")
@@ -105,7 +105,13 @@ class Janitor:
     # ------------------------------------------------------------ deletes
     def delete(self, deletes: list[d.Delete]) -> None:
         for item in d.dedupe(deletes):
-            self.report.deleted.append(self.api.delete(item.resource, force=item.force, reason=item.reason))
+            try:
+                self.report.deleted.append(self.api.delete(item.resource, force=item.force, reason=item.reason))
+            except NotOurs:
+                # The guard said no (e.g. the fleet's owner prefix changed since we created it): never delete,
+                # never fail the whole pass over it either.
+                log.warning("refused to delete %s: it does not carry this fleet's owner marks", item.name)
+                self.report.deleted.append(DeleteOutcome(item.name, "refused", "not ours"))
 
     def mark_deleting(self, tpu_id: str, allowed, reason: str, absent_fields: dict | None = None) -> bool:
         """The same guard the scheduler's assignment uses: one read, then a write conditioned on that read.
@@ -224,6 +230,9 @@ class Janitor:
             resource = self.api.read(name) if name else None
             if resource is None:
                 self.mark_gone(t.id, "not found when the janitor deleted it")
+                continue
+            if not is_ours(resource, self.fleet):
+                self.mark_gone(t.id, "no longer carries this fleet's owner marks: left alone, not deleted")
                 continue
             self.delete([d.Delete(resource, name, force=True, reason="idle timeout")])
 
