@@ -21,6 +21,7 @@ def system(tmp_path_factory):
         time_scale=60.0,
         tick_period=1.0,
         extra_buckets=("tpuq-demo-us-central2",),
+        service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2"},  # ask the workers often: tests wait for it
     )
     with s.running():
         yield s

@@ -117,3 +117,25 @@ def test_cache_kept_for_same_key_on_same_tpu(system_clients):
                     command="test ! -e .cache/pip/wheel && echo no-cache")
     j3 = wait_state(system_clients, other, ("succeeded", "failed"))
     assert j3["state"] == "succeeded" and "no-cache" in logs_text(system_clients, j3)
+
+
+def test_supervisor_killed_without_a_status_is_noticed_as_lost(system, system_clients):
+    job_id = publish(system_clients, tpu="v4-8", command="sleep 300")
+    j = wait_state(system_clients, job_id, ("running",))
+    control = FakeTpuControl(system.env["TPUQ_TPU_API_ENDPOINT"])
+    # Like the OOM killer or a host restart: the supervisor and the job die, and no status object is written.
+    [host] = control.node_info(j["tpu"])["hosts"]
+    for pid in host["pids"]:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"sleep" in cmdline or b"supervisor" in cmdline or b"BOOTSTRAP" in cmdline or b"tpuq" in cmdline:
+            if b"sshd" not in cmdline:
+                os.kill(pid, 9)
+    # The executor's tick asks the worker, finds the attempt gone, and ends it as preempted (retryable).
+    wait_for(lambda: (system_clients.firestore.collection(store.JOBS).document(job_id).collection(store.ATTEMPTS)
+                      .document("1").get().to_dict() or {}).get("outcome") == "preempted",
+             timeout=60, what="the lost attempt ended as preempted")
+    system_clients.publish("cancels", {"job_id": job_id})
+    wait_state(system_clients, job_id, ("cancelled", "succeeded", "failed"))

@@ -92,6 +92,7 @@ class DevStack:
     time_scale: float = 60.0  # fake TPU scenario seconds per real second
     tick_period: float | None = None  # seconds between ticks; None: no tick source
     fleet_file: Path | None = None  # stored in Firestore `fleets/` once the stack is up
+    service_env: dict[str, str] = field(default_factory=dict)  # extra settings for the service processes
     records: list[ProcRecord] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -237,7 +238,8 @@ class DevStack:
         port = port or processes.free_port()
         url = f"http://127.0.0.1:{port}"
         rec = self._spawn(
-            name, service_argv(name, "127.0.0.1", port), port, url, {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1"},
+            name, service_argv(name, "127.0.0.1", port), port, url,
+            {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self.service_env},
             cwd=str(SERVICES_DIR / name),
         )
         processes.wait_http(url + "/healthz", rec, timeout=30, ok=lambda r: r.status_code == 200)

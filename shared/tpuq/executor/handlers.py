@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 
 import paramiko
@@ -37,6 +37,8 @@ from tpuq.service import Context, Service
 log = logging.getLogger("tpuq.executor")
 EXECUTIONS = store.EXECUTIONS
 TICK_BATCH = 50
+# How often a running attempt's workers are asked whether it still runs (SSH to every worker).
+PROBE_EVERY = timedelta(seconds=float(os.environ.get("TPUQ_EXECUTOR_PROBE_SECONDS", "60")))
 
 
 class FirestorePinStore:
@@ -177,11 +179,25 @@ def _node_state(db, node: str) -> NodeState:
     return NodeState.preempted if (snap.to_dict() or {}).get("state") == "gone" else NodeState.ready
 
 
-def _judge(ctx: Context, stored: dict) -> None:
+def _judge(ctx: Context, stored: dict, lost_workers: frozenset[int] = frozenset()) -> None:
     assignment = Assignment.model_validate(stored["assignment"])
-    decision = runtime(ctx).executor.read_outcome(assignment, _node_state(ctx.clients.firestore, assignment.node))
+    decision = runtime(ctx).executor.read_outcome(assignment, _node_state(ctx.clients.firestore, assignment.node),
+                                                  lost_workers)
     if isinstance(decision, Decided):
         _publish_end(ctx, assignment, decision)
+
+
+def _lost_workers(ctx: Context, ref, stored: dict) -> frozenset[int]:
+    """Ask the workers, at most once per PROBE_EVERY per attempt, whether the attempt still runs there: a
+    supervisor killed with its host (or by the OOM killer) leaves no status object to wake us."""
+    now = ctx.now()
+    started_at, probed_at = stored.get("started_at"), stored.get("probed_at")
+    if started_at is None or now - started_at < PROBE_EVERY or (probed_at and now - probed_at < PROBE_EVERY):
+        return frozenset()
+    ref.set({"probed_at": now}, merge=True)
+    assignment = Assignment.model_validate(stored["assignment"])
+    probes = runtime(ctx).executor.probe_attempt(assignment)
+    return frozenset(w for w, p in probes.items() if p.lost)
 
 
 def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:
@@ -198,15 +214,18 @@ def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:
 def on_tick(tick: Tick, ctx: Context) -> None:
     from google.cloud import firestore
 
+    # Only started attempts: one stuck in `starting` must not take a place in the batch for ever.
     query = (ctx.clients.firestore.collection(EXECUTIONS)
-             .where(filter=firestore.FieldFilter("ended", "==", False)).limit(TICK_BATCH))
+             .where(filter=firestore.FieldFilter("ended", "==", False))
+             .where(filter=firestore.FieldFilter("state", "==", "started")).limit(TICK_BATCH))
     for snap in query.stream():
         stored = snap.to_dict() or {}
-        if stored.get("state") == "started" and stored.get("assignment"):
-            try:
-                _judge(ctx, stored)
-            except Exception:  # noqa: BLE001 - one bad attempt must not stop the backstop for the others
-                log.exception("tick: could not judge %s", snap.id)
+        if not stored.get("assignment"):
+            continue
+        try:
+            _judge(ctx, stored, _lost_workers(ctx, snap.reference, stored))
+        except Exception:  # noqa: BLE001 - one bad attempt must not stop the backstop for the others
+            log.exception("tick: could not judge %s", snap.id)
 
 
 def build_service() -> Service:
