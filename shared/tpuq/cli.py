@@ -373,7 +373,7 @@ def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0,
         with Live(console=out, refresh_per_second=4, transient=False) as live:
             while True:
                 job = _job_or_fail(clients.firestore, job_id)
-                statuses = worker_statuses(clients.storage, job)
+                statuses = worker_statuses(clients.storage, job, status_bucket=clients.settings.runner_bucket)
                 live.update(_watch_view(job, statuses))
                 if job.get("state") in TERMINAL:
                     break

@@ -96,10 +96,10 @@ def _attempts(db, job_id: str) -> list[dict]:
     return sorted((d.to_dict() for d in col.stream()), key=lambda a: a.get("attempt", 0))
 
 
-def _status_objects(storage, job_id: str) -> dict[int, list[dict]]:
-    """attempt -> the workers' status objects in GCS."""
+def _status_objects(storage, job_id: str, bucket: str) -> dict[int, list[dict]]:
+    """attempt -> the workers' status objects in GCS (they go to the runner bucket)."""
     out: dict[int, list[dict]] = {}
-    for blob in storage.list_blobs(DEMO_BUCKET, prefix=f"tpuq/status/{job_id}/"):
+    for blob in storage.list_blobs(bucket, prefix=f"tpuq/status/{job_id}/"):
         parts = blob.name.split("/")
         if len(parts) == 5 and parts[4].startswith("worker-"):
             out.setdefault(int(parts[3]), []).append(json.loads(blob.download_as_bytes()))
@@ -118,7 +118,7 @@ def summarize(clients: Clients, control: FakeTpuControl, job_ids: list[str]) -> 
     summary: dict[str, Any] = {"jobs": {}, "queued_resources_created": len(creates)}
     for job_id, job in jobs.items():
         attempts = _attempts(db, job_id)
-        statuses = _status_objects(clients.storage, job_id)
+        statuses = _status_objects(clients.storage, job_id, clients.settings.runner_bucket)
         summary["jobs"][job_id] = {
             "state": job.get("state"),
             "priority": job.get("priority"),

@@ -80,13 +80,17 @@ def worker_log_chunks(storage, job: dict[str, Any], attempt: int | None = None, 
         yield LogChunk(w, seq, blob.download_as_bytes().decode("utf-8", errors="replace"))
 
 
-def worker_statuses(storage, job: dict[str, Any], attempt: int | None = None) -> dict[int, dict[str, Any]]:
+def worker_statuses(storage, job: dict[str, Any], attempt: int | None = None,
+                    status_bucket: str | None = None) -> dict[int, dict[str, Any]]:
+    """The workers' status objects: in the runner bucket (`status_bucket`), else in the job's bucket."""
     import json
 
     where = _log_location(job, attempt)
     if where is None:
         return {}
     bucket, n = where
+    if status_bucket:
+        bucket = split_gs_uri(status_bucket if status_bucket.startswith("gs://") else f"gs://{status_bucket}")[0]
     out = {}
     for blob in storage.list_blobs(bucket, prefix=layout.status_prefix(job["id"], n)):
         ref = layout.parse_status_object_name(blob.name)

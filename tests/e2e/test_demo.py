@@ -9,7 +9,7 @@ from rich.console import Console
 
 from tpuq import store
 from tpuq.clients import Clients, Settings
-from tpuq.demo import DEMO_BUCKET, run
+from tpuq.demo import run
 from tpuq.faketpu.control import FakeTpuControl
 
 
@@ -24,7 +24,7 @@ def test_demo_summary_matches_the_record(tmp_path):
             stored = clients.firestore.collection(store.JOBS).document(job_id).get().to_dict()
             assert stored["state"] == job["state"] == "succeeded"
             last = stored["attempt"]
-            statuses = list(clients.storage.list_blobs(DEMO_BUCKET, prefix=f"tpuq/status/{job_id}/{last}/"))
+            statuses = list(clients.storage.list_blobs(stack.runner_bucket, prefix=f"tpuq/status/{job_id}/{last}/"))
             exit_codes = [json.loads(b.download_as_bytes())["exit_code"] for b in statuses]
             assert exit_codes and all(code == 0 for code in exit_codes)
         pod = next(j for k, j in s["jobs"].items() if k.startswith("pod-"))

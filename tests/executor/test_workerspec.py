@@ -59,8 +59,12 @@ def test_worker_spec_points_at_the_job_bucket_and_worker_paths():
         "bucket": "jobs-us-central2",
         "log_prefix": "tpuq/jobs/job-1/attempts/1/tpuq-logs/worker-3/",
         "status_object": "tpuq/status/job-1/1/worker-3.json",
+        "status_bucket": "jobs-us-central2",  # no runner bucket configured: the job's bucket
         "retry_delay_seconds": 0.5,
     }
+    runner = plan.worker_spec(3, "/home/alice", WorkerSettings.for_emulator("http://127.0.0.1:9",
+                                                                           status_bucket="tpuq-runner"))
+    assert runner["gcs"]["status_bucket"] == "tpuq-runner" and runner["gcs"]["bucket"] == "jobs-us-central2"
     assert spec["caches"] == [{"key": "xla", "path": ".cache/xla"}]
 
 

@@ -137,6 +137,9 @@ class Executor:
         self.command_timeout = command_timeout
         self._script = supervisor_script()
 
+    def _status_bucket(self, ref: "AttemptRef") -> str | None:
+        return self.settings.status_bucket or ref.bucket
+
     # -- SSH plumbing ---------------------------------------------------------
 
     def _pool(self, node: str, endpoints) -> WorkerPool:
@@ -221,9 +224,10 @@ class Executor:
         cancelled too, whatever the workers' exit codes.
         """
         ref = assignment if isinstance(assignment, AttemptRef) else AttemptRef.from_assignment(assignment)
-        if ref.bucket:
+        status_bucket = self._status_bucket(ref)
+        if status_bucket:
             marker = json.dumps({"attempt_id": ref.attempt_id, "reason": reason, "at": self.clock().isoformat()})
-            self.objects.create(ref.bucket, layout.cancelled_marker_name(ref.job_id, ref.attempt), marker.encode(),
+            self.objects.create(status_bucket, layout.cancelled_marker_name(ref.job_id, ref.attempt), marker.encode(),
                                 "application/json")
         args = ["cancel", "--attempt-id", ref.attempt_id, "--reason", reason[:500]]
         if grace_seconds is not None:
@@ -242,15 +246,16 @@ class Executor:
 
     def read_statuses(self, ref: AttemptRef) -> tuple[dict[int, WorkerStatus], bool]:
         """The attempt's status objects (ignoring any of another attempt id) and whether it was cancelled."""
-        if not ref.bucket:
+        bucket = self._status_bucket(ref)
+        if not bucket:
             raise ValueError("the attempt's job bucket is not known")
         statuses: dict[int, WorkerStatus] = {}
         cancelled = False
-        for name in self.objects.list_names(ref.bucket, layout.status_prefix(ref.job_id, ref.attempt)):
+        for name in self.objects.list_names(bucket, layout.status_prefix(ref.job_id, ref.attempt)):
             parsed = layout.parse_status_object_name(name)
             if parsed is None:
                 continue
-            stored = self.objects.read(ref.bucket, name)
+            stored = self.objects.read(bucket, name)
             if stored is None:
                 continue
             try:

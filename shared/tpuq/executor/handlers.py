@@ -95,7 +95,10 @@ class ExecutorRuntime:
         from datetime import timezone
 
         emulator = self.clients.settings.storage_emulator
-        settings = WorkerSettings.for_emulator(emulator) if emulator else WorkerSettings()
+        runner = self.clients.settings.runner_bucket
+        status_bucket = layout.bucket_name(runner) if runner else None
+        settings = (WorkerSettings.for_emulator(emulator, status_bucket=status_bucket) if emulator
+                    else WorkerSettings(status_bucket=status_bucket))
         key = _load_private_key()
         return Executor(
             ssh_user=os.environ.get("TPUQ_SSH_USER", "tpuq"),

@@ -653,7 +653,8 @@ def publish_status(spec: dict, status: dict, deadline_seconds: float = STATUS_UP
     delay = 0.5
     while True:
         try:
-            gcs.upload(gcs_cfg["bucket"], gcs_cfg["status_object"], data, "application/json", if_absent=True)
+            gcs.upload(gcs_cfg.get("status_bucket") or gcs_cfg["bucket"], gcs_cfg["status_object"], data,
+                       "application/json", if_absent=True)
             return
         except Exception:  # noqa: BLE001 - any failure: retry until the deadline
             if time.monotonic() + delay > deadline:

@@ -39,6 +39,9 @@ class WorkerSettings:
     libtpu_lockfile: str = "/tmp/libtpu_lockfile"
     python: str = "/usr/bin/python3"
     gcs_retry_delay_seconds: float = 0.5  # first back-off of the bundle download; doubles, 4 tries
+    # Where status objects and cancel markers go: the runner bucket, whose finalize notifications reach the
+    # executor (a job's own buckets belong to the user and carry no notification of ours). None: the job's bucket.
+    status_bucket: str | None = None
 
     @classmethod
     def for_emulator(cls, storage_emulator_host: str, **overrides) -> "WorkerSettings":
@@ -189,6 +192,7 @@ class AttemptPlan:
                 "bucket": self.bucket,
                 "log_prefix": layout.worker_log_prefix(self.job_id, self.attempt, worker_id),
                 "status_object": layout.worker_status_name(self.job_id, self.attempt, worker_id),
+                "status_bucket": settings.status_bucket or self.bucket,
                 "retry_delay_seconds": settings.gcs_retry_delay_seconds,
             },
             "preempted_url": settings.preempted_url,
