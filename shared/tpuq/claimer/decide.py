@@ -223,8 +223,9 @@ class _Decision:
     def may_create(self, qr: QrRecord) -> bool:
         request = self.requests.get(qr.request_id)
         target = self.target(qr.zone, qr.type)
+        # An entry removed from the fleet since this create was recorded can never be built again.
         return (request is not None and request.open and not self.blocked and not target.dropped(self.version)
-                and not target.backed_off(self.now))
+                and not target.backed_off(self.now) and self.fleet.entry(qr.entry_id) is not None)
 
     def on_found(self, qr: QrRecord, obs: Observation) -> None:
         state = obs.state

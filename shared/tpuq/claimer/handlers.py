@@ -119,9 +119,16 @@ def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[
             raise Retryable(f"capacity request {request.request_id}: the TPU API kept failing; redeliver")
 
     def on_tick(tick: Tick, ctx: Context) -> None:
+        failures = []
         for fleet in statestore.load_fleets(ctx.clients.firestore):
-            claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep)
-            claimer.watch(claimer.load())
+            try:
+                claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep)
+                claimer.watch(claimer.load())
+            except Exception as e:  # noqa: BLE001 - one fleet's trouble must not stop the watch of the others
+                log.exception("tick: watching fleet %s failed", fleet.name)
+                failures.append(f"{fleet.name}: {e}")
+        if failures:
+            raise Retryable("; ".join(failures))
 
     return {"/push/capacity": on_capacity, "/push/ticks": on_tick}
 
