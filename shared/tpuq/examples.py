@@ -9,7 +9,8 @@ owner_prefix: tpuq              # every queued resource tpuq creates is named an
                                 # tpuq never deletes anything without both
 idle_timeout_seconds: 600       # delete a TPU that has been idle this long
 ssh_transport: direct           # direct | iap
-worker_secrets: []              # Secret Manager secret NAMES made available to jobs (never values)
+worker_secrets: []              # Secret Manager secret NAMES (never values) the TPU workers may read,
+                                # e.g. `gcloud secrets versions access latest --secret=NAME` in the command
 retry:
   preemptions: 20               # retries after spot preemptions (per job)
   infra_failures: 2             # retries after infrastructure failures (per job)
