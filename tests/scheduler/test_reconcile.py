@@ -42,3 +42,24 @@ def test_attempt_without_a_recorded_end_is_left_alone(sched):
     running_job(sched)
     handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
     assert sched.job("j1")["state"] == "running"
+
+
+def test_slice_whose_active_event_was_lost_is_recorded_and_used(sched):
+    from tpuq.claimer.model import QrRecord
+    from tpuq.claimer.statestore import qr_to_doc
+    from tpuq.messages import WorkerEndpoint
+
+    now = datetime.now(timezone.utc)
+    node = "projects/tpuq-local/locations/us-central2-b/nodes/tpuq-r-x-1-us-central2-b"
+    # The claimer saw it ACTIVE and announced it; the event was dead-lettered on the way.
+    record = QrRecord(qr_id="tpuq-r-x-1-us-central2-b", fleet="test", project="tpuq-local", request_id="r-x-1",
+                      entry_id="v4", zone="us-central2-b", type="v4-8", spot=True, generation=0, state="ACTIVE",
+                      created_at=now, updated_at=now, node=node,
+                      endpoints=(WorkerEndpoint(worker_id=0, ip="127.0.9.1", port=22),))
+    sched.db.collection(store.QUEUED_RESOURCES).document(record.qr_id).set(qr_to_doc(record))
+    sched.deliver("jobs", {"id": "j9", "tpu": "v4-8", "command": "train"})
+    assert sched.job("j9")["state"] == "pending"
+
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(seconds=1)))
+    assert sched.tpu("tpuq-r-x-1-us-central2-b")["state"] == "busy"
+    assert sched.job("j9")["state"] == "assigned" and sched.job("j9")["tpu"] == node

@@ -28,7 +28,7 @@ from tpuq.messages import (
 from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.optimistic import WriteSet, read_decide_commit
 from tpuq.scheduler.plan import short_node_name
-from tpuq.scheduler.scheduling import ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
+from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
@@ -199,6 +199,9 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
 
 def on_tick(tick: Tick, ctx: Context) -> None:
     republish_stale_assignments(ctx)
+    for slice_event in active_slices_not_recorded(ctx):
+        log.warning("tick: recording %s, whose ACTIVE event never arrived", slice_event.node)
+        on_fleet_event(slice_event, ctx)
     for event in ended_attempts_not_applied(ctx):
         # The executor published this end, but the event never arrived (dead-lettered after an outage):
         # apply the outcome it recorded, through the same handler, so the job and its TPU move on.

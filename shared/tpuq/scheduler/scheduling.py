@@ -27,7 +27,9 @@ from tpuq import store
 from tpuq.jobstate import JobEvent, JobState, transition
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec
-from tpuq.messages import AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome
+from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
+                           FleetEventKind, WorkerEndpoint)
+from tpuq.tputypes import parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.optimistic import WriteSet, commit_if_unchanged
 from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan, short_node_name
@@ -282,6 +284,32 @@ def note_request_failure(ctx: Context, request_id: str, reason: str) -> None:
 
 
 RECONCILE_AFTER = timedelta(minutes=2)
+
+
+def active_slices_not_recorded(ctx: Context, limit: int = 200) -> list[FleetEvent]:
+    """Backstop for a lost ACTIVE event: slices the claimer has seen ACTIVE (its `queued_resources` record)
+    that have no `tpus/{node}` document. Without this the slice would be neither used nor reaped."""
+    db = ctx.clients.firestore
+    q = (db.collection(store.QUEUED_RESOURCES)
+         .where(filter=FieldFilter("state", "==", "ACTIVE"))
+         .where(filter=FieldFilter("live", "==", True)).limit(limit))
+    records = [s.to_dict() or {} for s in q.stream()]
+    records = [r for r in records if r.get("node") and r.get("endpoints")]
+    if not records:
+        return []
+    refs = [db.collection(store.TPUS).document(short_node_name(r["node"])) for r in records]
+    known = {snap.id for snap in db.get_all(refs) if snap.exists}
+    events = []
+    for r in records:
+        if short_node_name(r["node"]) in known:
+            continue
+        accel = parse_accelerator_type(r["type"])
+        events.append(FleetEvent(
+            kind=FleetEventKind.active, fleet=r["fleet"], queued_resource=r["name"], request_id=r.get("request_id"),
+            zone=r["zone"], type=r["type"], node=r["node"], entry_id=r.get("entry_id"), chips=accel.chips,
+            hosts=accel.hosts, spot=bool(r.get("spot", True)),
+            endpoints=[WorkerEndpoint.model_validate(e) for e in r["endpoints"]], at=ctx.now()))
+    return events
 
 
 def ended_attempts_not_applied(ctx: Context, limit: int = 50) -> list[AttemptEvent]:
