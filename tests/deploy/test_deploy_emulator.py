@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 import requests
+
+from tpuq import topology
 import yaml
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
@@ -96,7 +98,8 @@ def test_a_subscription_changed_by_hand_is_put_back(deployment):
     actions = deploy(target, infra, adapters)
     assert [f"{a.verb} {a.what}" for a in actions if a.request and a.request.api == "pubsub"] == [
         "update subscription executor-assignments"]
-    assert emulator_subscriptions(base)["executor-assignments"]["ackDeadlineSeconds"] == 120
+    declared = next(s for s in topology.SUBSCRIPTIONS if s.name == "executor-assignments").ack_deadline_seconds
+    assert emulator_subscriptions(base)["executor-assignments"]["ackDeadlineSeconds"] == declared
 
 
 def test_what_the_stand_ins_received_never_touches_the_network(deployment):

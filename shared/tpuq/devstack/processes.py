@@ -92,10 +92,17 @@ def stop(rec: ProcRecord, grace: float = 5.0) -> None:
             break
         time.sleep(0.05)
     _kill_group(rec.pgid, signal.SIGKILL)
-    try:  # reap it if it is our child
-        os.waitpid(rec.pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    # SIGKILL is asynchronous: return only once the group is empty, so that "stopped" means stopped.
+    # The leader may be our own child: reap it, or its zombie would keep the group "alive".
+    deadline = time.monotonic() + 5.0
+    while True:
+        try:
+            os.waitpid(rec.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        if not _group_alive(rec.pgid) or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
 
 
 def stop_all(records: list[ProcRecord], grace: float = 5.0) -> None:
