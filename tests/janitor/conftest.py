@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +25,7 @@ from tpuq.faketpu.server import FakeTpuServer
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
 from tpuq.ownership import owner_labels
+from tests.helpers import wait_until  # noqa: F401 - re-exported for this package's tests
 
 JANITOR = str(Path(__file__).resolve().parents[2] / "services" / "janitor" / "main.py")
 
@@ -47,14 +46,6 @@ SCENARIO = {
 ACTIVE_AFTER = 1 + 5 + 600  # scenario seconds from create to ACTIVE in a zone with capacity
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def envelope(data: dict, message_id: str) -> dict:
