@@ -72,18 +72,18 @@ def _environment(values: dict[str, str | None]):
     with _CONSTRUCTION_LOCK:
         saved = {k: os.environ.get(k) for k in values}
         try:
-            for k, v in values.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            _set_environ(values)
             yield
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            _set_environ(saved)
+
+
+def _set_environ(values: dict[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @dataclass
