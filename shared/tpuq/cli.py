@@ -16,6 +16,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tpuq.errors import TpuqError, describe_validation_error
@@ -79,6 +80,8 @@ def validate(file: Path = typer.Argument(..., help="A fleet file or a job.yaml")
     kind = detect_kind(data)
     model = validate_data(data, kind)
     if kind == "fleet":
+        for note in model.transport_notes():
+            err.print(f"[yellow]warning[/yellow]: {escape(note)}", soft_wrap=True)
         out.print(f"[green]ok[/green]: fleet {model.name!r} with {len(model.tpus)} TPU entr{'y' if len(model.tpus) == 1 else 'ies'}")
     else:
         out.print(f"[green]ok[/green]: {len(model.jobs)} job{'s' if len(model.jobs) != 1 else ''}")

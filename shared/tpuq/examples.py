@@ -8,7 +8,7 @@ project: my-trc-project         # the GCP project holding your TPU quota
 owner_prefix: tpuq              # every queued resource tpuq creates is named and labelled with this;
                                 # tpuq never deletes anything without both
 idle_timeout_seconds: 600       # delete a TPU that has been idle this long
-ssh_transport: direct           # direct | iap
+ssh_transport: direct           # vpc (the executor reaches internal IPs) | direct (external IPs) | iap (= vpc)
 worker_secrets: []              # Secret Manager secret NAMES (never values) the TPU workers may read,
                                 # e.g. `gcloud secrets versions access latest --secret=NAME` in the command
 retry:

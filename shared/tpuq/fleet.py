@@ -55,8 +55,34 @@ def _zones_from_zone(value: Any) -> Any:
 
 
 class SshTransport(str, Enum):
+    """How the executor reaches the workers' sshd (always port 22).
+
+    - vpc: the executor runs inside the fleet's VPC (Cloud Run Direct VPC egress) and connects to each
+      worker's internal IP (`networkEndpoints[].ipAddress`).
+    - direct: the executor connects over the internet to each worker's external IP
+      (`networkEndpoints[].accessConfig.externalIp`); every node gets external IPs.
+    - iap: accepted from tpu-runner files, where it means "private-IP TPUs". tpuq opens no IAP tunnels: it
+      reaches private IPs through the vpc path, and `tpuq validate` says so in one line.
+    """
+
+    vpc = "vpc"
     direct = "direct"
     iap = "iap"
+
+
+# Network tags that deploy's firewall check and the claimer's node spec agree on: the executor's egress
+# interface carries EXECUTOR_TAG, every node tpuq creates carries WORKER_TAG, and a rule admitting
+# tcp:22 from the one to the other lets the executor in.
+def executor_network_tag(owner_prefix: str) -> str:
+    return f"{owner_prefix}-executor"
+
+
+def worker_network_tag(owner_prefix: str) -> str:
+    return f"{owner_prefix}-worker"
+
+
+# A region's default external IP quota (IN_USE_ADDRESSES); a slice with external IPs takes one per host.
+DEFAULT_REGION_EXTERNAL_IPS = 8
 
 
 class FleetEntry(StrictModel):
@@ -161,7 +187,18 @@ class FleetFile(StrictModel):
     project: str
     owner_prefix: str = "tpuq"
     idle_timeout_seconds: int = Field(default=600, ge=0)
-    ssh_transport: SshTransport = SshTransport.direct
+    ssh_transport: SshTransport = SshTransport.vpc
+    network: str = Field(default="default", description="VPC network of the TPU nodes and the executor's egress")
+    subnetwork: str = Field(
+        default="default",
+        description="Subnet of the TPU nodes; deploy gives the executor an interface on the subnet of this name "
+        "in the services' region",
+    )
+    worker_external_ips: bool = Field(
+        default=True,
+        description="vpc/iap only: give slices under 16 hosts external IPs so workers reach PyPI without Cloud "
+        "NAT. false: no node gets one (the project has NAT). direct always gives every node external IPs",
+    )
     ssh_user: str = "tpuq"
     ssh_key_secret: str | None = Field(default=None, description="Secret Manager name of the executor's SSH key")
     worker_secrets: list[str] = Field(default_factory=list, description="Secret Manager names, never values")
@@ -229,6 +266,37 @@ class FleetFile(StrictModel):
         if dupes:
             raise ValueError(f"tpus: id {dupes[0]!r} is used twice")
         return self
+
+    @property
+    def reaches_internal_ips(self) -> bool:
+        """True when the executor connects to internal IPs (vpc, and iap which tpuq serves the same way)."""
+        return self.ssh_transport is not SshTransport.direct
+
+    def external_ips_for(self, accel: AcceleratorType) -> bool:
+        """Whether nodes of this type get external IPs (`networkConfig.enableExternalIps`).
+
+        direct needs them on every host. Otherwise the quickstart's rule: under 16 hosts keep them (workers
+        reach PyPI without NAT); 16+ hosts get internal IPs only; worker_external_ips=false turns them off."""
+        if self.ssh_transport is SshTransport.direct:
+            return True
+        return self.worker_external_ips and not accel.needs_internal_ips
+
+    def transport_notes(self) -> list[str]:
+        """Warnings `tpuq validate` prints: settings that are valid but may not do what the user expects."""
+        notes: list[str] = []
+        if self.ssh_transport is SshTransport.iap:
+            notes.append(
+                "ssh_transport: iap: tpuq opens no IAP tunnels; nodes get private IPs and the executor reaches "
+                "them over the VPC (Direct VPC egress), as with ssh_transport: vpc")
+        if self.ssh_transport is SshTransport.direct:
+            for t in self.tpus:
+                hosts = t.accelerator.hosts
+                if hosts > DEFAULT_REGION_EXTERNAL_IPS:
+                    notes.append(
+                        f"tpus[{t.id}]: {t.type} has {hosts} hosts, and ssh_transport: direct gives each one an "
+                        f"external IP, above a region's default quota of {DEFAULT_REGION_EXTERNAL_IPS} "
+                        f"(IN_USE_ADDRESSES); ssh_transport: vpc reaches internal IPs instead")
+        return notes
 
     def entry(self, entry_id: str) -> FleetEntry | None:
         return next((t for t in self.tpus if t.id == entry_id), None)

@@ -47,7 +47,7 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
         runtime_version=entry.runtime_version,
         labels=owner_labels(fleet, qr.request_id),
         metadata={"ssh-keys": ssh_keys_metadata(fleet.ssh_user, public_key)},
-        network_config=tpu_v2.NetworkConfig(enable_external_ips=not accel.needs_internal_ips),
+        network_config=tpu_v2.NetworkConfig(enable_external_ips=fleet.external_ips_for(accel)),
         scheduling_config=tpu_v2.SchedulingConfig(spot=True) if entry.spot else None,
     )
     worker_account = os.environ.get("TPUQ_WORKER_SERVICE_ACCOUNT")
