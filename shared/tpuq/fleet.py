@@ -81,6 +81,15 @@ def worker_network_tag(owner_prefix: str) -> str:
     return f"{owner_prefix}-worker"
 
 
+# The TPU VMs' service account (infra/iam.yaml creates it; the claimer puts it on every node): what the
+# workers may read and write in GCS is what this account may.
+WORKER_ACCOUNT_ID = "tpuq-worker"
+
+
+def worker_service_account(project: str) -> str:
+    return f"{WORKER_ACCOUNT_ID}@{project}.iam.gserviceaccount.com"
+
+
 # A region's default external IP quota (IN_USE_ADDRESSES); a slice with external IPs takes one per host.
 DEFAULT_REGION_EXTERNAL_IPS = 8
 
@@ -203,6 +212,11 @@ class FleetFile(StrictModel):
     ssh_key_secret: str | None = Field(default=None, description="Secret Manager name of the executor's SSH key")
     worker_secrets: list[str] = Field(default_factory=list, description="Secret Manager names, never values")
     runner_bucket: str | None = None
+    job_buckets: list[str] = Field(
+        default_factory=list,
+        description="gs:// buckets jobs list under `buckets:`; deploy lets the workers' account read bundles from "
+        "and write logs to them (roles/storage.objectAdmin on each bucket)",
+    )
     retry: RetryBudgets = Field(default_factory=RetryBudgets)
     claim: ClaimPolicy = Field(default_factory=ClaimPolicy)
     quota: dict[str, dict[str, TierQuota]] | None = Field(
@@ -242,6 +256,23 @@ class FleetFile(StrictModel):
                 raise ValueError(f"{value!r} must be a bucket URI like gs://my-bucket")
             return f"gs://{bucket}"
         return value
+
+    @field_validator("job_buckets")
+    @classmethod
+    def _job_buckets(cls, values: list[str]) -> list[str]:
+        out = []
+        for value in values:
+            bucket, path = split_gs_uri(value if value.startswith("gs://") else f"gs://{value}")
+            if path.strip("/"):
+                raise ValueError(f"{value!r} must be a bucket URI like gs://my-bucket")
+            if f"gs://{bucket}" in out:
+                raise ValueError(f"gs://{bucket} is listed twice")
+            out.append(f"gs://{bucket}")
+        return out
+
+    @property
+    def job_bucket_names(self) -> list[str]:
+        return [b.removeprefix("gs://") for b in self.job_buckets]
 
     @field_validator("quota")
     @classmethod

@@ -72,7 +72,13 @@ def test_the_plan_names_everything_infra_declares(init_plan):
     assert has("store fleet research in Firestore fleets/research")
 
 
-def test_the_owner_is_told_what_16_host_slices_need_and_nothing_is_changed(init_plan):
+def test_the_owner_is_told_what_16_host_slices_need_and_nothing_is_changed(tmp_path):
+    assert tpuq(["init", "."], tmp_path).returncode == 0
+    fleet = tmp_path / "fleet.yaml"  # under direct every node has external IPs; vpc gives 16+ hosts internal ones only
+    fleet.write_text(fleet.read_text().replace("ssh_transport: direct", "ssh_transport: vpc"))
+    r = tpuq(["deploy", "fleet.yaml", "--dry-run"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    init_plan = r.stdout
     owner = init_plan.split("for a person to do")[1]
     for region in ("europe-west4", "us-east1"):  # the example's v5litepod-64 and v6e-64 have 16 hosts
         assert f"network default in {region} FOR THE PROJECT OWNER TO RUN (tpuq never changes network settings)" in owner

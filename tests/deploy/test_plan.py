@@ -7,13 +7,16 @@ import yaml
 
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import load_infra
-from tpuq.deploy.plan import Action, NetworkFacts, ProjectState, Target, plan
+from tpuq.deploy.plan import Action, NetworkFacts, ProjectState, Target, VpcFacts, plan
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
 
 FLEET = FleetFile.model_validate({**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh"})
 TARGET = Target(fleet=FLEET, project_number="42")
 INFRA = load_infra(TARGET.variables())
+DEFAULT_ALLOW_SSH = {"name": "default-allow-ssh", "network": "projects/p/global/networks/default",
+                     "direction": "INGRESS", "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
+                     "sourceRanges": ["0.0.0.0/0"]}
 
 
 def state_after(actions: list[Action]) -> ProjectState:
@@ -56,9 +59,11 @@ def test_planning_again_after_applying_changes_nothing():
     first = plan(TARGET, INFRA, ProjectState())
     state = state_after(first)
     state.networks = {"europe-west4": NetworkFacts(True, True), "us-east1": NetworkFacts(True, True)}
+    state.vpc = VpcFacts(firewalls=[DEFAULT_ALLOW_SSH])
     again = plan(TARGET, INFRA, state)
     assert [str(a) for a in again if a.sends] == []
-    assert [a.verb for a in again] == ["check", "check"]  # the two 16-host regions, read and fine
+    # ssh_transport direct: every node has external IPs (no NAT needed); the firewall was read and admits ssh
+    assert [a.verb for a in again] == ["check"]
 
 
 def test_a_new_image_tag_updates_the_services_only():
@@ -84,7 +89,8 @@ def test_the_compute_adapter_refuses_writes():
 def test_only_the_missing_network_setting_is_asked_for():
     state = ProjectState(known=True, project_number="42",
                          networks={"europe-west4": NetworkFacts(private_google_access=True, cloud_nat=False)})
-    (todo,) = [a for a in plan(TARGET, INFRA, state) if a.verb == "todo" and "europe-west4" in a.what]
+    vpc = Target(fleet=FleetFile.model_validate({**FLEET.model_dump(), "ssh_transport": "vpc"}), project_number="42")
+    (todo,) = [a for a in plan(vpc, INFRA, state) if a.verb == "todo" and "europe-west4" in a.what]
     assert "Cloud NAT missing" in todo.detail and "Private Google Access" not in todo.detail.split(";")[0]
     assert not any("subnets update" in c for c in todo.commands)
     assert any("routers nats create" in c for c in todo.commands)

@@ -13,6 +13,7 @@ from typing import Any
 
 import requests
 
+from tpuq.deploy import job_buckets, network
 from tpuq.deploy.infra import Infra
 from tpuq.deploy.plan import NETWORK, Action, IamResource, NetworkFacts, ProjectState, Request, Target, \
     iam_resource, large_slice_regions
@@ -210,23 +211,28 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
         policy = _tolerant(lambda: _get_policy(a[resource.api], resource), {}, notes, f"IAM policy of {resource.label}")
         s.iam[key] = {(b["role"], m) for b in policy.get("bindings", []) for m in b.get("members", [])}
     for region in large_slice_regions(target.fleet):
-        s.networks[region] = _tolerant(lambda: read_network(a["compute"], p, region), NetworkFacts(), notes,
+        s.networks[region] = _tolerant(lambda: read_network(a["compute"], p, region, target.fleet.network,
+                                                            target.fleet.subnetwork), NetworkFacts(), notes,
                                        f"network in {region}")
+    s.vpc = network.read_vpc_facts(a, target, lambda read, what: _tolerant(read, None, notes, what))
+    s.missing_buckets = job_buckets.read_missing(a["storage"], target,
+                                                 lambda read, what: _tolerant(read, None, notes, what))
     return s, notes
 
 
-def read_network(compute: RestApi, project: str, region: str) -> NetworkFacts:
+def read_network(compute: RestApi, project: str, region: str, network_name: str = NETWORK,
+                 subnetwork: str = NETWORK) -> NetworkFacts:
     """Private Google Access on the subnet and a Cloud NAT that covers it: read, never written."""
-    subnet = compute.get_or_none(f"projects/{project}/regions/{region}/subnetworks/{NETWORK}")
+    subnet = compute.get_or_none(f"projects/{project}/regions/{region}/subnetworks/{subnetwork}")
     routers = compute.call("GET", f"projects/{project}/regions/{region}/routers").get("items", [])
     nat = False
     for router in routers:
-        if not router.get("network", "").endswith(f"/networks/{NETWORK}"):
+        if not router.get("network", "").endswith(f"/networks/{network_name}"):
             continue
         for n in router.get("nats") or []:
             ranges = n.get("sourceSubnetworkIpRangesToNat")
             if ranges in ("ALL_SUBNETWORKS_ALL_IP_RANGES", "ALL_SUBNETWORKS_ALL_PRIMARY_IP_RANGES") or any(
-                    sub.get("name", "").endswith(f"/subnetworks/{NETWORK}") for sub in n.get("subnetworks") or []):
+                    sub.get("name", "").endswith(f"/subnetworks/{subnetwork}") for sub in n.get("subnetworks") or []):
                 nat = True
     return NetworkFacts(private_google_access=bool(subnet and subnet.get("privateIpGoogleAccess")), cloud_nat=nat)
 

@@ -48,7 +48,8 @@ class Target:
         return {"project": self.project, "region": self.region,
                 "firestore_location": self.firestore_location or self.region, "image_tag": self.image_tag,
                 "service": "${service}",  # expanded per service
-                "ssh_key_secret": self.fleet.ssh_key_secret, "worker_secrets": list(self.fleet.worker_secrets)}
+                "ssh_key_secret": self.fleet.ssh_key_secret, "worker_secrets": list(self.fleet.worker_secrets),
+                "job_buckets": self.fleet.job_bucket_names}
 
     def sa_email(self, account_id: str) -> str:
         return f"{account_id}@{self.project}.iam.gserviceaccount.com"
@@ -80,6 +81,18 @@ class NetworkFacts:
 
 
 @dataclass
+class VpcFacts:
+    """What decides whether the executor reaches the workers (tpuq.deploy.network); None: could not be read."""
+
+    subnet: dict | None = None  # the executor's subnet in the services' region (compute v1 Subnetwork)
+    subnet_missing: bool = False  # read, and not there
+    firewalls: list[dict] | None = None  # compute v1 Firewall resources of the project
+    project_metadata: dict[str, str] | None = None  # commonInstanceMetadata, key -> value
+    require_os_login: bool | None = None  # org policy constraints/compute.requireOsLogin enforced
+    external_ips_forbidden: bool | None = None  # org policy constraints/compute.vmExternalIpAccess denies them
+
+
+@dataclass
 class ProjectState:
     """What the project holds now. A fresh ProjectState is an empty project (or an offline plan)."""
 
@@ -100,6 +113,8 @@ class ProjectState:
     secrets: set[str] | None = None  # None: unknown
     stored_fleet_version: str | None = None
     networks: dict[str, NetworkFacts] = field(default_factory=dict)  # region -> facts
+    vpc: VpcFacts = field(default_factory=VpcFacts)
+    missing_buckets: set[str] = field(default_factory=set)  # the fleet's job_buckets read and not found
 
 
 # ----------------------------------------------------------------- actions
@@ -168,6 +183,10 @@ def plan(target: Target, infra: Infra, state: ProjectState, skip_services: bool 
                               Request("fleetstore", "STORE", target.fleet.name, body=target.fleet.model_dump(mode="json"))))
     actions += _secrets_todo(target, state)
     actions += _network_checks(target, state)
+    from tpuq.deploy import job_buckets, network  # they build on this module's Action and ProjectState
+
+    actions += network.checks(target, state)
+    actions += job_buckets.todos(target, state)
     return actions
 
 
@@ -393,10 +412,18 @@ def desired_run_service(target: Target, infra: Infra, name: str) -> dict:
                                for i, f in enumerate(spec.secret_files)]
         container["volumeMounts"] = [{"name": f"secret-{i}", "mountPath": f.mount_dir}
                                      for i, f in enumerate(spec.secret_files)]
+    if spec.vpc_egress:
+        from tpuq.deploy.network import executor_vpc_access
+
+        access = executor_vpc_access(target.fleet)
+        if access:
+            template["vpcAccess"] = access
     return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL"}
 
 
 def run_projection(body: dict) -> dict:
+    from tpuq.deploy.network import vpc_access_projection
+
     t = body.get("template") or {}
     c = (t.get("containers") or [{}])[0]
     return {
@@ -406,6 +433,7 @@ def run_projection(body: dict) -> dict:
         "maxInstances": (t.get("scaling") or {}).get("maxInstanceCount"),
         "volumes": [(v.get("secret") or {}).get("secret") for v in t.get("volumes") or []],
         "mounts": [m.get("mountPath") for m in c.get("volumeMounts") or []],
+        "vpcAccess": vpc_access_projection(t.get("vpcAccess")),
     }
 
 
@@ -455,8 +483,8 @@ def iam_resource(target: Target, infra: Infra, on: str) -> IamResource:
         path = f"projects/{p}/topics/{name}"
         return IamResource(on, f"topic {name}", "pubsub", Request("pubsub", "GET", f"{path}:getIamPolicy"),
                            "POST", f"{path}:setIamPolicy")
-    if kind == "bucket":
-        bucket = _bucket_name(target, name)
+    if kind in ("bucket", "job_bucket"):
+        bucket = _bucket_name(target, name) if kind == "bucket" else name
         return IamResource(on, f"bucket gs://{bucket}", "storage", Request("storage", "GET", f"b/{bucket}/iam"),
                            "PUT", f"b/{bucket}/iam", wrap_policy=False)
     if kind == "secret":
@@ -478,8 +506,8 @@ def iam_resource(target: Target, infra: Infra, on: str) -> IamResource:
 def _grants(target: Target, infra: Infra, state: ProjectState, which) -> list[Action]:
     out = []
     for b in infra.iam.bindings:
-        if not which(b.resource):
-            continue
+        if not which(b.resource) or b.resource.partition(":")[2] in state.missing_buckets:
+            continue  # a job bucket that is not there is a todo (tpuq.deploy.job_buckets), not a failed grant
         member = target.member(b.member)
         if (b.role, member) in state.iam.get(b.resource, set()):
             continue
@@ -516,11 +544,11 @@ def _ssh_secret_commands(name: str, p: str) -> tuple[str, ...]:
 
 
 def large_slice_regions(fleet: FleetFile) -> dict[str, list[str]]:
-    """region -> the fleet entries whose slices have 16+ hosts there (they get internal IPs only)."""
+    """region -> the fleet entries whose nodes get internal IPs only there (16+ hosts, or worker_external_ips off)."""
     out: dict[str, list[str]] = {}
     for entry in fleet.tpus:
         acc = entry.accelerator
-        if acc.needs_internal_ips:
+        if not fleet.external_ips_for(acc):
             for zone in entry.zones:
                 out.setdefault(zone_region(zone), [])
                 label = f"{entry.id}: {entry.type}, {acc.hosts} hosts"
@@ -531,26 +559,28 @@ def large_slice_regions(fleet: FleetFile) -> dict[str, list[str]]:
 
 def _network_checks(target: Target, state: ProjectState) -> list[Action]:
     p, out = target.project, []
+    net, subnet = target.fleet.network, target.fleet.subnetwork
     for region, entries in sorted(large_slice_regions(target.fleet).items()):
         facts = state.networks.get(region, NetworkFacts())
         why = "; ".join(entries)
         if facts.private_google_access and facts.cloud_nat:
-            out.append(Action("check", f"network {NETWORK} in {region}",
-                              f"has Private Google Access and Cloud NAT, as slices of 16+ hosts need ({why})"))
+            out.append(Action("check", f"network {net} in {region}",
+                              f"has Private Google Access and Cloud NAT, as nodes with internal IPs only need ({why})"))
             continue
         commands = []
         if not facts.private_google_access:
-            commands.append(f"gcloud compute networks subnets update {NETWORK} --region={region} "
+            commands.append(f"gcloud compute networks subnets update {subnet} --region={region} "
                             f"--enable-private-ip-google-access --project={p}")
         if not facts.cloud_nat:
-            commands += [f"gcloud compute routers create tpuq-nat-router --network={NETWORK} --region={region} --project={p}",
+            commands += [f"gcloud compute routers create tpuq-nat-router --network={net} --region={region} --project={p}",
                          f"gcloud compute routers nats create tpuq-nat --router=tpuq-nat-router --region={region} "
                          f"--auto-allocate-nat-external-ips --nat-all-subnet-ip-ranges --project={p}"]
         status = ", ".join(f"{name} {'unknown' if value is None else 'missing'}" for name, value in
                            (("Private Google Access", facts.private_google_access), ("Cloud NAT", facts.cloud_nat))
                            if not value)
-        out.append(Action("todo", f"network {NETWORK} in {region}",
-                          f"FOR THE PROJECT OWNER TO RUN (tpuq never changes network settings): {status}; slices of "
-                          f"16+ hosts get internal IPs only and need both to reach Google APIs and PyPI ({why})",
+        out.append(Action("todo", f"network {net} in {region}",
+                          f"FOR THE PROJECT OWNER TO RUN (tpuq never changes network settings): {status}; these "
+                          f"nodes get internal IPs only (16+ hosts, or worker_external_ips: false) and need both to "
+                          f"reach Google APIs and PyPI ({why})",
                           commands=tuple(commands)))
     return out
