@@ -202,12 +202,26 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random())
     except (BundleError, ValueError) as e:
         raise CliError(str(e)) from None
+    _check_job_buckets(clients, prepared)
     ids = submit_prepared(clients, prepared)
     for p, job_id in zip(prepared, ids):
         note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files)" if p.bundle else ""
         out.print(f"submitted [bold]{job_id}[/bold]{note}")
     if wait:
         raise typer.Exit(_wait_for_jobs(clients, ids, timeout))
+
+
+def _check_job_buckets(clients, prepared) -> None:
+    """Every bucket must exist (else one line and exit 1); one the workers cannot write is a warning."""
+    from tpuq.fleet import worker_service_account
+    from tpuq.submit import check_buckets, storage_bucket_checks
+
+    exists, read_bindings = storage_bucket_checks(clients.storage, emulated=bool(clients.settings.storage_emulator))
+    errors, warnings = check_buckets(prepared, exists, read_bindings, worker_service_account(clients.settings.project))
+    for line in warnings:
+        err.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+    if errors:
+        raise CliError("; ".join(errors))
 
 
 def _wait_for_jobs(clients, ids: list[str], timeout: float) -> int:

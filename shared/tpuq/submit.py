@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,74 @@ def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: rando
         job_id = spec.id or new_job_id(spec, job_file, rng)
         prepared.append(PreparedJob(spec.model_copy(update={"id": job_id}), bundle, buckets))
     return prepared
+
+
+# ------------------------------------------------------------ the job's buckets, checked before anything is sent
+# Roles that let an account create objects (logs) and read them (bundles) in a bucket.
+WRITER_ROLES = frozenset({"roles/storage.objectAdmin", "roles/storage.admin", "roles/storage.objectUser",
+                          "roles/storage.legacyBucketOwner", "roles/storage.legacyBucketWriter"})
+
+
+def job_bucket_names(prepared: list[PreparedJob]) -> tuple[list[str], list[str]]:
+    """(every bucket the jobs use, in order; the ones workers write logs to). A gs:// bundle's bucket is only read."""
+    used: list[str] = []
+    written: list[str] = []
+    for p in prepared:
+        for uri in p.buckets:
+            name = split_gs_uri(uri)[0]
+            for names in (used, written):
+                if name not in names:
+                    names.append(name)
+        if p.bundle is None and p.spec.bundle and p.spec.bundle.startswith("gs://"):
+            name = split_gs_uri(p.spec.bundle)[0]
+            if name not in used:
+                used.append(name)
+    return used, written
+
+
+def may_write(bindings: list[dict], account: str) -> bool:
+    """Does this bucket IAM policy (storage JSON API `b/BUCKET/iam` bindings) let `account` write objects?"""
+    members = {f"serviceAccount:{account}", "allUsers", "allAuthenticatedUsers"}
+    return any(b.get("role") in WRITER_ROLES and members & set(b.get("members") or []) for b in bindings)
+
+
+def check_buckets(prepared: list[PreparedJob], exists: Callable[[str], bool],
+                  read_bindings: Callable[[str], list[dict] | None] | None,
+                  worker_account: str) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about the jobs' buckets: a missing bucket is an error; a bucket the workers' account
+    cannot write is a warning (read_bindings None, or returning None: the policy cannot be read, say nothing)."""
+    used, written = job_bucket_names(prepared)
+    errors = [f"bucket gs://{name} does not exist" for name in used if not exists(name)]
+    warnings = []
+    for name in written:
+        if read_bindings is None or f"bucket gs://{name} does not exist" in errors:
+            continue
+        bindings = read_bindings(name)
+        if bindings is not None and not may_write(bindings, worker_account):
+            warnings.append(f"the workers' account {worker_account} cannot write gs://{name}; run: gcloud storage "
+                            f"buckets add-iam-policy-binding gs://{name} --member=serviceAccount:{worker_account} "
+                            "--role=roles/storage.objectAdmin")
+    return errors, warnings
+
+
+def storage_bucket_checks(storage, emulated: bool) -> tuple[Callable[[str], bool], Callable[[str], list[dict] | None] | None]:
+    """The two reads check_buckets needs, on a google-cloud-storage client. fake-gcs-server has no IAM: no policy check."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    def exists(name: str) -> bool:
+        try:
+            return storage.bucket(name).exists()
+        except GoogleAPICallError:
+            return True  # 403 on the bucket itself: it exists (a missing one is a 404), we may just not read it
+
+    def read_bindings(name: str) -> list[dict] | None:
+        try:
+            policy = storage.bucket(name).get_iam_policy(requested_policy_version=3)
+        except (GoogleAPICallError, ValueError):
+            return None  # we may not read the policy: say nothing
+        return [{"role": b.get("role"), "members": sorted(b.get("members") or [])} for b in policy.bindings]
+
+    return exists, (None if emulated else read_bindings)
 
 
 def upload_bundle(storage, bundle: Bundle, buckets: list[str]) -> str:

@@ -14,7 +14,7 @@ class RecordingApi:
         self.sent: list[Request] = []
 
     def call(self, method, path, params=None, body=None):
-        if method == "GET" or path.endswith(":getIamPolicy"):
+        if method == "GET" or path.endswith((":getIamPolicy", ":getEffectiveOrgPolicy")):  # reads, though POSTs
             raise ApiError(self.name, method, path, 404, "not found (recording stand-in)")
         self.sent.append(Request(self.name, method, path, params, body))
         return {}

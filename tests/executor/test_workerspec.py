@@ -61,6 +61,7 @@ def test_worker_spec_points_at_the_job_bucket_and_worker_paths():
         "status_object": "tpuq/status/job-1/1/worker-3.json",
         "status_bucket": "jobs-us-central2",  # no runner bucket configured: the job's bucket
         "retry_delay_seconds": 0.5,
+        "status_deadline_seconds": 900.0,
     }
     runner = plan.worker_spec(3, "/home/alice", WorkerSettings.for_emulator("http://127.0.0.1:9",
                                                                            status_bucket="tpuq-runner"))

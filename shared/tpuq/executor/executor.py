@@ -98,6 +98,7 @@ class WorkerProbe:
     supervisor_alive: bool = False
     job_alive: bool = False
     has_status: bool = False
+    status_error: str | None = None  # the supervisor ended, and GCS refused its status object: why
     error: str | None = None
 
     @property
@@ -275,6 +276,7 @@ class Executor:
         attempt: Assignment | AttemptRef,
         node_state: NodeState = NodeState.unknown,
         lost_workers: frozenset[int] = frozenset(),
+        unwritable_statuses: Mapping[int, str] = {},
     ) -> Decision:
         ref = attempt if isinstance(attempt, AttemptRef) else AttemptRef.from_assignment(attempt)
         statuses, cancelled = self.read_statuses(ref)
@@ -285,6 +287,7 @@ class Executor:
             now=self.clock(),
             cancel_requested=cancelled,
             lost_workers=lost_workers,
+            unwritable_statuses=unwritable_statuses,
             failure_grace=self.failure_grace,
         )
 
@@ -308,6 +311,7 @@ class Executor:
                     supervisor_alive=bool(s.get("supervisor_alive")),
                     job_alive=bool(s.get("job_alive")),
                     has_status=s.get("status") is not None,
+                    status_error=None if s.get("supervisor_alive") else (s.get("status") or {}).get("status_upload_error"),
                 )
         return dict(sorted(probes.items()))
 

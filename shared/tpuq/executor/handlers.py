@@ -182,25 +182,28 @@ def _node_state(db, node: str) -> NodeState:
     return NodeState.preempted if (snap.to_dict() or {}).get("state") == "gone" else NodeState.ready
 
 
-def _judge(ctx: Context, stored: dict, lost_workers: frozenset[int] = frozenset()) -> None:
+def _judge(ctx: Context, stored: dict, probed: tuple[frozenset[int], dict[int, str]] = (frozenset(), {})) -> None:
     assignment = Assignment.model_validate(stored["assignment"])
+    lost_workers, unwritable_statuses = probed
     decision = runtime(ctx).executor.read_outcome(assignment, _node_state(ctx.clients.firestore, assignment.node),
-                                                  lost_workers)
+                                                  lost_workers, unwritable_statuses)
     if isinstance(decision, Decided):
         _publish_end(ctx, assignment, decision)
 
 
-def _lost_workers(ctx: Context, ref, stored: dict) -> frozenset[int]:
+def _lost_workers(ctx: Context, ref, stored: dict) -> tuple[frozenset[int], dict[int, str]]:
     """Ask the workers, at most once per PROBE_EVERY per attempt, whether the attempt still runs there: a
-    supervisor killed with its host (or by the OOM killer) leaves no status object to wake us."""
+    supervisor killed with its host (or by the OOM killer) leaves no status object to wake us, and one whose
+    status object GCS refused leaves only its local copy, which says why. -> (lost workers, worker -> why)"""
     now = ctx.now()
     started_at, probed_at = stored.get("started_at"), stored.get("probed_at")
     if started_at is None or now - started_at < PROBE_EVERY or (probed_at and now - probed_at < PROBE_EVERY):
-        return frozenset()
+        return frozenset(), {}
     ref.set({"probed_at": now}, merge=True)
     assignment = Assignment.model_validate(stored["assignment"])
     probes = runtime(ctx).executor.probe_attempt(assignment)
-    return frozenset(w for w, p in probes.items() if p.lost)
+    return (frozenset(w for w, p in probes.items() if p.lost),
+            {w: p.status_error for w, p in probes.items() if p.status_error})
 
 
 def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:

@@ -42,6 +42,7 @@ class WorkerStatus:
     cancelled: bool = False
     preempted: bool = False
     setup_error: str | None = None
+    log_error: str | None = None  # the logs did not all reach GCS (e.g. a 403 on the job's bucket)
     tail: str = ""
     disk: Mapping[str, object] = field(default_factory=dict)
     memory: Mapping[str, object] = field(default_factory=dict)
@@ -61,6 +62,7 @@ class WorkerStatus:
             cancelled=bool(data.get("cancelled")),
             preempted=bool(data.get("preempted")),
             setup_error=data.get("setup_error"),  # type: ignore[arg-type]
+            log_error=data.get("log_error"),  # type: ignore[arg-type]
             tail=str(data.get("tail") or ""),
             disk=dict(data.get("disk") or {}),  # type: ignore[arg-type]
             memory=dict(data.get("memory") or {}),  # type: ignore[arg-type]
@@ -101,6 +103,7 @@ def decide_outcome(
     now: datetime,
     cancel_requested: bool = False,
     lost_workers: frozenset[int] = frozenset(),
+    unwritable_statuses: Mapping[int, str] = {},
     failure_grace: timedelta = DEFAULT_FAILURE_GRACE,
 ) -> Decision:
     """Decide how the attempt ended.
@@ -112,7 +115,41 @@ def decide_outcome(
     failed (every worker ended and one exited non-zero, or the first failure is
     `failure_grace` old: one host failing kills a slice, so the others are given a
     moment to report and an early crash is not mistaken for the root cause).
+
+    A worker whose logs did not all reach GCS says so in every decision's detail, so that no attempt reads
+    `succeeded` without it. `unwritable_statuses` (worker -> reason, from the probe: the supervisor ended
+    but GCS refused its status object) ends the attempt as an infrastructure failure with that reason.
     """
+    decision = _decide(worker_count, statuses, node_state, now, cancel_requested, lost_workers,
+                       unwritable_statuses, failure_grace)
+    warnings = _log_warnings(statuses)
+    if isinstance(decision, Decided) and warnings:
+        head, _, rest = decision.detail.partition("\n")  # the warning before any log tail, where it is seen
+        detail = f"{head}, but {warnings}" + (f"\n{rest}" if rest else "")
+        return Decided(decision.outcome, _limit(detail), decision.exit_codes)
+    return decision
+
+
+def _log_warnings(statuses: Mapping[int, WorkerStatus]) -> str:
+    """'the logs of workers 0, 1 could not be written to gs://B: GCS 403: ...', one clause per distinct reason."""
+    by_reason: dict[str, list[int]] = {}
+    for w, s in sorted(statuses.items()):
+        if s.log_error:
+            by_reason.setdefault(s.log_error, []).append(w)
+    return "; ".join(f"the logs of worker{'s' if len(ws) > 1 else ''} {', '.join(map(str, ws))} {reason}"
+                     for reason, ws in by_reason.items())
+
+
+def _decide(
+    worker_count: int,
+    statuses: Mapping[int, WorkerStatus],
+    node_state: NodeState,
+    now: datetime,
+    cancel_requested: bool,
+    lost_workers: frozenset[int],
+    unwritable_statuses: Mapping[int, str],
+    failure_grace: timedelta,
+) -> Decision:
     exit_codes = {str(w): s.exit_code for w, s in sorted(statuses.items()) if s.exit_code is not None}
     ended = [statuses[w] for w in range(worker_count) if w in statuses]
     all_ended = len(ended) == worker_count
@@ -129,6 +166,10 @@ def decide_outcome(
     if any(s.preempted for s in ended):
         workers = ", ".join(str(s.worker_id) for s in ended if s.preempted)
         return Decided(AttemptOutcome.preempted, f"worker {workers} saw the preemption notice", exit_codes)
+    unwritable = {w: why for w, why in sorted(unwritable_statuses.items()) if w not in statuses}
+    if unwritable:
+        return Decided(AttemptOutcome.infra_failed,
+                       _limit("; ".join(f"worker {w}: {why}" for w, why in unwritable.items())), exit_codes)
     lost = sorted(w for w in lost_workers if w not in statuses and 0 <= w < worker_count)
     if lost:
         return Decided(

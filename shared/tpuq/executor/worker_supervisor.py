@@ -636,6 +636,7 @@ def build_status(spec: dict, paths: WorkerPaths, **fields) -> dict:
         "ended_at": _utcnow(),
         "log_chunks": 0,
         "log_bytes": 0,
+        "log_error": None,  # set when the logs did not all reach GCS: "could not be written to gs://B: why"
         "tail": "",
         "disk": disk,
         "memory": memory,
@@ -644,9 +645,11 @@ def build_status(spec: dict, paths: WorkerPaths, **fields) -> dict:
     return status
 
 
-def publish_status(spec: dict, status: dict, deadline_seconds: float = STATUS_UPLOAD_DEADLINE_SECONDS) -> None:
+def publish_status(spec: dict, status: dict, deadline_seconds: float | None = None) -> None:
     """Write the per-worker status object exactly once (ifGenerationMatch=0), retrying until the deadline."""
     gcs_cfg = spec["gcs"]
+    if deadline_seconds is None:
+        deadline_seconds = float(gcs_cfg.get("status_deadline_seconds") or STATUS_UPLOAD_DEADLINE_SECONDS)
     gcs = Gcs(gcs_cfg["api_base"], gcs_cfg.get("token_url"))
     data = json.dumps(status, indent=1).encode()
     deadline = time.monotonic() + deadline_seconds
@@ -887,6 +890,7 @@ class _LogUploader:
         self._prefix = cfg["log_prefix"]
         self.chunks = 0
         self.bytes = 0
+        self.last_error: str | None = None  # the latest failed upload's reason (e.g. "GCS 403: ...")
 
     def flush(self, pump: _OutputPump) -> bool:
         """Upload what is buffered as the next chunk; on failure keep it for the next try."""
@@ -896,12 +900,17 @@ class _LogUploader:
             try:
                 # if_absent: a retried upload whose first try landed must not overwrite a later chunk.
                 self._gcs.upload(self._bucket, name, data, "text/plain; charset=utf-8", if_absent=True)
-            except Exception:  # noqa: BLE001 - keep the data, try again at the next interval
+            except Exception as e:  # noqa: BLE001 - keep the data, try again at the next interval
                 pump.put_back(data)
+                self.last_error = " ".join(str(e).split())[:160]
                 return False
             self.chunks += 1
             self.bytes += len(data)
         return True
+
+    def failure(self) -> str:
+        """For the status: the logs did not all reach GCS (the job's output is still in the local output.log)."""
+        return f"could not be written to gs://{self._bucket}: {self.last_error or 'unknown error'}"
 
 
 def _exit_code_and_signal(returncode: int) -> tuple[int, str | None]:
@@ -998,8 +1007,7 @@ def supervise(home: str) -> int:
         os.close(job_lock)
         status = build_status(spec, paths, phase="setup", setup_error=f"cannot start the command: {e}",
                               started_at=started_at)
-        _write_json_atomic(paths.attempt_file("status.json"), status)
-        publish_status(spec, status)
+        _write_and_publish_status(paths, spec, status)
         return 0
     os.close(write_fd)
     os.close(job_lock)  # the child holds it now
@@ -1057,8 +1065,10 @@ def supervise(home: str) -> int:
                 pass
     preempted = exit_code != 0 and cancel_reason is None and _preempted(spec.get("preempted_url"))
 
+    logs_written = False
     for _ in range(3):
         if uploader.flush(pump):
+            logs_written = True
             break
         time.sleep(1.0)
     status = build_status(
@@ -1072,11 +1082,26 @@ def supervise(home: str) -> int:
         started_at=started_at,
         log_chunks=uploader.chunks,
         log_bytes=uploader.bytes,
+        log_error=None if logs_written else uploader.failure(),
         tail=_tail(paths.attempt_file("output.log")),
     )
-    _write_json_atomic(paths.attempt_file("status.json"), status)
-    publish_status(spec, status)
+    _write_and_publish_status(paths, spec, status)
     return 0
+
+
+def _write_and_publish_status(paths: WorkerPaths, spec: dict, status: dict) -> None:
+    """Keep the final status here, then in GCS. If GCS refuses it for good, the local copy says why, so that
+    the executor's probe (`status`) can end the attempt with that reason instead of waiting for ever."""
+    _write_json_atomic(paths.attempt_file("status.json"), status)
+    try:
+        publish_status(spec, status)
+    except Exception as e:  # noqa: BLE001 - recorded, then raised: the supervisor ends with an error
+        gcs_cfg = spec["gcs"]
+        where = f"gs://{gcs_cfg.get('status_bucket') or gcs_cfg['bucket']}/{gcs_cfg['status_object']}"
+        status = dict(status, status_upload_error=f"the status object {where} could not be written: "
+                                                  + " ".join(str(e).split())[:300])
+        _write_json_atomic(paths.attempt_file("status.json"), status)
+        raise
 
 
 # ---------------------------------------------------------------------------

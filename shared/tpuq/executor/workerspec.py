@@ -39,6 +39,7 @@ class WorkerSettings:
     libtpu_lockfile: str = "/tmp/libtpu_lockfile"
     python: str = "/usr/bin/python3"
     gcs_retry_delay_seconds: float = 0.5  # first back-off of the bundle download; doubles, 4 tries
+    status_upload_deadline_seconds: float = 900.0  # the status object is how the system learns the end: insist
     # Where status objects and cancel markers go: the runner bucket, whose finalize notifications reach the
     # executor (a job's own buckets belong to the user and carry no notification of ours). None: the job's bucket.
     status_bucket: str | None = None
@@ -194,6 +195,7 @@ class AttemptPlan:
                 "status_object": layout.worker_status_name(self.job_id, self.attempt, worker_id),
                 "status_bucket": settings.status_bucket or self.bucket,
                 "retry_delay_seconds": settings.gcs_retry_delay_seconds,
+                "status_deadline_seconds": settings.status_upload_deadline_seconds,
             },
             "preempted_url": settings.preempted_url,
             "log_flush_seconds": settings.log_flush_seconds,

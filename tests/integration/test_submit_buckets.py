@@ -1,0 +1,39 @@
+"""`tpuq submit` against the local stack's fake GCS: a bucket that does not exist is one line, exit 1, and
+nothing is uploaded or published; existing buckets submit (fake-gcs-server has no IAM: no policy check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from tpuq import store
+
+
+def submit(tmp_path, stack, job: dict) -> subprocess.CompletedProcess:
+    (tmp_path / "run.sh").write_text("echo hi\n")
+    (tmp_path / "job.yaml").write_text(json.dumps({"jobs": [job]}))
+    env = {**os.environ, **stack.env}
+    env.pop("TPUQ_DEBUG", None)
+    return subprocess.run(["tpuq", "submit", str(tmp_path / "job.yaml")], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_missing_bucket_is_one_line_and_nothing_is_sent(clean_stack, clients, tmp_path):
+    job = {"id": "nobucket-1", "tpu": "v4-8", "bundle": ".", "command": "sh run.sh",
+           "buckets": [{"uri": f"gs://{clean_stack.runner_bucket}", "region": "europe-west4"},
+                       "gs://tpuq-nowhere-us-central2"]}
+    r = submit(tmp_path, clean_stack, job)
+    assert r.returncode == 1
+    assert r.stderr.strip() == "error: bucket gs://tpuq-nowhere-us-central2 does not exist", r.stderr
+    assert "Traceback" not in r.stderr + r.stdout and "404" not in r.stderr
+    assert not list(clients.storage.bucket(clean_stack.runner_bucket).list_blobs(prefix="tpuq/bundles/"))
+    assert not clients.firestore.collection(store.JOBS).document("nobucket-1").get().exists
+
+
+def test_existing_buckets_submit_without_a_policy_warning(clean_stack, tmp_path):
+    job = {"id": "withbucket-1", "tpu": "v4-8", "bundle": ".", "command": "sh run.sh",
+           "buckets": [{"uri": f"gs://{clean_stack.runner_bucket}", "region": "us-central2"}]}
+    r = submit(tmp_path, clean_stack, job)
+    assert r.returncode == 0, r.stderr
+    assert "submitted withbucket-1" in r.stdout and "warning" not in r.stderr
