@@ -485,14 +485,19 @@ def deploy(fleet_file: Path = typer.Argument(..., help="The fleet file (its proj
                                               help="Everything but the services and what pushes to them (first pass)"),
            offline: bool = typer.Option(False, "--offline", help="With --dry-run: plan against an empty project, "
                                                                  "without reading it"),
-           infra_dir: Optional[Path] = typer.Option(None, help="The infra/ directory (default: the repository's)")) -> None:
+           infra_dir: Optional[Path] = typer.Option(None, help="The infra/ directory (default: the repository's)"),
+           as_json: bool = typer.Option(False, "--json", help="With --dry-run: print the exact requests, one JSON "
+                                                             "object a line: {method, url, query, body}")) -> None:
     """Enable the APIs, then create or update everything in infra/ for the fleet's project, idempotently."""
     from tpuq.deploy.cli import run_deploy
 
+    if as_json and not dry_run:
+        raise CliError("--json prints the requests a deploy would send: use it with --dry-run")
     fleet = validate_data(load_yaml_file(fleet_file), "fleet")
     try:
         code = run_deploy(fleet, out, dry_run=dry_run, region=region, firestore_location=firestore_location,
-                          image_tag=image_tag, skip_services=skip_services, offline=offline, infra_dir=infra_dir)
+                          image_tag=image_tag, skip_services=skip_services, offline=offline, infra_dir=infra_dir,
+                          as_json=as_json)
     except ValueError as e:  # InfraError, a malformed infra/ file
         raise CliError(str(e)) from None
     raise typer.Exit(code)

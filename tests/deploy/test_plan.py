@@ -11,45 +11,11 @@ from tpuq.deploy.plan import Action, NetworkFacts, ProjectState, Target, plan
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
 
+from .fakes import state_after
+
 FLEET = FleetFile.model_validate({**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh"})
 TARGET = Target(fleet=FLEET, project_number="42")
 INFRA = load_infra(TARGET.variables())
-
-
-def state_after(actions: list[Action]) -> ProjectState:
-    """The project as Google would hold it once these actions were applied."""
-    s = ProjectState(known=True, project_number="42", secrets={"tpuq-ssh", "tpuq-ssh-public"})
-    for a in actions:
-        r = a.request
-        if a.iam is not None:
-            s.iam.setdefault(a.iam.key, set()).add((a.role, a.member))
-        elif r is None:
-            continue
-        elif r.api == "serviceusage":
-            s.enabled_apis.add(r.path.split("/")[-1].removesuffix(":enable"))
-        elif r.api == "iam":
-            s.service_accounts.add(f"{r.body['accountId']}@{FLEET.project}.iam.gserviceaccount.com")
-        elif r.api == "pubsub" and "/topics/" in r.path:
-            s.topics.add(r.path.rsplit("/", 1)[-1])
-        elif r.api == "pubsub":
-            s.subscriptions[r.path.rsplit("/", 1)[-1]] = r.body
-        elif r.api == "storage" and r.path == "b":
-            s.buckets[r.body["name"]] = r.body
-        elif r.api == "storage":
-            s.notifications.setdefault(r.path.split("/")[1], []).append(r.body)
-        elif r.api == "artifactregistry":
-            s.artifact_repositories.add(r.params["repositoryId"])
-        elif r.api == "run":
-            s.run_services[r.params["serviceId"]] = r.body
-        elif r.api == "scheduler":
-            s.scheduler_jobs[r.body["name"].rsplit("/", 1)[-1]] = r.body
-        elif r.api == "firestore" and r.params:
-            s.firestore_databases.add(r.params["databaseId"])
-        elif r.api == "firestore":
-            s.firestore_indexes.append({"collectionGroup": r.path.split("/")[-2], **r.body})
-        elif r.api == "fleetstore":
-            s.stored_fleet_version = FleetFile.model_validate(r.body).version
-    return s
 
 
 def test_planning_again_after_applying_changes_nothing():

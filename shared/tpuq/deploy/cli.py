@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,7 +43,7 @@ def print_plan(console, actions: list[Action], notes: list[str], state: ProjectS
 
 def run_deploy(fleet: FleetFile, console, *, dry_run: bool, region: str, firestore_location: str | None,
                image_tag: str, skip_services: bool, offline: bool, infra_dir: Path | None,
-               adapters_factory: Callable[[str], dict[str, Any]] | None = None) -> int:
+               adapters_factory: Callable[[str], dict[str, Any]] | None = None, as_json: bool = False) -> int:
     from tpuq.deploy import gcp
 
     target = Target(fleet=fleet, region=region, firestore_location=firestore_location, image_tag=image_tag)
@@ -58,6 +60,11 @@ def run_deploy(fleet: FleetFile, console, *, dry_run: bool, region: str, firesto
         state, read_notes = gcp.read_state(adapters, target, infra)
         notes += read_notes
     actions = plan(target, infra, state, skip_services=skip_services)
+    if as_json:  # the exact requests, one JSON object a line (checked against Google's discovery documents)
+        for action in actions:
+            for line in gcp.wire_requests(action):
+                sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
+        return 0
     print_plan(console, actions, notes, state, dry_run)
     if dry_run:
         return 0
