@@ -18,8 +18,11 @@ TARGET = Target(fleet=FLEET, project_number="42")
 INFRA = load_infra(TARGET.variables())
 
 
+SECRETS = {"tpuq-ssh", "tpuq-ssh-public"}
+
+
 def test_planning_again_after_applying_changes_nothing():
-    first = plan(TARGET, INFRA, ProjectState())
+    first = plan(TARGET, INFRA, ProjectState(secrets=SECRETS))
     state = state_after(first)
     state.networks = {"europe-west4": NetworkFacts(True, True), "us-east1": NetworkFacts(True, True)}
     again = plan(TARGET, INFRA, state)
@@ -28,7 +31,7 @@ def test_planning_again_after_applying_changes_nothing():
 
 
 def test_a_new_image_tag_updates_the_services_only():
-    state = state_after(plan(TARGET, INFRA, ProjectState()))
+    state = state_after(plan(TARGET, INFRA, ProjectState(secrets=SECRETS)))
     from dataclasses import replace
 
     retagged = replace(TARGET, image_tag="b42")

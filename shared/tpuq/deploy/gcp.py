@@ -176,8 +176,6 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
     a = adapters
     project = _tolerant(lambda: a["crm"].call("GET", f"projects/{p}"), {}, notes, "project")
     s.project_number = project.get("projectNumber")
-    # Asking for Cloud Storage's service agent creates it, so that it can be granted a role on gcs-events.
-    _tolerant(lambda: a["storage"].call("GET", f"projects/{p}/serviceAccount"), {}, notes, "storage service agent")
     s.enabled_apis = {svc["config"]["name"] for svc in _tolerant(
         lambda: a["serviceusage"].list_all(f"projects/{p}/services", "services", {"filter": "state:ENABLED",
                                                                                  "pageSize": 200}),
@@ -214,6 +212,9 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
         resource = iam_resource(target, infra, key)
         policy = _tolerant(lambda: _get_policy(a[resource.api], resource), {}, notes, f"IAM policy of {resource.label}")
         s.iam[key] = {(b["role"], m) for b in policy.get("bindings", []) for m in b.get("members", [])}
+    build = _tolerant(lambda: a["cloudbuild"].call("GET", f"projects/{p}/locations/global/defaultServiceAccount"),
+                      {}, notes, "Cloud Build's default account") if "cloudbuild" in a else {}
+    s.cloud_build_account = build.get("serviceAccountEmail")
     for region in large_slice_regions(target.fleet):
         s.networks[region] = _tolerant(lambda: read_network(a["compute"], p, region), NetworkFacts(), notes,
                                        f"network in {region}")
