@@ -503,6 +503,34 @@ def deploy(fleet_file: Path = typer.Argument(..., help="The fleet file (its proj
     raise typer.Exit(code)
 
 
+@app.command()
+def undeploy(fleet_file: Path = typer.Argument(..., help="The fleet file that was deployed"),
+             purge: bool = typer.Option(False, "--purge", help="Also delete the runner bucket, the image repository "
+                                                               "and tpuq's Firestore data"),
+             dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be removed; change nothing"),
+             region: str = typer.Option("us-central1", help="Region the services were deployed to"),
+             yes: bool = typer.Option(False, "--yes", help="Do not ask before removing"),
+             as_json: bool = typer.Option(False, "--json", help="With --dry-run: the exact requests, one JSON object a line"),
+             infra_dir: Optional[Path] = typer.Option(None, help="The infra/ directory (default: the repository's)")) -> None:
+    """Remove what `tpuq deploy` created, and nothing it did not; buckets and Firestore data stay unless --purge."""
+    import sys
+
+    from tpuq.deploy.cli import run_undeploy
+
+    if as_json and not dry_run:
+        raise CliError("--json prints the requests an undeploy would send: use it with --dry-run")
+    if not (dry_run or yes or sys.stdin.isatty()):
+        raise CliError("undeploy removes resources: pass --yes to run it without a prompt (or --dry-run to look first)")
+    fleet = validate_data(load_yaml_file(fleet_file), "fleet")
+    confirm = None if yes else (lambda question: typer.confirm(question, default=False))
+    try:
+        code = run_undeploy(fleet, out, dry_run=dry_run, purge=purge, region=region, infra_dir=infra_dir,
+                            as_json=as_json, confirm=confirm)
+    except ValueError as e:  # InfraError, a malformed infra/ file
+        raise CliError(str(e)) from None
+    raise typer.Exit(code)
+
+
 # ------------------------------------------------------------------- dev
 def _stack(state_dir: Optional[Path] = None):
     from tpuq.devstack.stack import DevStack, default_state_dir

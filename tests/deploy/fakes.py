@@ -91,18 +91,25 @@ def state_after(actions: list[Action], project_number: str = "42",
             continue
         elif r.api == "serviceusage":
             s.enabled_apis.add(r.path.split("/")[-1].removesuffix(":enable"))
+        elif r.method == "GET" or r.api == "serviceusage_v1beta1":
+            continue  # a service agent made to exist: nothing deploy reads back
         elif r.api == "iam":
-            s.service_accounts.add(f"{r.body['accountId']}@{r.path.split('/')[1]}.iam.gserviceaccount.com")
+            email = f"{r.body['accountId']}@{r.path.split('/')[1]}.iam.gserviceaccount.com"
+            s.service_accounts.add(email)
+            s.service_account_resources[email] = {"email": email, **r.body["serviceAccount"]}
         elif r.api == "pubsub" and "/topics/" in r.path:
             s.topics.add(r.path.rsplit("/", 1)[-1])
+            s.topic_resources[r.path.rsplit("/", 1)[-1]] = {"name": r.path, **r.body}
         elif r.api == "pubsub":
             s.subscriptions[r.path.rsplit("/", 1)[-1]] = r.body
         elif r.api == "storage" and r.path == "b":
             s.buckets[r.body["name"]] = r.body
         elif r.api == "storage":
-            s.notifications.setdefault(r.path.split("/")[1], []).append(r.body)
+            configs = s.notifications.setdefault(r.path.split("/")[1], [])
+            configs.append({"id": str(len(configs) + 1), **r.body})
         elif r.api == "artifactregistry":
             s.artifact_repositories.add(r.params["repositoryId"])
+            s.artifact_repository_resources[r.params["repositoryId"]] = r.body
         elif r.api == "run":
             s.run_services[r.params["serviceId"]] = r.body
         elif r.api == "scheduler":
@@ -110,7 +117,8 @@ def state_after(actions: list[Action], project_number: str = "42",
         elif r.api == "firestore" and r.params:
             s.firestore_databases.add(r.params["databaseId"])
         elif r.api == "firestore":
-            s.firestore_indexes.append({"collectionGroup": r.path.split("/")[-2], **r.body})
+            name = f"{r.path}/index-{len(s.firestore_indexes)}"
+            s.firestore_indexes.append({"name": name, "collectionGroup": r.path.split("/")[-2], **r.body})
         elif r.api == "fleetstore":
             s.stored_fleet_version = FleetFile.model_validate(r.body).version
     return s

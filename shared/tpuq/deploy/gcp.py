@@ -180,10 +180,12 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
         lambda: a["serviceusage"].list_all(f"projects/{p}/services", "services", {"filter": "state:ENABLED",
                                                                                  "pageSize": 200}),
         [], notes, "enabled APIs")}
-    s.service_accounts = {acc["email"] for acc in _tolerant(
+    s.service_account_resources = {acc["email"]: acc for acc in _tolerant(
         lambda: a["iam"].list_all(f"projects/{p}/serviceAccounts", "accounts"), [], notes, "service accounts")}
-    s.topics = {_short(t["name"]) for t in _tolerant(
+    s.service_accounts = set(s.service_account_resources)
+    s.topic_resources = {_short(t["name"]): t for t in _tolerant(
         lambda: a["pubsub"].list_all(f"projects/{p}/topics", "topics"), [], notes, "topics")}
+    s.topics = set(s.topic_resources)
     s.subscriptions = {_short(sub["name"]): sub for sub in _tolerant(
         lambda: a["pubsub"].list_all(f"projects/{p}/subscriptions", "subscriptions"), [], notes, "subscriptions")}
     bucket = target.runner_bucket
@@ -193,8 +195,9 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
         s.notifications[bucket] = _tolerant(lambda: a["storage"].call("GET", f"b/{bucket}/notificationConfigs")
                                             .get("items", []), [], notes, "notifications")
     parent = f"projects/{p}/locations/{target.region}"
-    s.artifact_repositories = {_short(r["name"]) for r in _tolerant(
+    s.artifact_repository_resources = {_short(r["name"]): r for r in _tolerant(
         lambda: a["artifactregistry"].list_all(f"{parent}/repositories", "repositories"), [], notes, "repositories")}
+    s.artifact_repositories = set(s.artifact_repository_resources)
     s.run_services = {_short(svc["name"]): svc for svc in _tolerant(
         lambda: a["run"].list_all(f"{parent}/services", "services"), [], notes, "Cloud Run services")}
     s.scheduler_jobs = {_short(j["name"]): j for j in _tolerant(
@@ -219,6 +222,11 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
         s.networks[region] = _tolerant(lambda: read_network(a["compute"], p, region), NetworkFacts(), notes,
                                        f"network in {region}")
     return s, notes
+
+
+def read_bucket_objects(storage: RestApi, bucket: str) -> list[str]:
+    """Every object's name (for `tpuq undeploy --purge`: a bucket is deleted only when empty)."""
+    return [o["name"] for o in storage.list_all(f"b/{bucket}/o", "items", {"fields": "items(name),nextPageToken"})]
 
 
 def read_network(compute: RestApi, project: str, region: str) -> NetworkFacts:
@@ -251,16 +259,24 @@ PROPAGATION_BUDGET = 180.0
 
 def apply(actions: list[Action], adapters: Mapping[str, Any], echo: Callable[[str], None] = print,
           sleep: Callable[[float], None] = time.sleep) -> int:
-    """Send each action's request in order; stop at the first failure (ApiError says which). Returns the count."""
+    """Send each action's request in order; stop at the first failure (ApiError says which). Returns the count.
+
+    A delete of something already gone (404) is done: undeploy run twice, or after a partial run, goes on.
+    """
     sent = 0
     for action in actions:
         if not action.sends:
             continue
         if action.iam is not None:
-            _until_known(lambda: _grant(adapters[action.iam.api], action), action, sleep)
+            change = _revoke if action.verb == "revoke" else _grant
+            _until_known(lambda: change(adapters[action.iam.api], action), action, sleep)
         else:
             assert action.request is not None
-            adapters[action.request.api].send(action.request)
+            try:
+                adapters[action.request.api].send(action.request)
+            except ApiError as e:
+                if not (action.verb == "delete" and e.status == 404):
+                    raise
         sent += 1
         echo(f"done: {action.verb} {action.what}")
     return sent
@@ -335,16 +351,28 @@ def _grant(api, action: Action) -> None:
         api.send(set_policy_request(resource, policy))
 
 
+def _revoke(api, action: Action) -> None:
+    """Read-modify-write: only this one (role, member) pair goes; every other binding stays as it is."""
+    resource = action.iam
+    assert resource is not None and action.role and action.member
+    policy = without_members(api.send(resource.get) or {}, {(action.role, action.member)})
+    if policy is not None:
+        api.send(set_policy_request(resource, policy))
+
+
 # ------------------------------------------------------- requests as JSON
 def wire_requests(action: Action) -> list[dict]:
     """The requests apply sends for this action against an empty project, as {method, url, query, body}.
 
-    A grant is its getIamPolicy and the setIamPolicy of an empty policy plus the one binding; the fleet
+    A grant is its getIamPolicy and the setIamPolicy of an empty policy plus the one binding (a revoke: of a
+    policy that held only that binding, minus it); the fleet
     document (written through the Firestore client) is shown as the REST commit that stands for it.
     """
     if action.iam is not None:
         assert action.role and action.member
-        policy = with_member({}, action.role, action.member)
+        held = {"bindings": [{"role": action.role, "members": [action.member]}]}
+        policy = without_members(held, {(action.role, action.member)}) if action.verb == "revoke" else \
+            with_member({}, action.role, action.member)
         return [_wire(action.iam.get), _wire(set_policy_request(action.iam, policy or {}))]
     if action.request is None:
         return []

@@ -115,6 +115,11 @@ class ProjectState:
     stored_fleet_version: str | None = None
     networks: dict[str, NetworkFacts] = field(default_factory=dict)  # region -> facts
     cloud_build_account: str | None = None  # who builds that name no account run as (None: not read)
+    # The REST resources behind some of the sets above: their labels and descriptions say what deploy created.
+    topic_resources: dict[str, dict] = field(default_factory=dict)
+    service_account_resources: dict[str, dict] = field(default_factory=dict)  # email -> resource
+    artifact_repository_resources: dict[str, dict] = field(default_factory=dict)
+    bucket_objects: dict[str, list[str]] = field(default_factory=dict)  # read only for `tpuq undeploy --purge`
 
 
 # ----------------------------------------------------------------- actions
