@@ -158,3 +158,26 @@ def test_what_deploy_creates_carries_its_marks():
             marked += 1
     # topics, push and hold subscriptions, services, the bucket, the repository, accounts, the tick job
     assert marked == len(topology.TOPICS) + len(topology.SUBSCRIPTIONS) + 1 + 4 + 1 + 1 + 7 + 1
+
+
+# ------------------------------------------------------------ Cloud Build
+def test_the_plan_says_which_account_builds_use_and_that_cloudbuild_yaml_names_its_own():
+    state = ProjectState(known=True, project_number="42",
+                         cloud_build_account="projects/my-trc-project/serviceAccounts/42-compute@developer.gserviceaccount.com")
+    (check,) = [a for a in plan(TARGET, INFRA, state) if a.what == "Cloud Build"]
+    assert "builds that name no account run as 42-compute@developer.gserviceaccount.com" in check.detail
+    assert "Compute Engine default account" in check.detail
+    assert f"runs as tpuq-deploy@{FLEET.project}.iam.gserviceaccount.com" in check.detail
+    assert not check.sends
+
+
+def test_the_cloud_build_account_is_read_from_cloud_build():
+    class CloudBuild(RecordingApi):
+        def call(self, method, path, params=None, body=None):
+            assert (method, path) == ("GET", "projects/my-trc-project/locations/global/defaultServiceAccount")
+            return {"name": path, "serviceAccountEmail": "projects/my-trc-project/serviceAccounts/42@cloudbuild.gserviceaccount.com"}
+
+    adapters = {name: RecordingApi(name) for name in [*gcp.BASE_URLS, "fleetstore"]}
+    adapters["cloudbuild"] = CloudBuild("cloudbuild")
+    state, _ = gcp.read_state(adapters, TARGET, INFRA)
+    assert state.cloud_build_account.endswith("/42@cloudbuild.gserviceaccount.com")
