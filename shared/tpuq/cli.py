@@ -515,13 +515,16 @@ def undeploy(fleet_file: Path = typer.Argument(..., help="The fleet file that wa
     """Remove what `tpuq deploy` created, and nothing it did not; buckets and Firestore data stay unless --purge."""
     import sys
 
-    from tpuq.deploy.cli import run_undeploy
+    from tpuq.deploy.cli import adc_available, run_undeploy
 
+    fleet = validate_data(load_yaml_file(fleet_file), "fleet")
     if as_json and not dry_run:
         raise CliError("--json prints the requests an undeploy would send: use it with --dry-run")
     if not (dry_run or yes or sys.stdin.isatty()):
         raise CliError("undeploy removes resources: pass --yes to run it without a prompt (or --dry-run to look first)")
-    fleet = validate_data(load_yaml_file(fleet_file), "fleet")
+    if not adc_available():
+        raise CliError("undeploy reads the project to find what tpuq created: no Google Cloud credentials found "
+                       "(run: gcloud auth application-default login)")
     confirm = None if yes else (lambda question: typer.confirm(question, default=False))
     try:
         code = run_undeploy(fleet, out, dry_run=dry_run, purge=purge, region=region, infra_dir=infra_dir,

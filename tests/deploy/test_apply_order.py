@@ -112,6 +112,37 @@ def test_an_account_that_never_appears_fails_after_the_budget_with_googles_messa
     assert gcp.PROPAGATION_BUDGET <= sum(waits) < gcp.PROPAGATION_BUDGET + gcp.PROPAGATION_MAX_DELAY
 
 
+def test_a_service_that_runs_as_a_new_account_is_retried_too():
+    (create,) = [a for a in plan(TARGET, INFRA, ProjectState()) if a.what == "Cloud Run service tpuq-executor"]
+
+    class Run:
+        attempts = 0
+
+        def send(self, request):
+            self.attempts += 1
+            if self.attempts <= 2:
+                raise gcp.ApiError("run", request.method, request.path, 400,
+                                   f"Service account {request.body['template']['serviceAccount']} does not exist.")
+            return {}
+
+    run, waits = Run(), []
+    assert gcp.apply([create], {"run": run}, echo=lambda line: None, sleep=waits.append) == 1
+    assert run.attempts == 3 and waits == [2.0, 4.0]
+
+
+def test_a_missing_topic_is_not_waited_for():
+    (create,) = [a for a in plan(TARGET, INFRA, ProjectState()) if a.what == "Cloud Scheduler job tpuq-tick"]
+
+    class Scheduler:
+        def send(self, request):
+            raise gcp.ApiError("scheduler", request.method, request.path, 400, "Topic ticks does not exist.")
+
+    waits = []
+    with pytest.raises(gcp.ApiError, match="Topic ticks does not exist"):
+        gcp.apply([create], {"scheduler": Scheduler()}, echo=lambda line: None, sleep=waits.append)
+    assert waits == []  # names no account: a real error, at once
+
+
 def test_other_errors_are_not_retried():
     api, waits = NewAccountPolicyApi(unknown_for=1, status=403), []
     grant = first_project_grant()

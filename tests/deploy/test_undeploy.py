@@ -169,4 +169,4 @@ def test_undeploy_without_a_prompt_needs_yes(tmp_path):
     r = tpuq(["undeploy", "fleet.yaml"], tmp_path)
     assert r.returncode == 1 and "--yes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = tpuq(["undeploy", "fleet.yaml", "--dry-run"], tmp_path)  # no credentials here: says so, in one line
-    assert r.returncode == 1 and "credentials" in r.stdout + r.stderr
+    assert r.returncode == 1 and "credentials" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -13,7 +13,7 @@ from tpuq.deploy.plan import Action, ProjectState, Target, plan
 from tpuq.fleet import FleetFile
 
 
-def _adc_available() -> bool:
+def adc_available() -> bool:
     """Credentials that need no probe of the metadata server: an ADC file, or running on Google Cloud."""
     from google.auth import _cloud_sdk
 
@@ -63,7 +63,7 @@ def run_deploy(fleet: FleetFile, console, *, dry_run: bool, region: str, firesto
     infra = load_infra(target.variables(), infra_dir or INFRA_DIR)
     notes: list[str] = []
     adapters = None
-    if dry_run and (offline or (adapters_factory is None and not _adc_available())):
+    if dry_run and (offline or (adapters_factory is None and not adc_available())):
         state = ProjectState()
         if not offline:
             notes.append("no Google Cloud credentials found (gcloud auth application-default login): "
@@ -120,10 +120,6 @@ def run_undeploy(fleet: FleetFile, console, *, dry_run: bool, purge: bool, regio
 
     target = Target(fleet=fleet, region=region)
     infra = load_infra(target.variables(), infra_dir or INFRA_DIR)
-    if adapters_factory is None and not _adc_available():
-        console.print("[red]error:[/red] undeploy reads the project to find what tpuq created: no Google Cloud "
-                      "credentials found (gcloud auth application-default login)", highlight=False)
-        return 1
     adapters = (adapters_factory or gcp.project_adapters)(fleet.project)
     state, notes = gcp.read_state(adapters, target, infra)
     if purge and owns_bucket(target, state):

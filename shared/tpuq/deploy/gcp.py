@@ -8,6 +8,7 @@ replace the others with recorders.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -273,7 +274,7 @@ def apply(actions: list[Action], adapters: Mapping[str, Any], echo: Callable[[st
         else:
             assert action.request is not None
             try:
-                adapters[action.request.api].send(action.request)
+                _until_known(lambda: adapters[action.request.api].send(action.request), action, sleep)
             except ApiError as e:
                 if not (action.verb == "delete" and e.status == 404):
                     raise
@@ -282,11 +283,23 @@ def apply(actions: list[Action], adapters: Mapping[str, Any], echo: Callable[[st
     return sent
 
 
+def _names_an_account(action: Action) -> bool:
+    if action.iam is not None:
+        return action.iam.key.startswith("service_account:") or (action.member or "").startswith("serviceAccount:")
+    return action.request is not None and ".iam.gserviceaccount.com" in json.dumps(action.request.body)
+
+
 def _not_known_yet(error: ApiError, action: Action) -> bool:
-    """A new service account or service agent that IAM does not know yet, or a concurrent policy change (409)."""
-    if error.status == 400 and "does not exist" in error.message.lower():
+    """A new service account or service agent that IAM does not know yet, or a concurrent policy change (409).
+
+    Not only grants: a Cloud Run service that runs as a new account, or a subscription that pushes as one,
+    is refused the same way until IAM knows it.
+    """
+    if error.status == 400 and "does not exist" in error.message.lower() and _names_an_account(action):
         return True
-    if error.status == 404 and action.iam is not None and action.iam.key.startswith("service_account:"):
+    if action.iam is None:
+        return False
+    if error.status == 404 and action.iam.key.startswith("service_account:"):
         return True
     return error.status == 409  # the policy changed between our read and write (etag): read it again
 
