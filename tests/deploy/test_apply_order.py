@@ -46,6 +46,22 @@ def test_a_project_without_any_secret_deploys_to_the_end_and_says_what_to_create
     assert "secret tpuq-ssh" in todos and "secret wandb-api-key" in todos
 
 
+def test_the_executor_mounts_its_key_only_once_the_secret_exists():
+    def executor(secrets):
+        actions = plan(TARGET, INFRA, ProjectState(known=True, project_number="42", secrets=secrets))
+        (create,) = [a for a in actions if a.what == "Cloud Run service tpuq-executor"]
+        return create.request.body["template"]
+
+    assert "volumes" not in executor(set())  # Cloud Run would refuse a revision mounting a missing secret
+    template = executor({"tpuq-ssh", "tpuq-ssh-public"})
+    assert template["volumes"][0]["secret"]["secret"] == "tpuq-ssh"
+    # once it exists, the next deploy updates the service to mount it
+    state = state_after(plan(TARGET, INFRA, ProjectState(known=True, project_number="42", secrets=set())), secrets=())
+    state.secrets = {"tpuq-ssh", "tpuq-ssh-public", "wandb-api-key"}
+    again = [f"{a.verb} {a.what}" for a in plan(TARGET, INFRA, state) if a.sends and a.request is not None]
+    assert "update Cloud Run service tpuq-executor" in again
+
+
 # ---------------------------------------------------------- service agents
 def test_the_pubsub_agent_is_made_to_exist_before_any_grant_to_it():
     actions = plan(TARGET, INFRA, ProjectState(known=True, project_number="42", secrets=set()))

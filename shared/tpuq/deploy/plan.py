@@ -394,7 +394,10 @@ def _artifact_repository(target: Target, infra: Infra, state: ProjectState) -> l
                                                     "labels": target.labels}))]
 
 
-def desired_run_service(target: Target, infra: Infra, name: str) -> dict:
+def desired_run_service(target: Target, infra: Infra, name: str, existing_secrets: set[str] | None = None) -> dict:
+    """The run v2 Service body. A secret file whose secret is not in `existing_secrets` (when given) is left out:
+    Cloud Run refuses a revision that mounts a missing secret, so the deploy would stop halfway; the todo line
+    says to create it, and the next deploy mounts it."""
     spec = infra.services.service(name)
     url = target.service_url(infra, name)
     env = {"GOOGLE_CLOUD_PROJECT": target.project, "TPUQ_RUNNER_BUCKET": target.runner_bucket,
@@ -414,12 +417,13 @@ def desired_run_service(target: Target, infra: Infra, name: str) -> dict:
         "scaling": {"minInstanceCount": 0, "maxInstanceCount": spec.max_instances},  # 0: nothing runs when idle
         "containers": [container],
     }
-    if spec.secret_files:
+    secret_files = [f for f in spec.secret_files if existing_secrets is None or f.secret in existing_secrets]
+    if secret_files:
         template["volumes"] = [{"name": f"secret-{i}", "secret": {"secret": f.secret,
                                                                   "items": [{"path": f.file, "version": "latest"}]}}
-                               for i, f in enumerate(spec.secret_files)]
+                               for i, f in enumerate(secret_files)]
         container["volumeMounts"] = [{"name": f"secret-{i}", "mountPath": f.mount_dir}
-                                     for i, f in enumerate(spec.secret_files)]
+                                     for i, f in enumerate(secret_files)]
     return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL", "labels": target.labels}
 
 
@@ -440,7 +444,7 @@ def _run_services(target: Target, infra: Infra, state: ProjectState) -> list[Act
     out = []
     base = f"projects/{target.project}/locations/{target.region}/services"
     for spec in infra.services.services:
-        body = desired_run_service(target, infra, spec.name)
+        body = desired_run_service(target, infra, spec.name, state.secrets or set())
         image = body["template"]["containers"][0]["image"]
         detail = f"(image {image}, as {body['template']['serviceAccount']}, scales 0..{spec.max_instances})"
         current = state.run_services.get(spec.run_service)
