@@ -23,6 +23,16 @@ DOCUMENTS = ("run.v2", "iam.v1", "cloudresourcemanager.v1", "pubsub.v1", "storag
 SYSTEM_PARAMETERS = {"$alt", "$fields", "$prettyPrint", "$callback", "$.xgafv"}
 
 
+# How the JSON mapping writes these formats (protobuf's JSON mapping, as Google's REST APIs read it).
+STRING_FORMATS = {
+    "google-duration": re.compile(r"-?\d+(\.\d{1,9})?s"),
+    "google-datetime": re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)"),
+    "int64": re.compile(r"-?\d+"), "uint64": re.compile(r"\d+"), "int32": re.compile(r"-?\d+"),
+    "uint32": re.compile(r"\d+"),
+    "byte": re.compile(r"[A-Za-z0-9+/_-]*={0,2}"),
+}
+
+
 def documents_dir() -> Path:
     import googleapiclient
 
@@ -147,9 +157,13 @@ def _check_value(doc: dict, spec: dict, value: Any, path: str) -> list[str]:
             return [f"{path}: expected a list, got {type(value).__name__}"]
         return [p for i, item in enumerate(value) for p in _check_value(doc, spec.get("items", {}), item, f"{path}[{i}]")]
     if kind == "string":
-        if spec.get("format") in ("int64", "uint64", "int32", "uint32") and isinstance(value, int):
+        fmt = spec.get("format")
+        if fmt in ("int64", "uint64", "int32", "uint32") and isinstance(value, int):
             return []
-        return [] if isinstance(value, str) else [f"{path}: expected a string, got {value!r}"]
+        if not isinstance(value, str):
+            return [f"{path}: expected a string, got {value!r}"]
+        pattern = STRING_FORMATS.get(fmt)
+        return [] if pattern is None or pattern.fullmatch(value) else [f"{path}: {value!r} is not a {fmt}"]
     if kind == "integer":
         ok = (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.lstrip("-").isdigit())
         return [] if ok else [f"{path}: expected an integer, got {value!r}"]

@@ -49,7 +49,11 @@ def problems_of(lines: list[dict]) -> list[str]:
      "no documented method has this path"),
     ({"method": "POST", "url": "https://serviceusage.googleapis.com/v1/projects/p/services/pubsub.googleapis.com:generateServiceIdentity",
       "query": {}, "body": {}}, "no documented method has this path"),  # v1beta1 only
-], ids=["unknown-field", "wrong-verb", "bad-enum", "missing-required-query", "unknown-path", "v1-has-no-service-identity"])
+    ({"method": "PUT", "url": "https://pubsub.googleapis.com/v1/projects/p/subscriptions/s", "query": {},
+      "body": {"topic": "projects/p/topics/t", "retryPolicy": {"minimumBackoff": "1 second"}}},
+     "body.retryPolicy.minimumBackoff: '1 second' is not a google-duration"),
+], ids=["unknown-field", "wrong-verb", "bad-enum", "missing-required-query", "unknown-path", "v1-has-no-service-identity",
+        "bad-duration"])
 def test_the_checker_finds_what_google_would_refuse(request_, expected):
     assert any(expected in p for p in discovery.check(request_)), discovery.check(request_)
 
@@ -155,3 +159,14 @@ def test_the_claimers_queued_resource_create_is_documented(monkeypatch, entry_id
     assert sent["url"] == f"https://tpu.googleapis.com/v2/projects/p/locations/{zone}/queuedResources"
     assert sent["query"]["queuedResourceId"] == qr.qr_id
     assert problems_of(session.sent) == []
+
+
+# ------------------------------------------------------------- Cloud Build
+def test_cloudbuild_yaml_is_a_build_cloud_build_documents():
+    """`gcloud builds submit` sends cloudbuild.yaml as the Build of projects.builds.create."""
+    from .test_cloudbuild import BUILD
+
+    build = {"method": "POST", "url": "https://cloudbuild.googleapis.com/v1/projects/p/builds", "query": {},
+             "body": BUILD}
+    assert discovery.find_method("POST", build["url"])[0].id == "cloudbuild.projects.builds.create"
+    assert discovery.check(build) == []
