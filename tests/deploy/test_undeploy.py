@@ -17,7 +17,7 @@ from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
 
 from . import discovery
-from .fakes import state_after
+from .fakes import ProjectApi, RecordingApi, state_after
 from .test_dry_run import tpuq
 
 FLEET = FleetFile.model_validate({**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh"})
@@ -170,3 +170,43 @@ def test_undeploy_without_a_prompt_needs_yes(tmp_path):
     assert r.returncode == 1 and "--yes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = tpuq(["undeploy", "fleet.yaml", "--dry-run"], tmp_path)  # no credentials here: says so, in one line
     assert r.returncode == 1 and "credentials" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+class OneTopicPubsub(RecordingApi):
+    """Pub/Sub holding one topic that deploy created (its labels), and nothing else."""
+
+    def list_all(self, path, key, params=None):
+        if key == "topics":
+            return [{"name": f"projects/{P}/topics/jobs", "labels": dict(TARGET.labels)}]
+        return []
+
+
+def adapters_factory(project):
+    adapters = {name: RecordingApi(name) for name in [*gcp.BASE_URLS, "fleetstore"]}
+    adapters["crm"] = ProjectApi("42")
+    adapters["pubsub"] = OneTopicPubsub("pubsub")
+    return adapters
+
+
+@pytest.mark.parametrize("answer", [False, True])
+def test_undeploy_asks_first_and_removes_nothing_when_told_no(answer):
+    from rich.console import Console
+
+    from tpuq.deploy.cli import run_undeploy
+
+    made = {}
+
+    def factory(project):
+        made.update(adapters_factory(project))
+        return made
+
+    console = Console(record=True, width=300)
+    questions = []
+    code = run_undeploy(FLEET, console, dry_run=False, purge=False, region="us-central1", infra_dir=None,
+                        confirm=lambda q: questions.append(q) or answer, adapters_factory=factory)
+    assert questions == [f"make the 1 change listed above to {P}?"]
+    sent = made["pubsub"].sent
+    if answer:
+        assert code == 0 and [(r.method, r.path) for r in sent] == [("DELETE", f"projects/{P}/topics/jobs")]
+    else:
+        assert code == 1 and sent == [] and "nothing removed" in console.export_text()

@@ -132,7 +132,7 @@ def run_undeploy(fleet: FleetFile, console, *, dry_run: bool, purge: bool, regio
     count = sum(a.sends for a in actions)
     if dry_run or not count:
         return 0
-    if confirm is not None and not confirm(f"remove these {count} things from {fleet.project}?"):
+    if confirm is not None and not confirm(f"make the {count} change{'s' if count != 1 else ''} listed above to {fleet.project}?"):
         console.print("nothing removed", highlight=False)
         return 1
     sent = gcp.apply(actions, adapters, echo=lambda line: console.print(f"  {line}", highlight=False, markup=False))
