@@ -165,7 +165,7 @@ class Service:
     def dispatch(self, request) -> tuple[str, int]:
         """`request` is a Flask/werkzeug request."""
         path = request.path
-        if request.method == "GET" and path in ("/", "/healthz"):
+        if request.method == "GET" and path == "/":  # not /healthz: Cloud Run reserves paths ending in z
             return f"{self.name} ok", 200
         refused = self._refuse_unauthenticated(request)
         if refused:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tpuq.deploy.gcp import ApiError
-from tpuq.deploy.plan import Request
+from tpuq.deploy.plan import Action, ProjectState, Request
+from tpuq.fleet import FleetFile
 
 
 class RecordingApi:
@@ -76,3 +77,48 @@ class FirestoreAdminStandIn(RecordingApi):
 
     def get_or_none(self, path, params=None):
         return {"name": path} if path.endswith("/databases/(default)") else None
+
+
+def state_after(actions: list[Action], project_number: str = "42",
+                secrets: tuple[str, ...] = ("tpuq-ssh", "tpuq-ssh-public")) -> ProjectState:
+    """The project as Google would hold it once these actions were applied."""
+    s = ProjectState(known=True, project_number=project_number, secrets=set(secrets))
+    for a in actions:
+        r = a.request
+        if a.iam is not None:
+            s.iam.setdefault(a.iam.key, set()).add((a.role, a.member))
+        elif r is None:
+            continue
+        elif r.api == "serviceusage":
+            s.enabled_apis.add(r.path.split("/")[-1].removesuffix(":enable"))
+        elif r.method == "GET" or r.api == "serviceusage_v1beta1":
+            continue  # a service agent made to exist: nothing deploy reads back
+        elif r.api == "iam":
+            email = f"{r.body['accountId']}@{r.path.split('/')[1]}.iam.gserviceaccount.com"
+            s.service_accounts.add(email)
+            s.service_account_resources[email] = {"email": email, **r.body["serviceAccount"]}
+        elif r.api == "pubsub" and "/topics/" in r.path:
+            s.topics.add(r.path.rsplit("/", 1)[-1])
+            s.topic_resources[r.path.rsplit("/", 1)[-1]] = {"name": r.path, **r.body}
+        elif r.api == "pubsub":
+            s.subscriptions[r.path.rsplit("/", 1)[-1]] = r.body
+        elif r.api == "storage" and r.path == "b":
+            s.buckets[r.body["name"]] = r.body
+        elif r.api == "storage":
+            configs = s.notifications.setdefault(r.path.split("/")[1], [])
+            configs.append({"id": str(len(configs) + 1), **r.body})
+        elif r.api == "artifactregistry":
+            s.artifact_repositories.add(r.params["repositoryId"])
+            s.artifact_repository_resources[r.params["repositoryId"]] = r.body
+        elif r.api == "run":
+            s.run_services[r.params["serviceId"]] = r.body
+        elif r.api == "scheduler":
+            s.scheduler_jobs[r.body["name"].rsplit("/", 1)[-1]] = r.body
+        elif r.api == "firestore" and r.params:
+            s.firestore_databases.add(r.params["databaseId"])
+        elif r.api == "firestore":
+            name = f"{r.path}/index-{len(s.firestore_indexes)}"
+            s.firestore_indexes.append({"name": name, "collectionGroup": r.path.split("/")[-2], **r.body})
+        elif r.api == "fleetstore":
+            s.stored_fleet_version = FleetFile.model_validate(r.body).version
+    return s

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
+import pathspec
+import requests
 import yaml
 
 from tpuq import topology
-from tpuq.deploy.infra import INFRA_DIR
+from tpuq.deploy.infra import DEPLOY_SERVICE_ACCOUNT, INFRA_DIR
+from tpuq.devstack import processes
 from tpuq.devstack.stack import service_argv
+
+from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = yaml.safe_load((REPO / "cloudbuild.yaml").read_text())
@@ -77,5 +85,63 @@ def test_each_dockerfile_cmd_starts_the_entry_point_the_local_stack_runs():
         cmd = json.loads([rest for keyword, rest in instructions if keyword == "CMD"][-1])
         workdir = [rest for keyword, rest in instructions if keyword == "WORKDIR"][-1]
         assert workdir == "/app"
-        # The same argv as DevStack's, with the container's interpreter, paths relative to /app and Cloud Run's port.
-        assert cmd == service_argv(name, "0.0.0.0", 8080, python="python", root=Path("."))
+        # The same argv as DevStack's, with the container's interpreter and paths relative to /app; no --port:
+        # the server listens on $PORT, as Cloud Run requires.
+        argv = service_argv(name, "0.0.0.0", 8080, python="python", root=Path("."))
+        assert argv[-2:] == ["--port", "8080"] and cmd == argv[:-2]
+        assert not any("8080" in word for word in cmd)
+
+
+def test_a_service_image_listens_on_the_port_cloud_run_gives_it(tmp_path):
+    """The scheduler image's CMD, run from a copy of what the image holds at /app, with Cloud Run's $PORT."""
+    instructions = dockerfile_instructions(REPO / "services" / "scheduler" / "Dockerfile")
+    cmd = json.loads([rest for keyword, rest in instructions if keyword == "CMD"][-1])
+    port = processes.free_port()
+    env = {**os.environ, "PORT": str(port), "TPUQ_SERVICE": "scheduler"}
+    cmd = [sys.executable if word == "python" else word for word in cmd]
+    cmd[cmd.index("--host") + 1] = "127.0.0.1"  # the same server; only loopback on a shared machine
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        answer = wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/", timeout=1), timeout=60,
+                            what=f"the scheduler on $PORT={port}")
+        assert answer.status_code == 200 and answer.text == "scheduler ok"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_the_build_runs_as_the_deploy_account_and_logs_where_a_chosen_account_may():
+    account = BUILD["serviceAccount"]
+    assert account == f"projects/$PROJECT_ID/serviceAccounts/{DEPLOY_SERVICE_ACCOUNT}@$PROJECT_ID.iam.gserviceaccount.com"
+    assert DEPLOY_SERVICE_ACCOUNT in {sa["id"] for sa in yaml.safe_load((INFRA_DIR / "iam.yaml").read_text())["service_accounts"]}
+    # A build with its own account must say where its logs go, or Cloud Build refuses it.
+    assert BUILD["options"]["logging"] in ("CLOUD_LOGGING_ONLY", "GCS_ONLY", "NONE")
+
+
+def test_gcloud_builds_submit_uploads_the_sources_and_not_the_virtualenv_or_git():
+    ignore = pathspec.PathSpec.from_lines("gitignore", (REPO / ".gcloudignore").read_text().splitlines())
+    for left_out in (".venv/bin/python", ".git/HEAD", "shared/tpuq/__pycache__/cli.cpython-311.pyc",
+                     ".pytest_cache/v/x", "build/lib/tpuq/cli.py", "shared/tpuq.egg-info/PKG-INFO"):
+        assert ignore.match_file(left_out), left_out
+    needed = ["pyproject.toml", "cloudbuild.yaml", "fleet.yaml", "my-fleet.yaml"]
+    for step in BUILD["steps"]:
+        args = step.get("args", [])
+        if "-f" in args:
+            dockerfile = REPO / args[args.index("-f") + 1]
+            needed.append(str(dockerfile.relative_to(REPO)))
+            for keyword, rest in dockerfile_instructions(dockerfile):
+                if keyword == "COPY":
+                    needed += [str(p.relative_to(REPO)) for source in shlex.split(rest)[:-1]
+                               for p in ([REPO / source] if (REPO / source).is_file() else (REPO / source).rglob("*.py"))]
+    needed += [str(p.relative_to(REPO)) for p in (REPO / "infra").iterdir()]
+    assert [path for path in needed if ignore.match_file(path)] == []
+
+
+def test_no_service_answers_on_a_path_cloud_run_reserves():
+    """Google's front end keeps paths ending in z (/healthz, ...) for itself: they never reach the container."""
+    assert [s.path for s in topology.SUBSCRIPTIONS if s.path.rstrip("/").endswith("z")] == []
+    quoted_path = re.compile(r"""["'](/[\w/.-]*z)["']""")
+    found = [(str(path.relative_to(REPO)), m.group(1)) for root in ("shared", "services") for path in (REPO / root).rglob("*.py")
+             for m in quoted_path.finditer(path.read_text())]
+    assert found == []

@@ -17,6 +17,7 @@ from google.cloud import firestore
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import INFRA_DIR, load_infra
 from tpuq.deploy.plan import Target, plan, subscription_projection
+from tpuq.deploy.undeploy import undeploy_plan
 from tpuq.fleet import FleetFile
 from tpuq.devstack.stack import DEMO_DIR
 
@@ -110,3 +111,23 @@ def test_what_the_stand_ins_received_never_touches_the_network(deployment):
     assert created == {s.run_service for s in infra.services.services}
     notifications = [r.body["object_name_prefix"] for r in adapters["storage"].sent if r.path.endswith("notificationConfigs")]
     assert notifications == ["submit/", "tpuq/status/"]
+
+
+def test_undeploy_removes_tpuqs_topics_and_subscriptions_and_nothing_else(deployment):
+    target, infra, adapters, base = deployment
+    deploy(target, infra, adapters)
+    # someone else's topic and subscription, and their subscription on tpuq's jobs topic
+    for path, body in (("topics/billing-events", {}),
+                       ("subscriptions/billing-audit", {"topic": f"projects/{PROJECT}/topics/billing-events"}),
+                       ("subscriptions/jobs-audit", {"topic": f"projects/{PROJECT}/topics/jobs"})):
+        assert requests.put(f"{base}/{path}", json=body, timeout=10).status_code == 200
+    state, _ = gcp.read_state(adapters, target, infra)
+    gcp.apply(undeploy_plan(target, infra, state), adapters, echo=lambda line: None, sleep=lambda s: None)
+
+    topics = {t["name"].rsplit("/", 1)[-1] for t in requests.get(f"{base}/topics", timeout=10).json().get("topics", [])}
+    assert topics == {"billing-events", "jobs"}  # jobs stays: jobs-audit still reads from it
+    assert set(emulator_subscriptions(base)) == {"billing-audit", "jobs-audit"}
+    assert emulator_subscriptions(base)["jobs-audit"]["topic"] == f"projects/{PROJECT}/topics/jobs"
+    # run twice: nothing left of tpuq's to remove
+    state, _ = gcp.read_state(adapters, target, infra)
+    assert [a for a in undeploy_plan(target, infra, state) if a.sends and a.request and a.request.api == "pubsub"] == []

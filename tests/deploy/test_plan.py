@@ -11,6 +11,8 @@ from tpuq.deploy.plan import Action, NetworkFacts, ProjectState, Target, VpcFact
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
 
+from .fakes import state_after
+
 FLEET = FleetFile.model_validate({**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh"})
 TARGET = Target(fleet=FLEET, project_number="42")
 INFRA = load_infra(TARGET.variables())
@@ -19,44 +21,11 @@ DEFAULT_ALLOW_SSH = {"name": "default-allow-ssh", "network": "projects/p/global/
                      "sourceRanges": ["0.0.0.0/0"]}
 
 
-def state_after(actions: list[Action]) -> ProjectState:
-    """The project as Google would hold it once these actions were applied."""
-    s = ProjectState(known=True, project_number="42", secrets={"tpuq-ssh", "tpuq-ssh-public"})
-    for a in actions:
-        r = a.request
-        if a.iam is not None:
-            s.iam.setdefault(a.iam.key, set()).add((a.role, a.member))
-        elif r is None:
-            continue
-        elif r.api == "serviceusage":
-            s.enabled_apis.add(r.path.split("/")[-1].removesuffix(":enable"))
-        elif r.api == "iam":
-            s.service_accounts.add(f"{r.body['accountId']}@{FLEET.project}.iam.gserviceaccount.com")
-        elif r.api == "pubsub" and "/topics/" in r.path:
-            s.topics.add(r.path.rsplit("/", 1)[-1])
-        elif r.api == "pubsub":
-            s.subscriptions[r.path.rsplit("/", 1)[-1]] = r.body
-        elif r.api == "storage" and r.path == "b":
-            s.buckets[r.body["name"]] = r.body
-        elif r.api == "storage":
-            s.notifications.setdefault(r.path.split("/")[1], []).append(r.body)
-        elif r.api == "artifactregistry":
-            s.artifact_repositories.add(r.params["repositoryId"])
-        elif r.api == "run":
-            s.run_services[r.params["serviceId"]] = r.body
-        elif r.api == "scheduler":
-            s.scheduler_jobs[r.body["name"].rsplit("/", 1)[-1]] = r.body
-        elif r.api == "firestore" and r.params:
-            s.firestore_databases.add(r.params["databaseId"])
-        elif r.api == "firestore":
-            s.firestore_indexes.append({"collectionGroup": r.path.split("/")[-2], **r.body})
-        elif r.api == "fleetstore":
-            s.stored_fleet_version = FleetFile.model_validate(r.body).version
-    return s
+SECRETS = {"tpuq-ssh", "tpuq-ssh-public"}
 
 
 def test_planning_again_after_applying_changes_nothing():
-    first = plan(TARGET, INFRA, ProjectState())
+    first = plan(TARGET, INFRA, ProjectState(secrets=SECRETS))
     state = state_after(first)
     state.networks = {"europe-west4": NetworkFacts(True, True), "us-east1": NetworkFacts(True, True)}
     state.vpc = VpcFacts(firewalls=[DEFAULT_ALLOW_SSH])
@@ -67,7 +36,7 @@ def test_planning_again_after_applying_changes_nothing():
 
 
 def test_a_new_image_tag_updates_the_services_only():
-    state = state_after(plan(TARGET, INFRA, ProjectState()))
+    state = state_after(plan(TARGET, INFRA, ProjectState(secrets=SECRETS)))
     from dataclasses import replace
 
     retagged = replace(TARGET, image_tag="b42")

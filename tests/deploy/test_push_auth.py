@@ -119,7 +119,7 @@ def test_a_valid_token_for_someone_else_is_refused_with_403(scheduler, claims):
 
 
 def test_health_checks_need_no_token(scheduler):
-    assert scheduler.get("/healthz").status_code == 200
+    assert scheduler.get("/").status_code == 200
 
 
 def test_half_configured_deployed_mode_refuses_everything(monkeypatch):

@@ -57,7 +57,7 @@ def two_schedulers(sched, tmp_path_factory):
 
 def _healthy(url: str) -> bool:
     try:
-        return requests.get(url + "/healthz", timeout=1).status_code == 200
+        return requests.get(url + "/", timeout=1).status_code == 200
     except requests.RequestException:
         return False
 

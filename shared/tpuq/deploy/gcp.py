@@ -7,6 +7,8 @@ replace the others with recorders.
 
 from __future__ import annotations
 
+import copy
+import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +22,8 @@ from tpuq.deploy.plan import NETWORK, Action, IamResource, NetworkFacts, Project
 
 BASE_URLS = {
     "serviceusage": "https://serviceusage.googleapis.com/v1/",
+    # generateServiceIdentity (a service agent on demand) exists in v1beta1 only.
+    "serviceusage_v1beta1": "https://serviceusage.googleapis.com/v1beta1/",
     "crm": "https://cloudresourcemanager.googleapis.com/v1/",
     "iam": "https://iam.googleapis.com/v1/",
     "pubsub": "https://pubsub.googleapis.com/v1/",
@@ -30,6 +34,7 @@ BASE_URLS = {
     "artifactregistry": "https://artifactregistry.googleapis.com/v1/",
     "secretmanager": "https://secretmanager.googleapis.com/v1/",
     "compute": "https://compute.googleapis.com/compute/v1/",
+    "cloudbuild": "https://cloudbuild.googleapis.com/v1/",
 }
 READ_ONLY_APIS = {"compute"}  # network settings are the project owner's: tpuq only reads them
 
@@ -38,6 +43,7 @@ class ApiError(RuntimeError):
     def __init__(self, api: str, method: str, path: str, status: int, message: str):
         super().__init__(f"{api} {method} {path}: HTTP {status}: {message}")
         self.status = status
+        self.message = message
 
 
 class NetworkChangeRefused(RuntimeError):
@@ -172,16 +178,16 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
     a = adapters
     project = _tolerant(lambda: a["crm"].call("GET", f"projects/{p}"), {}, notes, "project")
     s.project_number = project.get("projectNumber")
-    # Asking for Cloud Storage's service agent creates it, so that it can be granted a role on gcs-events.
-    _tolerant(lambda: a["storage"].call("GET", f"projects/{p}/serviceAccount"), {}, notes, "storage service agent")
     s.enabled_apis = {svc["config"]["name"] for svc in _tolerant(
         lambda: a["serviceusage"].list_all(f"projects/{p}/services", "services", {"filter": "state:ENABLED",
                                                                                  "pageSize": 200}),
         [], notes, "enabled APIs")}
-    s.service_accounts = {acc["email"] for acc in _tolerant(
+    s.service_account_resources = {acc["email"]: acc for acc in _tolerant(
         lambda: a["iam"].list_all(f"projects/{p}/serviceAccounts", "accounts"), [], notes, "service accounts")}
-    s.topics = {_short(t["name"]) for t in _tolerant(
+    s.service_accounts = set(s.service_account_resources)
+    s.topic_resources = {_short(t["name"]): t for t in _tolerant(
         lambda: a["pubsub"].list_all(f"projects/{p}/topics", "topics"), [], notes, "topics")}
+    s.topics = set(s.topic_resources)
     s.subscriptions = {_short(sub["name"]): sub for sub in _tolerant(
         lambda: a["pubsub"].list_all(f"projects/{p}/subscriptions", "subscriptions"), [], notes, "subscriptions")}
     bucket = target.runner_bucket
@@ -191,8 +197,9 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
         s.notifications[bucket] = _tolerant(lambda: a["storage"].call("GET", f"b/{bucket}/notificationConfigs")
                                             .get("items", []), [], notes, "notifications")
     parent = f"projects/{p}/locations/{target.region}"
-    s.artifact_repositories = {_short(r["name"]) for r in _tolerant(
+    s.artifact_repository_resources = {_short(r["name"]): r for r in _tolerant(
         lambda: a["artifactregistry"].list_all(f"{parent}/repositories", "repositories"), [], notes, "repositories")}
+    s.artifact_repositories = set(s.artifact_repository_resources)
     s.run_services = {_short(svc["name"]): svc for svc in _tolerant(
         lambda: a["run"].list_all(f"{parent}/services", "services"), [], notes, "Cloud Run services")}
     s.scheduler_jobs = {_short(j["name"]): j for j in _tolerant(
@@ -210,6 +217,9 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
         resource = iam_resource(target, infra, key)
         policy = _tolerant(lambda: _get_policy(a[resource.api], resource), {}, notes, f"IAM policy of {resource.label}")
         s.iam[key] = {(b["role"], m) for b in policy.get("bindings", []) for m in b.get("members", [])}
+    build = _tolerant(lambda: a["cloudbuild"].call("GET", f"projects/{p}/locations/global/defaultServiceAccount"),
+                      {}, notes, "Cloud Build's default account") if "cloudbuild" in a else {}
+    s.cloud_build_account = build.get("serviceAccountEmail")
     for region in large_slice_regions(target.fleet):
         s.networks[region] = _tolerant(lambda: read_network(a["compute"], p, region, target.fleet.network,
                                                             target.fleet.subnetwork), NetworkFacts(), notes,
@@ -218,6 +228,11 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
     s.missing_buckets = job_buckets.read_missing(a["storage"], target,
                                                  lambda read, what: _tolerant(read, None, notes, what))
     return s, notes
+
+
+def read_bucket_objects(storage: RestApi, bucket: str) -> list[str]:
+    """Every object's name (for `tpuq undeploy --purge`: a bucket is deleted only when empty)."""
+    return [o["name"] for o in storage.list_all(f"b/{bucket}/o", "items", {"fields": "items(name),nextPageToken"})]
 
 
 def read_network(compute: RestApi, project: str, region: str, network_name: str = NETWORK,
@@ -242,34 +257,181 @@ def _get_policy(api: RestApi, resource: IamResource) -> dict:
 
 
 # ------------------------------------------------------------------- apply
-def apply(actions: list[Action], adapters: Mapping[str, Any], echo: Callable[[str], None] = print) -> int:
-    """Send each action's request in order; stop at the first failure (ApiError says which). Returns the count."""
+# IAM may not know a service account created moments ago for 60 s or more: a grant naming it fails with
+# 400 "... does not exist" (or 404 for the account's own policy) until it does. Wait up to ~3 minutes.
+PROPAGATION_FIRST_DELAY = 2.0
+PROPAGATION_MAX_DELAY = 32.0
+PROPAGATION_BUDGET = 180.0
+
+
+def apply(actions: list[Action], adapters: Mapping[str, Any], echo: Callable[[str], None] = print,
+          sleep: Callable[[float], None] = time.sleep) -> int:
+    """Send each action's request in order; stop at the first failure (ApiError says which). Returns the count.
+
+    A delete of something already gone (404) is done: undeploy run twice, or after a partial run, goes on.
+    """
     sent = 0
     for action in actions:
         if not action.sends:
             continue
         if action.iam is not None:
-            _grant(adapters[action.iam.api], action)
+            change = _revoke if action.verb == "revoke" else _grant
+            _until_known(lambda: change(adapters[action.iam.api], action), action, sleep)
         else:
             assert action.request is not None
-            adapters[action.request.api].send(action.request)
+            try:
+                _until_known(lambda: adapters[action.request.api].send(action.request), action, sleep)
+            except ApiError as e:
+                if not (action.verb == "delete" and e.status == 404):
+                    raise
         sent += 1
         echo(f"done: {action.verb} {action.what}")
     return sent
+
+
+def _names_an_account(action: Action) -> bool:
+    if action.iam is not None:
+        return action.iam.key.startswith("service_account:") or (action.member or "").startswith("serviceAccount:")
+    return action.request is not None and ".iam.gserviceaccount.com" in json.dumps(action.request.body)
+
+
+def _not_known_yet(error: ApiError, action: Action) -> bool:
+    """A new service account or service agent that IAM does not know yet, or a concurrent policy change (409).
+
+    Not only grants: a Cloud Run service that runs as a new account, or a subscription that pushes as one,
+    is refused the same way until IAM knows it.
+    """
+    if error.status == 400 and "does not exist" in error.message.lower() and _names_an_account(action):
+        return True
+    if action.iam is None:
+        return False
+    if error.status == 404 and action.iam.key.startswith("service_account:"):
+        return True
+    return error.status == 409  # the policy changed between our read and write (etag): read it again
+
+
+def _until_known(write: Callable[[], Any], action: Action, sleep: Callable[[float], None]) -> Any:
+    delay, waited = PROPAGATION_FIRST_DELAY, 0.0
+    while True:
+        try:
+            return write()
+        except ApiError as e:
+            if not _not_known_yet(e, action) or waited >= PROPAGATION_BUDGET:
+                raise
+        sleep(delay)
+        waited += delay
+        delay = min(delay * 2, PROPAGATION_MAX_DELAY)
+
+
+def with_member(policy: dict, role: str, member: str) -> dict | None:
+    """A copy of the policy with member in role's unconditional binding; None when it is there already."""
+    policy = copy.deepcopy(policy or {})
+    bindings = policy.setdefault("bindings", [])
+    binding = next((b for b in bindings if b.get("role") == role and not b.get("condition")), None)
+    if binding is None:
+        binding = {"role": role, "members": []}
+        bindings.append(binding)
+    if member in binding.setdefault("members", []):
+        return None
+    binding["members"].append(member)
+    return policy
+
+
+def without_members(policy: dict, pairs: set[tuple[str, str]]) -> dict | None:
+    """A copy of the policy without these (role, member) pairs (unconditional bindings only); None if none is there."""
+    policy = copy.deepcopy(policy or {})
+    changed = False
+    kept = []
+    for b in policy.get("bindings", []):
+        if not b.get("condition"):
+            members = [m for m in b.get("members", []) if (b.get("role"), m) not in pairs]
+            changed |= len(members) != len(b.get("members", []))
+            if not members:
+                continue
+            b = {**b, "members": members}
+        kept.append(b)
+    if not changed:
+        return None
+    policy["bindings"] = kept
+    return policy
+
+
+def set_policy_request(resource: IamResource, policy: dict) -> Request:
+    body = {"policy": policy} if resource.wrap_policy else policy
+    return Request(resource.api, resource.set_method, resource.set_path, body=body)
 
 
 def _grant(api, action: Action) -> None:
     """Read-modify-write with the policy's etag: only this one binding is added; nothing else changes."""
     resource = action.iam
     assert resource is not None and action.role and action.member
-    policy = api.send(resource.get) or {}
-    bindings = policy.setdefault("bindings", [])
-    binding = next((b for b in bindings if b.get("role") == action.role and not b.get("condition")), None)
-    if binding is None:
-        binding = {"role": action.role, "members": []}
-        bindings.append(binding)
-    if action.member in binding.setdefault("members", []):
-        return
-    binding["members"].append(action.member)
-    body = {"policy": policy} if resource.wrap_policy else policy
-    api.send(Request(resource.api, resource.set_method, resource.set_path, body=body))
+    policy = with_member(api.send(resource.get) or {}, action.role, action.member)
+    if policy is not None:
+        api.send(set_policy_request(resource, policy))
+
+
+def _revoke(api, action: Action) -> None:
+    """Read-modify-write: only this one (role, member) pair goes; every other binding stays as it is."""
+    resource = action.iam
+    assert resource is not None and action.role and action.member
+    policy = without_members(api.send(resource.get) or {}, {(action.role, action.member)})
+    if policy is not None:
+        api.send(set_policy_request(resource, policy))
+
+
+# ------------------------------------------------------- requests as JSON
+def wire_requests(action: Action) -> list[dict]:
+    """The requests apply sends for this action against an empty project, as {method, url, query, body}.
+
+    A grant is its getIamPolicy and the setIamPolicy of an empty policy plus the one binding (a revoke: of a
+    policy that held only that binding, minus it); the fleet
+    document (written through the Firestore client) is shown as the REST commit that stands for it.
+    """
+    if action.iam is not None:
+        assert action.role and action.member
+        held = {"bindings": [{"role": action.role, "members": [action.member]}]}
+        policy = without_members(held, {(action.role, action.member)}) if action.verb == "revoke" else \
+            with_member({}, action.role, action.member)
+        return [_wire(action.iam.get), _wire(set_policy_request(action.iam, policy or {}))]
+    if action.request is None:
+        return []
+    if action.request.api == "fleetstore":
+        return [_wire(fleet_commit_request(action.request))]
+    return [_wire(action.request)]
+
+
+def _wire(request: Request) -> dict:
+    return {"method": request.method, "url": BASE_URLS[request.api] + request.path,
+            "query": dict(request.params or {}), "body": request.body}
+
+
+def fleet_commit_request(request: Request) -> Request:
+    """save_fleet's document set, as the Firestore REST commit it amounts to (an update with no mask)."""
+    from tpuq import store
+    from tpuq.fleet import FleetFile
+
+    project = request.body["project"]
+    name = f"projects/{project}/databases/(default)/documents/{store.FLEETS}/{request.path}"
+    fields = {"name": request.path, "fleet": request.body, "version": FleetFile.model_validate(request.body).version}
+    document = {"name": name, "fields": {**{k: _firestore_value(v) for k, v in fields.items()},
+                                         "updated_at": {"timestampValue": "1970-01-01T00:00:00Z"}}}  # now, at apply
+    return Request("firestore", "POST", f"projects/{project}/databases/(default)/documents:commit",
+                   body={"writes": [{"update": document}]})
+
+
+def _firestore_value(value: Any) -> dict:
+    if value is None:
+        return {"nullValue": "NULL_VALUE"}
+    if isinstance(value, bool):
+        return {"booleanValue": value}
+    if isinstance(value, int):
+        return {"integerValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, dict):
+        return {"mapValue": {"fields": {k: _firestore_value(v) for k, v in value.items()}}}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [_firestore_value(v) for v in value]}}
+    raise TypeError(f"no Firestore value for {type(value).__name__}")

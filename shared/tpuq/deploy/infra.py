@@ -33,6 +33,7 @@ from tpuq.jobspec import StrictModel
 
 INFRA_DIR = Path(__file__).resolve().parents[3] / "infra"
 PUSH_SERVICE_ACCOUNT = "tpuq-push"
+DEPLOY_SERVICE_ACCOUNT = "tpuq-deploy"  # cloudbuild.yaml's serviceAccount; its roles are in infra/iam.yaml
 _VAR_RE = re.compile(r"\$\{([a-z_]+)\}")
 
 
@@ -93,6 +94,10 @@ class IamInfra(StrictModel):
     service_accounts: list[ServiceAccountSpec]
     bindings: list[BindingSpec]
 
+    @property
+    def deploy_account(self) -> str:
+        return DEPLOY_SERVICE_ACCOUNT
+
 
 class LifecycleRule(StrictModel):
     action: str
@@ -132,7 +137,7 @@ class ServiceSpec(StrictModel):
     service_account: str
     cpu: str
     memory: str
-    timeout_seconds: int
+    timeout_seconds: int | None = None  # default: the longest ack deadline of the subscriptions pushing to it
     concurrency: int
     max_instances: int
     env: dict[str, str] = {}
@@ -182,6 +187,17 @@ class Infra:
     services: ServicesInfra
     scheduler: SchedulerInfra
     firestore: FirestoreInfra
+
+    def longest_ack_deadline(self, service: str) -> tuple[int, str]:
+        """(seconds, subscription) of the subscription pushing to this service that Pub/Sub waits longest for."""
+        return max(((s.ack_deadline_seconds, s.name) for s in self.pubsub.subscriptions if s.service == service),
+                   default=(0, ""))
+
+    def request_timeout_seconds(self, service: str) -> int:
+        """Cloud Run's request timeout: never shorter than Pub/Sub's wait for an ack, or a push still being
+        handled is cut off (504) and redelivered, and the work is done twice."""
+        spec = self.services.service(service)
+        return max(spec.timeout_seconds or 0, self.longest_ack_deadline(service)[0])
 
 
 # ------------------------------------------------------------- expansion
@@ -291,7 +307,7 @@ def load_infra(variables: dict[str, Any], directory: Path = INFRA_DIR) -> Infra:
         firestore = firestore.model_copy(update={"indexes": json.loads(indexes_path.read_text()).get("indexes", [])})
     except (OSError, ValueError) as e:
         raise InfraError(f"{indexes_path}: {e}") from None
-    return Infra(
+    infra = Infra(
         apis=load(ApisInfra, "apis.yaml"),
         pubsub=_model(PubsubInfra, raw_pubsub, str(directory / "pubsub.yaml")),
         iam=load(IamInfra, "iam.yaml"),
@@ -300,6 +316,13 @@ def load_infra(variables: dict[str, Any], directory: Path = INFRA_DIR) -> Infra:
         scheduler=load(SchedulerInfra, "scheduler.yaml"),
         firestore=firestore,
     )
+    for spec in infra.services.services:
+        deadline, subscription = infra.longest_ack_deadline(spec.name)
+        if spec.timeout_seconds is not None and spec.timeout_seconds < deadline:
+            raise InfraError(f"{directory / 'services.yaml'}: {spec.name}.timeout_seconds: {spec.timeout_seconds} is "
+                             f"below the {deadline} s ack deadline of {subscription}: Cloud Run would cut off a push "
+                             "that Pub/Sub still waits for (leave it out to use the ack deadline)")
+    return infra
 
 
 # ------------------------------------------------------- topology <-> infra

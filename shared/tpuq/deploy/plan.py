@@ -16,6 +16,7 @@ from typing import Any
 from tpuq.devstack.stack import subscription_body
 from tpuq.deploy.infra import Infra, SubscriptionSpec
 from tpuq.fleet import FleetFile
+from tpuq.ownership import owner_labels
 from tpuq.tputypes import zone_region
 
 RUN_PORT = 8080
@@ -64,6 +65,19 @@ class Target:
         if kind == "agent" and name == "storage":
             return f"serviceAccount:service-{number}@gs-project-accounts.iam.gserviceaccount.com"
         raise ValueError(f"unknown member {spec!r} in infra/iam.yaml")
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """On everything deploy creates that takes labels: `tpuq undeploy` removes only what carries them."""
+        return owner_labels(self.fleet)
+
+    @property
+    def marker(self) -> str:
+        """The description of what deploy creates that takes no labels (service accounts, the scheduler job)."""
+        return f"created by tpuq deploy for fleet {self.fleet.name} (owner {self.fleet.owner_prefix})"
+
+    def agent_email(self, name: str) -> str:
+        return self.member(f"agent:{name}").removeprefix("serviceAccount:")
 
     def service_url(self, infra: Infra, service: str) -> str:
         if self.service_urls and service in self.service_urls:
@@ -115,6 +129,12 @@ class ProjectState:
     networks: dict[str, NetworkFacts] = field(default_factory=dict)  # region -> facts
     vpc: VpcFacts = field(default_factory=VpcFacts)
     missing_buckets: set[str] = field(default_factory=set)  # the fleet's job_buckets read and not found
+    cloud_build_account: str | None = None  # who builds that name no account run as (None: not read)
+    # The REST resources behind some of the sets above: their labels and descriptions say what deploy created.
+    topic_resources: dict[str, dict] = field(default_factory=dict)
+    service_account_resources: dict[str, dict] = field(default_factory=dict)  # email -> resource
+    artifact_repository_resources: dict[str, dict] = field(default_factory=dict)
+    bucket_objects: dict[str, list[str]] = field(default_factory=dict)  # read only for `tpuq undeploy --purge`
 
 
 # ----------------------------------------------------------------- actions
@@ -140,7 +160,7 @@ class IamResource:
 
 @dataclass(frozen=True)
 class Action:
-    verb: str  # enable | create | update | grant | store | check | todo
+    verb: str  # enable | ensure | create | update | grant | store | check | todo (undeploy: delete | revoke | keep)
     what: str
     detail: str = ""
     request: Request | None = None
@@ -166,7 +186,8 @@ def plan(target: Target, infra: Infra, state: ProjectState, skip_services: bool 
     actions += _apis(infra, state, p)
     actions += _firestore(target, infra, state)
     actions += _service_accounts(target, infra, state)
-    actions += _topics(infra, state, p)
+    actions += _service_agents(target, infra, state)  # before any grant to them
+    actions += _topics(infra, state, p, target.labels)
     actions += _bucket(target, infra, state)
     actions += _grants(target, infra, state, lambda on: not on.startswith("run_service:"))
     actions += _artifact_repository(target, infra, state)  # before the images are pushed (cloudbuild.yaml)
@@ -175,13 +196,14 @@ def plan(target: Target, infra: Infra, state: ProjectState, skip_services: bool 
         actions += _grants(target, infra, state, lambda on: on.startswith("run_service:"))
         actions += _subscriptions(target, infra, state)
         actions += _scheduler_jobs(target, infra, state)
-    actions += _hold_subscriptions(infra, state, p)
+    actions += _hold_subscriptions(infra, state, p, target.labels)
     actions += _notifications(target, infra, state)
     if state.stored_fleet_version != target.fleet.version:
         actions.append(Action("store", f"fleet {target.fleet.name}", f"in Firestore fleets/{target.fleet.name} "
                               f"(version {target.fleet.version})",
                               Request("fleetstore", "STORE", target.fleet.name, body=target.fleet.model_dump(mode="json"))))
     actions += _secrets_todo(target, state)
+    actions += _cloud_build_check(target, infra, state)
     actions += _network_checks(target, state)
     from tpuq.deploy import job_buckets, network  # they build on this module's Action and ProjectState
 
@@ -233,12 +255,14 @@ def _index_key(index: dict) -> tuple:
 def _service_accounts(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
     return [Action("create", f"service account {target.sa_email(sa.id)}", f"({sa.display_name})",
                    Request("iam", "POST", f"projects/{target.project}/serviceAccounts",
-                           body={"accountId": sa.id, "serviceAccount": {"displayName": sa.display_name}}))
+                           body={"accountId": sa.id, "serviceAccount": {"displayName": sa.display_name,
+                                                                        "description": target.marker}}))
             for sa in infra.iam.service_accounts if target.sa_email(sa.id) not in state.service_accounts]
 
 
-def _topics(infra: Infra, state: ProjectState, p: str) -> list[Action]:
-    return [Action("create", f"topic {t.name}", request=Request("pubsub", "PUT", f"projects/{p}/topics/{t.name}", body={}))
+def _topics(infra: Infra, state: ProjectState, p: str, labels: dict[str, str] | None = None) -> list[Action]:
+    return [Action("create", f"topic {t.name}", request=Request("pubsub", "PUT", f"projects/{p}/topics/{t.name}",
+                                                                body={"labels": labels} if labels else {}))
             for t in infra.pubsub.topics if t.name not in state.topics]
 
 
@@ -248,6 +272,7 @@ def desired_subscription(target: Target, infra: Infra, spec: SubscriptionSpec) -
     body = subscription_body(spec.as_topology(), target.project, base_url)
     body["pushConfig"]["oidcToken"] = {"serviceAccountEmail": target.sa_email(infra.pubsub.push_service_account),
                                        "audience": base_url}
+    body["labels"] = target.labels
     return body
 
 
@@ -309,13 +334,14 @@ def _subscriptions(target: Target, infra: Infra, state: ProjectState) -> list[Ac
     return out
 
 
-def _hold_subscriptions(infra: Infra, state: ProjectState, p: str) -> list[Action]:
+def _hold_subscriptions(infra: Infra, state: ProjectState, p: str, labels: dict[str, str] | None = None) -> list[Action]:
     return [Action("create", f"subscription {h.name}",
                    f"(pull; keeps {h.topic} for {h.message_retention_seconds // 86400} days for inspection)",
                    Request("pubsub", "PUT", f"projects/{p}/subscriptions/{h.name}",
                            body={"topic": f"projects/{p}/topics/{h.topic}",
                                  "messageRetentionDuration": f"{h.message_retention_seconds}s",
-                                 "expirationPolicy": {}}))  # {}: never expires
+                                 "expirationPolicy": {},  # {}: never expires
+                                 **({"labels": labels} if labels else {})}))
             for h in infra.pubsub.hold_subscriptions if h.name not in state.subscriptions]
 
 
@@ -349,7 +375,7 @@ def _bucket(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
         if current is None:
             out.append(Action("create", f"bucket gs://{name}", f"(location {b.location}, uniform access; lifecycle: {rules})",
                               Request("storage", "POST", "b", {"project": target.project},
-                                      {"name": name, "location": b.location, "lifecycle": lifecycle,
+                                      {"name": name, "location": b.location, "lifecycle": lifecycle, "labels": target.labels,
                                        "iamConfiguration": {"uniformBucketLevelAccess": {"enabled":
                                                                                          b.uniform_bucket_level_access}}})))
         elif (current.get("lifecycle") or {"rule": []}) != lifecycle:
@@ -383,10 +409,14 @@ def _artifact_repository(target: Target, infra: Infra, state: ProjectState) -> l
         return []
     return [Action("create", f"Artifact Registry repository {repo}", f"(Docker, {target.region})",
                    Request("artifactregistry", "POST", f"projects/{target.project}/locations/{target.region}/repositories",
-                           {"repositoryId": repo}, {"format": "DOCKER", "description": "tpuq service images"}))]
+                           {"repositoryId": repo}, {"format": "DOCKER", "description": "tpuq service images",
+                                                    "labels": target.labels}))]
 
 
-def desired_run_service(target: Target, infra: Infra, name: str) -> dict:
+def desired_run_service(target: Target, infra: Infra, name: str, existing_secrets: set[str] | None = None) -> dict:
+    """The run v2 Service body. A secret file whose secret is not in `existing_secrets` (when given) is left out:
+    Cloud Run refuses a revision that mounts a missing secret, so the deploy would stop halfway; the todo line
+    says to create it, and the next deploy mounts it."""
     spec = infra.services.service(name)
     url = target.service_url(infra, name)
     env = {"GOOGLE_CLOUD_PROJECT": target.project, "TPUQ_RUNNER_BUCKET": target.runner_bucket,
@@ -401,24 +431,25 @@ def desired_run_service(target: Target, infra: Infra, name: str) -> dict:
     }
     template: dict[str, Any] = {
         "serviceAccount": target.sa_email(spec.service_account),
-        "timeout": f"{spec.timeout_seconds}s",
+        "timeout": f"{infra.request_timeout_seconds(name)}s",
         "maxInstanceRequestConcurrency": spec.concurrency,
         "scaling": {"minInstanceCount": 0, "maxInstanceCount": spec.max_instances},  # 0: nothing runs when idle
         "containers": [container],
     }
-    if spec.secret_files:
+    secret_files = [f for f in spec.secret_files if existing_secrets is None or f.secret in existing_secrets]
+    if secret_files:
         template["volumes"] = [{"name": f"secret-{i}", "secret": {"secret": f.secret,
                                                                   "items": [{"path": f.file, "version": "latest"}]}}
-                               for i, f in enumerate(spec.secret_files)]
+                               for i, f in enumerate(secret_files)]
         container["volumeMounts"] = [{"name": f"secret-{i}", "mountPath": f.mount_dir}
-                                     for i, f in enumerate(spec.secret_files)]
+                                     for i, f in enumerate(secret_files)]
     if spec.vpc_egress:
         from tpuq.deploy.network import executor_vpc_access
 
         access = executor_vpc_access(target.fleet)
         if access:
             template["vpcAccess"] = access
-    return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL"}
+    return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL", "labels": target.labels}
 
 
 def run_projection(body: dict) -> dict:
@@ -441,7 +472,7 @@ def _run_services(target: Target, infra: Infra, state: ProjectState) -> list[Act
     out = []
     base = f"projects/{target.project}/locations/{target.region}/services"
     for spec in infra.services.services:
-        body = desired_run_service(target, infra, spec.name)
+        body = desired_run_service(target, infra, spec.name, state.secrets or set())
         image = body["template"]["containers"][0]["image"]
         detail = f"(image {image}, as {body['template']['serviceAccount']}, scales 0..{spec.max_instances})"
         current = state.run_services.get(spec.run_service)
@@ -458,7 +489,8 @@ def _scheduler_jobs(target: Target, infra: Infra, state: ProjectState) -> list[A
     out = []
     parent = f"projects/{target.project}/locations/{target.region}"
     for job in infra.scheduler.jobs:
-        body = {"name": f"{parent}/jobs/{job.name}", "schedule": job.schedule, "timeZone": job.time_zone,
+        body = {"name": f"{parent}/jobs/{job.name}", "description": target.marker, "schedule": job.schedule,
+                "timeZone": job.time_zone,
                 "pubsubTarget": {"topicName": f"projects/{target.project}/topics/{job.topic}",
                                  "data": base64.b64encode(json.dumps(job.data, sort_keys=True).encode()).decode()}}
         detail = f"({job.schedule} {job.time_zone} → topic {job.topic})"
@@ -503,18 +535,52 @@ def iam_resource(target: Target, infra: Infra, on: str) -> IamResource:
     raise ValueError(f"infra/iam.yaml: cannot grant on {on!r}")
 
 
+def _granted(target: Target, state: ProjectState, binding) -> bool:
+    return (binding.role, target.member(binding.member)) in state.iam.get(binding.resource, set())
+
+
 def _grants(target: Target, infra: Infra, state: ProjectState, which) -> list[Action]:
     out = []
     for b in infra.iam.bindings:
         if not which(b.resource) or b.resource.partition(":")[2] in state.missing_buckets:
             continue  # a job bucket that is not there is a todo (tpuq.deploy.job_buckets), not a failed grant
         member = target.member(b.member)
-        if (b.role, member) in state.iam.get(b.resource, set()):
+        if _granted(target, state, b):
             continue
+        if b.resource.startswith("secret:") and b.resource.split(":", 1)[1] not in (state.secrets or set()):
+            continue  # a secret tpuq never creates: granted on a later deploy, once it exists (_secrets_todo)
         resource = iam_resource(target, infra, b.resource)
         out.append(Action("grant", b.role, f"on {resource.label} to {member.removeprefix('serviceAccount:')}",
                           iam=resource, role=b.role, member=member))
     return out
+
+
+def _service_agents(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    """Google's service agents appear when an API is first used; a grant to one that does not exist yet fails."""
+    p = target.project
+    wanted = {b.member.split(":", 1)[1] for b in infra.iam.bindings
+              if b.member.startswith("agent:") and not _granted(target, state, b)}
+    out = []
+    if "pubsub" in wanted:
+        out.append(Action("ensure", f"Pub/Sub service agent {target.agent_email('pubsub')}",
+                          "(generateServiceIdentity: it mints the push tokens and dead-letters)",
+                          Request("serviceusage_v1beta1", "POST",
+                                  f"projects/{p}/services/pubsub.googleapis.com:generateServiceIdentity", body={})))
+    if "storage" in wanted:
+        out.append(Action("ensure", f"Cloud Storage service agent {target.agent_email('storage')}",
+                          "(reading it creates it: it publishes the bucket's notifications)",
+                          Request("storage", "GET", f"projects/{p}/serviceAccount")))
+    return out
+
+
+def _cloud_build_check(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
+    if not state.cloud_build_account:
+        return []
+    default = state.cloud_build_account.rsplit("/", 1)[-1]
+    why = (" (the Compute Engine default account, which every default VM carries: give it no deploy roles)"
+           if default.endswith("-compute@developer.gserviceaccount.com") else "")
+    return [Action("check", "Cloud Build", f"builds that name no account run as {default}{why}; cloudbuild.yaml "
+                   f"runs as {target.sa_email(infra.iam.deploy_account)}, with only the roles infra/iam.yaml gives it")]
 
 
 def _secrets_todo(target: Target, state: ProjectState) -> list[Action]:
@@ -527,11 +593,13 @@ def _secrets_todo(target: Target, state: ProjectState) -> list[Action]:
     if state.secrets is None or not {fleet.ssh_key_secret, fleet.ssh_key_secret + "-public"} <= state.secrets:
         word = "could not be checked" if state.secrets is None else "is missing"
         out.append(Action("todo", f"secret {fleet.ssh_key_secret}", f"(the executor's SSH key pair) {word}: "
-                          "tpuq never handles secret values, so create it yourself if needed",
+                          "tpuq never handles secret values, so create it yourself if needed; the executor's and "
+                          "claimer's access to it is granted when you run tpuq deploy again",
                           commands=_ssh_secret_commands(fleet.ssh_key_secret, p)))
     missing = [s for s in fleet.worker_secrets if state.secrets is not None and s not in state.secrets]
     for name in missing:
-        out.append(Action("todo", f"secret {name}", "(a worker secret) is missing: create it yourself",
+        out.append(Action("todo", f"secret {name}", "(a worker secret) is missing: create it yourself, then run "
+                          "tpuq deploy again to let the workers read it",
                           commands=(f"printf %s \"$VALUE\" | gcloud secrets create {name} --data-file=- --project={p}",)))
     return out
 

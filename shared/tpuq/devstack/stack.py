@@ -242,7 +242,7 @@ class DevStack:
             {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self.service_env},
             cwd=str(SERVICES_DIR / name),
         )
-        processes.wait_http(url + "/healthz", rec, timeout=30, ok=lambda r: r.status_code == 200)
+        processes.wait_http(url + "/", rec, timeout=30, ok=lambda r: r.status_code == 200)
         self.env[f"TPUQ_{name.upper()}_URL"] = url
 
     # ------------------------------------------------------------ pubsub/gcs
