@@ -82,3 +82,27 @@ def test_external_ips_follow_the_transport():
     assert _node_json(FLEET, *big)["networkConfig"]["enableExternalIps"] is False  # vpc, 16 hosts: internal only
     assert _node_json(_fleet(ssh_transport="direct"), *big)["networkConfig"]["enableExternalIps"] is True
     assert _node_json(_fleet(worker_external_ips=False))["networkConfig"]["enableExternalIps"] is False
+
+
+def test_an_active_node_is_read_back_with_both_addresses_and_never_the_runtime_port_as_ssh():
+    from google.cloud import tpu_v2
+
+    from tpuq.claimer.tpuapi import TpuApi
+
+    node = tpu_v2.Node(name="projects/p/locations/us-central2-b/nodes/n", network_endpoints=[
+        tpu_v2.NetworkEndpoint(ip_address="10.130.0.2", port=8470,
+                               access_config=tpu_v2.AccessConfig(external_ip="34.1.0.2")),
+        tpu_v2.NetworkEndpoint(ip_address="10.130.0.3", port=8470),
+    ])
+
+    class Client:
+        def get_node(self, name):
+            return node
+
+    resource = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[
+        tpu_v2.QueuedResource.Tpu.NodeSpec(parent="projects/p/locations/us-central2-b", node_id="n")]))
+    info = TpuApi(Client())._node_info(resource, qr("small", "us-central2-b", "v4-32", True))
+    assert [e.model_dump() for e in info.endpoints] == [
+        {"worker_id": 0, "ip": "10.130.0.2", "external_ip": "34.1.0.2", "port": 8470, "hostname": None},
+        {"worker_id": 1, "ip": "10.130.0.3", "external_ip": None, "port": 8470, "hostname": None},
+    ]

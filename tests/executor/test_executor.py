@@ -51,7 +51,8 @@ def executor(fake_gcs, ssh_identity, clock, tmp_path, host_keys, ticks):
             fake_gcs.base_url, log_flush_seconds=0.2, cancel_grace_seconds=1.0, stale_grace_seconds=1.0,
             libtpu_lockfile="/tmp/libtpu_lockfile",
         ),
-        connect_policy=ConnectPolicy(attempts=2, connect_timeout=5, host_key_wait_seconds=60, host_key_poll_seconds=5),
+        connect_policy=ConnectPolicy(attempts=2, connect_timeout=5, host_key_wait_seconds=60,
+                                     host_key_poll_seconds=5, host_key_max_poll_seconds=20),
         sleep=ticks.sleep,
         monotonic=ticks.monotonic,
         failure_grace=timedelta(seconds=30),
@@ -179,7 +180,7 @@ def test_host_keys_not_yet_published_are_waited_for(executor, start_hosts, bucke
     host_keys.unpublished_calls = 3
     a = make_assignment(endpoints=endpoints, bucket=bucket, command="true")
     assert executor.start_attempt(a).started
-    assert host_keys.calls == 4 and ticks.slept == [5, 5, 5]
+    assert host_keys.calls == 4 and ticks.slept == [5, 10, 20]  # backing off
     assert dict(executor.pin_store.get_pins(a.node)) == host_keys.by_worker
 
 
@@ -191,7 +192,7 @@ def test_host_keys_never_published_end_the_start_without_contacting_a_worker(exe
     result = executor.start_attempt(a)
     assert result.outcome.outcome == AttemptOutcome.infra_failed
     assert "worker 1: HostKeysUnavailable: no ssh-ed25519 host key of worker 1" in result.outcome.detail
-    assert ticks.now == 60  # waited the whole deadline
+    assert ticks.now == 60 and ticks.slept == [5, 10, 20, 20, 5]  # waited the whole deadline, no longer
     # Never trusted on first use: worker 1 saw no connection at all, and got no pin.
     assert hosts[1].connections_seen() == []
     assert 1 not in executor.pin_store.get_pins(a.node)

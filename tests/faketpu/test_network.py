@@ -119,3 +119,16 @@ def test_guest_attributes_publish_each_hosts_real_keys_once_it_is_up(slow_keys_s
     alpha = requests.post(f"{server.url}/v2alpha1/{node.name}:getGuestAttributes",
                           json={"queryPath": "hostkeys/"}, timeout=10)
     assert alpha.status_code == 200 and len(alpha.json()["guestAttributes"]) == 4
+
+
+def test_the_executors_host_key_source_reads_them_through_the_client(slow_keys_server, ssh_key, project):
+    from tpuq.executor.pins import GuestAttributeHostKeys
+
+    server, clock = slow_keys_server
+    node = _active_node(server.url, project, ssh_key, "exec", "v4-32", advance=lambda: clock.advance(606))
+    source = GuestAttributeHostKeys(tpu_client(server.url))
+    assert source.published(node.name) == {}  # not yet: a 404, which means "wait"
+    clock.advance(90)
+    hosts = server.hosts_of(node.name)
+    assert source.published(node.name) == {i: f"ssh-ed25519 {h.host_keys()['ssh-ed25519']}"
+                                           for i, h in enumerate(hosts)}

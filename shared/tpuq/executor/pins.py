@@ -95,11 +95,14 @@ def pins_for(
     *,
     wait_seconds: float,
     poll_seconds: float,
+    max_poll_seconds: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> tuple[dict[int, str], dict[int, HostKeysUnavailable]]:
     """The pinned key of each of `workers`: from the store, else read from `source` (waiting up to
-    `wait_seconds` for keys not published yet) and stored. Returns (pins, {worker: why it has none})."""
+    `wait_seconds` for keys not published yet, asking after poll_seconds, then twice as long each time up
+    to max_poll_seconds) and stored. Returns (pins, {worker: why it has none})."""
+    interval, longest = poll_seconds, max(poll_seconds, max_poll_seconds or poll_seconds)
     pins = dict(store.get_pins(node))
     missing = [w for w in workers if w not in pins]
     deadline = monotonic() + wait_seconds
@@ -119,7 +122,8 @@ def pins_for(
         remaining = deadline - monotonic()
         if not missing or remaining <= 0:
             break
-        sleep(min(poll_seconds, remaining))
+        sleep(min(interval, remaining))
+        interval = min(interval * 2, longest)
     cause = f" (last error: {type(last_error).__name__}: {last_error})" if last_error else ""
     return pins, {w: HostKeysUnavailable(
         f"no {PINNED_ALGORITHM} host key of worker {w} in the guest attributes of {node} after "

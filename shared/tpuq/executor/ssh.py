@@ -75,9 +75,11 @@ class ConnectPolicy:
     max_backoff: float = 8.0
     connect_timeout: float = 10.0
     batch_size: int = DEFAULT_BATCH_SIZE
-    # How long to wait for host keys a node's guest agents have not published yet, and how often to ask.
+    # How long to wait for host keys a node's guest agents have not published yet, and how often to ask
+    # (after 0.5 s, then twice as long each time, at most every 8 s).
     host_key_wait_seconds: float = 180.0
-    host_key_poll_seconds: float = 5.0
+    host_key_poll_seconds: float = 0.5
+    host_key_max_poll_seconds: float = 8.0
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ class WorkerPool:
         pins, unpinned = pins_for(
             self.node, list(addresses), self.pin_store, self.host_keys,
             wait_seconds=self.policy.host_key_wait_seconds, poll_seconds=self.policy.host_key_poll_seconds,
-            sleep=self._sleep, monotonic=self._monotonic)
+            max_poll_seconds=self.policy.host_key_max_poll_seconds, sleep=self._sleep, monotonic=self._monotonic)
         errors.update(unpinned)
         futures = {w: self._executor.submit(self._connect_with_retries, self.endpoints[w], address, pins[w])
                    for w, address in addresses.items() if w not in unpinned}
