@@ -13,6 +13,7 @@ import socket
 import paramiko
 import pytest
 import requests
+import yaml
 from google.api_core import exceptions
 from google.cloud import tpu_v2
 
@@ -132,3 +133,15 @@ def test_the_executors_host_key_source_reads_them_through_the_client(slow_keys_s
     hosts = server.hosts_of(node.name)
     assert source.published(node.name) == {i: f"ssh-ed25519 {h.host_keys()['ssh-ed25519']}"
                                            for i, h in enumerate(hosts)}
+
+
+def test_the_dev_stack_puts_ssh_where_its_fleets_executor_would_reach_it(tmp_path):
+    from tpuq.devstack.stack import DEMO_DIR, DevStack
+
+    fleet = yaml.safe_load((DEMO_DIR / "fleet.yaml").read_text())
+    assert DevStack(state_dir=tmp_path, fleet_file=DEMO_DIR / "fleet.yaml")._ssh_reachable() == [
+        "--ssh-reachable", "internal"]  # the demo's fleet: vpc, the default
+    for transport, reachable in (("iap", "internal"), ("direct", "external")):
+        path = tmp_path / f"{transport}.yaml"
+        path.write_text(yaml.safe_dump({**fleet, "ssh_transport": transport}))
+        assert DevStack(state_dir=tmp_path, fleet_file=path)._ssh_reachable() == ["--ssh-reachable", reachable]
