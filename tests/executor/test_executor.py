@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from datetime import timedelta
 
 import pytest
@@ -17,6 +16,7 @@ from tpuq.executor.outcome import Decided, NodeState, Wait
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import ConnectPolicy
 from tpuq.executor.workerspec import WorkerSettings
+from tpuq.fleet import SshTransport
 from tpuq.messages import AttemptOutcome, WorkerEndpoint
 
 from .conftest import wait_until
@@ -37,21 +37,24 @@ def clock():
 
 
 @pytest.fixture
-def executor(fake_gcs, ssh_identity, clock, tmp_path):
+def executor(fake_gcs, ssh_identity, clock, tmp_path, host_keys, ticks):
     client = storage.Client(project="test", credentials=AnonymousCredentials(),
                             client_options={"api_endpoint": fake_gcs.base_url})
     return Executor(
         ssh_user=ssh_identity.user,
         ssh_key=lambda: ssh_identity.pkey,
         pin_store=InMemoryPinStore(),
+        host_keys=host_keys,
         objects=GcsObjectStore(client),
         clock=clock,
         settings=WorkerSettings.for_emulator(
             fake_gcs.base_url, log_flush_seconds=0.2, cancel_grace_seconds=1.0, stale_grace_seconds=1.0,
             libtpu_lockfile="/tmp/libtpu_lockfile",
         ),
-        connect_policy=ConnectPolicy(attempts=2, connect_timeout=5),
-        sleep=lambda s: None,
+        connect_policy=ConnectPolicy(attempts=2, connect_timeout=5, host_key_wait_seconds=60,
+                                     host_key_poll_seconds=5, host_key_max_poll_seconds=20),
+        sleep=ticks.sleep,
+        monotonic=ticks.monotonic,
         failure_grace=timedelta(seconds=30),
     )
 
@@ -162,12 +165,63 @@ def test_cancel_stops_every_worker(executor, start_hosts, fake_gcs, bucket):
     assert json.loads(fake_gcs.read(bucket, layout.cancelled_marker_name(a.job_id, a.attempt)))["reason"] == "user asked"
 
 
-def test_unreachable_worker_is_an_infra_failure(executor, start_hosts, bucket):
+def test_unreachable_worker_is_an_infra_failure(executor, start_hosts, bucket, host_keys, dead_address):
     _, endpoints = start_hosts(1)
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        dead = WorkerEndpoint(worker_id=1, ip="127.0.0.1", port=closed.getsockname()[1])
-        a = make_assignment(endpoints=[*endpoints, dead], bucket=bucket)
-        result = executor.start_attempt(a)
+    dead = WorkerEndpoint(worker_id=1, ip=dead_address, port=8470)
+    host_keys.by_worker[1] = host_keys.by_worker[0]  # published, but nothing answers there
+    a = make_assignment(endpoints=[*endpoints, dead], bucket=bucket)
+    result = executor.start_attempt(a)
     assert result.outcome.outcome == AttemptOutcome.infra_failed
     assert result.outcome.detail.startswith("could not reach worker 1:")
+
+
+def test_host_keys_not_yet_published_are_waited_for(executor, start_hosts, bucket, host_keys, ticks):
+    _, endpoints = start_hosts(2)
+    host_keys.unpublished_calls = 3
+    a = make_assignment(endpoints=endpoints, bucket=bucket, command="true")
+    assert executor.start_attempt(a).started
+    assert host_keys.calls == 4 and ticks.slept == [5, 10, 20]  # backing off
+    assert dict(executor.pin_store.get_pins(a.node)) == host_keys.by_worker
+
+
+def test_host_keys_never_published_end_the_start_without_contacting_a_worker(executor, start_hosts, bucket,
+                                                                             host_keys, ticks):
+    hosts, endpoints = start_hosts(2)
+    host_keys.by_worker = {0: host_keys.by_worker[0]}  # worker 1's guest agent never publishes
+    a = make_assignment(endpoints=endpoints, bucket=bucket, command="true")
+    result = executor.start_attempt(a)
+    assert result.outcome.outcome == AttemptOutcome.infra_failed
+    assert "worker 1: HostKeysUnavailable: no ssh-ed25519 host key of worker 1" in result.outcome.detail
+    assert ticks.now == 60 and ticks.slept == [5, 10, 20, 20, 5]  # waited the whole deadline, no longer
+    # Never trusted on first use: worker 1 saw no connection at all, and got no pin.
+    assert hosts[1].connections_seen() == []
+    assert 1 not in executor.pin_store.get_pins(a.node)
+
+
+def test_a_direct_fleet_reaches_its_workers_at_their_external_ips(executor, start_hosts, bucket):
+    # From the internet only the external addresses answer; the internal ones serve nothing.
+    hosts, endpoints = start_hosts(2, external_ips=True, listen_on="external")
+    a = make_assignment(endpoints=endpoints, bucket=bucket, command="true")
+    executor.ssh_transport = lambda: SshTransport.direct
+    assert executor.start_attempt(a).started
+    assert all(h.address == h.external_address != h.internal_address for h in hosts)
+    assert all({to for _, to in h.connections_seen()} == {h.external_address} for h in hosts)
+
+
+def test_a_vpc_fleet_uses_the_internal_ip_even_when_there_is_an_external_one(executor, start_hosts, bucket):
+    hosts, endpoints = start_hosts(1, external_ips=True, listen_on="external")
+    a = make_assignment(endpoints=endpoints, bucket=bucket, command="true")
+    result = executor.start_attempt(a)  # vpc: the internal address, where nothing answers here
+    assert result.outcome.outcome == AttemptOutcome.infra_failed
+    assert f"Unable to connect to port 22 on {hosts[0].internal_address}" in result.outcome.detail
+    assert hosts[0].connections_seen() == []
+
+
+def test_a_direct_fleet_node_without_external_ips_is_an_infra_failure(executor, start_hosts, bucket):
+    hosts, endpoints = start_hosts(1)
+    a = make_assignment(endpoints=endpoints, bucket=bucket, command="true")
+    executor.ssh_transport = lambda: SshTransport.direct
+    result = executor.start_attempt(a)
+    assert result.outcome.outcome == AttemptOutcome.infra_failed
+    assert "worker 0: NoSshAddress: worker 0 has no external IP" in result.outcome.detail
+    assert hosts[0].connections_seen() == []

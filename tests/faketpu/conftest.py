@@ -14,6 +14,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
+from tpuq.faketpu.clock import ManualClock
 from tpuq.faketpu.server import FakeTpuServer
 from tests.helpers import wait_until  # noqa: F401 - re-exported for this package's tests
 
@@ -103,6 +104,7 @@ def qr_request(
     ssh_metadata: str | None = None,
     request_id: str | None = None,
     valid_until_seconds: int | None = None,
+    external_ips: bool = True,
 ) -> tpu_v2.CreateQueuedResourceRequest:
     parent = f"projects/{project}/locations/{zone}"
     node = tpu_v2.Node(
@@ -110,7 +112,7 @@ def qr_request(
         runtime_version="tpu-ubuntu2204-base",
         labels={"owner": "tpuq-tests"},
         metadata={"ssh-keys": ssh_metadata} if ssh_metadata else {},
-        network_config=tpu_v2.NetworkConfig(enable_external_ips=True),
+        network_config=tpu_v2.NetworkConfig(enable_external_ips=external_ips),
     )
     qr = tpu_v2.QueuedResource(
         tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node_id=node_id, node=node)])
@@ -128,6 +130,13 @@ def qr_request(
 
 def qr_state(client: tpu_v2.TpuClient, name: str) -> str:
     return client.get_queued_resource(name=name).state.state.name
+
+
+def manual_clock_server(state_dir, **delays) -> tuple[FakeTpuServer, ManualClock]:
+    """A server (not started) on a manual clock, so the test decides when each transition happens."""
+    clock = ManualClock()
+    scenario = {**FAST_SCENARIO, "delays": {**FAST_SCENARIO["delays"], **delays}}
+    return FakeTpuServer(scenario, state_dir=state_dir, clock=clock), clock
 
 
 @pytest.fixture(scope="session")

@@ -10,17 +10,16 @@ import requests
 from google.api_core import exceptions
 from google.cloud import tpu_v2
 
-from tpuq.faketpu.clock import ManualClock
 from tpuq.faketpu.control import FakeTpuControl
-from tpuq.faketpu.server import FakeTpuServer
+from tpuq.faketpu.hosts import SSH_PORT
 
 from .conftest import (
     CONTROL_ZONE,
-    FAST_SCENARIO,
     NO_QUOTA_ZONE,
     STOCKOUT_ZONE,
     WAIT_ZONE,
     ZONE,
+    manual_clock_server,
     qr_request,
     qr_state,
     ssh_run,
@@ -32,9 +31,8 @@ from .conftest import (
 @pytest.fixture
 def manual_server(tmp_path):
     """A server on a manual clock: the test decides when each transition happens."""
-    clock = ManualClock()
-    scenario = {**FAST_SCENARIO, "delays": {**FAST_SCENARIO["delays"], "deleting": 5}}
-    with FakeTpuServer(scenario, state_dir=tmp_path, clock=clock) as server:
+    server, clock = manual_clock_server(tmp_path, deleting=5)
+    with server:
         yield server, clock
 
 
@@ -66,11 +64,12 @@ def test_every_state_of_a_spot_v4_32_with_real_workers_and_preemption(manual_ser
     endpoints = list(node.network_endpoints)
     assert len(endpoints) == 4 and len({e.ip_address for e in endpoints}) == 4
     for worker, endpoint in enumerate(endpoints):
-        assert endpoint.access_config.external_ip == endpoint.ip_address
-        out = ssh_run(endpoint.ip_address, endpoint.port, ssh_key, f"echo {worker} > /tmp/who; hostname >/dev/null; cat /tmp/who")
+        # Distinct internal and external addresses; `port` is the TPU runtime's, and SSH is on 22.
+        assert endpoint.access_config.external_ip not in ("", endpoint.ip_address) and endpoint.port == 8470
+        out = ssh_run(endpoint.ip_address, SSH_PORT, ssh_key, f"echo {worker} > /tmp/who; hostname >/dev/null; cat /tmp/who")
         assert out == f"{worker}\n"
     hosts = control.node_info(node_name)["hosts"]
-    assert [h["address"] for h in hosts] == [e.ip_address for e in endpoints]
+    assert [h["internal_address"] for h in hosts] == [e.ip_address for e in endpoints]
     assert (Path(hosts[2]["tmp_dir"]) / "who").read_text() == "2\n"
 
     with pytest.raises(exceptions.BadRequest, match="force"):
@@ -82,7 +81,7 @@ def test_every_state_of_a_spot_v4_32_with_real_workers_and_preemption(manual_ser
     assert qr.state.state.name == "SUSPENDING" and qr.state.state_initiator.name == "SERVICE"
     for endpoint in endpoints:
         with pytest.raises(NoValidConnectionsError):
-            ssh_run(endpoint.ip_address, endpoint.port, ssh_key, "true", timeout=3)
+            ssh_run(endpoint.ip_address, SSH_PORT, ssh_key, "true", timeout=3)
     clock.advance(30)
     assert qr_state(client, qr_name) == "SUSPENDED"
 

@@ -10,17 +10,25 @@ from concurrent.futures import ThreadPoolExecutor
 import yaml
 
 from tpuq.faketpu.control import FakeTpuControl
+from tpuq.faketpu.hosts import SSH_PORT
 from tpuq.faketpu.server import FakeTpuServer
 
 from .conftest import FAST_SCENARIO, FAST_TIME_SCALE, ZONE, qr_request, qr_state, ssh_run, tpu_client, wait_until
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat), None once it is gone or a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
+            fields = f.read().rsplit(") ", 1)[1].split()
     except OSError:
-        return False
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _still_running(processes: dict[int, str]) -> list[int]:
+    """pids of `processes` (pid -> start time) that are the same process and still alive: a reused pid is not."""
+    return [pid for pid, started in processes.items() if _start_time(pid) == started]
 
 
 def _active_slice(url: str, project: str, accelerator: str, ssh_key, qr_id: str = "q") -> tuple[str, list]:
@@ -37,17 +45,38 @@ def _active_slice(url: str, project: str, accelerator: str, ssh_key, qr_id: str 
 def _start_job_on_every_worker(endpoints, ssh_key) -> None:
     # A setsid'd job outlives the SSH session, like a real training job.
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda e: ssh_run(e.ip_address, e.port, ssh_key, "setsid sleep 600 >/dev/null 2>&1 </dev/null &"), endpoints))
+        list(pool.map(lambda e: ssh_run(e.ip_address, SSH_PORT, ssh_key, "setsid sleep 600 >/dev/null 2>&1 </dev/null &"), endpoints))
 
 
-def _all_host_pids(control: FakeTpuControl, node_name: str, expected_per_host: int) -> list[int]:
+def _long_lived_host_processes(control: FakeTpuControl, node_name: str) -> dict[int, str]:
+    """pid -> start time of each host's unshare, its namespace init (sshd) and the setsid'd job.
+
+    Only processes that live until the host is killed: an sshd session process that is exiting after its
+    command would make the "alive before stop" check depend on timing."""
+
     def collect():
         hosts = control.node_info(node_name)["hosts"]
-        if not all(len(h["pids"]) >= expected_per_host for h in hosts):
-            return None
-        return [p for h in hosts for p in (h["unshare_pid"], *h["pids"])]
+        found = {}
+        for h in hosts:
+            jobs = [p for p in h["pids"] if _comm(p) == "sleep"]
+            if not jobs:
+                return None  # the job is not visible yet
+            for pid in (h["unshare_pid"], h["init_pid"], *jobs):
+                started = _start_time(pid)
+                if started is None:
+                    return None
+                found[pid] = started
+        return found
 
     return wait_until(collect, what="host processes")
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def test_a_16_host_slice_is_reachable_on_every_worker(fast_server, ssh_key, project):
@@ -55,7 +84,7 @@ def test_a_16_host_slice_is_reachable_on_every_worker(fast_server, ssh_key, proj
     assert len(endpoints) == 16 and len({e.ip_address for e in endpoints}) == 16
 
     def reachable(endpoint) -> bool:
-        wait_until(lambda: ssh_run(endpoint.ip_address, endpoint.port, ssh_key, "echo ok") == "ok\n", timeout=30,
+        wait_until(lambda: ssh_run(endpoint.ip_address, SSH_PORT, ssh_key, "echo ok") == "ok\n", timeout=30,
                    what=f"ssh to {endpoint.ip_address}")
         return True
 
@@ -84,11 +113,11 @@ def test_stop_leaves_no_sshd_or_worker_process(tmp_path, ssh_key, project):
     try:
         node_name, endpoints = _active_slice(url, project, "v4-32", ssh_key)
         _start_job_on_every_worker(endpoints, ssh_key)
-        pids = _all_host_pids(FakeTpuControl(url), node_name, expected_per_host=2)
-        assert len(pids) >= 4 * 3 and all(_alive(p) for p in pids)
+        processes = _long_lived_host_processes(FakeTpuControl(url), node_name)
+        assert len(processes) == 4 * 3
     finally:
         server.stop()
-    assert [p for p in pids if _alive(p)] == []
+    assert _still_running(processes) == []
 
 
 def test_standalone_process_serves_and_cleans_up_on_sigterm(tmp_path, ssh_key, project):
@@ -108,14 +137,14 @@ def test_standalone_process_serves_and_cleans_up_on_sigterm(tmp_path, ssh_key, p
         assert FakeTpuControl(printed).health()["ok"]
         node_name, endpoints = _active_slice(printed, project, "v4-32", ssh_key)
         _start_job_on_every_worker(endpoints, ssh_key)
-        pids = _all_host_pids(FakeTpuControl(printed), node_name, expected_per_host=2)
+        processes = _long_lived_host_processes(FakeTpuControl(printed), node_name)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert [p for p in pids if _alive(p)] == []
+    assert _still_running(processes) == []
 
 
 def test_invalid_scenario_exits_with_a_clear_message(tmp_path):

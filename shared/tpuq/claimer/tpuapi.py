@@ -19,7 +19,7 @@ from google.protobuf import duration_pb2
 from tpuq.claimer.model import NodeInfo, Observation, QrRecord, create_request_id
 from tpuq.claimer.sshkeys import ssh_keys_metadata
 from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, call_api
-from tpuq.fleet import FleetFile
+from tpuq.fleet import FleetFile, worker_network_tag
 from tpuq.messages import WorkerEndpoint
 from tpuq.ownership import is_ours, owner_labels
 
@@ -34,8 +34,18 @@ def rpc_code(exc: BaseException) -> int | None:
         return None
 
 
+# OS Login off on the nodes we create, so that the executor's key in `ssh-keys` is honoured. The org policy
+# compute.requireOsLogin overrides it; deploy checks that policy read-only and says what to do.
+OS_LOGIN_METADATA = {"enable-oslogin": "FALSE"}
+
+
+def node_metadata(fleet: FleetFile, public_key: str) -> dict[str, str]:
+    return {"ssh-keys": ssh_keys_metadata(fleet.ssh_user, public_key), **OS_LOGIN_METADATA}
+
+
 def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
-    """The create body: labels, ssh-keys metadata, tier, validUntilDuration, internal IPs for big slices."""
+    """The create body: labels, ssh-keys metadata (OS Login off), tier, validUntilDuration, the fleet's
+    network and subnetwork, external IPs as `external_ips_for` says, and the workers' network tag."""
     from google.cloud import tpu_v2
 
     entry = fleet.entry(qr.entry_id)
@@ -46,8 +56,13 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
         accelerator_type=accel.name,
         runtime_version=entry.runtime_version,
         labels=owner_labels(fleet, qr.request_id),
-        metadata={"ssh-keys": ssh_keys_metadata(fleet.ssh_user, public_key)},
-        network_config=tpu_v2.NetworkConfig(enable_external_ips=fleet.external_ips_for(accel)),
+        metadata=node_metadata(fleet, public_key),
+        # network/subnetwork pass through as the fleet names them: a name ("default"), as gcloud's --network
+        # sends it, or a full resource name (projects/HOST/global/networks/N for a Shared VPC).
+        network_config=tpu_v2.NetworkConfig(network=fleet.network, subnetwork=fleet.subnetwork,
+                                            enable_external_ips=fleet.external_ips_for(accel)),
+        # The firewall rule deploy checks admits tcp:22 from the executor's tag to this one.
+        tags=[worker_network_tag(fleet.owner_prefix)],
         scheduling_config=tpu_v2.SchedulingConfig(spot=True) if entry.spot else None,
     )
     worker_account = os.environ.get("TPUQ_WORKER_SERVICE_ACCOUNT")
@@ -137,8 +152,11 @@ class TpuApi:
         except TpuqError as e:
             log.warning("node %s of ACTIVE %s unreadable: %s", name, qr.name, e)
             return None
+        # Both addresses are kept; the executor picks the one its fleet's ssh_transport reaches. `port` is
+        # the TPU runtime's (8470), recorded as reported and never used for SSH.
         endpoints = tuple(
-            WorkerEndpoint(worker_id=i, ip=ep.ip_address, port=ep.port or 22)
+            WorkerEndpoint(worker_id=i, ip=ep.ip_address, external_ip=ep.access_config.external_ip or None,
+                           port=ep.port or None)
             for i, ep in enumerate(node.network_endpoints)
         )
         return NodeInfo(name=node.name or name, endpoints=endpoints)

@@ -201,13 +201,24 @@ class DevStack:
         self.env["TPUQ_SSH_PRIVATE_KEY_FILE"] = str(key)
         self.env["TPUQ_SSH_PUBLIC_KEY_FILE"] = str(key) + ".pub"
 
+    def _ssh_reachable(self) -> list[str]:
+        """The fake's workers answer SSH where this fleet's executor would reach them: internal IPs for
+        vpc/iap, external IPs for direct (the scenario decides without a fleet)."""
+        if self.fleet_file is None:
+            return []
+        from tpuq.fleet import FleetFile
+
+        fleet = FleetFile.model_validate(yaml.safe_load(Path(self.fleet_file).read_text()))
+        return ["--ssh-reachable", "internal" if fleet.reaches_internal_ips else "external"]
+
     def _start_fake_tpu(self) -> None:
         port = processes.free_port()
         url = f"http://127.0.0.1:{port}"
         rec = self._spawn(
             "fake-tpu",
             [sys.executable, "-m", "tpuq.faketpu", "--host", "127.0.0.1", "--port", str(port), "--scenario",
-             str(self.scenario), "--time-scale", str(self.time_scale), "--state-dir", str(self.state_dir / "faketpu")],
+             str(self.scenario), "--time-scale", str(self.time_scale), "--state-dir", str(self.state_dir / "faketpu"),
+             *self._ssh_reachable()],
             port, url,
         )
         # The fake TPU kills its worker hosts on SIGTERM; give it time to do so.

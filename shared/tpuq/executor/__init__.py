@@ -2,7 +2,7 @@
 
 Service-facing API (see `tpuq.executor.executor` for the flow):
 
-    Executor(ssh_user=, ssh_key=, pin_store=, objects=, clock=, settings=WorkerSettings(), ...)
+    Executor(ssh_user=, ssh_key=, pin_store=, host_keys=, objects=, clock=, settings=WorkerSettings(), ...)
         .start_attempt(assignment) -> StartResult
         .cancel_attempt(assignment_or_ref, reason=, grace_seconds=) -> Decided(cancelled)
         .read_outcome(assignment_or_ref, node_state=, lost_workers=) -> Decided | Wait
@@ -11,7 +11,8 @@ Service-facing API (see `tpuq.executor.executor` for the flow):
     parse_status_object_name(name) -> StatusObjectRef | None   (for gcs-events)
     STATUS_NOTIFICATION_PREFIX                                  (bucket notification filter)
 
-Adapters: HostKeyPinStore / InMemoryPinStore, ObjectStore / GcsObjectStore,
+Adapters: HostKeyPinStore / InMemoryPinStore, HostKeySource / GuestAttributeHostKeys (host keys from the
+TPU API's guest attributes, never trusted on first use), ObjectStore / GcsObjectStore,
 WorkerSettings (production defaults; `.for_emulator(STORAGE_EMULATOR_HOST)` locally).
 GCS layout: `tpuq.executor.layout`. Worker file layout: `tpuq.executor.worker_supervisor`.
 """

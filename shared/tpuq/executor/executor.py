@@ -1,7 +1,8 @@
 """The executor's service-facing API: start, cancel, and judge an attempt.
 
     executor = Executor(ssh_user="tpuq", ssh_key=load_key, pin_store=pins,
-                        objects=GcsObjectStore(storage_client), clock=now_utc)
+                        host_keys=GuestAttributeHostKeys(tpu_client), objects=GcsObjectStore(storage_client),
+                        clock=now_utc, ssh_transport=lambda: fleet.ssh_transport)
     result = executor.start_attempt(assignment)          # on an assign message
     if result.outcome: publish AttemptEvent(ended, result.outcome)
     else: publish AttemptEvent(started)
@@ -31,8 +32,9 @@ import paramiko
 from tpuq.executor import layout
 from tpuq.executor.objects import ObjectStore
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
-from tpuq.executor.pins import HostKeyPinStore
+from tpuq.executor.pins import HostKeyPinStore, HostKeySource
 from tpuq.executor.ssh import ConnectPolicy, WorkerConnection, WorkerPool
+from tpuq.fleet import SshTransport
 from tpuq.executor.worker_supervisor import BOOTSTRAP
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 from tpuq.messages import Assignment, AttemptOutcome, WorkerEndpoint
@@ -118,22 +120,28 @@ class Executor:
         ssh_user: str,
         ssh_key: Callable[[], paramiko.PKey],
         pin_store: HostKeyPinStore,
+        host_keys: HostKeySource,
         objects: ObjectStore,
         clock: Callable[[], datetime],
+        ssh_transport: Callable[[], SshTransport] = lambda: SshTransport.vpc,
         settings: WorkerSettings = WorkerSettings(),
         connect_policy: ConnectPolicy = ConnectPolicy(),
         sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
         failure_grace: timedelta = DEFAULT_FAILURE_GRACE,
         command_timeout: float = 900.0,
     ):
         self.ssh_user = ssh_user
         self._ssh_key = ssh_key
         self.pin_store = pin_store
+        self.host_keys = host_keys
+        self.ssh_transport = ssh_transport  # read per pool: the fleet in force decides which address to use
         self.objects = objects
         self.clock = clock
         self.settings = settings
         self.connect_policy = connect_policy
         self._sleep = sleep
+        self._monotonic = monotonic
         self.failure_grace = failure_grace
         self.command_timeout = command_timeout
         self._script = supervisor_script()
@@ -150,8 +158,11 @@ class Executor:
             pkey=self._ssh_key(),
             node=node,
             pin_store=self.pin_store,
+            host_keys=self.host_keys,
+            transport=self.ssh_transport(),
             policy=self.connect_policy,
             sleep=self._sleep,
+            monotonic=self._monotonic,
         )
 
     def _supervisor(self, conn: WorkerConnection, *args: str, stdin: str | None = None) -> dict:

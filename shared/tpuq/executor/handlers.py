@@ -30,6 +30,8 @@ from tpuq.executor import layout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState
+from tpuq.executor.pins import GuestAttributeHostKeys
+from tpuq.fleetstore import load_fleet
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, AttemptEvent, AttemptEventKind, GcsObjectEvent, Tick
 from tpuq.service import Context, Service
@@ -104,9 +106,12 @@ class ExecutorRuntime:
             ssh_user=os.environ.get("TPUQ_SSH_USER", "tpuq"),
             ssh_key=lambda: key,
             pin_store=FirestorePinStore(self.clients.firestore),
+            # Host keys come from the nodes' guest attributes (roles/tpu.viewer), never from a first connection.
+            host_keys=GuestAttributeHostKeys(self.clients.tpu),
             objects=GcsObjectStore(self.clients.storage),
             clock=lambda: datetime.now(timezone.utc),
             settings=settings,
+            ssh_transport=lambda: load_fleet(self.clients.firestore).ssh_transport,
         )
 
 

@@ -1,10 +1,14 @@
 """Paramiko fan-out to every worker of a TPU: bounded connects, retries, host-key pins, SFTP.
 
-    with WorkerPool(endpoints, user="tpuq", pkey=key, node=node, pin_store=pins) as pool:
+SSH always goes to port 22 of the address the fleet's ssh_transport reaches (`ssh_address`), and only to a
+host presenting the ed25519 key its guest attributes publish (`tpuq.executor.pins`).
+
+    with WorkerPool(endpoints, user="tpuq", pkey=key, node=node, pin_store=pins,
+                    host_keys=GuestAttributeHostKeys(tpu_client), transport=fleet.ssh_transport) as pool:
         failed = pool.connect()                # {worker_id: error} for workers that stayed unreachable
         results = pool.run(lambda conn: conn.exec(["uname", "-n"]))   # {worker_id: WorkerResult}
 
-or in one call: `run_on_workers(endpoints, user, pkey, fn, node=..., pin_store=...)`.
+or in one call: `run_on_workers(endpoints, user, pkey, fn, node=..., pin_store=..., host_keys=...)`.
 
 Why connects are bounded: sshd's MaxStartups (10:30:100 on TPU VMs) drops a
 share of connections that are not yet authenticated once 10 are pending, so at
@@ -31,12 +35,29 @@ from typing import Generic, TypeVar
 import paramiko
 import tenacity
 
-from tpuq.executor.pins import HostKeyPinStore
+from tpuq.executor.pins import HostKeyPinStore, HostKeySource, pins_for
+from tpuq.fleet import SshTransport
 from tpuq.messages import WorkerEndpoint
 
 T = TypeVar("T")
 DEFAULT_BATCH_SIZE = 8
 MAX_PARALLEL = 64  # threads per pool: one per worker up to this
+SSH_PORT = 22  # always: `networkEndpoints[].port` is the TPU runtime's port (8470), never SSH's
+
+
+class NoSshAddress(Exception):
+    """The worker has no address the fleet's transport can use (a direct fleet's node without external IPs)."""
+
+
+def ssh_address(endpoint: WorkerEndpoint, transport: SshTransport) -> str:
+    """Where to SSH: the internal IP for vpc (and iap, served the same way), the external IP for direct."""
+    if transport is SshTransport.direct:
+        if not endpoint.external_ip:
+            raise NoSshAddress(
+                f"worker {endpoint.worker_id} has no external IP (networkEndpoints[{endpoint.worker_id}]"
+                ".accessConfig.externalIp): ssh_transport: direct needs nodes created with enableExternalIps")
+        return endpoint.external_ip
+    return endpoint.ip
 
 
 class HostKeyMismatch(Exception):
@@ -54,6 +75,11 @@ class ConnectPolicy:
     max_backoff: float = 8.0
     connect_timeout: float = 10.0
     batch_size: int = DEFAULT_BATCH_SIZE
+    # How long to wait for host keys a node's guest agents have not published yet, and how often to ask
+    # (after 0.5 s, then twice as long each time, at most every 8 s).
+    host_key_wait_seconds: float = 180.0
+    host_key_poll_seconds: float = 0.5
+    host_key_max_poll_seconds: float = 8.0
 
 
 @dataclass(frozen=True)
@@ -81,13 +107,6 @@ def key_line(key: paramiko.PKey) -> str:
 def _parse_key_line(line: str) -> tuple[str, paramiko.PKey]:
     key_type, b64 = line.split()[:2]
     return key_type, paramiko.PKey.from_type_string(key_type, base64.b64decode(b64))
-
-
-class _RecordFirstKey(paramiko.MissingHostKeyPolicy):
-    """First contact: accept the key; the pool pins it once the connection is authenticated."""
-
-    def missing_host_key(self, client, hostname, key) -> None:
-        client.get_host_keys().add(hostname, key.get_name(), key)
 
 
 @dataclass
@@ -181,17 +200,23 @@ class WorkerPool:
         pkey: paramiko.PKey,
         node: str,
         pin_store: HostKeyPinStore,
+        host_keys: HostKeySource,
+        transport: SshTransport = SshTransport.vpc,
         policy: ConnectPolicy = ConnectPolicy(),
         sleep: Callable[[float], None] = time.sleep,
         wait: tenacity.wait.wait_base | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.endpoints = {e.worker_id: e for e in endpoints}
         self.user = user
         self.pkey = pkey
         self.node = node
         self.pin_store = pin_store
+        self.host_keys = host_keys
+        self.transport = transport
         self.policy = policy
         self._sleep = sleep
+        self._monotonic = monotonic
         self._wait = wait or tenacity.wait_exponential_jitter(
             multiplier=policy.first_backoff, max=policy.max_backoff, jitter=policy.first_backoff
         )
@@ -208,28 +233,33 @@ class WorkerPool:
         self.close()
 
     def connect(self, worker_ids: Sequence[int] | None = None) -> dict[int, BaseException]:
-        """Connect to the workers (all by default); return the errors of those that stayed unreachable."""
+        """Connect to the workers (all by default); return the errors of those that stayed unreachable.
+
+        Each worker's address must exist for the transport and its host key must be pinned (from the TPU
+        API, waiting for it if need be) before any packet is sent to it."""
         ids = [w for w in (worker_ids if worker_ids is not None else sorted(self.endpoints)) if w not in self.connections]
-        pins = dict(self.pin_store.get_pins(self.node))
-        futures = {w: self._executor.submit(self._connect_with_retries, self.endpoints[w], pins.get(w)) for w in ids}
         errors: dict[int, BaseException] = {}
-        fresh: dict[int, WorkerConnection] = {}
+        addresses: dict[int, str] = {}
+        for w in ids:
+            try:
+                addresses[w] = ssh_address(self.endpoints[w], self.transport)
+            except NoSshAddress as e:
+                errors[w] = e
+        pins, unpinned = pins_for(
+            self.node, list(addresses), self.pin_store, self.host_keys,
+            wait_seconds=self.policy.host_key_wait_seconds, poll_seconds=self.policy.host_key_poll_seconds,
+            max_poll_seconds=self.policy.host_key_max_poll_seconds, sleep=self._sleep, monotonic=self._monotonic)
+        errors.update(unpinned)
+        futures = {w: self._executor.submit(self._connect_with_retries, self.endpoints[w], address, pins[w])
+                   for w, address in addresses.items() if w not in unpinned}
         for w, fut in futures.items():
             try:
-                fresh[w] = fut.result()
+                self.connections[w] = fut.result()
             except Exception as e:  # noqa: BLE001 - reported per worker
                 errors[w] = e
-        new_pins = {w: c.host_key for w, c in fresh.items() if w not in pins}
-        if new_pins:
-            in_force = self.pin_store.add_pins(self.node, new_pins)
-            for w, key in new_pins.items():
-                if in_force.get(w) != key:  # another executor pinned a different key first
-                    fresh.pop(w).close()
-                    errors[w] = HostKeyMismatch(f"worker {w} of {self.node}: host key differs from the pinned one")
-        self.connections.update(fresh)
         return errors
 
-    def _connect_with_retries(self, endpoint: WorkerEndpoint, pinned: str | None) -> WorkerConnection:
+    def _connect_with_retries(self, endpoint: WorkerEndpoint, address: str, pinned: str) -> WorkerConnection:
         attempt = 0
 
         def once() -> WorkerConnection:
@@ -237,7 +267,7 @@ class WorkerPool:
             attempt += 1
             self.connect_attempts[endpoint.worker_id] = attempt
             with self._handshakes:
-                return self._connect_once(endpoint, pinned)
+                return self._connect_once(endpoint, address, pinned)
 
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.policy.attempts),
@@ -248,20 +278,16 @@ class WorkerPool:
         )
         return retrying(once)
 
-    def _connect_once(self, endpoint: WorkerEndpoint, pinned: str | None) -> WorkerConnection:
+    def _connect_once(self, endpoint: WorkerEndpoint, address: str, pinned: str) -> WorkerConnection:
         client = paramiko.SSHClient()
-        host_entry = endpoint.ip if endpoint.port == 22 else f"[{endpoint.ip}]:{endpoint.port}"
-        if pinned:
-            key_type, key = _parse_key_line(pinned)
-            client.get_host_keys().add(host_entry, key_type, key)
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        else:
-            client.set_missing_host_key_policy(_RecordFirstKey())
+        key_type, key = _parse_key_line(pinned)
+        client.get_host_keys().add(address, key_type, key)  # port 22: known_hosts names the bare address
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
         timeout = self.policy.connect_timeout
         try:
             client.connect(
-                endpoint.ip,
-                endpoint.port,
+                address,
+                SSH_PORT,
                 username=self.user,
                 pkey=self.pkey,
                 look_for_keys=False,
@@ -273,8 +299,8 @@ class WorkerPool:
         except paramiko.BadHostKeyException:
             client.close()
             raise HostKeyMismatch(
-                f"worker {endpoint.worker_id} of {self.node} at {endpoint.ip}:{endpoint.port}: "
-                "host key differs from the pinned one"
+                f"worker {endpoint.worker_id} of {self.node} at {address}: host key differs from the one its "
+                "guest attributes publish"
             ) from None
         except (paramiko.SSHException, socket.error, EOFError):
             client.close()
@@ -315,6 +341,8 @@ def run_on_workers(
     *,
     node: str,
     pin_store: HostKeyPinStore,
+    host_keys: HostKeySource,
+    transport: SshTransport = SshTransport.vpc,
     batch_size: int = DEFAULT_BATCH_SIZE,
     policy: ConnectPolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -324,7 +352,8 @@ def run_on_workers(
     Workers that could not be reached get a WorkerResult with the connect error.
     """
     policy = policy or ConnectPolicy(batch_size=batch_size)
-    with WorkerPool(endpoints, user=user, pkey=pkey, node=node, pin_store=pin_store, policy=policy, sleep=sleep) as pool:
+    with WorkerPool(endpoints, user=user, pkey=pkey, node=node, pin_store=pin_store, host_keys=host_keys,
+                    transport=transport, policy=policy, sleep=sleep) as pool:
         errors = pool.connect()
         results: dict[int, WorkerResult[T]] = {w: WorkerResult(w, error=e) for w, e in errors.items()}
         results.update(pool.run(fn))

@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", help="where worker host roots live (default: a temp dir)")
     parser.add_argument("--url-file", help="write the URL here once serving")
     parser.add_argument("--no-worker-hosts", action="store_true", help="synthetic endpoints instead of sshd hosts")
+    parser.add_argument("--ssh-reachable", choices=("internal", "external"),
+                        help="which worker address sshd answers on: internal (the SSH client is in the VPC: "
+                             "vpc/iap fleets) or external (direct); default: the scenario's network.ssh_reachable")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s faketpu %(levelname)s %(message)s")
 
@@ -37,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host,
             port=args.port,
             worker_hosts=not args.no_worker_hosts,
+            ssh_reachable=args.ssh_reachable,
         )
-    except (ScenarioError, OSError) as e:
+    except (ScenarioError, OSError, ValueError) as e:
         print(f"faketpu: {e}", file=sys.stderr)
         return 2
 

@@ -177,6 +177,7 @@ _ROUTES: list[tuple[str, re.Pattern, str]] = [
     ("GET", re.compile(rf"^{_LOC}/nodes$"), "list_nodes"),
     ("GET", re.compile(rf"^{_LOC}/nodes/(?P<id>[^/:]+)$"), "get_node"),
     ("DELETE", re.compile(rf"^{_LOC}/nodes/(?P<id>[^/:]+)$"), "delete_node"),
+    ("POST", re.compile(rf"^{_LOC}/nodes/(?P<id>[^/:]+):getGuestAttributes$"), "get_guest_attributes"),
     ("GET", re.compile(rf"^{_LOC}/operations/(?P<id>[^/:]+)$"), "get_operation"),
 ]
 
@@ -278,6 +279,19 @@ class RestApi:
     def delete_node(self, version, project, zone, id):
         op = self.world.delete_node(project, zone, id, api_version=version)
         return _json_response(render_operation(self.world, op, version))
+
+    def get_guest_attributes(self, version, project, zone, id):
+        body = _request_json()
+        query_path = body.get("queryPath") or ""
+        worker_ids = body.get("workerIds") or []
+        if not isinstance(query_path, str) or not isinstance(worker_ids, list):
+            raise invalid("queryPath must be a string and workerIds a list of strings")
+        per_worker = self.world.get_guest_attributes(project, zone, id, query_path, worker_ids)
+        return _json_response({"guestAttributes": [
+            {"queryPath": query_path,
+             "queryValue": {"items": [{"namespace": a.namespace, "key": a.key, "value": a.value} for a in items]}}
+            for items in per_worker
+        ]})
 
     def get_operation(self, version, project, zone, id):
         return _json_response(render_operation(self.world, self.world.get_operation(project, zone, id), version))

@@ -25,23 +25,32 @@ How a host is isolated (we run as root):
   spawned the process exits, so all hosts are spawned from one long-lived
   launcher thread.
 - Addresses are unique across processes: each one is held by an flock on
-  /run/tpuq-faketpu/addresses/<ip>.lock for the host's life.
+  /run/tpuq-faketpu/addresses/<ip>.lock for the host's life, and handed out
+  only when its port 22 is free. sshd always listens on port 22.
+- A host has an internal address (127.0.x.y, standing for the VPC IP) and,
+  with external_ips, an external one (127.1.x.y). sshd listens on one of them
+  (`listen_on`); the other is held but serves nothing, so a client that uses
+  the wrong one is refused.
+- Host keys: ed25519 and ecdsa, like a VM has several; `host_keys()` gives
+  what the guest agent would publish in guest attributes.
 
 Public API:
 
     parse_ssh_keys_metadata(text) -> dict[str, list[str]]
         "user:ssh-ed25519 AAAA... comment" lines -> {user: [public key lines]}.
-    WorkerHostManager(state_dir, *, max_startups="10:30:100", port=22)
+    WorkerHostManager(state_dir, *, max_startups="10:30:100")
         .start_hosts(count, authorized_keys, *, label="node", env=None,
-                     timeout=15.0) -> list[WorkerHost]
+                     timeout=15.0, external_ips=False, listen_on="internal") -> list[WorkerHost]
             Starts `count` hosts concurrently and returns once every sshd accepts
             TCP connections. authorized_keys: {user: [key lines]}; the users are
             created (shell /bin/sh, unlocked) when missing. env: SetEnv for sessions.
         .stop_hosts(hosts)       kill every process of those hosts, free addresses
         .stop_all()              the same for every host this manager started
         .hosts -> list[WorkerHost]
-    WorkerHost (frozen): worker_index, address, port, root_dir, users,
-        unshare_pid, init_pid;
+    WorkerHost (frozen): worker_index, address (where sshd listens), port (22),
+        root_dir, users, unshare_pid, init_pid, internal_address, external_address;
+        .host_keys() -> {"ssh-ed25519": base64, "ecdsa-sha2-nistp256": base64};
+        .connections_seen() -> [(client address, address connected to)] (not the readiness probes);
         .path_on_host("/tmp/x") -> the real path of that file (tmp and homes
             are per host; other paths are the machine's own);
         .namespace_pids() -> pids of every process on the host (sshd included);
@@ -72,6 +81,7 @@ HOST_SSHD_MOUNT = RUN_DIR / "host"
 ADDRESS_LOCK_DIR = RUN_DIR / "addresses"
 SSHD_BINARY = "/usr/sbin/sshd"
 DEFAULT_MAX_STARTUPS = "10:30:100"  # what TPU VMs use
+HOST_KEY_TYPES = ("ed25519", "ecdsa")  # TPU VMs also have rsa; two are enough to make the choice matter
 
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _user_lock = threading.Lock()
@@ -133,13 +143,21 @@ def _password_field(name: str) -> str:
     return ""
 
 
+SSH_PORT = 22  # every worker host listens here, as on a TPU VM: clients never need another port
+
+
 class AddressPool:
-    """Hands out 127.0.x.y addresses that no other process on the machine holds."""
+    """Hands out 127.N.x.y addresses that no other process on the machine holds and whose port 22 is free.
+
+    An address is held by an flock (so parallel stacks and test processes never share one) and is handed out
+    only if binding its port 22 succeeds (so nothing else, ours or not, already serves there).
+    """
 
     FIRST_OCTET3, LAST_OCTET3 = 16, 250  # 127.0.0.x and 127.0.1.1 are the machine's own
 
-    def __init__(self, lock_dir: Path = ADDRESS_LOCK_DIR):
+    def __init__(self, lock_dir: Path = ADDRESS_LOCK_DIR, second_octet: int = 0):
         self._lock_dir = lock_dir
+        self._second = second_octet
         self._held: dict[str, int] = {}
         self._mutex = threading.Lock()
         self._next = (self.FIRST_OCTET3 + os.getpid() % 64, 1)  # spread processes apart
@@ -150,7 +168,7 @@ class AddressPool:
             total = (self.LAST_OCTET3 - self.FIRST_OCTET3 + 1) * 254
             x, y = self._next
             for _ in range(total):
-                address = f"127.0.{x}.{y}"
+                address = f"127.{self._second}.{x}.{y}"
                 y += 1
                 if y > 254:
                     x, y = (x + 1 if x < self.LAST_OCTET3 else self.FIRST_OCTET3), 1
@@ -162,10 +180,13 @@ class AddressPool:
                 except OSError:
                     os.close(fd)
                     continue
+                if not _port_is_free(address, SSH_PORT):
+                    os.close(fd)
+                    continue
                 self._held[address] = fd
                 self._next = (x, y)
                 return address
-        raise WorkerHostError("no free loopback address for a worker host")
+        raise WorkerHostError(f"no free loopback address 127.{self._second}.x.y for a worker host")
 
     def release(self, address: str) -> None:
         with self._mutex:
@@ -174,16 +195,18 @@ class AddressPool:
             os.close(fd)
 
 
-_default_pool: AddressPool | None = None
+# Internal addresses stand for `networkEndpoints[].ipAddress` (10.x in a real VPC), external ones for
+# `accessConfig.externalIp`: two ranges, so the two can never be confused.
+INTERNAL_SECOND_OCTET, EXTERNAL_SECOND_OCTET = 0, 1
+_default_pools: dict[int, AddressPool] = {}
 _default_pool_lock = threading.Lock()
 
 
-def default_address_pool() -> AddressPool:
-    global _default_pool
+def default_address_pool(second_octet: int = INTERNAL_SECOND_OCTET) -> AddressPool:
     with _default_pool_lock:
-        if _default_pool is None:
-            _default_pool = AddressPool()
-        return _default_pool
+        if second_octet not in _default_pools:
+            _default_pools[second_octet] = AddressPool(second_octet=second_octet)
+        return _default_pools[second_octet]
 
 
 class _Launcher:
@@ -210,7 +233,7 @@ def _get_launcher() -> _Launcher:
 @dataclass(frozen=True)
 class WorkerHost:
     worker_index: int
-    address: str
+    address: str  # where sshd listens (port 22): internal_address or external_address
     port: int
     root_dir: Path
     users: tuple[str, ...]
@@ -218,6 +241,16 @@ class WorkerHost:
     init_pid: int  # sshd: pid 1 of the host's pid namespace
     _process: subprocess.Popen = field(repr=False, compare=False)
     _pidns: str = field(repr=False, compare=False)
+    internal_address: str = ""
+    external_address: str | None = None  # held, and served only when the host listens on it
+
+    def host_keys(self) -> dict[str, str]:
+        """algorithm -> base64 of this host's public host keys (what a guest agent publishes)."""
+        keys = {}
+        for pub in sorted((self.root_dir / "sshd").glob("host_key_*.pub")):
+            algorithm, b64 = pub.read_text().split()[:2]
+            keys[algorithm] = b64
+        return keys
 
     def path_on_host(self, path: str) -> Path:
         """Where a path as seen on the host lives on this machine (tmp and homes are per host)."""
@@ -245,28 +278,43 @@ class WorkerHost:
     def is_running(self) -> bool:
         return self._process.poll() is None
 
+    def connections_seen(self) -> list[tuple[str, str]]:
+        """(client address, address it connected to) of every TCP connection sshd accepted, from its log
+        (LogLevel VERBOSE), leaving out the manager's own readiness probes."""
+        try:
+            text = (self.root_dir / "sshd.log").read_text()
+        except OSError:
+            return []
+        return [(m.group(1), m.group(2)) for m in _CONNECTION_LOG_RE.finditer(text) if m.group(1) != m.group(2)]
+
+
+def published_host_keys(hosts: Sequence[WorkerHost]) -> dict[int, str]:
+    """worker index -> "ssh-ed25519 BASE64" of hosts started without the fake API (tests, benchmarks): what
+    their guest agents would publish, in the form `tpuq.executor.pins.HostKeySource.published` returns."""
+    return {i: f"ssh-ed25519 {h.host_keys()['ssh-ed25519']}" for i, h in enumerate(hosts)}
+
 
 def _tcp_accepts(address: str, port: int) -> bool:
+    # From the host's own address, so `WorkerHost.connections_seen()` can leave this probe out.
     try:
-        with socket.create_connection((address, port), timeout=0.5):
+        with socket.create_connection((address, port), timeout=0.5, source_address=(address, 0)):
             return True
     except OSError:
         return False
 
 
+_CONNECTION_LOG_RE = re.compile(r"Connection from (\S+) port \d+ on (\S+) port (\d+)")
+
+
 def _port_is_free(address: str, port: int) -> bool:
+    """Nothing listens there. SO_REUSEADDR as sshd sets it: a dead host's TIME_WAIT connections do not count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((address, port))
             return True
         except OSError:
             return False
-
-
-def _ephemeral_port(address: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def _children_of(pid: int) -> list[int]:
@@ -285,13 +333,13 @@ class WorkerHostManager:
         state_dir: str | os.PathLike,
         *,
         max_startups: str = DEFAULT_MAX_STARTUPS,
-        port: int = 22,
         address_pool: AddressPool | None = None,
+        external_address_pool: AddressPool | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.max_startups = max_startups
-        self.preferred_port = port
-        self._pool = address_pool or default_address_pool()
+        self._pool = address_pool or default_address_pool(INTERNAL_SECOND_OCTET)
+        self._external_pool = external_address_pool or default_address_pool(EXTERNAL_SECOND_OCTET)
         self._hosts: dict[int, WorkerHost] = {}  # by unshare pid
         self._mutex = threading.Lock()
         self._counter = 0
@@ -309,9 +357,15 @@ class WorkerHostManager:
         label: str = "node",
         env: Mapping[str, str] | None = None,
         timeout: float = 15.0,
+        external_ips: bool = False,
+        listen_on: str = "internal",
     ) -> list[WorkerHost]:
+        """listen_on: "internal" or "external" (see Network in scenario.py); a host without an external
+        address listens on its internal one."""
         if count < 1:
             raise ValueError("count must be >= 1")
+        if listen_on not in ("internal", "external"):
+            raise ValueError(f"listen_on must be 'internal' or 'external', not {listen_on!r}")
         _prepare_run_dirs()
         users = {name: ensure_login_user(name) for name in authorized_keys}
         with self._mutex:
@@ -320,7 +374,8 @@ class WorkerHostManager:
         hosts: list[WorkerHost] = []
         try:
             for index in range(count):
-                hosts.append(self._spawn(index, base / f"worker-{index}", authorized_keys, users, env or {}))
+                hosts.append(self._spawn(index, base / f"worker-{index}", authorized_keys, users, env or {},
+                                         external_ips, listen_on))
             self._wait_listening(hosts, timeout)
         except BaseException:
             self.stop_hosts(hosts)
@@ -340,7 +395,9 @@ class WorkerHostManager:
             except subprocess.TimeoutExpired:
                 host._process.kill()
                 host._process.wait(timeout=10)
-            self._pool.release(host.address)
+            self._pool.release(host.internal_address)
+            if host.external_address:
+                self._external_pool.release(host.external_address)
             with self._mutex:
                 self._hosts.pop(host.unshare_pid, None)
 
@@ -356,10 +413,15 @@ class WorkerHostManager:
         authorized_keys: Mapping[str, Sequence[str]],
         users: Mapping[str, pwd.struct_passwd],
         env: Mapping[str, str],
+        external_ips: bool,
+        listen_on: str,
     ) -> WorkerHost:
-        address = self._pool.acquire()
+        internal = self._pool.acquire()
+        external = None
         try:
-            port = self.preferred_port if _port_is_free(address, self.preferred_port) else _ephemeral_port(address)
+            external = self._external_pool.acquire() if external_ips else None
+            address = external if listen_on == "external" and external else internal
+            port = SSH_PORT
             sshd_dir = root / "sshd"
             (root / "tmp").mkdir(parents=True, exist_ok=True)
             os.chmod(root / "tmp", 0o1777)
@@ -372,11 +434,13 @@ class WorkerHostManager:
                 (sshd_dir / "authorized_keys" / name).write_text("\n".join(authorized_keys[name]) + "\n")
                 mounts.append(f"mount --bind {shlex.quote(str(home))} {shlex.quote(entry.pw_dir)}")
             mounts.append(f"mount --bind {shlex.quote(str(root / 'tmp'))} /tmp")
-            subprocess.run(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"worker-{index}", "-f", str(sshd_dir / "host_key")],
-                check=True,
-                capture_output=True,
-            )
+            for algorithm in HOST_KEY_TYPES:  # like a TPU VM, more than one: the client must pin ed25519
+                subprocess.run(
+                    ["ssh-keygen", "-q", "-t", algorithm, "-N", "", "-C", f"worker-{index}",
+                     "-f", str(sshd_dir / f"host_key_{algorithm}")],
+                    check=True,
+                    capture_output=True,
+                )
             (sshd_dir / "sshd_config").write_text(self._sshd_config(address, port, env))
             script = " && ".join(mounts + [f"exec {SSHD_BINARY} -D -e -f {HOST_SSHD_MOUNT}/sshd_config"])
             log = open(root / "sshd.log", "ab")
@@ -401,9 +465,13 @@ class WorkerHostManager:
                 init_pid=init_pid,
                 _process=process,
                 _pidns=os.readlink(f"/proc/{init_pid}/ns/pid"),
+                internal_address=internal,
+                external_address=external,
             )
         except BaseException:
-            self._pool.release(address)
+            self._pool.release(internal)
+            if external:
+                self._external_pool.release(external)
             raise
         with self._mutex:
             self._hosts[host.unshare_pid] = host
@@ -413,7 +481,7 @@ class WorkerHostManager:
         lines = [
             f"Port {port}",
             f"ListenAddress {address}",
-            f"HostKey {HOST_SSHD_MOUNT}/host_key",
+            *(f"HostKey {HOST_SSHD_MOUNT}/host_key_{algorithm}" for algorithm in HOST_KEY_TYPES),
             "PidFile none",
             f"AuthorizedKeysFile {HOST_SSHD_MOUNT}/authorized_keys/%u",
             "StrictModes no",
@@ -423,6 +491,7 @@ class WorkerHostManager:
             "PermitRootLogin no",
             f"MaxStartups {self.max_startups}",
             "UseDNS no",
+            "LogLevel VERBOSE",  # logs "Connection from A port P on B port 22": which address a client used
             "Subsystem sftp internal-sftp",
         ]
         if env:

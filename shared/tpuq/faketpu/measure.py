@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from tpuq.tputypes import parse_accelerator_type
 
+from .hosts import SSH_PORT
 from .model import QrState
 from .server import FakeTpuServer
 
@@ -68,7 +69,7 @@ def measure(accelerator: str = "v5litepod-64", runs: int = 3) -> None:
             active_at = time.monotonic()
             node = world.get_node("measure", ZONE, f"{qr_id}-n")
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda e: _run(e.ip_address, e.port, pkey), node.endpoints))
+                list(pool.map(lambda e: _run(e.ip_address, SSH_PORT, pkey), node.endpoints))
             reachable_at = time.monotonic()
             print(
                 f"{accelerator} run {run}: {len(node.endpoints)} hosts; provisioning end -> ACTIVE "

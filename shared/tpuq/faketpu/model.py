@@ -231,11 +231,21 @@ def failure_for_class(error_class: str, *, project: str, zone: str, family: str,
 # -- records -------------------------------------------------------------------------------
 
 
+TPU_RUNTIME_PORT = 8470  # what `networkEndpoints[].port` reports: the TPU runtime's port, not SSH's
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    ip_address: str
-    port: int
-    external_ip: str | None = None
+    ip_address: str  # internal
+    port: int = TPU_RUNTIME_PORT
+    external_ip: str | None = None  # only with networkConfig.enableExternalIps
+
+
+@dataclass(frozen=True)
+class GuestAttribute:
+    namespace: str
+    key: str
+    value: str
 
 
 @dataclass
@@ -255,6 +265,9 @@ class NodeRecord:
     preempt_at: float | None = None
     delete_done_at: float | None = None
     endpoints: tuple[Endpoint, ...] = ()
+    # Per worker, what its guest agent publishes, and from when (scenario time).
+    guest_attributes: tuple[tuple[GuestAttribute, ...], ...] = ()
+    guest_attributes_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -619,6 +632,34 @@ class FakeTpuWorld:
             raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
         return node
 
+    def get_guest_attributes(self, project, zone, node_id, query_path: str = "", worker_ids=()) -> list[list[GuestAttribute]]:
+        """One list per requested worker (all, in worker order, when worker_ids is empty), like
+        `GetGuestAttributesResponse.guestAttributes`, which carries no worker id: position is the worker.
+
+        Before any worker has published under the path: 404, as Compute Engine answers for guest attributes
+        not written yet ("The resource 'hostkeys/' of type 'Guest Attribute' was not found.")."""
+        with self.lock:
+            self.advance()
+            node = self._node(project, zone, node_id)
+            published = (node.state == NodeState.READY and node.guest_attributes_at is not None
+                         and node.guest_attributes_at <= self.clock.now())
+            per_worker = node.guest_attributes if published else ()
+            try:
+                wanted = [int(w) for w in worker_ids] if worker_ids else list(range(node.accelerator.hosts))
+            except ValueError:
+                raise invalid(f"workerIds must be worker numbers, got {list(worker_ids)!r}", "worker_ids") from None
+            if any(not 0 <= w < node.accelerator.hosts for w in wanted):
+                raise invalid(f"workerIds {list(worker_ids)!r}: {node.name} has workers 0..{node.accelerator.hosts - 1}",
+                              "worker_ids")
+            namespace, _, key = query_path.strip("/").partition("/")
+            out = []
+            for w in wanted:
+                items = per_worker[w] if w < len(per_worker) else ()
+                out.append([a for a in items if (not namespace or a.namespace == namespace) and (not key or a.key == key)])
+            if not any(out):
+                raise ApiError("NOT_FOUND", f"The resource '{query_path}' of type 'Guest Attribute' was not found.")
+            return out
+
     def list_nodes(self, project, zone, page_size=0, page_token=""):
         with self.lock:
             self.advance()
@@ -833,7 +874,7 @@ class FakeTpuWorld:
             self._ip_counter += 1
             ip = f"10.130.{self._ip_counter // 250}.{self._ip_counter % 250 + 2}"
             external = f"34.1.{self._ip_counter // 250}.{self._ip_counter % 250 + 2}" if node.enable_external_ips else None
-            out.append(Endpoint(ip, 22, external))
+            out.append(Endpoint(ip, TPU_RUNTIME_PORT, external))
         return tuple(out)
 
     # -- quota --------------------------------------------------------------------------
@@ -866,8 +907,11 @@ class FakeTpuWorld:
         with self.lock:
             return {n.name for n in self.nodes.values() if n.wants_live_hosts}
 
-    def hosts_started(self, node_name: str, endpoints: tuple[Endpoint, ...]) -> bool:
-        """The server started a node's hosts: it becomes READY and its request ACTIVE. False if no longer wanted."""
+    def hosts_started(self, node_name: str, endpoints: tuple[Endpoint, ...],
+                      guest_attributes: tuple[tuple[GuestAttribute, ...], ...] = ()) -> bool:
+        """The server started a node's hosts: it becomes READY and its request ACTIVE. False if no longer wanted.
+
+        guest_attributes (per worker) are published `delays.host_keys` after that."""
         with self.lock:
             node = self.nodes.get(node_name)
             if node is None or not node.awaiting_hosts:
@@ -875,7 +919,10 @@ class FakeTpuWorld:
             qr = self.queued_resources.get(node.queued_resource)
             if qr is None or qr.state != QrState.PROVISIONING:
                 return False
-            self._activate(qr, endpoints, self.clock.now())
+            now = self.clock.now()
+            self._activate(qr, endpoints, now)
+            node.guest_attributes = guest_attributes
+            node.guest_attributes_at = now + self.scenario.delays.host_keys
             return True
 
     def hosts_failed(self, node_name: str, message: str) -> None:

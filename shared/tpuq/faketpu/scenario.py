@@ -89,6 +89,9 @@ class Delays(_Strict):
     provisioning: float = Field(600, ge=0)  # PROVISIONING -> ACTIVE
     suspending: float = Field(30, ge=0)  # SUSPENDING -> SUSPENDED after a preemption
     deleting: float = Field(5, ge=0)  # DELETING -> gone
+    # ACTIVE (every sshd up) -> the hosts' keys in guest attributes. On a real VM the guest agent publishes
+    # them after boot, on its own schedule: a client must wait for them, never trust the first connection.
+    host_keys: float = Field(0, ge=0)
 
 
 class ScriptedPreemption(_Strict):
@@ -126,12 +129,25 @@ class Billing(_Strict):
     disabled_windows: list[Window] = Field(default_factory=list)
 
 
+class Network(_Strict):
+    """Where the client that SSHes to the workers sits, which decides which of a worker's addresses answers.
+
+    internal: inside the VPC (a vpc or iap fleet's executor), so sshd answers on the internal address only;
+    external: on the internet (a direct fleet's executor), so sshd answers on the external address only.
+    The other address is allocated and held but serves nothing, so a client that picks the wrong
+    `networkEndpoints` field is refused, as it would be in a real project.
+    """
+
+    ssh_reachable: Literal["internal", "external"] = "internal"
+
+
 class Scenario(_Strict):
     seed: int = 0
     zones: dict[str, ZoneScenario] = Field(default_factory=dict)
     delays: Delays = Field(default_factory=Delays)
     preemption: Preemption = Field(default_factory=Preemption)
     billing: Billing = Field(default_factory=Billing)
+    network: Network = Field(default_factory=Network)
 
     @field_validator("zones")
     @classmethod

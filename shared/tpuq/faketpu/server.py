@@ -29,10 +29,11 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from .api import CallLog, create_app
 from .clock import Clock, ScaledClock
 from .hosts import WorkerHost, WorkerHostManager, parse_ssh_keys_metadata
-from .model import Endpoint, FakeTpuWorld, NodeRecord
+from .model import TPU_RUNTIME_PORT, Endpoint, FakeTpuWorld, GuestAttribute, NodeRecord
 from .scenario import Scenario, load_scenario, parse_scenario
 
 log = logging.getLogger(__name__)
+HOST_KEYS_NAMESPACE = "hostkeys"  # the guest agent writes hostkeys/<algorithm> = <base64 public key>
 
 _live_servers: weakref.WeakSet[FakeTpuServer] = weakref.WeakSet()
 
@@ -77,13 +78,18 @@ class FakeTpuServer:
         rng: random.Random | None = None,
         worker_hosts: bool = True,
         tick_seconds: float = 0.02,
+        ssh_reachable: str | None = None,
     ) -> None:
+        """ssh_reachable: "internal" | "external" overrides the scenario's network.ssh_reachable."""
         if isinstance(scenario, Scenario):
             self.scenario = scenario
         elif isinstance(scenario, dict):
             self.scenario = parse_scenario(scenario)
         else:
             self.scenario = load_scenario(scenario)
+        self.ssh_reachable = ssh_reachable or self.scenario.network.ssh_reachable
+        if self.ssh_reachable not in ("internal", "external"):
+            raise ValueError(f"ssh_reachable must be 'internal' or 'external', not {self.ssh_reachable!r}")
         self.clock = clock or ScaledClock(time_scale)
         self._own_state_dir = state_dir is None
         self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="faketpu-"))
@@ -180,7 +186,8 @@ class FakeTpuServer:
     def _start_node_hosts(self, node: NodeRecord) -> None:
         try:
             hosts = self.host_manager.start_hosts(
-                node.accelerator.hosts, lenient_ssh_keys(node.ssh_keys), label=f"{node.zone}-{node.node_id}"
+                node.accelerator.hosts, lenient_ssh_keys(node.ssh_keys), label=f"{node.zone}-{node.node_id}",
+                external_ips=node.enable_external_ips, listen_on=self.ssh_reachable,
             )
         except Exception as e:
             log.exception("starting hosts of %s failed", node.name)
@@ -188,13 +195,16 @@ class FakeTpuServer:
             with self._hosts_lock:
                 self._starting.discard(node.name)
             return
-        endpoints = tuple(
-            Endpoint(h.address, h.port, h.address if node.enable_external_ips else None) for h in hosts
+        # As the API reports them: the internal address, the external one only when asked for, port 8470.
+        endpoints = tuple(Endpoint(h.internal_address, TPU_RUNTIME_PORT, h.external_address) for h in hosts)
+        published = tuple(
+            tuple(GuestAttribute(HOST_KEYS_NAMESPACE, algorithm, b64) for algorithm, b64 in h.host_keys().items())
+            for h in hosts
         )
         with self._hosts_lock:
             self._starting.discard(node.name)
             self._hosts[node.name] = hosts
-        if self._stop.is_set() or not self.world.hosts_started(node.name, endpoints):
+        if self._stop.is_set() or not self.world.hosts_started(node.name, endpoints, published):
             self.stop_unwanted_hosts()
 
     def stop_unwanted_hosts(self) -> None:
@@ -215,6 +225,8 @@ class FakeTpuServer:
                 "worker": h.worker_index,
                 "address": h.address,
                 "port": h.port,
+                "internal_address": h.internal_address,
+                "external_address": h.external_address,
                 "root_dir": str(h.root_dir),
                 "tmp_dir": str(h.root_dir / "tmp"),
                 "home_dirs": {u: str(h.root_dir / "home" / u) for u in h.users},
