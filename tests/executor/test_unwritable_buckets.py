@@ -26,11 +26,11 @@ from .conftest import wait_until
 from .factories import T0, make_assignment
 
 
-def executor_for(fake_gcs, ssh_identity, status_bucket: str, **settings) -> Executor:
+def executor_for(fake_gcs, ssh_identity, host_keys, status_bucket: str, **settings) -> Executor:
     client = storage.Client(project="test", credentials=AnonymousCredentials(),
                             client_options={"api_endpoint": fake_gcs.base_url})
     return Executor(
-        ssh_user=ssh_identity.user, ssh_key=lambda: ssh_identity.pkey, pin_store=InMemoryPinStore(),
+        ssh_user=ssh_identity.user, ssh_key=lambda: ssh_identity.pkey, pin_store=InMemoryPinStore(), host_keys=host_keys,
         objects=GcsObjectStore(client), clock=lambda: T0,
         settings=WorkerSettings.for_emulator(fake_gcs.base_url, log_flush_seconds=0.2, cancel_grace_seconds=1.0,
                                              stale_grace_seconds=1.0, libtpu_lockfile="/tmp/libtpu_lockfile",
@@ -39,9 +39,9 @@ def executor_for(fake_gcs, ssh_identity, status_bucket: str, **settings) -> Exec
         failure_grace=timedelta(seconds=30))
 
 
-def test_logs_that_could_not_be_written_are_named_in_the_succeeded_detail(fake_gcs, ssh_identity, start_hosts, bucket):
+def test_logs_that_could_not_be_written_are_named_in_the_succeeded_detail(fake_gcs, ssh_identity, start_hosts, bucket, host_keys):
     missing = f"gone-{uuid.uuid4().hex[:10]}"  # the job's bucket: the workers cannot write it
-    executor = executor_for(fake_gcs, ssh_identity, status_bucket=bucket)  # the runner bucket: writable
+    executor = executor_for(fake_gcs, ssh_identity, host_keys, status_bucket=bucket)  # the runner bucket: writable
     _, endpoints = start_hosts(2)
     a = make_assignment(endpoints=endpoints, command="echo hello", bucket=missing)
     assert executor.start_attempt(a).started
@@ -55,12 +55,12 @@ def test_logs_that_could_not_be_written_are_named_in_the_succeeded_detail(fake_g
 
 
 def test_a_status_object_that_could_not_be_written_ends_the_attempt_with_the_reason(fake_gcs, ssh_identity,
-                                                                                      start_hosts, bucket):
+                                                                                      start_hosts, bucket, host_keys):
     missing = f"gone-{uuid.uuid4().hex[:10]}"
     # The workers write status objects where they cannot (in production: the runner bucket without the grant);
     # the executor reads the (existing, empty) runner bucket.
-    executor = executor_for(fake_gcs, ssh_identity, status_bucket=missing, status_upload_deadline_seconds=1.0)
-    reader = executor_for(fake_gcs, ssh_identity, status_bucket=bucket)
+    executor = executor_for(fake_gcs, ssh_identity, host_keys, status_bucket=missing, status_upload_deadline_seconds=1.0)
+    reader = executor_for(fake_gcs, ssh_identity, host_keys, status_bucket=bucket)
     _, endpoints = start_hosts(1)
     a = make_assignment(endpoints=endpoints, command="echo hello", bucket=missing, hosts=1)
     assert executor.start_attempt(a).started
