@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tpuq.executor import layout
+from tpuq import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.pins import InMemoryPinStore
@@ -160,7 +160,7 @@ def main() -> int:
                 assert all(r.ok for r in fan.values())
 
                 executor.cancel_attempt(a, grace_seconds=0)
-                prefix = layout.status_prefix(a.job_id, a.attempt)
+                prefix = gcslayout.status_prefix(a.job_id, a.attempt)
                 _poll(lambda: len(objects.list_names(BUCKET, prefix)) >= size + 1, 60, "statuses after cancel")
                 if run:
                     start_times.append(elapsed)

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tpuq.documents import JOB_STATES_ON_A_TPU, TERMINAL_JOB_STATES, JobState
 from tpuq.errors import TpuqError, describe_validation_error
 
 app = typer.Typer(help="tpuq: an event-driven job queue for Cloud TPU allocations.", no_args_is_help=True,
@@ -227,8 +228,6 @@ def _check_job_buckets(clients, prepared) -> None:
 def _wait_for_jobs(clients, ids: list[str], timeout: float) -> int:
     import time
 
-    from tpuq.queries import TERMINAL
-
     deadline = time.monotonic() + timeout if timeout else None
     final: dict[str, str] = {}
     with err.status("waiting for the jobs to end...") as status:
@@ -238,7 +237,7 @@ def _wait_for_jobs(clients, ids: list[str], timeout: float) -> int:
                     continue
                 snap = clients.firestore.collection("jobs").document(job_id).get()
                 state = (snap.to_dict() or {}).get("state") if snap.exists else "submitted"
-                if state in TERMINAL:
+                if state in TERMINAL_JOB_STATES:
                     final[job_id] = state
                     out.print(f"{job_id}: {state}")
             status.update(f"waiting: {len(ids) - len(final)} of {len(ids)} jobs still running...")
@@ -246,7 +245,7 @@ def _wait_for_jobs(clients, ids: list[str], timeout: float) -> int:
                 err.print(f"gave up waiting after {timeout:.0f}s")
                 return 1
             time.sleep(0.5)
-    return 0 if all(s == "succeeded" for s in final.values()) else 1
+    return 0 if all(s == JobState.succeeded for s in final.values()) else 1
 
 
 @app.command()
@@ -263,7 +262,7 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         rows = list_jobs(db, limit=20)
         blocks = _fleet_blocks(db)
         for row in rows:
-            if row.get("state") == "pending" and blocks and not row.get("blocked"):
+            if row.get("state") == JobState.pending and blocks and not row.get("blocked"):
                 row["blocked"] = "blocked: " + blocks[0]
         if as_json:
             print(json.dumps(rows, default=_json_default, indent=2))
@@ -283,7 +282,7 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
     for key in ("reason", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
         if job.get(key):
             out.print(f"  {key}: {job[key]}")
-    if job.get("state") == "pending":
+    if job.get("state") == JobState.pending:
         for reason in _fleet_blocks(db):
             out.print(f"  [red]blocked:[/red] {reason}")
     for a in job["attempt_history"]:
@@ -299,8 +298,8 @@ def _fleet_blocks(db) -> list[str]:
 
 
 def _state_style(state) -> str:
-    colour = {"succeeded": "green", "failed": "red", "rejected": "red", "cancelled": "yellow",
-              "running": "cyan", "assigned": "cyan"}.get(state or "", "white")
+    colour = {JobState.succeeded: "green", JobState.failed: "red", JobState.rejected: "red",
+              JobState.cancelled: "yellow", JobState.running: "cyan", JobState.assigned: "cyan"}.get(state or "", "white")
     return f"[{colour}]{state}[/{colour}]"
 
 
@@ -333,11 +332,10 @@ def list_(state: Optional[str] = typer.Option(None, help="Only jobs in this stat
 def cancel(job_id: str = typer.Argument(...), reason: str = typer.Option("cancelled by user")) -> None:
     """Cancel a job: a pending one at once, a running one by stopping it on every worker."""
     from tpuq.messages import CancelRequest
-    from tpuq.queries import TERMINAL
 
     clients = cli_clients()
     job = _job_or_fail(clients.firestore, job_id)
-    if job.get("state") in TERMINAL:
+    if job.get("state") in TERMINAL_JOB_STATES:
         out.print(f"{job_id} already ended: {job.get('state')}")
         return
     clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=os.environ.get("USER")))
@@ -352,7 +350,7 @@ def logs(job_id: str = typer.Argument(...),
     """Print a job's logs, each line prefixed by its worker."""
     import time
 
-    from tpuq.queries import TERMINAL, worker_log_chunks
+    from tpuq.queries import worker_log_chunks
 
     clients = cli_clients()
     seen: dict[int, int] = {}
@@ -366,7 +364,7 @@ def logs(job_id: str = typer.Argument(...),
             partial[chunk.worker] = lines.pop()  # an unfinished line waits for the next chunk
             for line in lines:
                 print(f"[w{chunk.worker}] {line}", flush=True)
-        if not follow or job.get("state") in TERMINAL:
+        if not follow or job.get("state") in TERMINAL_JOB_STATES:
             break
         time.sleep(1.0)
     for w, rest in sorted(partial.items()):
@@ -383,7 +381,7 @@ def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0,
 
     from rich.live import Live
 
-    from tpuq.queries import TERMINAL, worker_statuses
+    from tpuq.queries import worker_statuses
 
     clients = cli_clients()
     try:
@@ -392,12 +390,12 @@ def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0,
                 job = _job_or_fail(clients.firestore, job_id)
                 statuses = worker_statuses(clients.storage, job, status_bucket=clients.settings.runner_bucket)
                 live.update(_watch_view(job, statuses))
-                if job.get("state") in TERMINAL:
+                if job.get("state") in TERMINAL_JOB_STATES:
                     break
                 time.sleep(interval)
     except KeyboardInterrupt:
         raise typer.Exit(130)
-    raise typer.Exit(0 if job.get("state") == "succeeded" else 1)
+    raise typer.Exit(0 if job.get("state") == JobState.succeeded else 1)
 
 
 def _watch_view(job: dict, statuses: dict) -> Table:
@@ -411,7 +409,7 @@ def _watch_view(job: dict, statuses: dict) -> Table:
     hosts = 0
     if job.get("tpu_type"):
         hosts = parse_accelerator_type(job["tpu_type"]).hosts
-    hosts = max(hosts, len(statuses), 1 if job.get("state") in ("assigned", "running") else 0)
+    hosts = max(hosts, len(statuses), 1 if job.get("state") in JOB_STATES_ON_A_TPU else 0)
     for w in range(hosts):
         st = statuses.get(w)
         if st is not None:

@@ -28,12 +28,12 @@ from rich.table import Table
 from tpuq import store
 from tpuq.clients import Clients, Settings
 from tpuq.devstack.stack import DEMO_DIR, DevStack
+from tpuq.documents import TERMINAL_JOB_STATES, JobState, TpuState, short_node_name
 from tpuq.faketpu.control import FakeTpuControl
 from tpuq.jobspec import JobFile
 from tpuq.submit import prepare, submit_prepared
 
 DEMO_BUCKET = "tpuq-demo-us-central2"
-TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
 
 WORK_SH = """\
 #!/bin/sh
@@ -78,7 +78,7 @@ def _progress(jobs: dict[str, dict], fleet_tpus: list[dict], started: float) -> 
         table.add_column(col)
     for job_id, j in jobs.items():
         table.add_row(job_id, j.get("priority", ""), j.get("state", ""), str(j.get("attempt") or ""),
-                      (j.get("tpu") or "").rsplit("/", 1)[-1], j.get("zone") or "")
+                      short_node_name(j.get("tpu") or ""), j.get("zone") or "")
     tpus = Table(title="TPUs", title_justify="left")
     for col in ("node", "type", "zone", "state", "job"):
         tpus.add_column(col)
@@ -113,7 +113,7 @@ def summarize(clients: Clients, control: FakeTpuControl, job_ids: list[str]) -> 
     calls = control.calls()
     creates = [c for c in calls if c["method"] == "POST" and c["path"].endswith("/queuedResources")]
     qr_deletes = [c for c in calls if c["method"] == "DELETE" and "/queuedResources/" in c["path"]]
-    ever_active = {t.get("queued_resource", "").rsplit("/", 1)[-1] for t in _tpu_docs(db)}
+    ever_active = {short_node_name(t.get("queued_resource", "")) for t in _tpu_docs(db)}
     deleted = {c["path"].rsplit("/", 1)[-1].split("?")[0] for c in qr_deletes if c.get("status", 200) < 300}
     summary: dict[str, Any] = {"jobs": {}, "queued_resources_created": len(creates)}
     for job_id, job in jobs.items():
@@ -131,7 +131,7 @@ def summarize(clients: Clients, control: FakeTpuControl, job_ids: list[str]) -> 
         }
     summary["race_losers_deleted"] = sorted(deleted - ever_active)
     summary["used_tpus_deleted"] = sorted(deleted & ever_active)
-    summary["live_tpus"] = [t["short"] for t in _tpu_docs(db) if t.get("state") not in ("gone", "deleting")]
+    summary["live_tpus"] = [t["short"] for t in _tpu_docs(db) if t.get("state") not in (TpuState.gone, TpuState.deleting)]
     return summary
 
 
@@ -173,25 +173,25 @@ def run(console: Console | None = None, state_dir: Path | None = None, keep_stac
         with Live(console=console, refresh_per_second=4, transient=True) as live:
             while time.monotonic() < deadline:
                 jobs = _job_docs(clients.firestore, ids)
-                live.update(_progress(jobs, [t for t in _tpu_docs(clients.firestore) if t.get("state") != "gone"],
+                live.update(_progress(jobs, [t for t in _tpu_docs(clients.firestore) if t.get("state") != TpuState.gone],
                                       started))
                 long_job = jobs[long_id]
                 # The scripted spot preemption: once the long job runs, its TPU is preempted.
-                if preempted_node is None and long_job.get("state") == "running" and long_job.get("tpu"):
+                if preempted_node is None and long_job.get("state") == JobState.running and long_job.get("tpu"):
                     preempted_node = long_job["tpu"]
                     control.preempt(preempted_node)
                     live.console.print(f"⚡ spot preemption of {preempted_node.rsplit('/', 1)[-1]} "
                                        f"while {long_id} runs on it")
-                if all(j.get("state") in TERMINAL for j in jobs.values()):
+                if all(j.get("state") in TERMINAL_JOB_STATES for j in jobs.values()):
                     break
                 time.sleep(0.25)
         jobs = _job_docs(clients.firestore, ids)
         for job_id, j in jobs.items():
-            console.print(f"{'[green]✓' if j.get('state') == 'succeeded' else '[red]✗'}[/] {job_id}: {j.get('state')}"
+            console.print(f"{'[green]✓' if j.get('state') == JobState.succeeded else '[red]✗'}[/] {job_id}: {j.get('state')}"
                           f" after {j.get('attempt') or 0} attempt(s)")
         with console.status("waiting for the janitor to delete the idle TPUs..."):
             while time.monotonic() < deadline and any(
-                    t.get("state") not in ("gone",) for t in _tpu_docs(clients.firestore)):
+                    t.get("state") != TpuState.gone for t in _tpu_docs(clients.firestore)):
                 time.sleep(0.5)
         summary = summarize(clients, control, ids)
         summary["preempted_node"] = preempted_node
@@ -211,7 +211,7 @@ def run(console: Console | None = None, state_dir: Path | None = None, keep_stac
 
 def _print_summary(console: Console, s: dict[str, Any], long_id: str) -> bool:
     checks = []
-    every_job_succeeded = all(j["state"] == "succeeded" for j in s["jobs"].values())
+    every_job_succeeded = all(j["state"] == JobState.succeeded for j in s["jobs"].values())
     checks.append((every_job_succeeded, "every job succeeded: " + ", ".join(
         f"{k} ({len(v['attempts'])} attempt{'s' if len(v['attempts']) != 1 else ''})" for k, v in s["jobs"].items())))
     long_job = s["jobs"].get(long_id, {})

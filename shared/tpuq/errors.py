@@ -1,15 +1,15 @@
 """One error taxonomy that says what to do.
 
-- `Retryable`: try again later (Pub/Sub redelivery, or a retry loop). May carry a delay.
-- `Permanent`: will never succeed; record it and stop. Carries the field when input was bad.
-- `CapacityUnavailable`: the cloud has no capacity there now; go elsewhere, back off.
-- `QuotaExhausted`: the zone/type has no quota; drop it until the fleet changes.
-- `ProjectBlocked`: project-level (billing, permission): stop creating everywhere.
-- `OwnershipLost`: a stale owner tried to write; drop the write.
-- `NotFound`: the resource is gone.
+Each class is raised somewhere and acted on somewhere:
+- `Retryable`: try again later (`call_api`'s retry loop, then Pub/Sub redelivery). May carry a delay.
+- `Permanent`: will never succeed; record it and stop (the handler adapter dead-letters the message). Carries
+  the field when input was bad.
+- `NotFound`: the resource is gone (a delete is done; a watched queued resource is GONE).
+- `AlreadyExists`: a create found its resource (a redelivered create of the same deterministic name).
 
-`from_api_error` maps google.api_core exceptions into it once; nothing else in
-the code base matches error strings except `tpuq.claimer.classify`.
+What a cloud refusal means for capacity (stockout, zone quota, a blocked project) is not a class here: only
+`tpuq.claimer.classify` reads error texts, and it decides from the code and message `call_api` keeps.
+`from_api_error` maps google.api_core exceptions into the taxonomy once.
 """
 
 from __future__ import annotations
@@ -35,22 +35,6 @@ class Permanent(TpuqError):
     def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.field = field
-
-
-class CapacityUnavailable(TpuqError):
-    pass
-
-
-class QuotaExhausted(Permanent):
-    pass
-
-
-class ProjectBlocked(Permanent):
-    pass
-
-
-class OwnershipLost(TpuqError):
-    pass
 
 
 class NotFound(TpuqError):
@@ -143,7 +127,8 @@ def from_api_error(exc: BaseException) -> TpuqError:
     ):
         return Retryable(str(exc))
     if isinstance(exc, (gexc.PermissionDenied, gexc.Forbidden)):  # REST renders 403 as Forbidden
-        return ProjectBlocked(str(exc))
+        # Billing or permission: never fixed by retrying; the claimer's classifier tells which from the text.
+        return Permanent(str(exc))
     if isinstance(exc, gexc.ResourceExhausted):
         # 429-shaped rate limits come as TooManyRequests; ResourceExhausted here is quota or capacity,
         # which only the claimer's classifier can tell apart by message.

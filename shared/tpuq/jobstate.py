@@ -6,6 +6,7 @@
     pending | assigned | running ──cancel──► cancelled
     pending ──reject──► rejected   (an invalid submission; intake stores it already rejected)
 
+The states themselves, and which are terminal, are `tpuq.documents.JobState`.
 `TRANSITIONS` is the only place that says which edges exist; `transition` refuses
 everything else with `IllegalTransition`. `retry_decision` turns an attempt's
 outcome into the next state (pending with a back-off, or a terminal state) and is
@@ -19,23 +20,10 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import NamedTuple
 
+from tpuq.documents import JobState
 from tpuq.errors import Permanent
 from tpuq.fleet import RetryBudgets
 from tpuq.messages import AttemptOutcome
-
-
-class JobState(str, Enum):
-    pending = "pending"
-    assigned = "assigned"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    cancelled = "cancelled"
-    rejected = "rejected"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_STATES
 
 
 class JobEvent(str, Enum):
@@ -48,8 +36,6 @@ class JobEvent(str, Enum):
     cancel = "cancel"
     reject = "reject"  # the submission is invalid
 
-
-TERMINAL_STATES = frozenset({JobState.succeeded, JobState.failed, JobState.cancelled, JobState.rejected})
 
 _S, _E = JobState, JobEvent
 

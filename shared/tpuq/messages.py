@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from tpuq.documents import ClaimerQrState, QueuedResourceState, WorkerEndpoint
 from tpuq.jobspec import PublishedJob, StrictModel
 
 # The `jobs` topic carries a PublishedJob.
@@ -39,12 +40,14 @@ class CapacityRequest(StrictModel):
 
 
 class FleetEventKind(str, Enum):
-    active = "ACTIVE"
-    suspended = "SUSPENDED"
-    failed = "FAILED"
-    gone = "GONE"
-    provisioning = "PROVISIONING"
-    waiting = "WAITING_FOR_RESOURCES"
+    """The queued-resource state the claimer saw; its value is that state's name."""
+
+    active = QueuedResourceState.ACTIVE.value
+    suspended = QueuedResourceState.SUSPENDED.value
+    failed = QueuedResourceState.FAILED.value
+    gone = ClaimerQrState.GONE.value
+    provisioning = QueuedResourceState.PROVISIONING.value
+    waiting = QueuedResourceState.WAITING_FOR_RESOURCES.value
 
 
 class FailureClass(str, Enum):
@@ -52,16 +55,6 @@ class FailureClass(str, Enum):
     zone_quota = "zone_quota"
     project = "project"
     unknown = "unknown"
-
-
-class WorkerEndpoint(StrictModel):
-    """One worker of a node, as the Cloud TPU API reports it (`networkEndpoints[worker_id]`)."""
-
-    worker_id: int = Field(ge=0)
-    ip: str = Field(description="The internal IP (`ipAddress`): the workers' peers, and SSH for vpc/iap fleets")
-    external_ip: str | None = Field(default=None, description="`accessConfig.externalIp`: SSH for direct fleets")
-    port: int | None = Field(default=None, description="The TPU runtime's port (8470) as reported; never SSH (22)")
-    hostname: str | None = None
 
 
 class FleetEvent(StrictModel):

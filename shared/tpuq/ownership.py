@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tpuq.documents import short_node_name
 from tpuq.fleet import FleetFile
 
 LABEL_OWNER = "tpuq-owner"
@@ -48,8 +49,7 @@ def name_and_labels(resource: Any) -> tuple[str, dict[str, str]]:
 
 def is_ours(resource: Any, fleet: FleetFile) -> bool:
     name, labels = name_and_labels(resource)
-    short_id = name.rsplit("/", 1)[-1]
-    if not short_id.startswith(f"{fleet.owner_prefix}-"):
+    if not short_node_name(name).startswith(f"{fleet.owner_prefix}-"):
         return False
     if labels.get(LABEL_OWNER) != fleet.owner_prefix:
         return False

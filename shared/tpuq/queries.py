@@ -1,4 +1,7 @@
-"""Read-only views over Firestore and GCS for the CLI (status, list, logs, watch, fleet)."""
+"""Read-only views over Firestore and GCS for the CLI (status, list, logs, watch, fleet).
+
+What the documents and objects look like is `tpuq.documents`' and `tpuq.gcslayout`'s: nothing here imports a
+service."""
 
 from __future__ import annotations
 
@@ -7,11 +10,8 @@ from datetime import datetime
 from typing import Any, Iterator
 
 from tpuq import store
-from tpuq.executor import layout
+from tpuq import gcslayout
 from tpuq.jobspec import split_gs_uri
-
-TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
-
 
 class UnknownJob(LookupError):
     pass
@@ -61,19 +61,16 @@ def worker_log_chunks(storage, job: dict[str, Any], attempt: int | None = None, 
     if where is None:
         return
     bucket, n = where
-    prefix = f"{layout.attempt_prefix(job['id'], n)}/tpuq-logs/"
+    prefix = gcslayout.attempt_logs_prefix(job["id"], n)
     if worker is not None:
-        prefix = layout.worker_log_prefix(job["id"], n, worker)
+        prefix = gcslayout.worker_log_prefix(job["id"], n, worker)
     after = after or {}
     found = []
     for blob in storage.list_blobs(bucket, prefix=prefix):
-        parts = blob.name[len(f"{layout.attempt_prefix(job['id'], n)}/tpuq-logs/"):].split("/")
-        if len(parts) != 2 or not parts[0].startswith("worker-"):
+        chunk = gcslayout.parse_log_chunk_name(job["id"], n, blob.name)
+        if chunk is None:
             continue
-        try:
-            w, seq = int(parts[0][len("worker-"):]), int(parts[1].split(".")[0])
-        except ValueError:
-            continue
+        w, seq = chunk
         if seq > after.get(w, -1):
             found.append((w, seq, blob))
     for w, seq, blob in sorted(found, key=lambda t: (t[0], t[1])):
@@ -92,8 +89,8 @@ def worker_statuses(storage, job: dict[str, Any], attempt: int | None = None,
     if status_bucket:
         bucket = split_gs_uri(status_bucket if status_bucket.startswith("gs://") else f"gs://{status_bucket}")[0]
     out = {}
-    for blob in storage.list_blobs(bucket, prefix=layout.status_prefix(job["id"], n)):
-        ref = layout.parse_status_object_name(blob.name)
+    for blob in storage.list_blobs(bucket, prefix=gcslayout.status_prefix(job["id"], n)):
+        ref = gcslayout.parse_status_object_name(blob.name)
         if ref and ref.worker_id is not None:
             try:
                 out[ref.worker_id] = json.loads(blob.download_as_bytes())

@@ -12,7 +12,6 @@ Outcomes:
 - invalid payload / `Permanent`   -> recorded in `dead_letters`, acked (200);
   if the payload names a job that does not exist yet, that job is stored as
   `rejected` with the reason
-- `OwnershipLost`                 -> acked: a stale owner's write is dropped
 """
 
 from __future__ import annotations
@@ -31,7 +30,8 @@ from pydantic import BaseModel, ValidationError
 from tpuq import store, topology
 from tpuq.auth import PushAuth, PushAuthConfigError
 from tpuq.clients import Clients
-from tpuq.errors import OwnershipLost, Permanent, Retryable, from_validation_error
+from tpuq.documents import JobState
+from tpuq.errors import Permanent, Retryable, from_validation_error
 
 log = logging.getLogger("tpuq.service")
 
@@ -215,9 +215,6 @@ class Service:
             handler(model, ctx)
         except Permanent as e:
             return self._reject(sub, msg, payload, e)
-        except OwnershipLost as e:
-            log.info("%s: dropped a stale write for message %s: %s", sub.name, msg.message_id, e)
-            return "stale", 200
         except Exception as e:  # noqa: BLE001 - every other failure is retried, but boundedly
             return self._failed(sub, msg, payload, e)
         return "", 204
@@ -290,7 +287,7 @@ def _store_rejected_job(db, job_id: str, reason: str, field_name: str | None, ms
         db.collection(store.JOBS).document(job_id).create(
             {
                 "id": job_id,
-                "state": "rejected",
+                "state": JobState.rejected.value,
                 "reason": f"{field_name}: {reason}" if field_name and not reason.startswith(field_name) else reason,
                 "source": msg.attributes.get("source", "pubsub"),
                 "message_id": msg.message_id,

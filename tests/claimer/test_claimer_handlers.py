@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpuq.claimer.report import fleet_report
+from tpuq.fleetreport import fleet_report
 from tpuq.devstack.stack import wait_for
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, Tick
 

@@ -12,7 +12,7 @@ from tpuq.deploy import infra as infra_mod
 from tpuq.deploy.infra import INFRA_DIR, InfraError, load_infra, topology_drift
 from tpuq.deploy.plan import Target
 from tpuq.examples import EXAMPLE_FLEET
-from tpuq.executor import layout
+from tpuq import gcslayout
 from tpuq.fleet import FleetFile
 from tpuq.messages import Tick
 
@@ -42,20 +42,20 @@ def test_a_drifted_pubsub_yaml_is_refused(tmp_path):
 
 def test_notifications_use_the_prefixes_the_code_watches(infra):
     prefixes = {n.object_name_prefix for n in infra.storage.notifications}
-    assert prefixes == {gcs_submit.SUBMIT_PREFIX, layout.STATUS_NOTIFICATION_PREFIX}
+    assert prefixes == {gcs_submit.SUBMIT_PREFIX, gcslayout.STATUS_NOTIFICATION_PREFIX}
     assert {n.topic for n in infra.storage.notifications} == {"gcs-events"}
 
 
 def test_the_log_lifecycle_rule_selects_log_chunks_only_under_tpuq_jobs(infra):
     rule = infra.storage.buckets[0].lifecycle[0]
-    log_chunk = layout.log_chunk_name("job-1", 3, 0, 7)
-    status = layout.status_prefix("job-1", 3) + "worker-0.json"
+    log_chunk = gcslayout.log_chunk_name("job-1", 3, 0, 7)
+    status = gcslayout.status_prefix("job-1", 3) + "worker-0.json"
 
     def matches(name: str) -> bool:
         return any(name.startswith(p) for p in rule.matches_prefix) and any(name.endswith(s) for s in rule.matches_suffix)
 
     assert matches(log_chunk) and rule.age_days == 30 and rule.action == "Delete"
-    assert not matches(status) and not matches(layout.WORKER_SUPERVISOR) and not matches("submit/job.yaml")
+    assert not matches(status) and not matches(gcslayout.WORKER_SUPERVISOR) and not matches("submit/job.yaml")
 
 
 def test_the_tick_job_publishes_a_valid_tick_to_the_ticks_topic(infra):

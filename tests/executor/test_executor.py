@@ -9,7 +9,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tpuq.executor import layout
+from tpuq import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState, Wait
@@ -83,7 +83,7 @@ def test_attempt_runs_on_every_worker_and_succeeds(executor, start_hosts, fake_g
     for i, host in enumerate(hosts):
         assert host.path_on_host(f"{HOME}/tpuq/job/out.txt").read_text() == f"worker {i} of 2\n"
         assert host.path_on_host(f"{HOME}/tpuq/supervisor.py").exists()
-        log = fake_gcs.log_text(bucket, layout.worker_log_prefix(a.job_id, a.attempt, i))
+        log = fake_gcs.log_text(bucket, gcslayout.worker_log_prefix(a.job_id, a.attempt, i))
         assert log == f"worker {i} of 2\n"
     # Host keys were pinned on first contact.
     assert sorted(executor.pin_store.get_pins(a.node)) == [0, 1]
@@ -119,7 +119,7 @@ def test_one_worker_failing_waits_for_the_grace_then_fails(executor, start_hosts
     a = make_assignment(endpoints=endpoints, bucket=bucket,
                         command='if [ "$TPU_WORKER_ID" = 1 ]; then echo "out of memory?" >&2; exit 7; fi; sleep 300')
     assert executor.start_attempt(a).started
-    status_name = layout.worker_status_name(a.job_id, a.attempt, 1)
+    status_name = gcslayout.worker_status_name(a.job_id, a.attempt, 1)
     wait_until(lambda: fake_gcs.read(bucket, status_name), 20, "worker 1's status")
 
     decision = executor.read_outcome(a, NodeState.ready)
@@ -158,11 +158,11 @@ def test_cancel_stops_every_worker(executor, start_hosts, fake_gcs, bucket):
     decision = executor.cancel_attempt(a, reason="user asked", grace_seconds=0.5)
     assert (decision.outcome, decision.detail) == (AttemptOutcome.cancelled, "user asked")
     for w in (0, 1):
-        status = wait_until(lambda: fake_gcs.read_json(bucket, layout.worker_status_name(a.job_id, a.attempt, w)),
+        status = wait_until(lambda: fake_gcs.read_json(bucket, gcslayout.worker_status_name(a.job_id, a.attempt, w)),
                             20, f"worker {w}'s status")
         assert status["cancelled"] and status["signal"] == "SIGKILL"
     assert executor.read_outcome(a).outcome == AttemptOutcome.cancelled
-    assert json.loads(fake_gcs.read(bucket, layout.cancelled_marker_name(a.job_id, a.attempt)))["reason"] == "user asked"
+    assert json.loads(fake_gcs.read(bucket, gcslayout.cancelled_marker_name(a.job_id, a.attempt)))["reason"] == "user asked"
 
 
 def test_unreachable_worker_is_an_infra_failure(executor, start_hosts, bucket, host_keys, dead_address):

@@ -13,7 +13,7 @@ from datetime import timedelta
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tpuq.executor import layout
+from tpuq import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState, WorkerStatus, decide_outcome
@@ -49,7 +49,7 @@ def test_logs_that_could_not_be_written_are_named_in_the_succeeded_detail(fake_g
     assert decision.outcome is AttemptOutcome.succeeded
     assert decision.detail.startswith(f"all 2 workers exited 0, but the logs of workers 0, 1 could not be written "
                                       f"to gs://{missing}: GCS 404"), decision.detail
-    status = fake_gcs.read_json(bucket, layout.worker_status_name(a.job_id, a.attempt, 0))
+    status = fake_gcs.read_json(bucket, gcslayout.worker_status_name(a.job_id, a.attempt, 0))
     assert status["log_error"].startswith(f"could not be written to gs://{missing}: GCS 404")
     assert status["log_chunks"] == 0
 
@@ -70,7 +70,7 @@ def test_a_status_object_that_could_not_be_written_ends_the_attempt_with_the_rea
     unwritable = {w: p.status_error for w, p in probes.items()}
     decision = reader.read_outcome(a, node_state=NodeState.ready, unwritable_statuses=unwritable)
     assert decision.outcome is AttemptOutcome.infra_failed
-    name = layout.worker_status_name(a.job_id, a.attempt, 0)
+    name = gcslayout.worker_status_name(a.job_id, a.attempt, 0)
     assert decision.detail.startswith(f"worker 0: the status object gs://{missing}/{name} could not be written: "
                                       "GCS 404"), decision.detail
 

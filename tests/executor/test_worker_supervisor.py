@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tpuq.executor import layout, worker_supervisor
+from tpuq import gcslayout
+from tpuq.executor import worker_supervisor
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 
 from .conftest import wait_until
@@ -60,7 +61,7 @@ class Worker:
         return launched
 
     def status_object(self, bucket: str, assignment, worker_id: int = 0) -> dict | None:
-        return self.gcs.read_json(bucket, layout.worker_status_name(assignment.job_id, assignment.attempt, worker_id))
+        return self.gcs.read_json(bucket, gcslayout.worker_status_name(assignment.job_id, assignment.attempt, worker_id))
 
     def wait_status(self, bucket: str, assignment, worker_id: int = 0) -> dict:
         return wait_until(lambda: self.status_object(bucket, assignment, worker_id), 20, "the status object")
@@ -98,7 +99,7 @@ def test_job_runs_with_its_env_and_bundle_and_reports_logs_and_status(worker, fa
     assert env["JOB_DIR"] == str(job_dir)
     assert env["TPU_WORKER_HOSTNAMES"] == "10.0.0.2,10.0.0.3"
     assert env["TPUQ_ATTEMPT_ID"] == a.attempt_id
-    logs = fake_gcs.log_text(bucket, layout.worker_log_prefix(a.job_id, a.attempt, 0))
+    logs = fake_gcs.log_text(bucket, gcslayout.worker_log_prefix(a.job_id, a.attempt, 0))
     assert "out-line" in logs and "err-line" in logs
     assert "out-line" in status["tail"]
     assert status["log_chunks"] >= 1 and status["disk"]["total_bytes"] > 0
@@ -109,7 +110,7 @@ def test_logs_reach_gcs_while_the_job_is_still_running(worker, fake_gcs, bucket,
     a = make_assignment(command=f"echo first-line; while [ ! -e {go} ]; do sleep 0.05; done; echo second-line",
                         bucket=bucket)
     worker.start(a)
-    prefix = layout.worker_log_prefix(a.job_id, a.attempt, 0)
+    prefix = gcslayout.worker_log_prefix(a.job_id, a.attempt, 0)
     wait_until(lambda: "first-line" in fake_gcs.log_text(bucket, prefix), 10, "the first log chunk")
     assert worker.status_object(bucket, a) is None  # still running
     go.touch()

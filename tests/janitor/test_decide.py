@@ -19,7 +19,7 @@ def member(qr_id, state, tpu_state=None, created=None, labels=None):
 
 
 def names(deletes):
-    return sorted(d.short_id(x.name) for x in deletes)
+    return sorted(d.short_node_name(x.name) for x in deletes)
 
 
 class TestLosers:
@@ -34,7 +34,7 @@ class TestLosers:
         decision = d.decide_losers(race, F, 1, True, False)
         assert names(decision.deletes) == ["tpuq-r1-b", "tpuq-r1-c"]
         assert all(not x.force for x in decision.deletes)  # no node yet: no force needed
-        assert [d.short_id(n) for n in decision.waiting] == ["tpuq-r1-d"]
+        assert [d.short_node_name(n) for n in decision.waiting] == ["tpuq-r1-d"]
         assert decision.surplus == []
 
     def test_demand_not_met_keeps_every_racer(self):
@@ -43,11 +43,11 @@ class TestLosers:
 
     def test_late_winner_is_surplus_unless_busy_or_jobs_pending(self):
         race = [member("tpuq-r1-a", "ACTIVE", "idle", NOW), member("tpuq-r1-b", "ACTIVE", None)]
-        assert [d.short_id(m.name) for m in d.decide_losers(race, F, 1, True, False).surplus] == ["tpuq-r1-b"]
+        assert [d.short_node_name(m.name) for m in d.decide_losers(race, F, 1, True, False).surplus] == ["tpuq-r1-b"]
         assert d.decide_losers(race, F, 1, True, jobs_pending=True).surplus == []
         assert d.decide_losers(race, F, 2, True, False).surplus == []  # demand grew: both needed
         busy_late = [member("tpuq-r1-a", "ACTIVE", "idle", NOW), member("tpuq-r1-b", "ACTIVE", "busy", NOW)]
-        assert [d.short_id(m.name) for m in d.decide_losers(busy_late, F, 1, True, False).surplus] == ["tpuq-r1-a"]
+        assert [d.short_node_name(m.name) for m in d.decide_losers(busy_late, F, 1, True, False).surplus] == ["tpuq-r1-a"]
         both_busy = [member("tpuq-r1-a", "ACTIVE", "busy", NOW), member("tpuq-r1-b", "ACTIVE", "busy", NOW)]
         assert d.decide_losers(both_busy, F, 1, True, False).surplus == []
 

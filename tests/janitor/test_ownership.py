@@ -123,5 +123,5 @@ def test_decide_functions_never_select_a_foreign_resource(f, listed, count, open
 def test_ours_needs_both_marks(f, resource):
     from tpuq.ownership import name_and_labels
     name, labels = name_and_labels(resource)
-    both = d.short_id(name).startswith(f.owner_prefix + "-") and labels.get(LABEL_OWNER) == f.owner_prefix
+    both = d.short_node_name(name).startswith(f.owner_prefix + "-") and labels.get(LABEL_OWNER) == f.owner_prefix
     assert is_ours(resource, f) == (both and labels.get(LABEL_FLEET, f.name) == f.name)

@@ -3,7 +3,8 @@
 import pytest
 from google.api_core import exceptions as g
 
-from tpuq.errors import (AlreadyExists, NotFound, Permanent, ProjectBlocked, Retryable, from_api_error)
+from tpuq import errors
+from tpuq.errors import AlreadyExists, NotFound, Permanent, Retryable, from_api_error
 
 QUOTA_TEXT = ("Quota limit 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. "
               "Limit: 0 in zone us-central2-b.")
@@ -20,10 +21,17 @@ QUOTA_TEXT = ("Quota limit 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' has 
     (g.TooManyRequests("Quota exceeded for quota metric 'Requests' and limit 'Requests per minute'"), Retryable),
     (g.TooManyRequests(QUOTA_TEXT), Permanent),  # a zone's quota over REST: never retried blindly
     (g.ResourceExhausted('There is no more capacity in the zone "us-central2-b"'), Permanent),
-    (g.PermissionDenied("Billing account for project 'p' is not found"), ProjectBlocked),
-    (g.Forbidden("Billing account for project 'p' is not found"), ProjectBlocked),
+    (g.PermissionDenied("Billing account for project 'p' is not found"), Permanent),
+    (g.Forbidden("Billing account for project 'p' is not found"), Permanent),
     (g.BadRequest("DeleteQueuedResource is not supported when state is PROVISIONING"), Permanent),
     (ConnectionError("refused"), Retryable),
 ])
 def test_mapping(exc, expected):
     assert type(from_api_error(exc)) is expected
+
+
+def test_the_taxonomy_holds_only_classes_something_raises_and_something_acts_on():
+    """A class nobody raises (or nobody catches) is a promise the code does not keep: it must not exist."""
+    classes = {name for name, value in vars(errors).items()
+               if isinstance(value, type) and issubclass(value, errors.TpuqError)}
+    assert classes == {"TpuqError", "Retryable", "Permanent", "NotFound", "AlreadyExists"}

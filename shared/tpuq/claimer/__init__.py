@@ -4,5 +4,5 @@
 - model:    state, events and effects (plain data)
 - decide:   the pure core, (state, event, now, rng) -> effects
 - statestore, tpuapi, sshkeys: the adapters; handlers: the service shell
-- report:   fleet_report(db, fleet) for `tpuq fleet` and waiting jobs' status
+- (`tpuq fleet` reads its documents through `tpuq.documents`, in `tpuq.fleetreport`)
 """

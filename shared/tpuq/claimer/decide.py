@@ -48,16 +48,17 @@ from tpuq.claimer.model import (
     TargetRecord,
     queued_resource_id,
 )
+from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetEntry
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
 from tpuq.tputypes import canonical_name, zone_region
 
 _ANNOUNCED = {
-    "ACTIVE": FleetEventKind.active,
-    "SUSPENDED": FleetEventKind.suspended,
-    "FAILED": FleetEventKind.failed,
-    "PROVISIONING": FleetEventKind.provisioning,
-    "WAITING_FOR_RESOURCES": FleetEventKind.waiting,
+    Qr.ACTIVE: FleetEventKind.active,
+    Qr.SUSPENDED: FleetEventKind.suspended,
+    Qr.FAILED: FleetEventKind.failed,
+    Qr.PROVISIONING: FleetEventKind.provisioning,
+    Qr.WAITING_FOR_RESOURCES: FleetEventKind.waiting,
 }
 
 
@@ -163,7 +164,7 @@ class _Decision:
         if not qr.delete_requested:
             qr = self.put_qr(replace(qr, delete_requested=True, updated_at=self.now))
         if qr.state in DELETABLE_STATES and not any(d.qr.qr_id == qr.qr_id for d in self.effects.deletes):
-            self.effects.deletes.append(DeleteQr(qr, force=force or qr.state == "SUSPENDED", reason=reason,
+            self.effects.deletes.append(DeleteQr(qr, force=force or qr.state == Qr.SUSPENDED, reason=reason,
                                                  resource=resource))
         return qr
 
@@ -188,7 +189,7 @@ class _Decision:
         for qr in [q for q in self.qrs.values() if q.request_id == request.request_id]:
             # ACTIVE: claimed capacity, the scheduler's and janitor's business. PROVISIONING: cannot be deleted
             # and may still win; if it turns ACTIVE it is announced like any other slice.
-            if qr.state in ("ACTIVE", "PROVISIONING"):
+            if qr.state in (Qr.ACTIVE, Qr.PROVISIONING):
                 continue
             self.request_delete(qr, force=False, reason="request withdrawn")
 
@@ -233,23 +234,23 @@ class _Decision:
             if qr.delete_requested and state in DELETABLE_STATES:
                 self.request_delete(qr, force=False, reason="delete not yet taken", resource=obs.resource)
             return
-        if state == "ACTIVE" and (obs.node is None or not obs.node.endpoints):
+        if state == Qr.ACTIVE and (obs.node is None or not obs.node.endpoints):
             return  # no endpoints yet (the node read failed, or none listed): announce on a later pass
         qr = replace(qr, state=state, updated_at=self.now)
         kind = _ANNOUNCED.get(state)
-        if state == "ACTIVE":
+        if state == Qr.ACTIVE:
             qr = self.put_qr(replace(qr, node=obs.node.name, endpoints=obs.node.endpoints))
             self.announce(qr, FleetEventKind.active)
             target = self.target(qr.zone, qr.type)
             if target.capacity_failures or target.unknown_failures:
                 self.put_target(replace(target, capacity_failures=0, unknown_failures=0))
-        elif state == "FAILED":
+        elif state == Qr.FAILED:
             failure = classify(obs.error_code, obs.error_message)
             qr = self.put_qr(replace(qr, failure_class=failure.value, failure_message=obs.error_message))
             self.on_failure(qr, failure, obs.error_message)
             self.announce(qr, FleetEventKind.failed, failure, obs.error_message)
             self.request_delete(qr, force=False, reason=f"failed ({failure.value})", resource=obs.resource)
-        elif state == "SUSPENDED":
+        elif state == Qr.SUSPENDED:
             qr = self.put_qr(qr)
             self.announce(qr, FleetEventKind.suspended)
             self.request_delete(qr, force=True, reason="suspended (preempted)", resource=obs.resource)
@@ -300,7 +301,7 @@ class _Decision:
 
     def plan_request(self, request: RequestRecord) -> None:
         mine = [q for q in self.qrs.values() if q.request_id == request.request_id]
-        won = sum(1 for q in mine if q.state == "ACTIVE")
+        won = sum(1 for q in mine if q.state == Qr.ACTIVE)
         if won >= request.count:
             for qr in mine:
                 if qr.pending and not qr.delete_requested:

@@ -25,6 +25,7 @@ from tpuq.claimer.decide import decide
 from tpuq.claimer.model import ClaimState, Effects, Event, Observed, QrRecord, RequestReceived
 from tpuq.claimer.sshkeys import PublicKeyProvider, default_provider
 from tpuq.claimer.tpuapi import TpuApi
+from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import Retryable
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_fleet
@@ -110,7 +111,7 @@ def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[
         state = claimer.step(claimer.load(request.request_id), RequestReceived(request))
         pause = fleet.claim.watch_interval_seconds / FAST_WATCH_PASSES
         for _ in range(FAST_WATCH_PASSES):
-            mine = [q for q in state.qrs.values() if q.request_id == request.request_id and q.state != "ACTIVE"]
+            mine = [q for q in state.qrs.values() if q.request_id == request.request_id and q.state != Qr.ACTIVE]
             if not mine:
                 break
             claimer.sleep(pause)

@@ -1,8 +1,9 @@
 """The claimer's state, events and effects: plain immutable data for the pure core.
 
-Firestore holds this state (see `tpuq.claimer.statestore` for the document
-shapes); `tpuq.claimer.decide` maps (state, event) to `Effects`; the handler
-applies them through small adapters.
+Firestore holds this state: the documents' typed views (`RequestRecord`,
+`QrRecord`, `TargetRecord`, `FleetStatus`) are in `tpuq.documents`, the
+claimer's reads and writes in `tpuq.claimer.statestore`. `tpuq.claimer.decide`
+maps (state, event) to `Effects`; the handler applies them through small adapters.
 """
 
 from __future__ import annotations
@@ -10,26 +11,30 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
+from tpuq.documents import (
+    QR_STATES_RACING,
+    ClaimerQrState,
+    FleetStatus,
+    QrRecord,
+    RequestRecord,
+    RequestStatus,
+    TargetRecord,
+)
+from tpuq.documents import QueuedResourceState as _Qr
 from tpuq.fleet import FleetEntry, FleetFile
 from tpuq.messages import FailureClass, FleetEvent, WorkerEndpoint
 
-# Our own first state: the create is recorded (with the zone claim) but the API's answer is not seen yet.
-REQUESTED = "REQUESTED"
-# The API says NOT_FOUND: the queued resource no longer exists.
-GONE = "GONE"
-
-# States in which a queued resource still races for capacity (it holds its zone's slot for its type).
-PENDING_STATES = frozenset({REQUESTED, "CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING"})
+# The claimer's own states for a stored queued resource (the API never reports them), and the racing ones.
+REQUESTED, GONE = ClaimerQrState.REQUESTED, ClaimerQrState.GONE
+PENDING_STATES = QR_STATES_RACING
 # States a delete is accepted in. Never PROVISIONING (the API refuses, and it may still win);
 # never ACTIVE (a claimed slice is the scheduler's and the janitor's business).
-DELETABLE_STATES = frozenset({"ACCEPTED", "WAITING_FOR_RESOURCES", "FAILED", "SUSPENDED"})
+DELETABLE_STATES = frozenset({_Qr.ACCEPTED, _Qr.WAITING_FOR_RESOURCES, _Qr.FAILED, _Qr.SUSPENDED})
 
 MAX_RESOURCE_ID = 63
-REQUEST_OPEN = "open"
-REQUEST_WITHDRAWN = "withdrawn"
+REQUEST_OPEN, REQUEST_WITHDRAWN = RequestStatus.open, RequestStatus.withdrawn
 
 _REQUEST_ID_NAMESPACE = uuid.UUID("5f0c1a9e-4d3b-4f7e-9a51-7d1b0c2e6a10")
 
@@ -52,106 +57,6 @@ def queued_resource_id(owner_prefix: str, request_id: str, zone: str, generation
 def create_request_id(project: str, zone: str, qr_id: str) -> str:
     """The API's idempotency key for one create: the same for every redelivery of that create."""
     return str(uuid.uuid5(_REQUEST_ID_NAMESPACE, f"{project}/{zone}/{qr_id}"))
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    request_id: str
-    fleet: str
-    types: tuple[str, ...]
-    regions: tuple[str, ...] = ()
-    zones: tuple[str, ...] = ()
-    count: int = 1
-    status: str = REQUEST_OPEN
-    job_ids: tuple[str, ...] = ()
-    generations: dict[str, int] = field(default_factory=dict)  # zone -> queued resources created there so far
-    at: datetime | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-    @property
-    def open(self) -> bool:
-        return self.status == REQUEST_OPEN
-
-
-@dataclass(frozen=True)
-class QrRecord:
-    """One queued resource the claimer created, with the last state it saw."""
-
-    qr_id: str
-    fleet: str
-    project: str
-    request_id: str
-    entry_id: str
-    zone: str
-    type: str
-    spot: bool
-    generation: int
-    state: str
-    created_at: datetime
-    updated_at: datetime
-    delete_requested: bool = False
-    failure_class: str | None = None
-    failure_message: str | None = None
-    node: str | None = None
-    endpoints: tuple[WorkerEndpoint, ...] = ()
-
-    @property
-    def live(self) -> bool:
-        return self.state != GONE
-
-    @property
-    def pending(self) -> bool:
-        return self.state in PENDING_STATES
-
-    @property
-    def name(self) -> str:
-        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.qr_id}"
-
-    @property
-    def node_name(self) -> str:
-        return f"projects/{self.project}/locations/{self.zone}/nodes/{self.qr_id}"
-
-
-@dataclass(frozen=True)
-class TargetRecord:
-    """Back-off and drop state of one race target: (fleet, zone, TPU type)."""
-
-    fleet: str
-    zone: str
-    type: str
-    capacity_failures: int = 0
-    backoff_until: datetime | None = None
-    dropped_version: str | None = None  # the fleet version it was dropped under
-    dropped_reason: str | None = None
-    unknown_failures: int = 0
-    unknown_version: str | None = None
-    last_failure_class: str | None = None
-    last_failure_message: str | None = None
-    last_claim: str | None = None
-    # Firestore update time of the loaded document: the zone claim is a write conditioned on it.
-    update_time: Any = field(default=None, compare=False)
-
-    def dropped(self, fleet_version: str) -> bool:
-        return self.dropped_version == fleet_version
-
-    def backed_off(self, now: datetime) -> bool:
-        return self.backoff_until is not None and now < self.backoff_until
-
-    def unknown_count(self, fleet_version: str) -> int:
-        return self.unknown_failures if self.unknown_version == fleet_version else 0
-
-
-@dataclass(frozen=True)
-class FleetStatus:
-    fleet: str
-    blocked: str | None = None  # the reason, for people
-    blocked_version: str | None = None
-    blocked_message: str | None = None
-    blocked_at: datetime | None = None
-
-    def is_blocked(self, fleet_version: str) -> bool:
-        return bool(self.blocked) and self.blocked_version == fleet_version
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""The claimer's Firestore documents: load a fleet's `ClaimState`, write its updates, claim a zone.
+"""The claimer's Firestore reads and writes: load a fleet's `ClaimState`, write its updates, claim a zone.
+
+The documents' shapes (typed views and their conversions) are `tpuq.documents`'.
 
 Documents (none hot: each is written only when its own entity changes):
 - requests/{request_id}            one capacity request: types, count, status, generations per zone
@@ -9,7 +11,6 @@ Documents (none hot: each is written only when its own entity changes):
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -17,16 +18,22 @@ from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import store
-from tpuq.claimer.model import (
-    REQUEST_OPEN,
-    ClaimState,
+from tpuq.claimer.model import REQUEST_OPEN, ClaimState
+from tpuq.documents import (
     FleetStatus,
     QrRecord,
     RequestRecord,
     TargetRecord,
+    qr_from_doc,
+    qr_to_doc,
+    request_from_doc,
+    request_to_doc,
+    status_from_doc,
+    status_to_doc,
+    target_from_doc,
+    target_to_doc,
 )
 from tpuq.fleet import FleetFile
-from tpuq.messages import WorkerEndpoint
 
 QUEUED_RESOURCES = store.QUEUED_RESOURCES
 FLEET_STATUS = store.FLEET_STATUS
@@ -34,52 +41,6 @@ FLEET_STATUS = store.FLEET_STATUS
 
 def target_doc_id(fleet: str, zone: str, tpu_type: str) -> str:
     return store.doc_id(fleet, zone, tpu_type)
-
-
-# ------------------------------------------------------------ to/from documents
-
-def qr_to_doc(qr: QrRecord) -> dict[str, Any]:
-    doc = asdict(qr)
-    doc["endpoints"] = [e.model_dump() for e in qr.endpoints]
-    doc["name"] = qr.name
-    doc["live"] = qr.live
-    return doc
-
-
-def qr_from_doc(doc: dict[str, Any]) -> QrRecord:
-    fields = {k: v for k, v in doc.items() if k in QrRecord.__dataclass_fields__}
-    fields["endpoints"] = tuple(WorkerEndpoint.model_validate(e) for e in doc.get("endpoints") or ())
-    return QrRecord(**fields)
-
-
-def request_to_doc(request: RequestRecord) -> dict[str, Any]:
-    doc = asdict(request)
-    for key in ("types", "regions", "zones", "job_ids"):
-        doc[key] = list(doc[key])
-    return doc
-
-
-def request_from_doc(doc: dict[str, Any]) -> RequestRecord:
-    fields = {k: v for k, v in doc.items() if k in RequestRecord.__dataclass_fields__}
-    for key in ("types", "regions", "zones", "job_ids"):
-        fields[key] = tuple(fields.get(key) or ())
-    fields["generations"] = dict(fields.get("generations") or {})
-    return RequestRecord(**fields)
-
-
-def target_to_doc(target: TargetRecord) -> dict[str, Any]:
-    doc = asdict(target)
-    doc.pop("update_time")
-    return doc
-
-
-def target_from_doc(doc: dict[str, Any], update_time: Any) -> TargetRecord:
-    fields = {k: v for k, v in doc.items() if k in TargetRecord.__dataclass_fields__ and k != "update_time"}
-    return TargetRecord(**fields, update_time=update_time)
-
-
-def status_from_doc(doc: dict[str, Any]) -> FleetStatus:
-    return FleetStatus(**{k: v for k, v in doc.items() if k in FleetStatus.__dataclass_fields__})
 
 
 # ------------------------------------------------------------ load
@@ -133,7 +94,7 @@ class StateWriter:
         self.db.collection(store.REQUESTS).document(request.request_id).set(request_to_doc(request))
 
     def put_status(self, status: FleetStatus) -> None:
-        self.db.collection(FLEET_STATUS).document(status.fleet).set(asdict(status))
+        self.db.collection(FLEET_STATUS).document(status.fleet).set(status_to_doc(status))
 
     def put_target(self, target: TargetRecord) -> None:
         ref = self.db.collection(store.ZONES).document(target_doc_id(target.fleet, target.zone, target.type))

@@ -18,6 +18,7 @@ from google.protobuf import duration_pb2
 
 from tpuq.claimer.model import NodeInfo, Observation, QrRecord, create_request_id
 from tpuq.claimer.sshkeys import ssh_keys_metadata
+from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, call_api
 from tpuq.fleet import FleetFile, worker_network_tag
 from tpuq.messages import WorkerEndpoint
@@ -119,13 +120,13 @@ class TpuApi:
             # The operation is not awaited: the watch reads the resource's state by name.
             self._call(self.client.create_queued_resource, request=request)
         except AlreadyExists:
-            return Observation.found("CREATING")  # ours already (same deterministic name): a redelivery
+            return Observation.found(Qr.CREATING)  # ours already (same deterministic name): a redelivery
         except Retryable as e:
             log.warning("create %s still failing after %d tries: %s", qr.name, self.attempts, e)
             return Observation("unknown", error_message=str(e))
         except TpuqError as e:
             return Observation("create_failed", error_code=getattr(e, "rpc_code", None), error_message=str(e))
-        return Observation.found("CREATING")
+        return Observation.found(Qr.CREATING)
 
     # ------------------------------------------------------------ watch
     def observe(self, qr: QrRecord) -> Observation:
@@ -136,11 +137,11 @@ class TpuApi:
         except TpuqError as e:
             return Observation("unknown", error_message=str(e))
         state = resource.state.state.name
-        if state == "FAILED":
+        if state == Qr.FAILED:
             error = resource.state.failed_data.error
             return Observation.found(state, error_code=error.code, error_message=error.message, resource=resource)
         node = None
-        if state == "ACTIVE" and (qr.state != "ACTIVE" or not qr.node):
+        if state == Qr.ACTIVE and (qr.state != Qr.ACTIVE or not qr.node):
             node = self._node_info(resource, qr)
         return Observation.found(state, node=node, resource=resource)
 
@@ -178,7 +179,7 @@ class TpuApi:
             try:
                 resource = self._call(self.client.get_queued_resource, name=qr.name)
             except NotFound:
-                return "gone"
+                return "already gone"
             except TpuqError as e:
                 return f"not deleted (unreadable: {e})"
         if not is_ours(resource, fleet):
@@ -188,11 +189,11 @@ class TpuApi:
             self._call(self.client.delete_queued_resource,
                        request=tpu_v2.DeleteQueuedResourceRequest(name=qr.name, force=force))
         except NotFound:
-            return "gone"
+            return "already gone"
         except TpuqError as e:
             log.warning("delete %s failed (the next watch pass asks again): %s", qr.name, e)
             return f"failed: {e}"
-        return "deleting"
+        return "delete accepted"
 
 
 __all__ = ["TpuApi", "build_queued_resource", "rpc_code"]

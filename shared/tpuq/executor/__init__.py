@@ -14,11 +14,11 @@ Service-facing API (see `tpuq.executor.executor` for the flow):
 Adapters: HostKeyPinStore / InMemoryPinStore, HostKeySource / GuestAttributeHostKeys (host keys from the
 TPU API's guest attributes, never trusted on first use), ObjectStore / GcsObjectStore,
 WorkerSettings (production defaults; `.for_emulator(STORAGE_EMULATOR_HOST)` locally).
-GCS layout: `tpuq.executor.layout`. Worker file layout: `tpuq.executor.worker_supervisor`.
+GCS layout: `tpuq.gcslayout` (the CLI reads the same). Worker file layout: `tpuq.executor.worker_supervisor`.
 """
 
 from tpuq.executor.executor import AttemptRef, Executor, StartResult, WorkerProbe
-from tpuq.executor.layout import STATUS_NOTIFICATION_PREFIX, StatusObjectRef, parse_status_object_name
+from tpuq.gcslayout import STATUS_NOTIFICATION_PREFIX, StatusObjectRef, parse_status_object_name
 from tpuq.executor.objects import GcsObjectStore, ObjectStore, StoredObject
 from tpuq.executor.outcome import Decided, Decision, NodeState, Wait, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore, InMemoryPinStore

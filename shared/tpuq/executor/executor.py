@@ -29,7 +29,7 @@ from importlib import resources
 
 import paramiko
 
-from tpuq.executor import layout
+from tpuq import gcslayout
 from tpuq.executor.objects import ObjectStore
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource
@@ -64,7 +64,7 @@ class AttemptRef:
         if assignment.job is not None and assignment.endpoints and assignment.action.value == "assign":
             bucket = AttemptPlan.from_assignment(assignment).bucket
         elif assignment.job_bucket:
-            bucket = layout.bucket_name(assignment.job_bucket)
+            bucket = gcslayout.bucket_name(assignment.job_bucket)
         return cls(
             job_id=assignment.job_id,
             attempt=assignment.attempt,
@@ -167,7 +167,7 @@ class Executor:
 
     def _supervisor(self, conn: WorkerConnection, *args: str, stdin: str | None = None) -> dict:
         """Run a supervisor subcommand and parse its one-line JSON answer."""
-        directory, module = layout.WORKER_SUPERVISOR.removesuffix(".py").rsplit("/", 1)
+        directory, module = gcslayout.WORKER_SUPERVISOR.removesuffix(".py").rsplit("/", 1)
         argv = [self.settings.python, "-I", "-S", "-c", BOOTSTRAP, directory, module, *args]
         result = conn.exec(argv, stdin=stdin, timeout=self.command_timeout)
         try:
@@ -196,7 +196,7 @@ class Executor:
 
             def prepare(conn: WorkerConnection) -> dict:
                 home = conn.home()
-                conn.put_file(layout.WORKER_SUPERVISOR, self._script, 0o755)
+                conn.put_file(gcslayout.WORKER_SUPERVISOR, self._script, 0o755)
                 spec = plan.worker_spec(conn.worker_id, home, self.settings)
                 return self._supervisor(conn, "prepare", stdin=json.dumps(spec))
 
@@ -239,7 +239,7 @@ class Executor:
         status_bucket = self._status_bucket(ref)
         if status_bucket:
             marker = json.dumps({"attempt_id": ref.attempt_id, "reason": reason, "at": self.clock().isoformat()})
-            self.objects.create(status_bucket, layout.cancelled_marker_name(ref.job_id, ref.attempt), marker.encode(),
+            self.objects.create(status_bucket, gcslayout.cancelled_marker_name(ref.job_id, ref.attempt), marker.encode(),
                                 "application/json")
         args = ["cancel", "--attempt-id", ref.attempt_id, "--reason", reason[:500]]
         if grace_seconds is not None:
@@ -263,8 +263,8 @@ class Executor:
             raise ValueError("the attempt's job bucket is not known")
         statuses: dict[int, WorkerStatus] = {}
         cancelled = False
-        for name in self.objects.list_names(bucket, layout.status_prefix(ref.job_id, ref.attempt)):
-            parsed = layout.parse_status_object_name(name)
+        for name in self.objects.list_names(bucket, gcslayout.status_prefix(ref.job_id, ref.attempt)):
+            parsed = gcslayout.parse_status_object_name(name)
             if parsed is None:
                 continue
             stored = self.objects.read(bucket, name)

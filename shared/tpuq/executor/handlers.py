@@ -25,8 +25,9 @@ from functools import cached_property
 import paramiko
 
 from tpuq import store
+from tpuq.documents import ExecutionState, TpuState, short_node_name
 from tpuq.errors import Permanent
-from tpuq.executor import layout
+from tpuq import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState
@@ -50,7 +51,7 @@ class FirestorePinStore:
         self.db = db
 
     def _ref(self, node: str):
-        return self.db.collection(store.TPUS).document(node.rsplit("/", 1)[-1])
+        return self.db.collection(store.TPUS).document(short_node_name(node))
 
     def get_pins(self, node: str):
         snap = self._ref(node).get()
@@ -98,7 +99,7 @@ class ExecutorRuntime:
 
         emulator = self.clients.settings.storage_emulator
         runner = self.clients.settings.runner_bucket
-        status_bucket = layout.bucket_name(runner) if runner else None
+        status_bucket = gcslayout.bucket_name(runner) if runner else None
         settings = (WorkerSettings.for_emulator(emulator, status_bucket=status_bucket) if emulator
                     else WorkerSettings(status_bucket=status_bucket))
         key = _load_private_key()
@@ -157,7 +158,7 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
     if snap.exists and (snap.to_dict() or {}).get("ended"):
         return  # a redelivery of an attempt that is over
     ref.set({"job_id": assignment.job_id, "attempt": assignment.attempt, "attempt_id": assignment.attempt_id,
-             "node": assignment.node, "assignment": assignment.model_dump(mode="json"), "state": "starting",
+             "node": assignment.node, "assignment": assignment.model_dump(mode="json"), "state": ExecutionState.starting.value,
              "ended": False, "received_at": ctx.now()}, merge=True)
     try:
         result = executor.start_attempt(assignment)
@@ -173,7 +174,7 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
             outcome = Decided(AttemptOutcome.preempted, f"node preempted: {outcome.detail}", outcome.exit_codes)
         _publish_end(ctx, assignment, outcome)
         return
-    ref.set({"state": "started", "started_at": ctx.now()}, merge=True)
+    ref.set({"state": ExecutionState.started.value, "started_at": ctx.now()}, merge=True)
     if not result.already:
         ctx.publish("attempt-events", AttemptEvent(
             kind=AttemptEventKind.started, job_id=assignment.job_id, attempt=assignment.attempt,
@@ -181,10 +182,10 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
 
 
 def _node_state(db, node: str) -> NodeState:
-    snap = db.collection(store.TPUS).document(node.rsplit("/", 1)[-1]).get()
+    snap = db.collection(store.TPUS).document(short_node_name(node)).get()
     if not snap.exists:
         return NodeState.unknown
-    return NodeState.preempted if (snap.to_dict() or {}).get("state") == "gone" else NodeState.ready
+    return NodeState.preempted if (snap.to_dict() or {}).get("state") == TpuState.gone else NodeState.ready
 
 
 def _judge(ctx: Context, stored: dict, probed: tuple[frozenset[int], dict[int, str]] = (frozenset(), {})) -> None:
@@ -212,7 +213,7 @@ def _lost_workers(ctx: Context, ref, stored: dict) -> tuple[frozenset[int], dict
 
 
 def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:
-    ref_name = layout.parse_status_object_name(event.name)
+    ref_name = gcslayout.parse_status_object_name(event.name)
     if ref_name is None:
         return  # not a status object: bundles, logs, submitted job files
     snap = _execution_ref(ctx.clients.firestore, ref_name.job_id, ref_name.attempt).get()
@@ -228,7 +229,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     # Only started attempts: one stuck in `starting` must not take a place in the batch for ever.
     query = (ctx.clients.firestore.collection(EXECUTIONS)
              .where(filter=firestore.FieldFilter("ended", "==", False))
-             .where(filter=firestore.FieldFilter("state", "==", "started")).limit(TICK_BATCH))
+             .where(filter=firestore.FieldFilter("state", "==", ExecutionState.started)).limit(TICK_BATCH))
     for snap in query.stream():
         stored = snap.to_dict() or {}
         if not stored.get("assignment"):

@@ -17,7 +17,7 @@ from tpuq.jobspec import RESERVED_ENV_PREFIX, RUNNER_ENV, CacheSpec, split_gs_ur
 from tpuq.messages import Assignment, AssignmentAction, WorkerEndpoint
 from tpuq.tputypes import zone_region
 
-from tpuq.executor import layout
+from tpuq import gcslayout
 
 WORKER_SPEC_VERSION = 1  # worker_supervisor.SPEC_VERSION
 GCS_API_BASE = "https://storage.googleapis.com"
@@ -149,9 +149,9 @@ class AttemptPlan:
             bucket=bucket,
             bundle=bundle,
             attempt_gcs_dir=assignment.attempt_gcs_dir
-            or layout.default_attempt_gcs_dir(bucket, assignment.job_id, assignment.attempt),
+            or gcslayout.default_attempt_gcs_dir(bucket, assignment.job_id, assignment.attempt),
             checkpoint_gcs_dir=assignment.checkpoint_gcs_dir
-            or layout.default_checkpoint_gcs_dir(bucket, assignment.job_id),
+            or gcslayout.default_checkpoint_gcs_dir(bucket, assignment.job_id),
             # Internal addresses in worker order: libtpu reads TPU_WORKER_HOSTNAMES to find its peers.
             worker_hosts=tuple(e.ip for e in endpoints),
         )
@@ -174,7 +174,7 @@ class AttemptPlan:
 
     def worker_spec(self, worker_id: int, home: str, settings: WorkerSettings) -> dict:
         """The JSON object for `worker_supervisor.py prepare` on worker `worker_id`."""
-        job_dir = layout.worker_job_dir(home)
+        job_dir = gcslayout.worker_job_dir(home)
         return {
             "version": WORKER_SPEC_VERSION,
             "job_id": self.job_id,
@@ -191,8 +191,8 @@ class AttemptPlan:
                 "api_base": settings.gcs_api_base,
                 "token_url": settings.token_url,
                 "bucket": self.bucket,
-                "log_prefix": layout.worker_log_prefix(self.job_id, self.attempt, worker_id),
-                "status_object": layout.worker_status_name(self.job_id, self.attempt, worker_id),
+                "log_prefix": gcslayout.worker_log_prefix(self.job_id, self.attempt, worker_id),
+                "status_object": gcslayout.worker_status_name(self.job_id, self.attempt, worker_id),
                 "status_bucket": settings.status_bucket or self.bucket,
                 "retry_delay_seconds": settings.gcs_retry_delay_seconds,
                 "status_deadline_seconds": settings.status_upload_deadline_seconds,
@@ -211,7 +211,7 @@ def _job_bucket(assignment: Assignment) -> str:
     assert job is not None
     try:
         if assignment.job_bucket:
-            return layout.bucket_name(assignment.job_bucket)
+            return gcslayout.bucket_name(assignment.job_bucket)
         uri = job.bucket_for_region(zone_region(assignment.zone))
     except ValueError as e:
         raise Permanent(str(e), field="job_bucket") from None
@@ -222,4 +222,4 @@ def _job_bucket(assignment: Assignment) -> str:
             f"no job bucket: the assignment names none and the job has no bucket in {assignment.zone}'s region",
             field="job_bucket",
         )
-    return layout.bucket_name(uri)
+    return gcslayout.bucket_name(uri)

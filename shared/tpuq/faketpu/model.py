@@ -27,9 +27,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
+from tpuq.documents import QueuedResourceState, TpuNodeState
 from tpuq.tputypes import AcceleratorType, UnknownAcceleratorType, parse_accelerator_type
 
 from .clock import Clock
@@ -75,23 +75,9 @@ ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 _ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-class QrState(str, Enum):
-    CREATING = "CREATING"
-    ACCEPTED = "ACCEPTED"
-    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
-    PROVISIONING = "PROVISIONING"
-    ACTIVE = "ACTIVE"
-    FAILED = "FAILED"
-    DELETING = "DELETING"
-    SUSPENDING = "SUSPENDING"
-    SUSPENDED = "SUSPENDED"
-
-
-class NodeState(str, Enum):
-    CREATING = "CREATING"
-    READY = "READY"
-    DELETING = "DELETING"
-    PREEMPTED = "PREEMPTED"
+# The API's state enums are the ones the services read (tpuq.documents), so the fake can never speak another.
+QrState = QueuedResourceState
+NodeState = TpuNodeState
 
 
 # Delete without force is allowed in these states even when nodes exist.

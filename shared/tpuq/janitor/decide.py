@@ -28,24 +28,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from tpuq.documents import TPU_STATES_IN_SERVICE, TpuDoc, TpuNodeState, TpuState, short_node_name
+from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetFile
 from tpuq.ownership import is_ours, name_and_labels
 
-# Queued resource states (tpu_v2 QueuedResource.State.State names).
-ACTIVE = "ACTIVE"
-PROVISIONING = "PROVISIONING"
-DELETING = "DELETING"
 # A pending racer can be deleted without force: it has no node yet.
-CANCELLABLE_STATES = frozenset({"ACCEPTED", "WAITING_FOR_RESOURCES"})
+CANCELLABLE_STATES = frozenset({Qr.ACCEPTED, Qr.WAITING_FOR_RESOURCES})
 # Dead: they hold quota until deleted (force: a SUSPENDED one may still have its node).
-DEAD_QR_STATES = frozenset({"SUSPENDED", "FAILED"})
-DEAD_NODE_STATES = frozenset({"PREEMPTED", "TERMINATED"})
+DEAD_QR_STATES = frozenset({Qr.SUSPENDED, Qr.FAILED})
+DEAD_NODE_STATES = frozenset({TpuNodeState.PREEMPTED, TpuNodeState.TERMINATED})
 # The API refuses deletes here, or one is already under way: never send one.
-NEVER_DELETE_STATES = frozenset({PROVISIONING, "CREATING", DELETING, "SUSPENDING"})
-
-# tpus/{id}.state, as the scheduler writes it.
-TPU_IDLE, TPU_BUSY, TPU_DELETING, TPU_GONE = "idle", "busy", "deleting", "gone"
-LIVE_TPU_STATES = frozenset({TPU_IDLE, TPU_BUSY})
+NEVER_DELETE_STATES = frozenset({Qr.PROVISIONING, Qr.CREATING, Qr.DELETING, Qr.SUSPENDING})
 
 
 @dataclass(frozen=True)
@@ -56,10 +50,6 @@ class Delete:
     name: str
     force: bool
     reason: str
-
-
-def short_id(name: str) -> str:
-    return name.rsplit("/", 1)[-1]
 
 
 def state_of(resource: Any) -> str | None:
@@ -107,7 +97,7 @@ def decide_losers(
     """The losers of one request's race. `request_count`: slices the request wants now."""
     members = [m for m in members if m.resource is not None and is_ours(m.resource, fleet)]
     decision = LoserDecision()
-    active = [m for m in members if m.state == ACTIVE]
+    active = [m for m in members if m.state == Qr.ACTIVE]
     if not active:
         return decision  # no winner yet: the race goes on
     needed = request_count if request_open else len(active)  # a withdrawn request's slices are plain TPUs
@@ -118,57 +108,28 @@ def decide_losers(
             decision.deletes.append(Delete(m.resource, m.name, force=False, reason="race lost"))
         elif m.state in DEAD_QR_STATES:
             decision.deletes.append(Delete(m.resource, m.name, force=True, reason=f"race lost ({m.state})"))
-        elif m.state == PROVISIONING:
+        elif m.state == Qr.PROVISIONING:
             decision.waiting.append(m.name)
     # Winners: the ones the scheduler already uses, then the first it recorded; the rest are surplus.
     far_future = datetime.max.replace(tzinfo=None)
 
     def rank(m: RaceMember):
         created = m.tpu_created_at.replace(tzinfo=None) if m.tpu_created_at else far_future
-        return (m.tpu_state != TPU_BUSY, created, m.name)
+        return (m.tpu_state != TpuState.busy, created, m.name)
 
     surplus = sorted(active, key=rank)[max(needed, 1):]
     if not jobs_pending:
-        decision.surplus = [m for m in surplus if m.tpu_state in (None, TPU_IDLE)]
+        decision.surplus = [m for m in surplus if m.tpu_state in (None, TpuState.idle)]
     return decision
 
 
 # ---------------------------------------------------------------- idle
 
 
-@dataclass(frozen=True)
-class TpuDoc:
-    """The fields of tpus/{id} the idle rule reads."""
-
-    id: str
-    fleet: str | None
-    entry_id: str | None
-    state: str | None
-    idle_since: datetime | None
-    queued_resource: str | None = None
-    name: str | None = None
-    deleting_since: datetime | None = None
-    quarantined: bool = False  # its last attempt ended preempted / unreachable: never reused
-
-    @classmethod
-    def from_doc(cls, doc_id: str, doc: Mapping[str, Any]) -> "TpuDoc":
-        return cls(
-            id=doc_id,
-            fleet=doc.get("fleet"),
-            entry_id=doc.get("entry_id"),
-            state=doc.get("state"),
-            idle_since=doc.get("idle_since"),
-            queued_resource=doc.get("queued_resource"),
-            name=doc.get("name"),
-            deleting_since=doc.get("deleting_since"),
-            quarantined=bool(doc.get("quarantined")),
-        )
-
-
 def idle_expired(tpu: TpuDoc, fleet: FleetFile, now: datetime) -> bool:
     """Idle (never busy), of this fleet, and idle for longer than its entry's timeout. Also the
     transaction's precondition, re-checked on the freshly read document."""
-    if tpu.state != TPU_IDLE or tpu.idle_since is None or tpu.fleet not in (None, fleet.name):
+    if tpu.state != TpuState.idle or tpu.idle_since is None or tpu.fleet not in (None, fleet.name):
         return False
     entry = fleet.entry(tpu.entry_id) if tpu.entry_id else None
     if entry is not None and entry.existing:
@@ -185,7 +146,7 @@ def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime) -> list
     """
     by_entry: dict[str | None, list[TpuDoc]] = defaultdict(list)
     for t in tpus:
-        if t.fleet in (None, fleet.name) and t.state in LIVE_TPU_STATES:
+        if t.fleet in (None, fleet.name) and t.state in TPU_STATES_IN_SERVICE:
             by_entry[t.entry_id].append(t)
     quarantined = [t for pool in by_entry.values() for t in pool if t.quarantined and idle_expired(t, fleet, now)]
     chosen: list[TpuDoc] = []
@@ -241,13 +202,13 @@ def decide_orphans(
     qr_node_ids = set()
     for r in listed:
         if is_queued_resource(r):
-            qr_node_ids.add(short_id(name_and_labels(r)[0]))
+            qr_node_ids.add(short_node_name(name_and_labels(r)[0]))
             qr_node_ids.update(_node_ids_of(r))
     grace = timedelta(seconds=fleet.claim.orphan_grace_seconds)
     decision = OrphanDecision()
     for r in listed:
         name = name_and_labels(r)[0]
-        rid = short_id(name)
+        rid = short_node_name(name)
         if rid in known_ids or state_of(r) in NEVER_DELETE_STATES:
             continue
         if not is_queued_resource(r) and (rid in qr_node_ids or _node_back_reference(r)):
@@ -281,7 +242,7 @@ def _node_back_reference(node: Any) -> str:
 def node_id_of(qr: Any) -> str:
     """The node id a queued resource asks for (the claimer uses the queued resource's own id)."""
     ids = _node_ids_of(qr)
-    return ids[0] if ids else short_id(name_and_labels(qr)[0])
+    return ids[0] if ids else short_node_name(name_and_labels(qr)[0])
 
 
 def dedupe(deletes: Iterable[Delete]) -> list[Delete]:

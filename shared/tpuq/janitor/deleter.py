@@ -26,8 +26,9 @@ from tpuq.ownership import is_ours, name_and_labels
 
 log = logging.getLogger("tpuq.janitor.delete")
 
-GONE = "gone"
-DELETING = "deleting"
+# What a delete call did (for the log and the pass's report; not a stored state).
+ACCEPTED = "accepted"
+ALREADY_GONE = "already gone"
 REFUSED = "refused"
 
 
@@ -38,7 +39,7 @@ class NotOurs(Exception):
 @dataclass(frozen=True)
 class DeleteOutcome:
     name: str
-    result: str  # deleting | gone | refused
+    result: str  # accepted | already gone | refused
     reason: str
     detail: str = ""
 
@@ -107,9 +108,9 @@ class DeleteAdapter:
             raise NotOurs(name)  # not a resource kind the janitor knows how to judge
         try:
             self._call(fn, **kwargs)  # the long-running operation is not awaited: the next read sees DELETING
-            outcome = DeleteOutcome(name, DELETING, reason)
+            outcome = DeleteOutcome(name, ACCEPTED, reason)
         except NotFound:
-            outcome = DeleteOutcome(name, GONE, reason)
+            outcome = DeleteOutcome(name, ALREADY_GONE, reason)
         except Permanent as e:
             # E.g. "not supported when state is PROVISIONING": the state moved since the read. Not an error
             # loop: the next event or tick reads the state again.

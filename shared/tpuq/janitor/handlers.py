@@ -26,6 +26,8 @@ from google.api_core import exceptions as gexc
 from google.cloud.firestore import FieldFilter
 
 from tpuq import store
+from tpuq.documents import ClaimerQrState, JobState, RequestStatus, TpuState, short_node_name
+from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import Retryable, TpuqError
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_fleet
@@ -82,10 +84,10 @@ class Janitor:
     def request_demand(self, request_id: str) -> tuple[int, bool]:
         snap = self.db.collection(store.REQUESTS).document(request_id).get()
         doc = snap.to_dict() if snap.exists else {}
-        return int(doc.get("count", 1)), doc.get("status", "open") == "open"
+        return int(doc.get("count", 1)), doc.get("status", RequestStatus.open) == RequestStatus.open
 
     def jobs_pending(self) -> bool:
-        q = self.db.collection(store.JOBS).where(filter=FieldFilter("state", "==", "pending")).limit(1)
+        q = self.db.collection(store.JOBS).where(filter=FieldFilter("state", "==", JobState.pending)).limit(1)
         return any(True for _ in q.stream())
 
     # ------------------------------------------------------------ API reads
@@ -125,7 +127,7 @@ class Janitor:
         doc = snap.to_dict() if snap.exists else None
         if not allowed(doc):
             return False
-        fields = {"state": d.TPU_DELETING, "deleting_since": now, "delete_reason": reason, "updated_at": now}
+        fields = {"state": TpuState.deleting, "deleting_since": now, "delete_reason": reason, "updated_at": now}
         try:
             if snap.exists:
                 ref.update(fields, option=self.db.write_option(last_update_time=snap.update_time))
@@ -139,7 +141,7 @@ class Janitor:
     def mark_gone(self, tpu_id: str, reason: str) -> None:
         now = self.ctx.now()
         self.db.collection(store.TPUS).document(tpu_id).set(
-            {"state": d.TPU_GONE, "gone_at": now, "gone_reason": reason, "updated_at": now}, merge=True)
+            {"state": TpuState.gone, "gone_at": now, "gone_reason": reason, "updated_at": now}, merge=True)
 
     # ------------------------------------------------------------ races and dead ones
     def settle(self, observed: dict[str, Any], request_of: dict[str, str]) -> None:
@@ -152,14 +154,14 @@ class Janitor:
             if rid and d.is_queued_resource(resource):
                 races[rid].append(name)
         for rid, names in races.items():
-            if not any(d.state_of(present[n]) == d.ACTIVE for n in names) or len(names) < 2:
+            if not any(d.state_of(present[n]) == Qr.ACTIVE for n in names) or len(names) < 2:
                 continue  # no winner, or nobody to lose
             deletes += self.settle_race(rid, {n: present[n] for n in names})
         self.delete(deletes)
 
     def settle_race(self, request_id: str, members: dict[str, Any]) -> list[d.Delete]:
         count, open_ = self.request_demand(request_id)
-        tpu_ids = {n: d.node_id_of(r) for n, r in members.items() if d.state_of(r) == d.ACTIVE}
+        tpu_ids = {n: d.node_id_of(r) for n, r in members.items() if d.state_of(r) == Qr.ACTIVE}
         snaps = {s.id: s for s in self.db.get_all([self.db.collection(store.TPUS).document(i)
                                                    for i in set(tpu_ids.values())])}
         race = []
@@ -175,7 +177,7 @@ class Janitor:
         for m in decision.surplus:
             tpu_id = tpu_ids[m.name]
             # Absent or idle only: a TPU the scheduler assigned meanwhile stays.
-            if self.mark_deleting(tpu_id, lambda doc: doc is None or doc.get("state") == d.TPU_IDLE,
+            if self.mark_deleting(tpu_id, lambda doc: doc is None or doc.get("state") == TpuState.idle,
                                   "surplus: its race was already won",
                                   {"fleet": self.fleet.name, "queued_resource": m.name, "request_id": request_id}):
                 deletes.append(d.Delete(m.resource, m.name, force=True, reason="surplus racer: race already won"))
@@ -186,7 +188,7 @@ class Janitor:
         request_of = {event.queued_resource: event.request_id} if event.request_id else {}
         if event.request_id:
             for doc in self.claimer_docs(request_id=event.request_id):
-                if doc.get("state") != "GONE" and doc.get("name"):
+                if doc.get("state") != ClaimerQrState.GONE and doc.get("name"):
                     names.append(doc["name"])
                     request_of[doc["name"]] = event.request_id
         self.settle(self.read_all(names), request_of)
@@ -198,7 +200,7 @@ class Janitor:
         for doc in self.claimer_docs(live=True):
             if doc.get("name"):
                 request_of[doc["name"]] = doc.get("request_id") or ""
-        tpu_resource = {t.id: t.queued_resource or t.name for t in tpus if t.state != d.TPU_GONE}
+        tpu_resource = {t.id: t.queued_resource or t.name for t in tpus if t.state != TpuState.gone}
         observed = self.read_all([*request_of, *filter(None, tpu_resource.values())])
         self.settle(observed, request_of)
         self.finish_deletes(tpus, tpu_resource, observed)
@@ -208,7 +210,7 @@ class Janitor:
         now = self.ctx.now()
         for t in tpus:
             name = tpu_resource.get(t.id)
-            if t.state != d.TPU_DELETING or not name or name not in observed:
+            if t.state != TpuState.deleting or not name or name not in observed:
                 continue
             resource = observed[name]
             if resource is None:
@@ -261,9 +263,9 @@ class Janitor:
                 log.warning("orphan scan: cannot list %s (%s); the next scan tries again", zone, e)
         known: set[str] = set()
         for q in self.claimer_docs():
-            known.update(filter(None, (q.get("qr_id"), d.short_id(q.get("node") or ""))))
+            known.update(filter(None, (q.get("qr_id"), short_node_name(q.get("node") or ""))))
         for t in self.tpu_docs():
-            known.update(filter(None, (t.id, d.short_id(t.queued_resource or ""), d.short_id(t.name or ""))))
+            known.update(filter(None, (t.id, short_node_name(t.queued_resource or ""), short_node_name(t.name or ""))))
         first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
         decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
         self.delete(decision.deletes)
@@ -310,7 +312,7 @@ def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_ada
     def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
         if event.kind is not AttemptEventKind.ended or event.outcome not in ENDED_ON_INFRA:
             return  # the scheduler frees the TPU; the idle rule takes it from there
-        snap = ctx.clients.firestore.collection(store.TPUS).document(d.short_id(event.node)).get()
+        snap = ctx.clients.firestore.collection(store.TPUS).document(short_node_name(event.node)).get()
         doc = snap.to_dict() if snap.exists else {}
         if not doc.get("fleet"):
             return  # not a TPU tpuq recorded: nothing of ours to judge

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from tpuq import store
+from tpuq.documents import JobState, short_node_name
 from tpuq.errors import Permanent, Retryable
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.fleetstore import load_fleet
@@ -27,7 +28,6 @@ from tpuq.messages import (
 )
 from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.optimistic import WriteSet, read_decide_commit
-from tpuq.scheduler.plan import short_node_name
 from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
 
@@ -114,7 +114,7 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
         refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else [])
         outcome = read_decide_commit(db, refs, lambda tpu, job=None: _node_lost_writes(event, fleet, ctx, tpu, job))
         if outcome != "reassigned":
-            return bool(outcome and outcome.job and outcome.job["state"] == "pending")
+            return bool(outcome and outcome.job and outcome.job["state"] == JobState.pending)
     raise Retryable(f"TPU {event.node} keeps changing hands")
 
 
@@ -167,7 +167,7 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
     end, freed = read_decide_commit(db, [job_ref, tpu_ref], decide_ended)
     log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,
              end.job["state"] if end.job else "unchanged", "freed" if freed else "unchanged")
-    if freed or (end.job and end.job["state"] == "pending"):
+    if freed or (end.job and end.job["state"] == JobState.pending):
         scheduling_pass(ctx, fleet)
 
 

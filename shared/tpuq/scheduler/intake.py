@@ -13,6 +13,7 @@ from typing import Any
 from google.api_core.exceptions import AlreadyExists
 
 from tpuq import store
+from tpuq.documents import JobState
 from tpuq.errors import Permanent
 from tpuq.jobspec import PublishedJob
 
@@ -29,7 +30,7 @@ def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, n
     spec["id"] = job_id
     return {
         "id": job_id,
-        "state": "pending",
+        "state": JobState.pending.value,
         "spec": spec,
         "priority": job.priority.value,
         "priority_rank": job.priority.rank,

@@ -15,18 +15,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tpuq import gcslayout
+from tpuq.documents import AttemptState, TpuState, short_node_name
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
 from tpuq.jobstate import IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
 from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FleetEvent, WorkerEndpoint
-from tpuq.scheduler.plan import Match, short_node_name
+from tpuq.scheduler.plan import Match
 from tpuq.tputypes import canonical_name, zone_region
 
 Doc = dict[str, Any]
-
-# tpus/{short}.state
-TPU_IDLE, TPU_BUSY, TPU_DELETING, TPU_GONE = "idle", "busy", "deleting", "gone"
-
 
 def attempt_id_for(job_id: str, attempt: int) -> str:
     return f"{job_id}-{attempt}"
@@ -45,12 +43,11 @@ def job_bucket_for(spec: JobSpec, region: str, runner_bucket: str | None) -> str
 
 
 def attempt_gcs_dir(job_bucket: str, job_id: str, attempt: int) -> str:
-    return f"{job_bucket}/tpuq/jobs/{job_id}/attempts/{attempt}"
+    return f"{job_bucket}/{gcslayout.attempt_prefix(job_id, attempt)}"
 
 
 def checkpoint_gcs_dir(job_bucket: str, job_id: str) -> str:
-    """Fixed across attempts, so a retry resumes from the checkpoints of the one before."""
-    return f"{job_bucket}/tpuq/jobs/{job_id}/checkpoints"
+    return f"{job_bucket}/{gcslayout.checkpoint_prefix(job_id)}"
 
 
 # --------------------------------------------------------------------- TPUs
@@ -84,7 +81,7 @@ def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | No
     """An ACTIVE node: a new idle TPU, or fresher endpoints for a known one (never resets a busy TPU)."""
     if not event.node:
         return None
-    if existing is not None and existing.get("state") == TPU_GONE:
+    if existing is not None and existing.get("state") == TpuState.gone:
         return None  # gone is final: an ACTIVE that arrives late (or is redelivered) must not revive it
     details = {
         **_node_identity(event, entry_for(fleet, event)),
@@ -96,7 +93,7 @@ def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | No
     if existing is None:
         return {
             **details,
-            "state": TPU_IDLE,
+            "state": TpuState.idle.value,
             "job_id": None,
             "attempt_id": None,
             "idle_since": now,
@@ -109,9 +106,9 @@ def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | No
 
 def tpu_on_gone(existing: Doc | None, event: FleetEvent, now: datetime) -> Doc | None:
     """SUSPENDED / GONE / FAILED for a node: the TPU is gone (recorded even if never seen ACTIVE)."""
-    if existing is not None and existing.get("state") == TPU_GONE:
+    if existing is not None and existing.get("state") == TpuState.gone:
         return None
-    fields: Doc = {"state": TPU_GONE, "gone_at": now, "gone_reason": event.kind.value, "updated_at": now}
+    fields: Doc = {"state": TpuState.gone.value, "gone_at": now, "gone_reason": event.kind.value, "updated_at": now}
     if existing is None:
         fields |= {
             **_node_identity(event, event.entry_id),
@@ -129,9 +126,9 @@ def tpu_freed(tpu: Doc | None, attempt_id: str, now: datetime, suspect: str | No
     never assigned again (it would fail the next job too, and burn that job's budget), and deleted by the
     janitor at once instead of after the idle timeout.
     """
-    if tpu is None or tpu.get("state") != TPU_BUSY or tpu.get("attempt_id") != attempt_id:
+    if tpu is None or tpu.get("state") != TpuState.busy or tpu.get("attempt_id") != attempt_id:
         return None
-    freed = {"state": TPU_IDLE, "job_id": None, "attempt_id": None, "idle_since": now, "updated_at": now}
+    freed = {"state": TpuState.idle.value, "job_id": None, "attempt_id": None, "idle_since": now, "updated_at": now}
     if suspect:
         freed.update({"quarantined": True, "quarantine_reason": suspect[:500]})
     return freed
@@ -151,7 +148,7 @@ class AssignmentWrites:
 
 def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now: datetime) -> AssignmentWrites | None:
     """Pending job + idle TPU -> assigned attempt n+1 on a busy TPU; None when either has moved on."""
-    if tpu.get("state") != TPU_IDLE:
+    if tpu.get("state") != TpuState.idle:
         return None
     try:
         transition(job["state"], JobEvent.assign)
@@ -186,14 +183,14 @@ def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now:
             "cancel_requested": False,
             "updated_at": now,
         },
-        tpu={"state": TPU_BUSY, "job_id": job_id, "attempt_id": attempt_id, "busy_since": now, "updated_at": now},
+        tpu={"state": TpuState.busy.value, "job_id": job_id, "attempt_id": attempt_id, "busy_since": now, "updated_at": now},
         attempt={
             "attempt": n,
             "attempt_id": attempt_id,
             "tpu": node,
             "zone": match.zone,
             "region": match.region,
-            "state": JobState.assigned.value,
+            "state": AttemptState.assigned.value,
             "outcome": None,
             "detail": None,
             "assigned_at": now,
@@ -253,7 +250,7 @@ def attempt_started(job: Doc | None, attempt: int, now: datetime) -> tuple[Doc |
         return None, None
     return (
         {"state": state.value, "started_at": now, "pinned_region": job.get("region"), "updated_at": now},
-        {"state": state.value, "started_at": now},
+        {"state": AttemptState.running.value, "started_at": now},
     )
 
 
@@ -308,7 +305,7 @@ def attempt_ended(
         fields |= {"reason": reason or decision.reason, "finished_at": now}
         if state is JobState.cancelled and job.get("cancel_reason"):
             fields["reason"] = job["cancel_reason"]
-    attempt_fields = {"state": "ended", "outcome": outcome.value, "detail": detail, "ended_at": now}
+    attempt_fields = {"state": AttemptState.ended.value, "outcome": outcome.value, "detail": detail, "ended_at": now}
     return AttemptEnd(fields, attempt_fields, decision)
 
 

@@ -37,18 +37,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, Iterable
 
+from tpuq.documents import short_node_name
 from tpuq.fleet import FleetEntry, FleetFile
 from tpuq.jobspec import JobSpec, Priority
 from tpuq.tputypes import canonical_name, zone_region
-
-
-def short_node_name(name: str) -> str:
-    """`projects/p/locations/z/nodes/my-tpu` -> `my-tpu`; a short name passes through.
-
-    A job names a TPU the way a user writes it; the scheduler may know the full
-    node name. Both sides are compared by their short form.
-    """
-    return name.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True, slots=True)

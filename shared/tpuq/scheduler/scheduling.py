@@ -24,6 +24,13 @@ from typing import Iterable
 from google.cloud.firestore import FieldFilter, Query
 
 from tpuq import store
+from tpuq.documents import (
+    JOB_STATES_ON_A_TPU,
+    TPU_STATES_HOLDING_A_SLICE,
+    QueuedResourceState,
+    TpuState,
+    short_node_name,
+)
 from tpuq.jobstate import JobEvent, JobState, transition
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec
@@ -32,7 +39,7 @@ from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, Att
 from tpuq.tputypes import parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.optimistic import WriteSet, commit_if_unchanged
-from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan, short_node_name
+from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan
 from tpuq.service import Context
 
 log = logging.getLogger("tpuq.scheduler")
@@ -40,7 +47,6 @@ log = logging.getLogger("tpuq.scheduler")
 PENDING_LIMIT = 2000
 IDLE_LIMIT = 2000
 MAX_ROUNDS = 3  # plan again after losing pairs to another instance, at most this often per message
-LIVE_TPU_STATES = [lifecycle.TPU_IDLE, lifecycle.TPU_BUSY, lifecycle.TPU_DELETING]
 REPUBLISH_ASSIGNMENT_AFTER = timedelta(minutes=5)
 
 
@@ -59,14 +65,14 @@ class PassReport:
 
 
 def idle_tpu_snapshots(db) -> list:
-    q = db.collection(store.TPUS).where(filter=FieldFilter("state", "==", lifecycle.TPU_IDLE)).limit(IDLE_LIMIT)
+    q = db.collection(store.TPUS).where(filter=FieldFilter("state", "==", TpuState.idle)).limit(IDLE_LIMIT)
     return [s for s in q.stream() if not (s.to_dict() or {}).get("quarantined")]
 
 
 def pending_job_snapshots(db) -> list:
     q = (
         db.collection(store.JOBS)
-        .where(filter=FieldFilter("state", "==", "pending"))
+        .where(filter=FieldFilter("state", "==", JobState.pending))
         .order_by("priority_rank", direction=Query.DESCENDING)
         .order_by("submit_time")
         .limit(PENDING_LIMIT)
@@ -91,7 +97,7 @@ def _count(query) -> int:
 def live_tpus_of(db, entry_id: str) -> int:
     tpus = db.collection(store.TPUS)
     return _count(
-        tpus.where(filter=FieldFilter("entry_id", "==", entry_id)).where(filter=FieldFilter("state", "in", LIVE_TPU_STATES))
+        tpus.where(filter=FieldFilter("entry_id", "==", entry_id)).where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
     )
 
 
@@ -135,7 +141,7 @@ def scheduling_pass(
         report.rounds += 1
         tpu_snaps = idle_tpu_snapshots(db)
         if trigger_job_ids and not full:
-            job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if (s.to_dict() or {}).get("state") == "pending"]
+            job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if (s.to_dict() or {}).get("state") == JobState.pending]
         else:
             job_snaps = pending_job_snapshots(db)
         report.jobs_read += len(job_snaps)
@@ -157,7 +163,7 @@ def _unresolved(db, lost_pairs: list[tuple]) -> bool:
     refs = [ref for job_snap, tpu_snap in lost_pairs for ref in (job_snap.reference, tpu_snap.reference)]
     for snap in db.get_all(refs):
         doc = snap.to_dict() or {}
-        if doc.get("state") in ("pending", lifecycle.TPU_IDLE):
+        if doc.get("state") in (JobState.pending, TpuState.idle):
             return True
     return False
 
@@ -291,7 +297,7 @@ def active_slices_not_recorded(ctx: Context, limit: int = 200) -> list[FleetEven
     that have no `tpus/{node}` document. Without this the slice would be neither used nor reaped."""
     db = ctx.clients.firestore
     q = (db.collection(store.QUEUED_RESOURCES)
-         .where(filter=FieldFilter("state", "==", "ACTIVE"))
+         .where(filter=FieldFilter("state", "==", QueuedResourceState.ACTIVE))
          .where(filter=FieldFilter("live", "==", True)).limit(limit))
     records = [s.to_dict() or {} for s in q.stream()]
     records = [r for r in records if r.get("node") and r.get("endpoints")]
@@ -319,7 +325,7 @@ def ended_attempts_not_applied(ctx: Context, limit: int = 50) -> list[AttemptEve
     now = ctx.now()
     q = (
         db.collection(store.JOBS)
-        .where(filter=FieldFilter("state", "in", ["assigned", "running"]))
+        .where(filter=FieldFilter("state", "in", list(JOB_STATES_ON_A_TPU)))
         .where(filter=FieldFilter("updated_at", "<=", now - RECONCILE_AFTER))
         .limit(limit)
     )
@@ -345,7 +351,7 @@ def republish_stale_assignments(ctx: Context) -> int:
     now = ctx.now()
     q = (
         db.collection(store.JOBS)
-        .where(filter=FieldFilter("state", "==", "assigned"))
+        .where(filter=FieldFilter("state", "==", JobState.assigned))
         .where(filter=FieldFilter("assigned_at", "<=", now - REPUBLISH_ASSIGNMENT_AFTER))
         .limit(100)
     )

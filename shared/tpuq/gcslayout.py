@@ -1,5 +1,8 @@
 """Where an attempt's files live: in GCS and on the workers. Pure functions, no I/O.
 
+The one owner of these names: the executor and its workers write them, the scheduler names the attempt and
+checkpoint directories, and the CLI (`tpuq logs`, `tpuq watch`) reads them.
+
 GCS, all in the job's bucket (JOB_BUCKET):
 
     tpuq/jobs/{job}/attempts/{n}/                    ATTEMPT_GCS_DIR unless the assignment names one
@@ -60,17 +63,39 @@ def default_attempt_gcs_dir(bucket: str, job_id: str, attempt: int) -> str:
     return f"gs://{bucket_name(bucket)}/{attempt_prefix(job_id, attempt)}"
 
 
+def checkpoint_prefix(job_id: str) -> str:
+    """Fixed across attempts, so a retry resumes from the checkpoints of the one before."""
+    return f"tpuq/jobs/{job_id}/checkpoints"
+
+
 def default_checkpoint_gcs_dir(bucket: str, job_id: str) -> str:
-    return f"gs://{bucket_name(bucket)}/tpuq/jobs/{job_id}/checkpoints"
+    return f"gs://{bucket_name(bucket)}/{checkpoint_prefix(job_id)}"
+
+
+def attempt_logs_prefix(job_id: str, attempt: int) -> str:
+    """Object-name prefix of every worker's log chunks of one attempt."""
+    return f"{attempt_prefix(job_id, attempt)}/tpuq-logs/"
 
 
 def worker_log_prefix(job_id: str, attempt: int, worker_id: int) -> str:
     """Object-name prefix of one worker's log chunks; chunk k is f'{prefix}{k:06d}.txt'."""
-    return f"{attempt_prefix(job_id, attempt)}/tpuq-logs/worker-{worker_id}/"
+    return f"{attempt_logs_prefix(job_id, attempt)}worker-{worker_id}/"
 
 
 def log_chunk_name(job_id: str, attempt: int, worker_id: int, seq: int) -> str:
     return f"{worker_log_prefix(job_id, attempt, worker_id)}{seq:06d}.txt"
+
+
+def parse_log_chunk_name(job_id: str, attempt: int, name: str) -> tuple[int, int] | None:
+    """(worker, sequence) of one of the attempt's log chunks, or None for any other object."""
+    prefix = attempt_logs_prefix(job_id, attempt)
+    parts = name[len(prefix):].split("/") if name.startswith(prefix) else []
+    if len(parts) != 2 or not parts[0].startswith("worker-"):
+        return None
+    try:
+        return int(parts[0][len("worker-"):]), int(parts[1].split(".")[0])
+    except ValueError:
+        return None
 
 
 def status_prefix(job_id: str, attempt: int) -> str:
