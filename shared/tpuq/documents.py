@@ -16,7 +16,7 @@ GCS, in `tpuq.gcslayout`.
 | queued_resources/{qr_id}     | `state`: QueuedResourceState or ClaimerQrState | `QrRecord` |
 | zones/{fleet}:{zone}:{type}  |                        | `TargetRecord`                 |
 | fleet_status/{fleet}         |                        | `FleetStatus`                  |
-| executions/{job}:{attempt}   | `state`: ExecutionState| (dicts)                        |
+| executions/{job}:{attempt}   | `state`: ExecutionState| `ExecutionEnd` (its end)       |
 
 Nothing here does I/O: the views convert to and from the dicts Firestore stores.
 """
@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import Field
 
+from tpuq import store
 from tpuq.jobspec import StrictModel
 
 
@@ -362,3 +363,29 @@ class ExecutionState(StrEnum):
 
     starting = "starting"  # the assignment was received; the workers are being prepared
     started = "started"  # the command runs on every worker (the tick's backstop judges only these)
+
+
+def execution_doc_id(job_id: str, attempt: int) -> str:
+    """executions/{job}:{attempt}: the executor writes it, the scheduler's backstop reads it."""
+    return store.doc_id(job_id, str(attempt))
+
+
+@dataclass(frozen=True)
+class ExecutionEnd:
+    """What executions/{job}:{attempt} says about the attempt's end, once the executor published it.
+
+    The scheduler's tick applies it when the `ended` event was lost."""
+
+    outcome: str  # a tpuq.messages.AttemptOutcome value
+    detail: str | None = None
+    ended_at: datetime | None = None
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any] | None) -> "ExecutionEnd | None":
+        """None while the end is not published (or the document does not exist)."""
+        if not doc or not doc.get("ended") or not doc.get("outcome"):
+            return None
+        return cls(outcome=doc["outcome"], detail=doc.get("detail"), ended_at=doc.get("ended_at"))
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"ended": True, "outcome": self.outcome, "detail": self.detail, "ended_at": self.ended_at}

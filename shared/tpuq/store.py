@@ -1,4 +1,5 @@
-"""Firestore layout: collection names and the few shapes every service shares.
+"""Firestore layout: collection names and document ids. What the documents hold (their states and typed
+views) is `tpuq.documents`'.
 
 Documents are small and per-entity so that none is hot (the emulator stalls
 ~2 s per transaction conflict; production allows ~1 write/s per document):

@@ -193,3 +193,13 @@ def test_claimer_records_round_trip_through_their_documents():
     assert D.target_from_doc(D.target_to_doc(target), None) == target
     status = D.FleetStatus("f", blocked="billing is disabled", blocked_version="v1")
     assert D.status_from_doc(D.status_to_doc(status)) == status and status.is_blocked("v1")
+
+
+def test_an_execution_s_end_is_read_only_once_published():
+    from datetime import datetime, timezone
+
+    end = D.ExecutionEnd("preempted", "node preempted", datetime(2026, 12, 1, tzinfo=timezone.utc))
+    assert D.ExecutionEnd.from_doc({"state": D.ExecutionState.started.value, **end.to_doc()}) == end
+    assert D.ExecutionEnd.from_doc({"state": D.ExecutionState.started.value, "ended": False}) is None
+    assert D.ExecutionEnd.from_doc(None) is None
+    assert D.execution_doc_id("job-1", 3) == "job-1:3"

@@ -25,7 +25,7 @@ from functools import cached_property
 import paramiko
 
 from tpuq import store
-from tpuq.documents import ExecutionState, TpuState, short_node_name
+from tpuq.documents import ExecutionEnd, ExecutionState, TpuState, execution_doc_id, short_node_name
 from tpuq.errors import Permanent
 from tpuq import gcslayout
 from tpuq.executor.executor import Executor
@@ -127,7 +127,7 @@ def runtime(ctx: Context) -> ExecutorRuntime:
 
 
 def _execution_ref(db, job_id: str, attempt: int):
-    return db.collection(EXECUTIONS).document(store.doc_id(job_id, str(attempt)))
+    return db.collection(EXECUTIONS).document(execution_doc_id(job_id, attempt))
 
 
 def _publish_end(ctx: Context, assignment: Assignment, decided: Decided) -> None:
@@ -140,8 +140,7 @@ def _publish_end(ctx: Context, assignment: Assignment, decided: Decided) -> None
         kind=AttemptEventKind.ended, job_id=assignment.job_id, attempt=assignment.attempt,
         attempt_id=assignment.attempt_id, node=assignment.node, outcome=decided.outcome,
         detail=(decided.detail or "")[:8000], exit_codes=decided.exit_codes, at=ctx.now()))
-    ref.set({"ended": True, "outcome": decided.outcome.value, "detail": (decided.detail or "")[:2000],
-             "ended_at": ctx.now()}, merge=True)
+    ref.set(ExecutionEnd(decided.outcome.value, (decided.detail or "")[:2000], ctx.now()).to_doc(), merge=True)
     log.info("attempt %s ended: %s", assignment.attempt_id, decided.outcome.value)
 
 

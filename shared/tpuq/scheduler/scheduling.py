@@ -27,8 +27,10 @@ from tpuq import store
 from tpuq.documents import (
     JOB_STATES_ON_A_TPU,
     TPU_STATES_HOLDING_A_SLICE,
+    ExecutionEnd,
     QueuedResourceState,
     TpuState,
+    execution_doc_id,
     short_node_name,
 )
 from tpuq.jobstate import JobEvent, JobState, transition
@@ -334,14 +336,14 @@ def ended_attempts_not_applied(ctx: Context, limit: int = 50) -> list[AttemptEve
         job = snap.to_dict()
         if not job.get("attempt") or not job.get("tpu"):
             continue
-        execution = db.collection(store.EXECUTIONS).document(store.doc_id(job["id"], str(job["attempt"]))).get()
-        record = execution.to_dict() or {}
-        if not record.get("ended") or not record.get("outcome"):
+        execution = db.collection(store.EXECUTIONS).document(execution_doc_id(job["id"], job["attempt"])).get()
+        end = ExecutionEnd.from_doc(execution.to_dict())
+        if end is None:
             continue
         events.append(AttemptEvent(
             kind=AttemptEventKind.ended, job_id=job["id"], attempt=job["attempt"],
             attempt_id=job.get("attempt_id") or f"{job['id']}-{job['attempt']}", node=job["tpu"],
-            outcome=AttemptOutcome(record["outcome"]), detail=record.get("detail"), at=now))
+            outcome=AttemptOutcome(end.outcome), detail=end.detail, at=now))
     return events
 
 
