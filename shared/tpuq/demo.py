@@ -114,7 +114,7 @@ def summarize(clients: Clients, control: FakeTpuControl, job_ids: list[str]) -> 
     creates = [c for c in calls if c["method"] == "POST" and c["path"].endswith("/queuedResources")]
     qr_deletes = [c for c in calls if c["method"] == "DELETE" and "/queuedResources/" in c["path"]]
     ever_active = {short_node_name(t.get("queued_resource", "")) for t in _tpu_docs(db)}
-    deleted = {c["path"].rsplit("/", 1)[-1].split("?")[0] for c in qr_deletes if c.get("status", 200) < 300}
+    deleted = {short_node_name(c["path"].split("?")[0]) for c in qr_deletes if c.get("status", 200) < 300}
     summary: dict[str, Any] = {"jobs": {}, "queued_resources_created": len(creates)}
     for job_id, job in jobs.items():
         attempts = _attempts(db, job_id)
