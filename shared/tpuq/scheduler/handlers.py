@@ -26,7 +26,7 @@ from tpuq.messages import (
     Tick,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
-from tpuq.scheduler.optimistic import WriteSet, read_decide_commit
+from tpuq.guarded import WriteSet, read_decide_commit
 from tpuq.scheduler.plan import short_node_name
 from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service

@@ -8,7 +8,7 @@ written by every pass.
 
 Two scheduler instances may run the same pass at once and plan the same pairs.
 Each pair is committed with preconditions on both documents
-(`optimistic.commit_if_unchanged`), so one wins and the other's commit fails
+(`tpuq.guarded.commit_if_unchanged`), so one wins and the other's commit fails
 at once; the loser plans again on fresh reads (a bounded number of rounds)
 when a lost pair left its job or TPU free.
 """
@@ -31,7 +31,7 @@ from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, Att
                            FleetEventKind, WorkerEndpoint)
 from tpuq.tputypes import parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
-from tpuq.scheduler.optimistic import WriteSet, commit_if_unchanged
+from tpuq.guarded import WriteSet, commit_if_unchanged
 from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan, short_node_name
 from tpuq.service import Context
 
