@@ -72,7 +72,7 @@ def _encode(value: Any, in_array: bool = False) -> Any:
         utc = (value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
         return DatetimeWithNanoseconds(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second,
                                        utc.microsecond, tzinfo=timezone.utc)
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, set, frozenset)):  # the client sends a set as an array too
         if in_array:
             raise InvalidArgument("Cannot convert an array value in an array value.")
         return [_encode(v, in_array=True) for v in value]
@@ -469,6 +469,8 @@ def _set_write(path: str, data: dict, merge: bool) -> _Write:
 def _update_write(path: str, fields: dict, option: Any) -> _Write:
     if not fields:
         raise ValueError("Cannot update with an empty document.")
+    if isinstance(option, ExistsOption):  # update requires the document already; the client refuses this option
+        raise ValueError("you must not pass an explicit write option to update.")
     return _Write("update", path, dict(fields), option=option)
 
 
