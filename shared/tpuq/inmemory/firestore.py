@@ -23,9 +23,10 @@ Firestore's behaviour it keeps, because our code would notice the difference
 - values come back as Firestore returns them: copies, lists for tuples, plain
   str/int for enum members, timestamps as UTC-aware datetimes (naive ones are
   taken as UTC, as the client does); a value Firestore cannot store raises TypeError.
-Not modelled: indexes (production needs the composite ones in infra/), limits
-on write rate, and `get_all`'s arbitrary order (it yields in the order asked;
-callers must not rely on it, and ours map results by id).
+- `get_all` yields in no promised order (here: shuffled, seeded), so a caller
+  that leaned on the order asked would fail here too.
+Not modelled: indexes (production needs the composite ones in infra/) and
+limits on write rate.
 """
 
 from __future__ import annotations
@@ -320,6 +321,7 @@ class MemoryFirestore:
     def get_all(self, references: Iterable["MemoryDocument"], field_paths=None, transaction=None,
                 **_: Any) -> Iterator["MemorySnapshot"]:
         unique = list({ref.path: ref for ref in references}.values())
+        self._rng.shuffle(unique)  # Firestore answers in no promised order: callers must map results by id
         with self._lock:
             snaps = [self._snapshot(ref) for ref in unique]
         for snap in snaps:
