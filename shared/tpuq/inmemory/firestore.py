@@ -321,8 +321,8 @@ class MemoryFirestore:
     def get_all(self, references: Iterable["MemoryDocument"], field_paths=None, transaction=None,
                 **_: Any) -> Iterator["MemorySnapshot"]:
         unique = list({ref.path: ref for ref in references}.values())
-        self._rng.shuffle(unique)  # Firestore answers in no promised order: callers must map results by id
         with self._lock:
+            self._rng.shuffle(unique)  # Firestore answers in no promised order: callers must map results by id
             snaps = [self._snapshot(ref) for ref in unique]
         for snap in snaps:
             if transaction is not None:
@@ -360,10 +360,10 @@ class MemoryFirestore:
 
     def _time(self) -> datetime:
         """Strictly later than the last commit, even under a frozen clock."""
-        now = self._now()
+        now = _encode(self._now())
         if self._last_commit is not None and now <= self._last_commit:
-            now = self._last_commit + timedelta(microseconds=1)
-        return _encode(now)
+            now = _encode(self._last_commit + timedelta(microseconds=1))
+        return now
 
     def _commit(self, writes: list[_Write], reads: dict[str, datetime | None] | None = None) -> list[WriteResult]:
         with self._lock:
