@@ -140,12 +140,23 @@ def scheduler_app(clients: Clients):
     return app.test_client()
 
 
+class NoStandIn:
+    """A client these tests must not reach: using it fails the test instead of going to Google Cloud."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        raise AssertionError(f"the scheduler used Clients.{self._name}.{attr}, which has no in-memory stand-in here")
+
+
 def memory_clients(settings: Settings) -> tuple[Clients, MemoryPublisher]:
-    """`Clients` whose Firestore and publisher are the in-memory stand-ins (nothing else is used here)."""
+    """`Clients` whose Firestore and publisher are the in-memory stand-ins, and whose other clients refuse use."""
     clients = Clients(settings)
     publisher = MemoryPublisher(settings.topic_path(t.name) for t in topology.TOPICS)
-    clients.__dict__["firestore"] = MemoryFirestore(project=settings.project)  # what the cached_property returns
-    clients.__dict__["publisher"] = publisher
+    # Set where each cached_property keeps its value, so the real client is never created.
+    clients.__dict__.update(firestore=MemoryFirestore(project=settings.project), publisher=publisher,
+                            storage=NoStandIn("storage"), tpu=NoStandIn("tpu"))
     return clients, publisher
 
 
