@@ -286,6 +286,11 @@ def test_order_by_limit_and_ties(jobs):
     assert ids(jobs.limit(2)) == ["a", "b"]
 
 
+def test_descending_order_sorts_across_types_and_breaks_ties_by_id_descending(jobs):
+    # A string sorts after every number; equal ranks come in document-id order, in the last order's direction.
+    assert ids(jobs.order_by("rank", direction=Query.DESCENDING)) == ["e", "f", "c", "b", "d", "a"]
+
+
 def test_count(jobs):
     assert count(jobs) == 6
     assert count(jobs.where(filter=FieldFilter("state", "==", "pending"))) == 3
@@ -301,3 +306,11 @@ def test_subcollections_are_their_own_collections(db, col):
     parent.collection("attempts").document("1").set({"outcome": "ok"})
     assert ids(col) == ["j1"]
     assert {s.id: s.to_dict() for s in parent.collection("attempts").stream()} == {"1": {"outcome": "ok"}}
+
+
+def test_not_equal_and_not_in_skip_missing_and_null_fields(col):
+    for doc_id, doc in {"a": {"s": "x"}, "b": {"s": "y"}, "c": {"s": None}, "d": {}, "e": {"s": 1}}.items():
+        col.document(doc_id).set(doc)
+    # Ordered by the inequality's field first (a number sorts before a string).
+    assert ids(col.where(filter=FieldFilter("s", "!=", "x"))) == ["e", "b"]
+    assert ids(col.where(filter=FieldFilter("s", "not-in", ["x", "y"]))) == ["e"]

@@ -15,14 +15,16 @@ Firestore's behaviour it keeps, because our code would notice the difference
 (each one is checked against the emulator by `tests/contract/`):
 - every commit gets a strictly later update time, shared by all its writes; a
   write that changes nothing keeps the document's update time;
-- a query never matches a document without the field; `==`/`<` compare only
-  values of the same type (1 == 1.0, but True != 1; a string is never "<=" a
-  timestamp), and ordering across types follows Firestore's type order;
+- a query never matches a document without the field (and `!=` / `not-in`
+  never match null); `==` and `<` compare only values of the same type
+  (1 == 1.0, but True != 1; a string is never "<=" a timestamp), and ordering
+  across types follows Firestore's type order;
 - `order_by` drops documents without that field; ties (and queries without
   `order_by`) come in document-id order;
 - values come back as Firestore returns them: copies, lists for tuples, plain
   str/int for enum members, timestamps as UTC-aware datetimes (naive ones are
-  taken as UTC, as the client does); a value Firestore cannot store raises TypeError.
+  taken as UTC, as the client does), sets as arrays; a value the client cannot
+  send raises TypeError;
 - `get_all` yields in no promised order (here: shuffled, seeded), so a caller
   that leaned on the order asked would fail here too.
 Not modelled: indexes (production needs the composite ones in infra/) and
@@ -620,7 +622,7 @@ class _Filter:
         if op == "==":
             return _equal(actual, value)
         if op == "!=":
-            return not _equal(actual, value)
+            return actual is not None and not _equal(actual, value)  # null never matches != (nor not-in)
         if op in ("<", "<=", ">", ">="):
             if _type_rank(actual) != _type_rank(value):
                 return False
