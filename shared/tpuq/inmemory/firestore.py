@@ -302,7 +302,7 @@ class MemoryFirestore:
         self.project = project
         self._now = now
         self._rng = rng or random.Random(0)
-        self._docs: dict[str, _Stored] = {}
+        self._collections: dict[str, dict[str, _Stored]] = {}  # collection path -> document id -> document
         self._lock = threading.RLock()
         self._last_commit: datetime | None = None
 
@@ -332,15 +332,26 @@ class MemoryFirestore:
             yield snap
 
     def _snapshot(self, ref: "MemoryDocument") -> "MemorySnapshot":
-        stored = self._docs.get(ref.path)
+        stored = self._stored(ref.path)
         read_time = self._time()
         if stored is None:
             return MemorySnapshot(ref, None, None, None, read_time)
         return MemorySnapshot(ref, copy.deepcopy(stored.data), stored.create_time, stored.update_time, read_time)
 
     def _children(self, collection_path: str) -> list[tuple[str, _Stored]]:
-        prefix = collection_path + "/"
-        return sorted((p, s) for p, s in self._docs.items() if p.startswith(prefix) and "/" not in p[len(prefix):])
+        docs = self._collections.get(collection_path, {})
+        return [(f"{collection_path}/{doc_id}", docs[doc_id]) for doc_id in sorted(docs)]
+
+    def _stored(self, path: str) -> _Stored | None:
+        collection, doc_id = path.rsplit("/", 1)
+        return self._collections.get(collection, {}).get(doc_id)
+
+    def _store(self, path: str, stored: _Stored | None) -> None:
+        collection, doc_id = path.rsplit("/", 1)
+        if stored is not None:
+            self._collections.setdefault(collection, {})[doc_id] = stored
+        elif doc_id in self._collections.get(collection, {}):
+            del self._collections[collection][doc_id]
 
     # ---- writes
     def batch(self) -> "MemoryBatch":
@@ -370,22 +381,19 @@ class MemoryFirestore:
     def _commit(self, writes: list[_Write], reads: dict[str, datetime | None] | None = None) -> list[WriteResult]:
         with self._lock:
             for path, seen in (reads or {}).items():
-                stored = self._docs.get(path)
+                stored = self._stored(path)
                 if (stored.update_time if stored else None) != seen:
                     raise Aborted(f"transaction aborted: {path} changed since it was read")
             commit_time = self._time()
             working: dict[str, _Stored | None] = {}
             results = []
             for write in writes:
-                current = working[write.path] if write.path in working else self._docs.get(write.path)
+                current = working[write.path] if write.path in working else self._stored(write.path)
                 after = _apply(write, current, commit_time)
                 working[write.path] = after
                 results.append(WriteResult(after.update_time if after else None))
             for path, after in working.items():
-                if after is None:
-                    self._docs.pop(path, None)
-                else:
-                    self._docs[path] = after
+                self._store(path, after)
             self._last_commit = commit_time
             return results
 
