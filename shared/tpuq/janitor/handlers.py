@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from google.api_core import exceptions as gexc
 from google.cloud.firestore import FieldFilter
 
-from tpuq import store
+from tpuq import guarded, store
 from tpuq.errors import Retryable, TpuqError
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_fleet
@@ -45,7 +44,7 @@ ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"
 DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
 # A delete marked in tpus/ but not seen through is sent again after this long.
 RESEND_DELETE_AFTER = timedelta(seconds=60)
-_LOST = (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.Conflict, gexc.Aborted, gexc.NotFound)
+_LOST = guarded.LOST_RACE  # the orphan-scan election below loses the same way a guarded write does
 ENDED_ON_INFRA = (AttemptOutcome.preempted, AttemptOutcome.infra_failed)
 
 
@@ -114,24 +113,20 @@ class Janitor:
                 self.report.deleted.append(DeleteOutcome(item.name, "refused", "not ours"))
 
     def mark_deleting(self, tpu_id: str, allowed, reason: str, absent_fields: dict | None = None) -> bool:
-        """The same guard the scheduler's assignment uses: one read, then a write conditioned on that read.
+        """The scheduler's assignment guard (`tpuq.guarded`), over the same tpus/{node} document.
 
         `allowed(doc or None)` decides on the fresh document; an assignment that commits in between makes
         this write fail (and vice versa), so a TPU is either assigned or deleted, never both.
         """
         now = self.ctx.now()
-        ref = self.db.collection(store.TPUS).document(tpu_id)
-        snap = ref.get()
+        snap = self.db.collection(store.TPUS).document(tpu_id).get()
         doc = snap.to_dict() if snap.exists else None
         if not allowed(doc):
             return False
         fields = {"state": d.TPU_DELETING, "deleting_since": now, "delete_reason": reason, "updated_at": now}
-        try:
-            if snap.exists:
-                ref.update(fields, option=self.db.write_option(last_update_time=snap.update_time))
-            else:
-                ref.create({**(absent_fields or {}), **fields, "created_at": now})
-        except _LOST:
+        if not snap.exists:
+            fields = {**(absent_fields or {}), **fields, "created_at": now}
+        if not guarded.commit_if_unchanged(self.db, guarded.WriteSet().update(snap, fields)):
             log.info("tpus/%s changed under us (an assignment won): not deleted", tpu_id)
             return False
         return True

@@ -14,6 +14,7 @@ from tpuq import store
 from tpuq.errors import Permanent, Retryable
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.fleetstore import load_fleet
+from tpuq.guarded import WriteSet, read_decide_commit
 from tpuq.jobspec import PublishedJob
 from tpuq.messages import (
     AssignmentAction,
@@ -26,7 +27,6 @@ from tpuq.messages import (
     Tick,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
-from tpuq.scheduler.optimistic import WriteSet, read_decide_commit
 from tpuq.scheduler.plan import short_node_name
 from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service

@@ -3,7 +3,7 @@
 Every function takes plain documents (dicts as Firestore returns them, or None
 when absent), the event, and the clock / randomness, and returns the fields to
 write (None: write nothing). The handlers read the documents, call these and
-commit the result with `optimistic.commit_if_unchanged`; nothing here touches
+commit the result with `tpuq.guarded.commit_if_unchanged`; nothing here touches
 a client. An event that the job's state does not allow (a redelivery, a stale
 attempt) yields no writes: `jobstate.transition` is the only judge.
 """

@@ -8,7 +8,7 @@ written by every pass.
 
 Two scheduler instances may run the same pass at once and plan the same pairs.
 Each pair is committed with preconditions on both documents
-(`optimistic.commit_if_unchanged`), so one wins and the other's commit fails
+(`tpuq.guarded.commit_if_unchanged`), so one wins and the other's commit fails
 at once; the loser plans again on fresh reads (a bounded number of rounds)
 when a lost pair left its job or TPU free.
 """
@@ -26,12 +26,12 @@ from google.cloud.firestore import FieldFilter, Query
 from tpuq import store
 from tpuq.jobstate import JobEvent, JobState, transition
 from tpuq.fleet import FleetFile
+from tpuq.guarded import WriteSet, commit_if_unchanged
 from tpuq.jobspec import JobSpec
 from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
                            FleetEventKind, WorkerEndpoint)
 from tpuq.tputypes import parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
-from tpuq.scheduler.optimistic import WriteSet, commit_if_unchanged
 from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan, short_node_name
 from tpuq.service import Context
 
