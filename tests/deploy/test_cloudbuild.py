@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import re
 import shlex
@@ -12,6 +14,7 @@ import yaml
 from tpuq import topology
 from tpuq.deploy.infra import INFRA_DIR
 from tpuq.devstack.stack import service_argv
+from tpuq.entrypoints import source_file
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = yaml.safe_load((REPO / "cloudbuild.yaml").read_text())
@@ -77,5 +80,18 @@ def test_each_dockerfile_cmd_starts_the_entry_point_the_local_stack_runs():
         cmd = json.loads([rest for keyword, rest in instructions if keyword == "CMD"][-1])
         workdir = [rest for keyword, rest in instructions if keyword == "WORKDIR"][-1]
         assert workdir == "/app"
-        # The same argv as DevStack's, with the container's interpreter, paths relative to /app and Cloud Run's port.
-        assert cmd == service_argv(name, "0.0.0.0", 8080, python="python", root=Path("."))
+        # The same argv as DevStack's, with the container's interpreter and Cloud Run's port: both start the
+        # installed module tpuq.entrypoints.<name>, never a file of the source tree.
+        assert cmd == service_argv(name, "0.0.0.0", 8080, python="python")
+        assert not any(arg.startswith(("services/", "shared/", "./", "/app")) for arg in cmd), cmd
+
+
+def test_each_services_main_py_is_the_installed_entry_module():
+    """services/<name>/main.py stays where reviewers look, and serves exactly what the containers start."""
+    for name in INFRA_SERVICES:
+        entry = importlib.import_module(f"tpuq.entrypoints.{name}")
+        spec = importlib.util.spec_from_file_location(f"main_{name}", REPO / "services" / name / "main.py")
+        main = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(main)
+        assert main.handle is entry.handle and main.SERVICE is entry.SERVICE
+        assert Path(entry.__file__).resolve() == source_file(name).resolve()

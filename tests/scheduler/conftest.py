@@ -14,7 +14,6 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import functions_framework
@@ -25,12 +24,12 @@ from pydantic import BaseModel
 
 from tpuq import store, topology
 from tpuq.clients import Clients
+from tpuq.entrypoints import source_file
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
 from tpuq.messages import FleetEvent, FleetEventKind, WorkerEndpoint
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEDULER_SOURCE = str(REPO / "services" / "scheduler" / "main.py")
+SCHEDULER_SOURCE = str(source_file("scheduler"))
 PROJECT_ZONE = "us-central2-b"
 WATCHED = ("assignments", "capacity")
 
