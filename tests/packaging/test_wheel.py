@@ -72,7 +72,8 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 120) -
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"{result.args}: exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (f"{result.args}: exit {result.returncode}\n"
+                                    f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result
 
 
@@ -209,9 +210,12 @@ def test_each_image_serves_its_service_from_the_installed_package(installed, ima
                               if keyword == "CMD"][-1])
             port = processes.free_port()
             argv = [installed.python, *cmd[1:]]  # the image's `python` is the installed environment's
-            argv[argv.index("--host") + 1], argv[argv.index("--port") + 1] = "127.0.0.1", str(port)
-            started.append(processes.spawn(name, argv, tmp_path, {**installed.env, "TPUQ_SERVICE": name},
-                                           port=port, url=f"http://127.0.0.1:{port}", cwd=str(image_app)))
+            env = {**installed.env, "TPUQ_SERVICE": name, "HOST": "127.0.0.1", "PORT": str(port)}  # as Cloud Run's PORT
+            for flag, value in (("--host", "127.0.0.1"), ("--port", str(port))):
+                if flag in argv:
+                    argv[argv.index(flag) + 1] = value
+            started.append(processes.spawn(name, argv, tmp_path, env, port=port, url=f"http://127.0.0.1:{port}",
+                                           cwd=str(image_app)))
         for service in started:
             processes.wait_http(service.url + "/", service, timeout=60, ok=lambda r: r.status_code == 200)
     finally:

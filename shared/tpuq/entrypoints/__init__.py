@@ -1,10 +1,10 @@
 """Each service's HTTP entry point, inside the package, so that an installed tpuq can serve it.
 
 `tpuq.entrypoints.<service>` builds that service's route table and exposes `handle`, the functions-framework
-target. Everything that starts a service runs `python -m tpuq.entrypoints <service>` (`tpuq.devstack.stack.service_argv`):
-the local stack, `tpuq demo`, and each Dockerfile's CMD. A wheel, a pipx or `uv tool` install and a container have no
-source tree, so nothing here may look for `services/`; `services/<name>/main.py` are thin files over these modules,
-kept where a reviewer looks for a service.
+target. Everything that starts a service runs `python -m tpuq.entrypoints <service>`
+(`tpuq.devstack.stack.service_argv`): the local stack, `tpuq demo`, and each Dockerfile's CMD. A wheel, a pipx
+or `uv tool` install and a container have no source tree, so nothing here may look for `services/`;
+`services/<name>/main.py` are thin files over these modules, kept where a reviewer looks for a service.
 """
 
 from __future__ import annotations
