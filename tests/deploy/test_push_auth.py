@@ -24,6 +24,7 @@ from cryptography.x509.oid import NameOID
 from google.auth import crypt, jwt
 
 from tpuq.auth import PushAuth, google_oidc_verifier
+from tpuq.entrypoints import source_file
 
 REPO = Path(__file__).resolve().parents[2]
 AUDIENCE = "https://tpuq-scheduler-123456789.us-central1.run.app"
@@ -75,8 +76,8 @@ def envelope() -> dict:
 @pytest.fixture
 def scheduler(monkeypatch):
     """The real scheduler entry point in deployed mode; its tick handler records instead of scheduling."""
-    app = functions_framework.create_app("handle", str(REPO / "services/scheduler/main.py"), "http")
-    service = sys.modules["main"].SERVICE  # the module create_app just loaded
+    app = functions_framework.create_app("handle", str(source_file("scheduler")), "http")
+    service = sys.modules[source_file("scheduler").stem].SERVICE  # the module create_app just loaded
     service.push_auth = PushAuth.from_env(
         {"TPUQ_PUSH_AUTH": "oidc", "TPUQ_PUSH_AUDIENCE": AUDIENCE, "TPUQ_PUSH_SERVICE_ACCOUNT": PUSH_ACCOUNT},
         verifier=google_oidc_verifier(request=serve_local_certs),
@@ -126,7 +127,7 @@ def test_half_configured_deployed_mode_refuses_everything(monkeypatch):
     monkeypatch.setenv("TPUQ_PUSH_AUTH", "oidc")
     monkeypatch.delenv("TPUQ_PUSH_AUDIENCE", raising=False)
     monkeypatch.setenv("TPUQ_PUSH_SERVICE_ACCOUNT", PUSH_ACCOUNT)
-    client = functions_framework.create_app("handle", str(REPO / "services/janitor/main.py"), "http").test_client()
+    client = functions_framework.create_app("handle", str(source_file("janitor")), "http").test_client()
     assert push(client, token()).status_code == 500
 
 

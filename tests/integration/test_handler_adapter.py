@@ -10,8 +10,9 @@ import functions_framework
 import pytest
 
 from tpuq import store
+from tpuq.entrypoints import source_file
 
-SCHEDULER = "services/scheduler/main.py"
+SCHEDULER = str(source_file("scheduler"))
 
 
 def envelope(data: bytes | dict, message_id: str, attributes: dict | None = None) -> dict:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 import functions_framework
 import pytest
@@ -17,6 +16,7 @@ from google.cloud import tpu_v2
 from tpuq import store
 from tpuq.claimer.model import QrRecord, queued_resource_id
 from tpuq.claimer.statestore import qr_to_doc
+from tpuq.entrypoints import source_file
 from tpuq.faketpu.clock import ManualClock
 from tpuq.faketpu.control import FakeTpuControl
 from tpuq.faketpu.server import FakeTpuServer
@@ -25,7 +25,7 @@ from tpuq.fleetstore import save_fleet
 from tpuq.ownership import owner_labels
 from tests.helpers import push_envelope, wait_until  # noqa: F401 - wait_until: re-exported for this package's tests
 
-JANITOR = str(Path(__file__).resolve().parents[2] / "services" / "janitor" / "main.py")
+JANITOR = str(source_file("janitor"))  # the installed entry module the janitor's container runs
 
 WIN_ZONE = "us-central2-b"  # capacity: requests turn ACTIVE
 WAIT_ZONE = "us-east1-d"  # quota, but capacity never comes: WAITING_FOR_RESOURCES for ever

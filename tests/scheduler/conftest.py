@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from tpuq import store, topology
 from tpuq.clients import Clients, Settings
+from tpuq.entrypoints import source_file
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
 from tpuq.inmemory import MemoryFirestore, MemoryPublisher
@@ -37,8 +38,7 @@ from tpuq.messages import FleetEvent, FleetEventKind, WorkerEndpoint
 
 from tests.helpers import push_envelope
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEDULER_SOURCE = str(REPO / "services" / "scheduler" / "main.py")
+SCHEDULER_SOURCE = str(source_file("scheduler"))
 PROJECT_ZONE = "us-central2-b"
 WATCHED = ("assignments", "capacity")
 
@@ -132,9 +132,9 @@ class Sched:
 
 
 def scheduler_app(clients: Clients):
-    """The scheduler's entry point (services/scheduler/main.py) through functions-framework, on `clients`."""
+    """The scheduler's entry point (tpuq.entrypoints.scheduler) through functions-framework, on `clients`."""
     app = functions_framework.create_app("handle", SCHEDULER_SOURCE, "http")
-    entry = sys.modules["main"]  # functions-framework registers the source it loaded as module `main`
+    entry = sys.modules[Path(SCHEDULER_SOURCE).stem]  # functions-framework registers a source under its file's stem
     assert Path(entry.__file__).resolve() == Path(SCHEDULER_SOURCE).resolve()
     entry.SERVICE.clients_factory = lambda: clients
     return app.test_client()

