@@ -3,11 +3,10 @@
 Pub/Sub pushes fleet events, attempt events and ticks here; `tpuq.service` routes by path.
 """
 
-import logging
-
+from tpuq import logs
 from tpuq.janitor.handlers import build_service
 
-logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+logs.setup()  # JSON lines for Cloud Logging on Cloud Run, text locally
 SERVICE = build_service()  # builds the route table only; clients are created on first use
 
 

@@ -393,7 +393,8 @@ def desired_run_service(target: Target, infra: Infra, name: str) -> dict:
                                for i, f in enumerate(spec.secret_files)]
         container["volumeMounts"] = [{"name": f"secret-{i}", "mountPath": f.mount_dir}
                                      for i, f in enumerate(spec.secret_files)]
-    return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL"}
+    # The services trust a token whose signature Cloud Run removed only because its invoker check ran (tpuq.auth).
+    return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL", "invokerIamDisabled": False}
 
 
 def run_projection(body: dict) -> dict:
@@ -406,6 +407,7 @@ def run_projection(body: dict) -> dict:
         "maxInstances": (t.get("scaling") or {}).get("maxInstanceCount"),
         "volumes": [(v.get("secret") or {}).get("secret") for v in t.get("volumes") or []],
         "mounts": [m.get("mountPath") for m in c.get("volumeMounts") or []],
+        "invokerIamDisabled": bool(body.get("invokerIamDisabled")),
     }
 
 
