@@ -50,6 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ log = logging.getLogger("tpuq.devstack.front")
 GOOGLE_ISSUER = "https://accounts.google.com"
 TOKEN_LIFETIME_SECONDS = 3600  # Pub/Sub's push tokens last an hour
 INVOKER_ROLE = "roles/run.invoker"
+PUSH_CONFIG_TTL_SECONDS = 5.0
 # Headers a proxy never forwards (RFC 9110 7.6.1), plus those the HTTP client sets itself.
 _NOT_FORWARDED = {"connection", "keep-alive", "proxy-authorization", "te", "trailer", "transfer-encoding",
                   "upgrade", "host", "content-length"}
@@ -103,7 +105,8 @@ class LocalGoogleSigner:
             path.chmod(0o600)
         return cls(path.read_bytes())
 
-    @property
+    # Loading an RSA key checks it (~50 ms here): once per signer, not once per push.
+    @cached_property
     def public_pem(self) -> bytes:
         from cryptography.hazmat.primitives import serialization
 
@@ -111,19 +114,29 @@ class LocalGoogleSigner:
         return key.public_key().public_bytes(serialization.Encoding.PEM,
                                              serialization.PublicFormat.SubjectPublicKeyInfo)
 
+    @cached_property
+    def _signer(self):
+        from google.auth import crypt
+
+        return crypt.RSASigner.from_string(self.private_pem, key_id=self.key_id)
+
+    @cached_property
+    def _verifier(self):
+        from google.auth import crypt
+
+        return crypt.RSAVerifier.from_string(self.public_pem)
+
     def mint(self, email: str, audience: str, now: float, **overrides: Any) -> str:
         """An ID token as Google signs it for a service account (`overrides` replace claims, for tests)."""
-        from google.auth import crypt, jwt
+        from google.auth import jwt
 
         unique_id = str(int(hashlib.sha256(email.encode()).hexdigest()[:15], 16))  # Google's numeric account id
         claims = {"iss": GOOGLE_ISSUER, "aud": audience, "azp": unique_id, "sub": unique_id, "email": email,
                   "email_verified": True, "iat": int(now), "exp": int(now) + TOKEN_LIFETIME_SECONDS, **overrides}
-        return jwt.encode(crypt.RSASigner.from_string(self.private_pem, key_id=self.key_id), claims).decode()
+        return jwt.encode(self._signer, claims).decode()
 
     def verify(self, token: str, now: float) -> dict[str, Any]:
         """The claims of a token this signer signed and that is still valid, else TokenRejected (401)."""
-        from google.auth import crypt
-
         try:
             header, claims, signature = split_token(token)
             signed, _, _ = token.rpartition(".")
@@ -132,7 +145,7 @@ class LocalGoogleSigner:
             raise TokenRejected(f"not an ID token: {e}") from None
         if header.get("alg") != "RS256" or header.get("kid") != self.key_id:
             raise TokenRejected("not signed by a Google key")
-        if not crypt.RSAVerifier.from_string(self.public_pem).verify(signed.encode(), raw_signature):
+        if not self._verifier.verify(signed.encode(), raw_signature):
             raise TokenRejected("the signature does not verify")
         try:
             check_time_and_issuer(claims, now)
@@ -192,16 +205,15 @@ class Front:
     copies: int = 1
     now: Callable[[], float] = time.time
     rng: random.Random = field(default_factory=random.Random)
-    _local: threading.local = field(default_factory=threading.local, repr=False)
+    # One pool for every request thread (werkzeug starts a thread per request): connections are reused.
+    _session: requests.Session = field(default_factory=requests.Session, repr=False)
+    # subscription -> (pushConfig, when read): the emulator answers a GET in ~25 ms on a loaded machine, and
+    # every push would ask. A changed pushConfig applies within PUSH_CONFIG_TTL_SECONDS (Pub/Sub's own
+    # config changes are not instant either).
+    _push_configs: dict[str, tuple[dict, float]] = field(default_factory=dict, repr=False)
 
     def __call__(self, environ, start_response):
         return self.handle(Request(environ))(environ, start_response)
-
-    @property
-    def _session(self) -> requests.Session:
-        if not hasattr(self._local, "session"):
-            self._local.session = requests.Session()
-        return self._local.session
 
     def handle(self, request: Request) -> Response:
         header = SERVERLESS_AUTHORIZATION if SERVERLESS_AUTHORIZATION in request.headers else "Authorization"
@@ -247,15 +259,26 @@ class Front:
         name = envelope.get("subscription") if isinstance(envelope, dict) else None
         if not isinstance(name, str) or "message" not in envelope:
             return None
-        try:
-            answer = self._session.get(f"http://{self.pubsub_host}/v1/{name}", timeout=10)
-        except requests.RequestException:
-            return None
-        push = (answer.json().get("pushConfig") or {}) if answer.status_code == 200 else {}
+        push = self._push_config(name)
         oidc = push.get("oidcToken") or {}
         if push.get("pushEndpoint") != self.route.url + path or not oidc.get("serviceAccountEmail"):
             return None
         return self.signer.mint(oidc["serviceAccountEmail"], oidc.get("audience") or push["pushEndpoint"], self.now())
+
+
+    def _push_config(self, subscription: str) -> dict:
+        cached = self._push_configs.get(subscription)
+        if cached and self.now() - cached[1] < PUSH_CONFIG_TTL_SECONDS:
+            return cached[0]
+        try:
+            answer = self._session.get(f"http://{self.pubsub_host}/v1/{subscription}", timeout=10)
+        except requests.RequestException:
+            return {}
+        if answer.status_code != 200:
+            return {}
+        push = answer.json().get("pushConfig") or {}
+        self._push_configs[subscription] = (push, self.now())
+        return push
 
 
 def serve(config: FrontConfig, stop: threading.Event) -> None:
