@@ -191,3 +191,26 @@ def test_the_services_run_in_productions_push_auth_mode(stack):
     """Straight to the process, past the front: the service itself refuses a push without a token."""
     response = tick_push(stack.backend_urls["scheduler"])
     assert response.status_code == 401 and response.text == "unauthorized: no bearer token"
+
+
+def test_pubsub_adds_a_token_only_for_a_subscription_configured_with_one(probe, push_account):
+    """As in production: a push subscription without oidcToken sends no token, and one that pushes elsewhere
+    is not this service's: the front then refuses as Cloud Run would."""
+    start, received, stack = probe
+    front = start()
+    base = f"http://{stack.env['PUBSUB_EMULATOR_HOST']}/v1/projects/{stack.project}"
+    declared = {
+        "front-probe-no-oidc": {"pushEndpoint": front.route.url + "/push/probe"},
+        "front-probe-elsewhere": {"pushEndpoint": "http://127.0.0.1:9/push/probe",
+                                  "oidcToken": {"serviceAccountEmail": push_account, "audience": front.route.url}},
+    }
+    for name, push_config in declared.items():
+        requests.put(f"{base}/subscriptions/{name}", timeout=10, json={
+            "topic": f"projects/{stack.project}/topics/front-probe", "pushConfig": push_config}).raise_for_status()
+    for name in [*declared, "front-probe"]:
+        body = {**envelope({"x": 1}, f"direct-{name}", name),
+                "subscription": f"projects/{stack.project}/subscriptions/{name}"}
+        response = requests.post(front.route.url + "/push/probe", json=body, timeout=30)
+        assert response.status_code == (204 if name == "front-probe" else 401), (name, response.text)
+    assert [r["body"]["message"]["messageId"] for r in received if r["body"]["message"]["messageId"].startswith(
+        "direct-")] == ["direct-front-probe"]
