@@ -112,7 +112,8 @@ def strip_signature(token: str) -> str:
 def checked_token(headers: Mapping[str, str]) -> str | None:
     """The bearer token Cloud Run's invoker check looks at: X-Serverless-Authorization if sent, else Authorization."""
     lower = {k.lower(): v for k, v in headers.items()}
-    header = lower.get(SERVERLESS_AUTHORIZATION.lower()) or lower.get("authorization") or ""
+    serverless = SERVERLESS_AUTHORIZATION.lower()
+    header = lower[serverless] if serverless in lower else lower.get("authorization", "")
     scheme, _, token = header.partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None

@@ -136,6 +136,12 @@ def test_the_token_cloud_run_checked_is_the_one_read(scheduler):
     assert scheduler.handled == []
 
 
+def test_an_empty_x_serverless_authorization_is_no_token_even_beside_authorization(scheduler):
+    response = push(scheduler, forwarded(), **{"X-Serverless-Authorization": ""})
+    assert response.status_code == 401
+    assert scheduler.handled == []
+
+
 def test_health_checks_need_no_token(scheduler):
     assert scheduler.get("/healthz").status_code == 200
 

@@ -220,8 +220,8 @@ class Front:
         scheme, _, token = request.headers.get(header, "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
         body = request.get_data()
-        if not token:
-            token = self._token_pubsub_would_send(request.path, body) or ""
+        if not token:  # Pub/Sub puts its token in Authorization
+            token, header = self._token_pubsub_would_send(request.path, body) or "", "Authorization"
         try:
             if not token:
                 raise TokenRejected("no ID token")
