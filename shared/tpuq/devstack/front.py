@@ -78,10 +78,6 @@ class TokenRejected(ValueError):
         self.status = status
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 @dataclass(frozen=True)
 class LocalGoogleSigner:
     """Plays Google's token service and certificates: signs ID tokens and verifies their signature."""
@@ -190,7 +186,7 @@ def invoker_emails(bindings: Iterable[Any], member: Callable[[str], str], servic
     emails = []
     for b in bindings:
         if b.role == INVOKER_ROLE and b.resource == f"run_service:{service}":
-            kind, _, email = member(b.member).partition(":")
+            _kind, _, email = member(b.member).partition(":")
             emails.append(email)
     return tuple(sorted(emails))
 
@@ -264,7 +260,6 @@ class Front:
         if push.get("pushEndpoint") != self.route.url + path or not oidc.get("serviceAccountEmail"):
             return None
         return self.signer.mint(oidc["serviceAccountEmail"], oidc.get("audience") or push["pushEndpoint"], self.now())
-
 
     def _push_config(self, subscription: str) -> dict:
         cached = self._push_configs.get(subscription)
