@@ -39,5 +39,8 @@ def functions_framework_args(service: str) -> list[str]:
 
 
 def configure_logging() -> None:
-    """How every service logs; called once by each entry module, when functions-framework loads it."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    """How every service logs; called once by each entry module, when functions-framework loads it:
+    JSON lines for Cloud Logging on Cloud Run, readable text locally (tpuq.logs)."""
+    from tpuq import logs
+
+    logs.setup()
