@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 
 import pytest
 
 from tpuq.faketpu.clock import ManualClock
-from tpuq.faketpu.model import ApiError, FakeTpuWorld, NodeState, QrState
+from tpuq.faketpu.errors import ApiError
+from tpuq.faketpu.model import FakeTpuWorld, NodeState, QrState
 from tpuq.faketpu.scenario import parse_scenario
 
 P, Z, Z2 = "proj", "us-central2-b", "europe-west4-a"
@@ -339,3 +343,15 @@ def test_dash_location_lists_every_zone():
     create(w, "b", zone=Z2, node_id="nb")
     items, token = w.list_queued_resources(P, "-")
     assert sorted(q.qr_id for q in items) == ["a", "b"] and token == ""
+
+
+def test_the_state_machine_imports_without_the_http_server_or_the_worker_hosts():
+    """A simulator runs the model alone: importing it must not pull in HTTP, sshd hosts or SSH clients."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import json, sys, tpuq.faketpu.model; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    modules = json.loads(loaded.stdout)
+    forbidden = ("tpuq.faketpu.server", "tpuq.faketpu.api", "tpuq.faketpu.hosts", "tpuq.faketpu.control",
+                 "tpuq.faketpu.measure", "flask", "werkzeug", "paramiko", "requests")
+    assert [m for m in modules if m.split(".")[0] in forbidden or m in forbidden] == []
