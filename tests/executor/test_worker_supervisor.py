@@ -249,21 +249,32 @@ def test_stale_libtpu_lockfile_is_removed_but_a_held_one_is_kept(worker, bucket,
         holder.wait(10)
 
 
-@pytest.mark.parametrize("problem", ["missing", "unsafe", "not-a-tar", "cache-collides"])
-def test_setup_failures_write_a_setup_status_and_launch_nothing(worker, fake_gcs, bucket, problem):
-    caches = []
-    if problem == "missing":
-        bundle = f"gs://{bucket}/bundles/nope.tar.gz"
-    elif problem == "unsafe":
-        evil = tarfile.TarInfo("escape")
-        evil.type, evil.linkname = tarfile.SYMTYPE, "../../../etc"
-        bundle = upload_bundle(fake_gcs, bucket, {"ok.txt": b"x"}, extra=[evil])
-    elif problem == "not-a-tar":
-        fake_gcs.upload(bucket, "bundles/junk", b"not a tar")
-        bundle = f"gs://{bucket}/bundles/junk"
-    else:
-        bundle = upload_bundle(fake_gcs, bucket, {"cache/x": b"x"})
-        caches = [{"key": "k", "path": "cache"}]
+def _missing_bundle(gcs, bucket):
+    return f"gs://{bucket}/bundles/nope.tar.gz", []
+
+
+def _unsafe_bundle(gcs, bucket):
+    evil = tarfile.TarInfo("escape")
+    evil.type, evil.linkname = tarfile.SYMTYPE, "../../../etc"
+    return upload_bundle(gcs, bucket, {"ok.txt": b"x"}, extra=[evil]), []
+
+
+def _bundle_that_is_not_a_tar(gcs, bucket):
+    gcs.upload(bucket, "bundles/junk", b"not a tar")
+    return f"gs://{bucket}/bundles/junk", []
+
+
+def _bundle_colliding_with_a_cache_path(gcs, bucket):
+    return upload_bundle(gcs, bucket, {"cache/x": b"x"}), [{"key": "k", "path": "cache"}]
+
+
+@pytest.mark.parametrize(
+    "bundle_and_caches",
+    [_missing_bundle, _unsafe_bundle, _bundle_that_is_not_a_tar, _bundle_colliding_with_a_cache_path],
+    ids=["missing", "unsafe", "not-a-tar", "cache-collides"],
+)
+def test_setup_failures_write_a_setup_status_and_launch_nothing(worker, fake_gcs, bucket, bundle_and_caches):
+    bundle, caches = bundle_and_caches(fake_gcs, bucket)
     a = make_assignment(bundle=bundle, bucket=bucket, caches=caches)
     result = worker.prepare(a)
     assert (result["ok"], result["kind"]) == (False, "setup")
