@@ -8,6 +8,9 @@ as `from .module import name` (the bundle is one flat namespace). The executor
 talks to it with one JSON object on stdin (`prepare`) or command-line flags, and
 reads one JSON object from its stdout.
 
+Only the bundle is run (`launch` starts `supervise` from the very file it was
+loaded from); tests import the modules to reach single functions.
+
 Subcommands (HOME is the login user's home, or --home for tests):
 
     prepare            spec JSON on stdin. Stops what an earlier attempt left
