@@ -31,7 +31,7 @@ class NodeState(str, Enum):
 
 @dataclass(frozen=True)
 class WorkerStatus:
-    """One worker's status object (see worker_supervisor.build_status)."""
+    """One worker's status object (see tpuq.executor.worker.status.build_status)."""
 
     worker_id: int
     attempt_id: str
