@@ -1,4 +1,4 @@
-"""Pure decisions on stored documents: what a job, its attempt and a TPU become after an event.
+"""Core (pure, no I/O): what a job, its attempt and a TPU become after an event.
 
 Every function takes plain documents (dicts as Firestore returns them, or None
 when absent), the event, and the clock / randomness, and returns the fields to
@@ -324,12 +324,14 @@ class CancelDecision:
 
 def cancel(job: Doc, reason: str, now: datetime) -> CancelDecision:
     state = JobState(job["state"])
-    if state.terminal:
-        return CancelDecision(None)
+    try:
+        cancelled = transition(state, JobEvent.cancel)
+    except IllegalTransition:
+        return CancelDecision(None)  # already terminal
     if state is JobState.pending:
         return CancelDecision(
             {
-                "state": JobState.cancelled.value,
+                "state": cancelled.value,
                 "reason": reason,
                 "capacity_request": None,
                 "finished_at": now,
@@ -337,8 +339,43 @@ def cancel(job: Doc, reason: str, now: datetime) -> CancelDecision:
             },
             withdraw_request_id=(job.get("capacity_request") or {}).get("id"),
         )
-    # assigned / running: the executor stops it and reports `ended cancelled`, which ends the job.
+    # assigned / running: the executor stops it and reports `ended cancelled`, which ends the job
+    # through the same edge; until then the job keeps its state.
     fields = None
     if not job.get("cancel_requested"):
         fields = {"cancel_requested": True, "cancel_reason": reason, "updated_at": now}
     return CancelDecision(fields, stop_attempt=True)
+
+
+# --------------------------------------------------------------- node lost
+
+
+@dataclass(frozen=True)
+class NodeLost:
+    tpu: Doc | None  # the TPU's fields: gone
+    end: AttemptEnd | None = None  # the end of the attempt it held, counted as preempted
+    job_moved: bool = False  # the TPU changed hands since it was read: read again
+
+
+def node_lost(tpu: Doc | None, holder_read: str | None, job: Doc | None, event: FleetEvent,
+              budgets: RetryBudgets, now: datetime, rng: random.Random) -> NodeLost:
+    """SUSPENDED / GONE / FAILED for a node: the TPU is gone, and the attempt it held ends preempted (once).
+
+    `holder_read` is the job id the TPU named when the caller chose which job document to read with it.
+    """
+    stored = tpu or {}
+    if stored.get("job_id") != holder_read:
+        return NodeLost(None, job_moved=True)
+    gone = tpu_on_gone(tpu, event, now)
+    if not job or not stored.get("attempt_id") or job.get("attempt_id") != stored["attempt_id"]:
+        return NodeLost(gone)
+    end = attempt_ended(job, int(job["attempt"]), AttemptOutcome.preempted,
+                        f"TPU {stored.get('short')} {event.kind.value}", budgets, now, rng)
+    return NodeLost(gone, end)
+
+
+def suspect_reason(attempt_id: str, outcome: AttemptOutcome) -> str | None:
+    """Why a TPU is not to be trusted again after this end (see `tpu_freed`); None when it is."""
+    if outcome in (AttemptOutcome.preempted, AttemptOutcome.infra_failed):
+        return f"attempt {attempt_id} ended {outcome.value}"
+    return None
