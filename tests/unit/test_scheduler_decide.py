@@ -10,7 +10,7 @@ import pytest
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.messages import AttemptOutcome, FleetEvent, FleetEventKind
 from tpuq.scheduler import lifecycle
-from tpuq.scheduler.decide import PassSnapshot, decide_pass, entries_to_count
+from tpuq.scheduler.decide import PassSnapshot, decide_pass, entries_to_count, queue_of
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ZONE = "us-central2-b"
@@ -33,7 +33,7 @@ def tpu(name: str, **kw) -> dict:
 
 
 def decided(jobs, tpus, live=0, open_=0, fleet_file=None, runner_bucket="tpuq-runner"):
-    snapshot = PassSnapshot(jobs=list(jobs), idle_tpus=list(tpus), live_tpus={"v4": live},
+    snapshot = PassSnapshot(queue=queue_of(list(jobs)), idle_tpus=list(tpus), live_tpus={"v4": live},
                             open_requests={"v4": open_})
     return decide_pass(snapshot, fleet_file if fleet_file is not None else fleet(), runner_bucket, NOW)
 
@@ -65,7 +65,8 @@ def test_pass_decision(case, jobs, tpus, max_slices, live, open_, assigned, aske
 
 
 def test_no_fleet_matches_but_never_asks():
-    d = decide_pass(PassSnapshot(jobs=[job("a"), job("b")], idle_tpus=[tpu("n1")]), None, "tpuq-runner", NOW)
+    d = decide_pass(PassSnapshot(queue=queue_of([job("a"), job("b")]), idle_tpus=[tpu("n1")]), None, "tpuq-runner",
+                    NOW)
     assert len(d.assignments) == 1 and not d.asks and not d.blocked
 
 
@@ -89,9 +90,9 @@ def test_a_blocked_reason_already_stored_is_not_written_again():
 
 
 def test_entries_to_count_are_those_of_jobs_that_may_ask():
-    assert entries_to_count([job("a")], fleet()) == ["v4"]
-    assert entries_to_count([job("a", capacity_request={"id": "r"})], fleet()) == []
-    assert entries_to_count([job("a")], None) == []
+    assert entries_to_count(queue_of([job("a")]), fleet()) == ["v4"]
+    assert entries_to_count(queue_of([job("a", capacity_request={"id": "r"})]), fleet()) == []
+    assert entries_to_count(queue_of([job("a")]), None) == []
 
 
 # ------------------------------------------------------------------ node lost

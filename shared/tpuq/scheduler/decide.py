@@ -30,10 +30,18 @@ log = logging.getLogger("tpuq.scheduler")
 
 
 @dataclass(frozen=True)
+class Queue:
+    """Stored pending jobs, in queue order, each parsed once."""
+
+    jobs: dict[str, tuple[Doc, PendingJob]] = field(default_factory=dict)  # job id -> (stored job, parsed)
+    unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its stored spec is skipped
+
+
+@dataclass(frozen=True)
 class PassSnapshot:
     """What one pass reads, before it decides anything."""
 
-    jobs: list[tuple[str, Doc]]  # (job id, stored job), pending, in queue order
+    queue: Queue  # the pending jobs
     idle_tpus: list[Doc]  # stored TPUs in state idle
     live_tpus: dict[str, int] = field(default_factory=dict)  # fleet entry id -> TPUs idle, busy or deleting
     open_requests: dict[str, int] = field(default_factory=dict)  # fleet entry id -> jobs with an open request
@@ -75,29 +83,29 @@ def may_ask(doc: Doc, job: PendingJob) -> bool:
     return job.tpu_name is None and not doc.get("capacity_request")
 
 
-def _readable(jobs: list[tuple[str, Doc]]) -> tuple[dict[str, tuple[Doc, PendingJob]], dict[str, str]]:
-    readable, unreadable = {}, {}
+def queue_of(jobs: list[tuple[str, Doc]]) -> Queue:
+    """(job id, stored job) pairs in queue order -> the queue; one bad stored job never stops the others."""
+    queue = Queue()
     for job_id, doc in jobs:
         try:
-            readable[job_id] = (doc, pending_job(doc))
+            queue.jobs[job_id] = (doc, pending_job(doc))
         except Exception as e:  # noqa: BLE001 - one bad stored job must not stop the queue
-            unreadable[job_id] = f"its stored spec does not validate: {e}"
-    return readable, unreadable
+            queue.unreadable[job_id] = f"its stored spec does not validate: {e}"
+    return queue
 
 
-def entries_to_count(jobs: list[tuple[str, Doc]], fleet: FleetFile | None) -> list[str]:
+def entries_to_count(queue: Queue, fleet: FleetFile | None) -> list[str]:
     """The fleet entries whose room the pass may need: those of every job that may ask for capacity."""
     if fleet is None:
         return []
-    readable, _ = _readable(jobs)
-    return sorted({e.id for doc, pj in readable.values() if may_ask(doc, pj) for e in eligible_entries(pj, fleet)})
+    return sorted({e.id for doc, pj in queue.jobs.values() if may_ask(doc, pj) for e in eligible_entries(pj, fleet)})
 
 
 def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: str | None,
                 now: datetime) -> PassDecision:
     """Which pending job goes to which idle TPU, and which of the rest ask for capacity or wait blocked."""
-    decision = PassDecision()
-    jobs, decision.unreadable = _readable(snapshot.jobs)
+    jobs = snapshot.queue.jobs
+    decision = PassDecision(unreadable=dict(snapshot.queue.unreadable))
     # A quarantined TPU (its last attempt was preempted or could not reach it) is never assigned again.
     tpus = {doc.get("name"): doc for doc in snapshot.idle_tpus if not doc.get("quarantined")}
     result = plan([pj for _, pj in jobs.values()], [idle_tpu(doc) for doc in tpus.values()], fleet, now)

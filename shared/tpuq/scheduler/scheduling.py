@@ -35,7 +35,7 @@ from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, Att
 from tpuq.tputypes import parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.optimistic import WriteSet, commit_if_unchanged
-from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count
+from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_of
 from tpuq.scheduler.plan import short_node_name
 from tpuq.service import Context
 
@@ -103,17 +103,18 @@ def open_requests_of(db, entry_id: str) -> int:
     return _count(db.collection(store.JOBS).where(filter=FieldFilter("capacity_request.entry_id", "==", entry_id)))
 
 
-def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str], full: bool) -> tuple[PassSnapshot, dict, dict]:
+def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
+                  full: bool) -> tuple[PassSnapshot, dict, dict]:
     """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against."""
     tpu_snaps = idle_tpu_snapshots(db)
     if trigger_job_ids and not full:
         job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if (s.to_dict() or {}).get("state") == "pending"]
     else:
         job_snaps = pending_job_snapshots(db)
-    jobs = [(s.id, s.to_dict() or {}) for s in job_snaps]
-    entries = entries_to_count(jobs, fleet)
+    queue = queue_of([(s.id, s.to_dict() or {}) for s in job_snaps])
+    entries = entries_to_count(queue, fleet)
     snapshot = PassSnapshot(
-        jobs=jobs,
+        queue=queue,
         idle_tpus=[s.to_dict() or {} for s in tpu_snaps],
         live_tpus={e: live_tpus_of(db, e) for e in entries},
         open_requests={e: open_requests_of(db, e) for e in entries},
@@ -143,9 +144,10 @@ def scheduling_pass(
     for _ in range(MAX_ROUNDS):
         report.rounds += 1
         snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full)
-        report.jobs_read += len(snapshot.jobs)
-        decision = decide_pass(snapshot, fleet, runner_bucket, ctx.now())
-        lost = _apply(ctx, fleet, decision, job_snaps, tpu_snaps, report)
+        report.jobs_read += len(job_snaps)
+        now = ctx.now()
+        decision = decide_pass(snapshot, fleet, runner_bucket, now)
+        lost = _apply(ctx, fleet, decision, job_snaps, tpu_snaps, now, report)
         if not lost or not _unresolved(db, lost):
             break
         full = True  # a pair was lost and its job or TPU is still free: plan again on fresh reads
@@ -169,10 +171,9 @@ def _unresolved(db, lost_pairs: list[tuple]) -> bool:
 
 
 def _apply(ctx: Context, fleet: FleetFile | None, decision: PassDecision, job_snaps: dict, tpu_snaps: dict,
-           report: PassReport) -> list[tuple]:
+           now, report: PassReport) -> list[tuple]:
     """Phase 3: commit each assignment, then the asks and blocked reasons; returns the pairs lost."""
     db = ctx.clients.firestore
-    now = ctx.now()
     for job_id, why in decision.unreadable.items():
         log.error("job %s cannot be scheduled: %s", job_id, why)
     lost = []
