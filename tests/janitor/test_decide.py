@@ -199,3 +199,17 @@ def test_only_attempts_ended_on_infrastructure_get_their_tpu_judged(kind, outcom
 
     event = AttemptEvent(kind=kind, job_id="j", attempt=1, attempt_id="j-1", node="n", outcome=outcome, at=NOW)
     assert d.attempt_end_to_judge(event) is judged
+
+
+@pytest.mark.parametrize("last, due", [(None, True), (NOW - timedelta(seconds=599), False),
+                                       (NOW - timedelta(seconds=600), True)])
+def test_orphan_scan_is_rate_limited(last, due):
+    assert d.orphan_scan_due(last, NOW, 600) is due
+
+
+def test_known_ids_cover_the_claimer_records_and_every_name_a_tpu_is_known_by():
+    claimer = [{"qr_id": "q1", "node": "projects/p/locations/z/nodes/n1"}, {"qr_id": "q2"}]
+    qr3 = "projects/p/locations/z/queuedResources/q3"
+    tpus = [d.TpuDoc("t1", F.name, "v4pool", d.TPU_IDLE, None, queued_resource=qr3,
+                     name="projects/p/locations/z/nodes/n3")]
+    assert d.known_ids(claimer, tpus) == {"q1", "n1", "q2", "t1", "q3", "n3"}

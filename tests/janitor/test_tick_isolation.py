@@ -26,7 +26,8 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
 
     monkeypatch.setattr(handlers.Janitor, "tpu_docs", tpu_docs)
     for step in ("sweep", "reap_idle"):
-        monkeypatch.setattr(handlers.Janitor, step, lambda self, tpus, step=step: passes.append((self.fleet.name, step)))
+        monkeypatch.setattr(handlers.Janitor, step,
+                            lambda self, tpus, step=step: passes.append((self.fleet.name, step)))
     monkeypatch.setattr(handlers.Janitor, "scan_orphans", lambda self, every: passes.append((self.fleet.name, "scan")))
     on_tick = handlers.make_handlers(orphan_scan_seconds=600, adapter_factory=lambda ctx, f: None)["/push/ticks"]
 

@@ -318,6 +318,21 @@ def decide_orphans(
     return decision
 
 
+def orphan_scan_due(last_scan: datetime | None, now: datetime, interval_seconds: float) -> bool:
+    """A per-zone list is the only scan tpuq makes: at most once per `interval_seconds` per fleet."""
+    return last_scan is None or now - last_scan >= timedelta(seconds=interval_seconds)
+
+
+def known_ids(claimer_docs: Iterable[Mapping[str, Any]], tpus: Iterable[TpuDoc]) -> set[str]:
+    """Every short id Firestore knows a resource by: the claimer's queued resources and nodes, and tpus/."""
+    known: set[str] = set()
+    for q in claimer_docs:
+        known.update(filter(None, (q.get("qr_id"), short_id(q.get("node") or ""))))
+    for t in tpus:
+        known.update(filter(None, (t.id, short_id(t.queued_resource or ""), short_id(t.name or ""))))
+    return known
+
+
 def _node_ids_of(qr: Any) -> list[str]:
     tpu = qr.get("tpu") if isinstance(qr, Mapping) else getattr(qr, "tpu", None)
     if tpu is None:

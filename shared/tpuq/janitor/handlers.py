@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -221,8 +220,7 @@ class Janitor:
         ref = self.db.collection(JANITOR).document(self.fleet.name)
         snap = ref.get()
         doc = snap.to_dict() if snap.exists else {}
-        last = doc.get("orphan_scan_at")
-        if last is not None and now - last < timedelta(seconds=interval_seconds):
+        if not d.orphan_scan_due(doc.get("orphan_scan_at"), now, interval_seconds):
             return False
         try:
             if snap.exists:
@@ -237,11 +235,7 @@ class Janitor:
                 listed += self.api.list_zone(zone)
             except TpuqError as e:
                 log.warning("orphan scan: cannot list %s (%s); the next scan tries again", zone, e)
-        known: set[str] = set()
-        for q in self.claimer_docs():
-            known.update(filter(None, (q.get("qr_id"), d.short_id(q.get("node") or ""))))
-        for t in self.tpu_docs():
-            known.update(filter(None, (t.id, d.short_id(t.queued_resource or ""), d.short_id(t.name or ""))))
+        known = d.known_ids(self.claimer_docs(), self.tpu_docs())
         first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
         decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
         self.delete(decision.deletes)
