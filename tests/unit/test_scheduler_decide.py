@@ -141,3 +141,24 @@ def test_only_preempted_and_infra_failed_ends_make_a_tpu_suspect(outcome, suspec
 @pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled", "rejected"])
 def test_cancel_of_a_finished_job_writes_nothing(state):
     assert lifecycle.cancel({"state": state}, "r", NOW).job is None
+
+
+def _event(kind, node=NODE, request_id=None, **kw):
+    return FleetEvent(kind=kind, fleet="test", queued_resource="qr", zone=ZONE, type="v4-8", node=node,
+                      request_id=request_id, at=NOW, **kw)
+
+
+@pytest.mark.parametrize("event, lost, reason", [
+    (_event(FleetEventKind.suspended), True, None),
+    (_event(FleetEventKind.gone), True, None),
+    (_event(FleetEventKind.failed), True, None),
+    (_event(FleetEventKind.failed, node=None, request_id="r-j1-1", failure_message="no quota"), False,
+     f"capacity request failed in {ZONE} (unknown): no quota"),
+    (_event(FleetEventKind.failed, node=None), False, None),  # no request to explain
+    (_event(FleetEventKind.suspended, node=None), False, None),
+    (_event(FleetEventKind.active), False, None),
+    (_event(FleetEventKind.provisioning, node=None, request_id="r-j1-1"), False, None),
+])
+def test_what_a_fleet_event_means_to_the_scheduler(event, lost, reason):
+    assert lifecycle.node_is_lost(event) is lost
+    assert lifecycle.request_failure_reason(event) == reason

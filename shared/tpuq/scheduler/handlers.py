@@ -33,9 +33,6 @@ from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
 
-NODE_LOST = (FleetEventKind.suspended, FleetEventKind.gone, FleetEventKind.failed)
-
-
 def fleet_in_force(ctx: Context) -> FleetFile | None:
     """The stored fleet; None before any is stored: jobs are still queued and matched, nothing is claimed."""
     try:
@@ -84,15 +81,11 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
             # remains comes back as a new request from a later pass.
             ctx.publish("capacity", capacity.withdrawal(event.request_id, event.fleet, ctx.now()))
         scheduling_pass(ctx, fleet)
-    elif event.kind in NODE_LOST and event.node:
+    elif lifecycle.node_is_lost(event):
         if _record_node_lost(event, fleet, ctx):
             scheduling_pass(ctx, fleet)
-    elif event.kind is FleetEventKind.failed and event.request_id:
-        # One zone's queued resource failed; the claimer races on in the others (and backs off or drops this
-        # one). Keep the job's request open, and say why it waits.
-        cause = event.failure_class.value if event.failure_class else "unknown"
-        note_request_failure(ctx, event.request_id, f"capacity request failed in {event.zone} ({cause}): "
-                                                    f"{event.failure_message}")
+    elif (reason := lifecycle.request_failure_reason(event)) is not None:
+        note_request_failure(ctx, event.request_id, reason)
     # PROVISIONING / WAITING_FOR_RESOURCES change nothing here.
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
 from tpuq.jobstate import IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
-from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FleetEvent, WorkerEndpoint
+from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FleetEvent, FleetEventKind, WorkerEndpoint
 from tpuq.scheduler.plan import Match, short_node_name
 from tpuq.tputypes import canonical_name, zone_region
 
@@ -154,7 +154,7 @@ def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now:
     if tpu.get("state") != TPU_IDLE:
         return None
     try:
-        transition(job["state"], JobEvent.assign)
+        assigned = transition(job["state"], JobEvent.assign)
     except IllegalTransition:
         return None
     job_id = job["id"]
@@ -169,7 +169,7 @@ def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now:
     served = (job.get("capacity_request") or {}).get("id")
     return AssignmentWrites(
         job={
-            "state": JobState.assigned.value,
+            "state": assigned.value,
             "attempt": n,
             "attempts": n,
             "attempt_id": attempt_id,
@@ -193,7 +193,7 @@ def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now:
             "tpu": node,
             "zone": match.zone,
             "region": match.region,
-            "state": JobState.assigned.value,
+            "state": assigned.value,
             "outcome": None,
             "detail": None,
             "assigned_at": now,
@@ -348,6 +348,23 @@ def cancel(job: Doc, reason: str, now: datetime) -> CancelDecision:
 
 
 # --------------------------------------------------------------- node lost
+
+
+_NODE_LOST = (FleetEventKind.suspended, FleetEventKind.gone, FleetEventKind.failed)
+
+
+def node_is_lost(event: FleetEvent) -> bool:
+    """SUSPENDED / GONE / FAILED naming a node: the slice is no more."""
+    return event.kind in _NODE_LOST and bool(event.node)
+
+
+def request_failure_reason(event: FleetEvent) -> str | None:
+    """One zone's queued resource failed before it had a node. The claimer races on in the others (and backs
+    off or drops this one), so the job keeps its request; this says why it waits. None: not such an event."""
+    if event.kind is not FleetEventKind.failed or not event.request_id or event.node:
+        return None
+    cause = event.failure_class.value if event.failure_class else "unknown"
+    return f"capacity request failed in {event.zone} ({cause}): {event.failure_message}"
 
 
 @dataclass(frozen=True)
