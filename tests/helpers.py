@@ -65,3 +65,17 @@ def push_envelope(message: BaseModel | dict | bytes, message_id: str, subscripti
     else:
         body["deliveryAttempt"] = delivery_attempt
     return body
+
+
+def fleets_only_context(fleets: dict):
+    """A handler context whose Firestore holds only `fleets/{name}`: name -> a FleetFile, or a raw dict stored as
+    the fleet file (one that does not validate, say), for a tick's loop over the fleets."""
+    from types import SimpleNamespace
+
+    docs = {name: {"fleet": f if isinstance(f, dict) else f.model_dump(mode="json")} for name, f in fleets.items()}
+
+    class Fleets:
+        def stream(self):
+            return iter(SimpleNamespace(id=name, to_dict=lambda doc=doc: doc) for name, doc in docs.items())
+
+    return SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _name: Fleets())))

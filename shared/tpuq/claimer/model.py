@@ -1,4 +1,4 @@
-"""The claimer's state, events and effects: plain immutable data for the pure core.
+"""Core (pure data): the claimer's state, events and effects, plain immutable data for `decide`.
 
 Firestore holds this state (see `tpuq.claimer.statestore` for the document
 shapes); `tpuq.claimer.decide` maps (state, event) to `Effects`; the handler

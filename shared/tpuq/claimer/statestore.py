@@ -1,4 +1,4 @@
-"""The claimer's Firestore documents: load a fleet's `ClaimState`, write its updates, claim a zone.
+"""Shell (Firestore): the claimer's documents. Load a fleet's `ClaimState`, write its updates, claim a zone.
 
 Documents (none hot: each is written only when its own entity changes):
 - requests/{request_id}            one capacity request: types, count, status, generations per zone

@@ -1,4 +1,4 @@
-"""The executor's service-facing API: start, cancel, and judge an attempt.
+"""The executor's service-facing API, shell (SSH, GCS): start, cancel, and judge an attempt.
 
     executor = Executor(ssh_user="tpuq", ssh_key=load_key, pin_store=pins,
                         host_keys=GuestAttributeHostKeys(tpu_client), objects=GcsObjectStore(storage_client),

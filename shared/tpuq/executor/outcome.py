@@ -1,4 +1,4 @@
-"""How an attempt ended: a pure decision over the per-worker status objects and the node's state.
+"""Core (pure, no I/O): how an attempt ended, from the per-worker status objects and the node's state.
 
 `decide_outcome` returns either `Decided` (publish the attempt's end) or `Wait`
 (nothing to publish yet; if `until` is set, decide again at that time even if no
