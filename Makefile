@@ -37,4 +37,4 @@ bench: install
 	$(PYTHON) benchmarks/run_all.py
 
 clean:
-	rm -rf build *.egg-info .pytest_cache .hypothesis $(VENV)
+	rm -rf build dist shared/*.egg-info .pytest_cache .hypothesis $(VENV)

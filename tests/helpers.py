@@ -1,9 +1,18 @@
-"""Small helpers the test packages share."""
+"""Small helpers the test packages share: polling with a deadline, and the one push-envelope builder."""
 
 from __future__ import annotations
 
+import base64
+import copy
+import json
 import time
-from typing import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+ENVELOPES = Path(__file__).resolve().parent / "envelopes"
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
@@ -22,3 +31,51 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20.0, what: str
             last_error = e
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}" + (f" (last error: {last_error!r})" if last_error else ""))
+
+
+@lru_cache(maxsize=None)
+def _golden(name: str) -> str:
+    return (ENVELOPES / name).read_text()
+
+
+def golden_envelope(name: str) -> dict[str, Any]:
+    """A fresh copy of one of the golden envelopes in tests/envelopes/."""
+    return json.loads(_golden(name))
+
+
+def push_envelope(message: BaseModel | dict | bytes, message_id: str, subscription: str,
+                  attributes: dict[str, str] | None = None, delivery_attempt: int | None = None) -> dict[str, Any]:
+    """A Pub/Sub push body shaped like tests/envelopes/pubsub-push.json, carrying `message`.
+
+    `subscription` is a short name (`scheduler-jobs`) or a full path. Without `delivery_attempt` the
+    envelope has none, as the emulator sends it.
+    """
+    if isinstance(message, BaseModel):
+        data = message.model_dump_json(exclude_none=True).encode()
+    elif isinstance(message, bytes):
+        data = message
+    else:
+        data = json.dumps(message).encode()
+    body = golden_envelope("pubsub-push.json")
+    body["message"].update(data=base64.b64encode(data).decode(), messageId=message_id, message_id=message_id,
+                           attributes=copy.deepcopy(attributes or {}))
+    body["subscription"] = subscription if "/" in subscription else f"projects/tpuq-local/subscriptions/{subscription}"
+    if delivery_attempt is None:
+        body.pop("deliveryAttempt", None)
+    else:
+        body["deliveryAttempt"] = delivery_attempt
+    return body
+
+
+def fleets_only_context(fleets: dict):
+    """A handler context whose Firestore holds only `fleets/{name}`: name -> a FleetFile, or a raw dict stored as
+    the fleet file (one that does not validate, say), for a tick's loop over the fleets."""
+    from types import SimpleNamespace
+
+    docs = {name: {"fleet": f if isinstance(f, dict) else f.model_dump(mode="json")} for name, f in fleets.items()}
+
+    class Fleets:
+        def stream(self):
+            return iter(SimpleNamespace(id=name, to_dict=lambda doc=doc: doc) for name, doc in docs.items())
+
+    return SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _name: Fleets())))

@@ -1,12 +1,6 @@
-"""Executor entry point (Cloud Run, HTTP target `handle`): assignments, status-object events, ticks."""
+"""The executor's entry point, where a reviewer looks for it. Its code is `tpuq.entrypoints.executor`, inside the package:
+that is what the local stack and the container start (`python -m tpuq.entrypoints executor`), because an installed tpuq
+has no services/ directory. This file only re-exports it.
+"""
 
-import logging
-
-from tpuq.executor.handlers import build_service
-
-logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-SERVICE = build_service()  # the route table only; clients and SSH keys are loaded on first use
-
-
-def handle(request):
-    return SERVICE.dispatch(request)
+from tpuq.entrypoints.executor import SERVICE, handle  # noqa: F401

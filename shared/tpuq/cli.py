@@ -651,9 +651,9 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return e.exit_code
         if isinstance(e, (CliError, StackError, TpuqError)):
-            err.print(f"[red]error:[/red] {_one_line(e)}", highlight=False)
+            err.print(f"[red]error:[/red] {escape(_one_line(e))}", highlight=False)  # a message's [..] is text
         else:
-            err.print(f"[red]error:[/red] {type(e).__name__}: {_one_line(e)}", highlight=False)
+            err.print(f"[red]error:[/red] {type(e).__name__}: {escape(_one_line(e))}", highlight=False)
         return 1
 
 

@@ -19,7 +19,7 @@ every few seconds) then never reach the gcs-events topic. Attempt numbers must
 not be reused within a job: each status object is written with
 ifGenerationMatch=0.
 
-Workers: see `tpuq.executor.worker_supervisor` (its module docstring has the file layout).
+Workers: see `tpuq.executor.worker` (its package docstring has the file layout).
 """
 
 from __future__ import annotations
@@ -133,5 +133,5 @@ def parse_status_object_name(name: str) -> StatusObjectRef | None:
 
 
 def worker_job_dir(home: str) -> str:
-    """JOB_DIR on a worker whose login home is `home` (must match worker_supervisor.WorkerPaths)."""
+    """JOB_DIR on a worker whose login home is `home` (must match worker.files.WorkerPaths)."""
     return f"{home.rstrip('/')}/{WORKER_JOB_DIR}"

@@ -1,4 +1,4 @@
-"""The job lifecycle: one transition table, and the retry decision after an attempt.
+"""Core (pure, no I/O): the job lifecycle, one transition table, and the retry decision after an attempt.
 
     pending ──assign──► assigned ──start──► running ──succeed──► succeeded
        ▲                   │                   │──fail──────► failed

@@ -20,6 +20,7 @@ import base64
 import binascii
 import json
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,6 +33,7 @@ from tpuq.auth import PushAuth, PushAuthConfigError
 from tpuq.clients import Clients
 from tpuq.documents import JobState
 from tpuq.errors import Permanent, Retryable, from_validation_error
+from tpuq.logs import TRACE_FIELD, log_context, trace_resource
 
 log = logging.getLogger("tpuq.service")
 
@@ -143,6 +145,14 @@ def _job_id_in(payload: dict[str, Any] | None, topic_name: str) -> str | None:
     return candidate if isinstance(candidate, str) and 0 < len(candidate) <= 63 else None
 
 
+def _job_fields(payload: dict[str, Any], topic_name: str) -> dict[str, Any]:
+    """The job, attempt and node a message is about, read before validation so that a rejection carries them too."""
+    attempt, node = payload.get("attempt"), payload.get("node")
+    return {"job_id": _job_id_in(payload, topic_name),
+            "attempt": attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+            "node": node if isinstance(node, str) and node else None}
+
+
 @dataclass
 class Service:
     """One deployable service: a name and a handler per subscription path."""
@@ -164,6 +174,11 @@ class Service:
     # ---- HTTP entry point (functions-framework http target / Flask view) ----
     def dispatch(self, request) -> tuple[str, int]:
         """`request` is a Flask/werkzeug request."""
+        trace = trace_resource(request.headers.get("X-Cloud-Trace-Context"), os.environ.get("GOOGLE_CLOUD_PROJECT"))
+        with log_context(service=self.name, **{TRACE_FIELD: trace}):
+            return self._dispatch(request)
+
+    def _dispatch(self, request) -> tuple[str, int]:
         path = request.path
         if request.method == "GET" and path == "/":  # not /healthz: Cloud Run reserves paths ending in z
             return f"{self.name} ok", 200
@@ -191,11 +206,19 @@ class Service:
         return self.push_auth.check(dict(request.headers), self.name)
 
     def deliver(self, sub: topology.Subscription, msg: PushMessage) -> tuple[str, int]:
+        """Every line logged while handling the message carries its subscription, id and job (tpuq.logs)."""
+        with log_context(service=self.name, subscription=sub.name, message_id=msg.message_id):
+            try:
+                payload = parse_payload(msg.data)
+            except Permanent as e:
+                return self._reject(sub, msg, None, e)
+            with log_context(**_job_fields(payload, sub.topic)):
+                return self._handle(sub, msg, payload)
+
+    def _handle(self, sub: topology.Subscription, msg: PushMessage, payload: dict[str, Any]) -> tuple[str, int]:
         topic = topology.topic(sub.topic)
         handler = self.handlers[sub.path]
-        payload: dict[str, Any] | None = None
         try:
-            payload = parse_payload(msg.data)
             model = topic.model.model_validate(payload) if topic.model else payload
         except ValidationError as e:
             return self._reject(sub, msg, payload, from_validation_error(e))

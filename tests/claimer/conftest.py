@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import uuid
-from pathlib import Path
 
 import pytest
 from google.cloud import pubsub_v1
@@ -16,6 +15,7 @@ from pydantic import BaseModel
 
 from tpuq import store
 from tpuq.devstack.stack import wait_for
+from tpuq.entrypoints import source_file
 from tpuq.faketpu.control import FakeTpuControl
 from tpuq.faketpu.server import FakeTpuServer
 from tpuq.fleet import FleetFile
@@ -23,7 +23,6 @@ from tpuq.fleetstore import save_fleet
 from tpuq.messages import FleetEvent
 from tpuq.service import utcnow
 
-REPO = Path(__file__).resolve().parents[2]
 TEST_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtpuqclaimertestkeyonlyforthetests0000 test"
 
 
@@ -98,7 +97,7 @@ def claimer(clients, monkeypatch, tmp_path):
         servers.append(fake)
         monkeypatch.setenv("TPUQ_TPU_API_ENDPOINT", fake.url)
         monkeypatch.setenv("TPUQ_SSH_PUBLIC_KEY", TEST_PUBLIC_KEY)
-        app = functions_framework.create_app(target="handle", source=str(REPO / "services/claimer/main.py"),
+        app = functions_framework.create_app(target="handle", source=str(source_file("claimer")),
                                              signature_type="http")
         harness = ClaimerHarness(clients, app.test_client(), fake, clients.settings.project)
         harnesses.append(harness)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import re
@@ -18,6 +20,7 @@ from tpuq import topology
 from tpuq.deploy.infra import DEPLOY_SERVICE_ACCOUNT, INFRA_DIR
 from tpuq.devstack import processes
 from tpuq.devstack.stack import service_argv
+from tpuq.entrypoints import source_file
 
 from tests.helpers import wait_until
 
@@ -85,11 +88,13 @@ def test_each_dockerfile_cmd_starts_the_entry_point_the_local_stack_runs():
         cmd = json.loads([rest for keyword, rest in instructions if keyword == "CMD"][-1])
         workdir = [rest for keyword, rest in instructions if keyword == "WORKDIR"][-1]
         assert workdir == "/app"
-        # The same argv as DevStack's, with the container's interpreter and paths relative to /app; no --port:
-        # the server listens on $PORT, as Cloud Run requires.
-        argv = service_argv(name, "0.0.0.0", 8080, python="python", root=Path("."))
+        # The same argv as DevStack's, with the container's interpreter; both start the installed module
+        # tpuq.entrypoints.<name>, never a file of the source tree. No --port: the server listens on $PORT, as
+        # Cloud Run requires.
+        argv = service_argv(name, "0.0.0.0", 8080, python="python")
         assert argv[-2:] == ["--port", "8080"] and cmd == argv[:-2]
         assert not any("8080" in word for word in cmd)
+        assert not any(arg.startswith(("services/", "shared/", "./", "/app")) for arg in cmd), cmd
 
 
 def test_a_service_image_listens_on_the_port_cloud_run_gives_it(tmp_path):
@@ -145,3 +150,12 @@ def test_no_service_answers_on_a_path_cloud_run_reserves():
     found = [(str(path.relative_to(REPO)), m.group(1)) for root in ("shared", "services") for path in (REPO / root).rglob("*.py")
              for m in quoted_path.finditer(path.read_text())]
     assert found == []
+def test_each_services_main_py_is_the_installed_entry_module():
+    """services/<name>/main.py stays where reviewers look, and serves exactly what the containers start."""
+    for name in INFRA_SERVICES:
+        entry = importlib.import_module(f"tpuq.entrypoints.{name}")
+        spec = importlib.util.spec_from_file_location(f"main_{name}", REPO / "services" / name / "main.py")
+        main = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(main)
+        assert main.handle is entry.handle and main.SERVICE is entry.SERVICE
+        assert Path(entry.__file__).resolve() == source_file(name).resolve()

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from tpuq.executor.worker_supervisor import UnsafeBundle, check_bundle_members, extract_bundle
+from tpuq.executor.worker.bundle import UnsafeBundle, check_bundle_members, extract_bundle
 
 
 def _member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "", data: bytes = b"") -> tuple:

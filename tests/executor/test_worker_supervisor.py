@@ -1,4 +1,5 @@
-"""worker_supervisor.py run as a subprocess with a temp dir as the worker's home and a fake GCS.
+"""The worker supervisor, as the executor ships it (one bundled file), run as a subprocess with a temp dir
+as the worker's home and a fake GCS.
 
 Outcomes are asserted on files in the "host" and objects in GCS; every wait is a
 poll with a deadline.
@@ -17,20 +18,22 @@ from pathlib import Path
 import pytest
 
 from tpuq import gcslayout
-from tpuq.executor import worker_supervisor
+from tpuq.executor.supervisor_bundle import build_supervisor_script
+from tpuq.executor.worker.control import bootstrap_argv
+from tpuq.executor.worker.files import read_json
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 
 from .conftest import wait_until
 from .factories import make_assignment, upload_bundle
 
-SCRIPT = worker_supervisor.__file__
 WORKER_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
 class Worker:
     """One fake worker: a home directory and the supervisor script run against it."""
 
-    def __init__(self, home: Path, gcs, lockfile: Path):
+    def __init__(self, script: Path, home: Path, gcs, lockfile: Path):
+        self.script = script
         self.home = home
         self.gcs = gcs
         self.settings = WorkerSettings.for_emulator(
@@ -41,7 +44,7 @@ class Worker:
 
     def run(self, *args: str, stdin: str = "") -> dict:
         out = subprocess.run(
-            [WORKER_PYTHON, SCRIPT, "--home", str(self.home), *args],
+            bootstrap_argv(WORKER_PYTHON, str(self.script), "--home", str(self.home), *args),
             input=stdin, capture_output=True, text=True, timeout=60,
         )
         assert out.stdout, f"no output from {args}: {out.stderr}"
@@ -68,7 +71,7 @@ class Worker:
 
     def kill_everything(self) -> None:
         """Test teardown: stop the supervisor and job this worker's state file names."""
-        state = worker_supervisor._read_json(str(self.home / "tpuq/attempt/state.json")) or {}
+        state = read_json(str(self.home / "tpuq/attempt/state.json")) or {}
         for pgid in (state.get("job_pgid"), state.get("supervisor_pid")):
             if pgid:
                 try:
@@ -77,9 +80,17 @@ class Worker:
                     pass
 
 
+@pytest.fixture(scope="module")
+def supervisor_script(tmp_path_factory) -> Path:
+    """The bundle the executor copies to ~/tpuq/supervisor.py, at that name in a directory of its own."""
+    script = tmp_path_factory.mktemp("worker-bin") / Path(gcslayout.WORKER_SUPERVISOR).name
+    script.write_bytes(build_supervisor_script())
+    return script
+
+
 @pytest.fixture
-def worker(tmp_path, fake_gcs):
-    w = Worker(tmp_path / "home", fake_gcs, tmp_path / "libtpu_lockfile")
+def worker(supervisor_script, tmp_path, fake_gcs):
+    w = Worker(supervisor_script, tmp_path / "home", fake_gcs, tmp_path / "libtpu_lockfile")
     yield w
     w.kill_everything()
 
@@ -238,21 +249,32 @@ def test_stale_libtpu_lockfile_is_removed_but_a_held_one_is_kept(worker, bucket,
         holder.wait(10)
 
 
-@pytest.mark.parametrize("problem", ["missing", "unsafe", "not-a-tar", "cache-collides"])
-def test_setup_failures_write_a_setup_status_and_launch_nothing(worker, fake_gcs, bucket, problem):
-    caches = []
-    if problem == "missing":
-        bundle = f"gs://{bucket}/bundles/nope.tar.gz"
-    elif problem == "unsafe":
-        evil = tarfile.TarInfo("escape")
-        evil.type, evil.linkname = tarfile.SYMTYPE, "../../../etc"
-        bundle = upload_bundle(fake_gcs, bucket, {"ok.txt": b"x"}, extra=[evil])
-    elif problem == "not-a-tar":
-        fake_gcs.upload(bucket, "bundles/junk", b"not a tar")
-        bundle = f"gs://{bucket}/bundles/junk"
-    else:
-        bundle = upload_bundle(fake_gcs, bucket, {"cache/x": b"x"})
-        caches = [{"key": "k", "path": "cache"}]
+def _missing_bundle(gcs, bucket):
+    return f"gs://{bucket}/bundles/nope.tar.gz", []
+
+
+def _unsafe_bundle(gcs, bucket):
+    evil = tarfile.TarInfo("escape")
+    evil.type, evil.linkname = tarfile.SYMTYPE, "../../../etc"
+    return upload_bundle(gcs, bucket, {"ok.txt": b"x"}, extra=[evil]), []
+
+
+def _bundle_that_is_not_a_tar(gcs, bucket):
+    gcs.upload(bucket, "bundles/junk", b"not a tar")
+    return f"gs://{bucket}/bundles/junk", []
+
+
+def _bundle_colliding_with_a_cache_path(gcs, bucket):
+    return upload_bundle(gcs, bucket, {"cache/x": b"x"}), [{"key": "k", "path": "cache"}]
+
+
+@pytest.mark.parametrize(
+    "bundle_and_caches",
+    [_missing_bundle, _unsafe_bundle, _bundle_that_is_not_a_tar, _bundle_colliding_with_a_cache_path],
+    ids=["missing", "unsafe", "not-a-tar", "cache-collides"],
+)
+def test_setup_failures_write_a_setup_status_and_launch_nothing(worker, fake_gcs, bucket, bundle_and_caches):
+    bundle, caches = bundle_and_caches(fake_gcs, bucket)
     a = make_assignment(bundle=bundle, bucket=bucket, caches=caches)
     result = worker.prepare(a)
     assert (result["ok"], result["kind"]) == (False, "setup")

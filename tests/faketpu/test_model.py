@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 
 import pytest
 
 from tpuq.faketpu.clock import ManualClock
-from tpuq.faketpu.model import ApiError, FakeTpuWorld, NodeState, QrState
+from tpuq.faketpu.errors import ApiError
+from tpuq.faketpu.model import FakeTpuWorld, NodeState, QrState
 from tpuq.faketpu.scenario import parse_scenario
 
 P, Z, Z2 = "proj", "us-central2-b", "europe-west4-a"
@@ -284,6 +288,13 @@ def test_request_id_returns_the_same_operation_and_duplicates_conflict():
         (lambda b: b["tpu"]["nodeSpec"][0].update(nodeId="Bad_Id"), "nodeId"),
         (lambda b: b.update(guaranteed={}), "Only one of"),
         (lambda b: b.update(queueingPolicy={"validUntilDuration": "soon"}), "duration"),
+        (lambda b: b.update(queueingPolicy={"validUntilDuration": "0s"}), "validUntilDuration must be positive"),
+        (lambda b: b.update(queueingPolicy={"validUntilTime": "tomorrow"}), "RFC 3339"),
+        (lambda b: b.update(queueingPolicy={"validUntilTime": "2025-01-01T00:00:03"}), "time zone"),
+        (lambda b: b["tpu"]["nodeSpec"].append(b["tpu"]["nodeSpec"][0]), "exactly one node spec"),
+        (lambda b: b["tpu"]["nodeSpec"][0].update(parent="projects/other/locations/x"), "does not match"),
+        (lambda b: b["tpu"]["nodeSpec"][0]["node"].pop("runtimeVersion"), "runtimeVersion is required"),
+        (lambda b: b["tpu"]["nodeSpec"][0]["node"].update(metadata={"n": 1}), "metadata must map strings"),
     ],
 )
 def test_malformed_creates_are_invalid_argument(mutate, fragment):
@@ -294,6 +305,58 @@ def test_malformed_creates_are_invalid_argument(mutate, fragment):
         w.create_queued_resource(P, Z, "qr1", b, None)
     assert e.value.http_status == 400 and e.value.rpc.status == "INVALID_ARGUMENT"
     assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("qr_id", [None, "", "Upper", "1-starts-with-a-digit", "ends-with-", "under_score", "x" * 64])
+def test_queued_resource_ids_outside_the_api_rules_are_invalid_argument(qr_id):
+    w, _ = world()
+    with pytest.raises(ApiError) as e:
+        w.create_queued_resource(P, Z, qr_id, body(), None)
+    assert e.value.rpc.status == "INVALID_ARGUMENT"
+    assert e.value.rpc.details[0]["fieldViolations"][0]["field"] == "queued_resource_id"
+
+
+@pytest.mark.parametrize("qr_id", ["a", "a-1", "x" * 63])
+def test_queued_resource_ids_within_the_api_rules_are_accepted(qr_id):
+    w, _ = world()
+    assert w.create_queued_resource(P, Z, qr_id, body(), None).done
+
+
+def test_multislice_is_unimplemented_not_invalid():
+    w, _ = world()
+    b = body()
+    b["tpu"]["nodeSpec"][0]["multisliceParams"] = {"nodeCount": 2}
+    with pytest.raises(ApiError) as e:
+        w.create_queued_resource(P, Z, "qr1", b, None)
+    assert (e.value.rpc.status, e.value.http_status) == ("UNIMPLEMENTED", 501)
+
+
+@pytest.mark.parametrize(
+    "error_class, status, code, starts_with",
+    [
+        ("capacity", "RESOURCE_EXHAUSTED", 8, f'There is no more capacity in the zone "{Z}"'),
+        ("quota", "RESOURCE_EXHAUSTED", 8, "Quota limit 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded."),
+        ("reserved", "FAILED_PRECONDITION", 9, "Insufficient reserved capacity."),
+        ("billing", "PERMISSION_DENIED", 7, f"Billing account for project '{P}' is not found."),
+        ("unknown", "INTERNAL", 13, "An internal error has occurred."),
+    ],
+)
+def test_failing_a_request_by_class_writes_that_class_s_error(error_class, status, code, starts_with):
+    w, _ = world()
+    create(w)
+    qr = w.fail_queued_resource(P, Z, "qr1", error_class)
+    assert (qr.state, qr.initiator) == (QrState.FAILED, "SERVICE")
+    assert (qr.failed_error.status, qr.failed_error.code) == (status, code)
+    assert qr.failed_error.message.startswith(starts_with)
+
+
+def test_failing_a_request_with_an_unknown_class_is_invalid_argument():
+    w, _ = world()
+    create(w)
+    with pytest.raises(ApiError) as e:
+        w.fail_queued_resource(P, Z, "qr1", "meteor")
+    assert e.value.rpc.status == "INVALID_ARGUMENT" and "capacity, quota, reserved, billing, unknown" in str(e.value)
+    assert state(w) == QrState.ACCEPTED
 
 
 def test_billing_disabled_blocks_every_call_with_billing_disabled_reason():
@@ -319,18 +382,34 @@ def test_paging():
     assert seen == [f"q{i}" for i in range(5)]
 
 
-def test_valid_until_time_and_spot_spellings():
+def test_valid_until_time_is_kept_relative_to_the_clock():
     w, clock = world()
     b = body(tier="guaranteed")
     b["queueingPolicy"] = {"validUntilTime": "2025-01-01T00:00:03Z"}  # ManualClock starts at 2025-01-01T00:00:00Z
     w.create_queued_resource(P, Z, "timed", b, None)
     assert w.get_queued_resource(P, Z, "timed").valid_until == 3
-    for qr_id, tier_fields in [("best", {"bestEffort": {}}), ("model", {"provisioningModel": "SPOT"})]:
-        b = body(node_id=f"{qr_id}-n", tier="guaranteed")
-        del b["guaranteed"]
-        b.update(tier_fields)
-        w.create_queued_resource(P, Z, qr_id, b, None)
-        assert w.get_queued_resource(P, Z, qr_id).spot
+
+
+@pytest.mark.parametrize(
+    "tier_fields, node_fields, spot",
+    [
+        ({"spot": {}}, {}, True),
+        ({"bestEffort": {}}, {}, True),
+        ({"provisioningModel": "SPOT"}, {}, True),  # gcloud alpha --provisioning-model=SPOT
+        ({}, {"schedulingConfig": {"spot": True}}, True),
+        ({}, {"schedulingConfig": {"preemptible": True}}, True),
+        ({"guaranteed": {}}, {}, False),
+        ({}, {}, False),
+    ],
+)
+def test_spot_spellings(tier_fields, node_fields, spot):
+    w, _ = world()
+    b = body(tier="guaranteed")
+    del b["guaranteed"]
+    b.update(tier_fields)
+    b["tpu"]["nodeSpec"][0]["node"].update(node_fields)
+    w.create_queued_resource(P, Z, "qr1", b, None)
+    assert w.get_queued_resource(P, Z, "qr1").spot is spot
 
 
 def test_dash_location_lists_every_zone():
@@ -339,3 +418,15 @@ def test_dash_location_lists_every_zone():
     create(w, "b", zone=Z2, node_id="nb")
     items, token = w.list_queued_resources(P, "-")
     assert sorted(q.qr_id for q in items) == ["a", "b"] and token == ""
+
+
+def test_the_state_machine_imports_without_the_http_server_or_the_worker_hosts():
+    """A simulator runs the model alone: importing it must not pull in HTTP, sshd hosts or SSH clients."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import json, sys, tpuq.faketpu.model; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    modules = json.loads(loaded.stdout)
+    forbidden = ("tpuq.faketpu.server", "tpuq.faketpu.api", "tpuq.faketpu.hosts", "tpuq.faketpu.control",
+                 "tpuq.faketpu.measure", "flask", "werkzeug", "paramiko", "requests")
+    assert [m for m in modules if m.split(".")[0] in forbidden or m in forbidden] == []

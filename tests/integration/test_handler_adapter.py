@@ -10,8 +10,9 @@ import functions_framework
 import pytest
 
 from tpuq import store
+from tpuq.entrypoints import source_file
 
-SCHEDULER = "services/scheduler/main.py"
+SCHEDULER = str(source_file("scheduler"))
 
 
 def envelope(data: bytes | dict, message_id: str, attributes: dict | None = None) -> dict:
@@ -109,3 +110,25 @@ def test_transient_failure_is_retried_then_dead_lettered(failing_service, client
     assert codes[9] == 200  # then recorded and acknowledged: it never loops forever
     dead = [d.to_dict() for d in clients.firestore.collection(store.DEAD_LETTERS).stream()]
     assert dead[0]["kind"] == "exhausted" and "unavailable" in dead[0]["reason"]
+
+
+def test_a_rejection_is_logged_with_the_job_it_names(scheduler_client, clients):
+    """On Cloud Run the line is a WARNING entry carrying the job: a filter on jsonPayload.job_id finds it."""
+    import io
+    import logging
+
+    from tpuq import logs
+
+    stream = io.StringIO()
+    handler = logs.make_handler({"K_SERVICE": "tpuq-scheduler"}, stream)
+    logging.getLogger().addHandler(handler)
+    try:
+        body = envelope({"id": "named-job", "tpu": "v4-8"}, "bad-2")  # no command
+        assert scheduler_client.post("/push/jobs", json=body).status_code == 200
+    finally:
+        logging.getLogger().removeHandler(handler)
+    entries = [json.loads(line) for line in stream.getvalue().splitlines()]
+    [rejected] = [e for e in entries if "rejected message" in e["message"]]
+    assert rejected["severity"] == "WARNING"
+    assert (rejected["job_id"], rejected["message_id"], rejected["subscription"]) == ("named-job", "bad-2",
+                                                                                      "scheduler-jobs")

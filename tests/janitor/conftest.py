@@ -3,12 +3,9 @@ own entry point through functions-framework's test client, with real push envelo
 
 from __future__ import annotations
 
-import base64
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 import functions_framework
 import pytest
@@ -19,15 +16,16 @@ from google.cloud import tpu_v2
 from tpuq import store
 from tpuq.claimer.model import QrRecord, queued_resource_id
 from tpuq.claimer.statestore import qr_to_doc
+from tpuq.entrypoints import source_file
 from tpuq.faketpu.clock import ManualClock
 from tpuq.faketpu.control import FakeTpuControl
 from tpuq.faketpu.server import FakeTpuServer
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
 from tpuq.ownership import owner_labels
-from tests.helpers import wait_until  # noqa: F401 - re-exported for this package's tests
+from tests.helpers import push_envelope, wait_until  # noqa: F401 - wait_until: re-exported for this package's tests
 
-JANITOR = str(Path(__file__).resolve().parents[2] / "services" / "janitor" / "main.py")
+JANITOR = str(source_file("janitor"))  # the installed entry module the janitor's container runs
 
 WIN_ZONE = "us-central2-b"  # capacity: requests turn ACTIVE
 WAIT_ZONE = "us-east1-d"  # quota, but capacity never comes: WAITING_FOR_RESOURCES for ever
@@ -46,12 +44,6 @@ SCENARIO = {
 ACTIVE_AFTER = 1 + 5 + 600  # scenario seconds from create to ACTIVE in a zone with capacity
 
 
-
-
-def envelope(data: dict, message_id: str) -> dict:
-    return {"message": {"data": base64.b64encode(json.dumps(data).encode()).decode(), "messageId": message_id,
-                        "attributes": {}, "publishTime": "2026-11-29T12:00:00Z"},
-            "subscription": "projects/tpuq-local/subscriptions/janitor"}
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +133,7 @@ class Stack:
 
     # ---- messages: every one is delivered twice (redelivery must change nothing)
     def post_twice(self, path: str, data: dict) -> None:
-        body = envelope(data, f"m-{uuid.uuid4().hex[:10]}")
+        body = push_envelope(data, f"m-{uuid.uuid4().hex[:10]}", "janitor")
         codes = [self.app.post(path, json=body).status_code for _ in range(2)]
         assert codes == [204, 204], codes
 

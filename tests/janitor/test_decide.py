@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tpuq.documents import TpuState
 from tpuq.janitor import decide as d
 from tests.janitor.factories import fleet, node, ours, qr
 
@@ -148,3 +149,68 @@ def test_dead_node_goes_with_its_queued_resource_when_both_were_read():
     n = node("tpuq-r1-a", "PREEMPTED", labels=ours(F), queued_resource=q.name)
     assert names(d.decide_dead([q, n], F)) == ["tpuq-r1-a"] and d.decide_dead([q, n], F)[0].name == q.name
     assert names(d.decide_dead([n], F)) == ["tpuq-r1-a"]  # alone, the node itself is deleted
+
+
+class TestRacesToSettle:
+    @pytest.mark.parametrize("case, racers, expected", [
+        ("a winner and a loser", [("tpuq-r1-a", "ACTIVE"), ("tpuq-r1-b", "WAITING_FOR_RESOURCES")], ["r1"]),
+        ("no winner yet", [("tpuq-r1-a", "ACCEPTED"), ("tpuq-r1-b", "WAITING_FOR_RESOURCES")], []),
+        ("a winner alone: nobody to lose", [("tpuq-r1-a", "ACTIVE")], []),
+    ])
+    def test_only_races_with_a_winner_and_a_loser(self, case, racers, expected):
+        present = {q.name: q for q in (qr(i, s, labels=ours(F)) for i, s in racers)}
+        assert list(d.races_to_settle(present, {})) == expected, case
+
+    def test_the_request_comes_from_the_claimer_record_before_the_label(self):
+        a, b = qr("tpuq-x-a", "ACTIVE", labels={}), qr("tpuq-x-b", "ACCEPTED", labels={})
+        assert d.races_to_settle({a.name: a, b.name: b}, {a.name: "r9", b.name: "r9"}) == {"r9": [a.name, b.name]}
+
+    def test_race_names_skip_gone_and_nameless_records(self):
+        docs = [{"name": "qa", "state": "ACTIVE"}, {"name": "qb", "state": "GONE"}, {"state": "ACCEPTED"}]
+        assert d.race_names("q0", "r1", docs) == {"q0": "r1", "qa": "r1"}
+        assert d.race_names("q0", None, docs) == {"q0": None}
+
+
+class TestFinishDeletes:
+    @pytest.mark.parametrize("case, state, since, observed, gone, resent", [
+        ("NOT_FOUND: recorded gone", TpuState.deleting, 0, None, ["t1"], []),
+        ("still there after the resend delay: sent again", TpuState.deleting, 61, "ACTIVE", [], ["t1"]),
+        ("still there, too soon", TpuState.deleting, 30, "ACTIVE", [], []),
+        ("already deleting at the API: left alone", TpuState.deleting, 600, "DELETING", [], []),
+        ("not marked deleting", TpuState.idle, 600, None, [], []),
+    ])
+    def test_marked_deletes_are_seen_through(self, case, state, since, observed, gone, resent):
+        resource = qr("tpuq-r1-a", observed, labels=ours(F)) if observed else None
+        tpu = d.TpuDoc("t1", F.name, "v4pool", state, None, deleting_since=NOW - timedelta(seconds=since))
+        decision = d.decide_finish_deletes([tpu], {"t1": "q"}, {"q": resource}, NOW)
+        assert decision.gone == gone, case
+        assert ["t1" for _ in decision.resend] == resent, case
+
+    def test_a_resource_that_was_not_read_concludes_nothing(self):
+        tpu = d.TpuDoc("t1", F.name, "v4pool", TpuState.deleting, None, deleting_since=NOW - timedelta(hours=1))
+        assert d.decide_finish_deletes([tpu], {"t1": "q"}, {}, NOW) == d.FinishDecision()
+
+
+@pytest.mark.parametrize("kind, outcome, judged", [
+    ("ended", "preempted", True), ("ended", "infra_failed", True), ("ended", "succeeded", False),
+    ("ended", "failed", False), ("started", None, False),
+])
+def test_only_attempts_ended_on_infrastructure_get_their_tpu_judged(kind, outcome, judged):
+    from tpuq.messages import AttemptEvent
+
+    event = AttemptEvent(kind=kind, job_id="j", attempt=1, attempt_id="j-1", node="n", outcome=outcome, at=NOW)
+    assert d.attempt_end_to_judge(event) is judged
+
+
+@pytest.mark.parametrize("last, due", [(None, True), (NOW - timedelta(seconds=599), False),
+                                       (NOW - timedelta(seconds=600), True)])
+def test_orphan_scan_is_rate_limited(last, due):
+    assert d.orphan_scan_due(last, NOW, 600) is due
+
+
+def test_known_ids_cover_the_claimer_records_and_every_name_a_tpu_is_known_by():
+    claimer = [{"qr_id": "q1", "node": "projects/p/locations/z/nodes/n1"}, {"qr_id": "q2"}]
+    qr3 = "projects/p/locations/z/queuedResources/q3"
+    tpus = [d.TpuDoc("t1", F.name, "v4pool", TpuState.idle, None, queued_resource=qr3,
+                     name="projects/p/locations/z/nodes/n3")]
+    assert d.known_ids(claimer, tpus) == {"q1", "n1", "q2", "t1", "q3", "n3"}

@@ -1,21 +1,26 @@
-"""Scheduler test fixtures: the emulators of the session stack, the scheduler as a push target.
+"""Scheduler test fixtures: the scheduler's own entry point, fed real push envelopes.
 
-`sched` isolates a test: after the stack's reset it removes every push
-subscription (so no service process of the stack reacts to what the scheduler
-publishes) and watches `assignments` and `capacity` through pull subscriptions
-of its own. Messages reach the scheduler as real push envelopes: through
-functions-framework's test client, or over HTTP to scheduler processes.
+`sched` runs the scheduler on the in-memory Firestore and Pub/Sub publisher
+(`tpuq.inmemory`): no emulator, no stack. Messages reach it as push envelopes
+through functions-framework's test client, and what it publishes is read back
+from the publisher stub.
+
+`stack_sched` is the same scheduler on the emulators of the session stack, for
+tests that run scheduler processes over HTTP (two instances racing). After the
+stack's reset it removes every push subscription (so no service process of the
+stack reacts to what the scheduler publishes) and watches `assignments` and
+`capacity` through pull subscriptions of its own.
 """
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import functions_framework
 import pytest
@@ -24,28 +29,22 @@ from google.api_core.exceptions import DeadlineExceeded
 from pydantic import BaseModel
 
 from tpuq import store, topology
-from tpuq.clients import Clients
+from tpuq.clients import Clients, Settings
+from tpuq.entrypoints import source_file
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
+from tpuq.inmemory import MemoryFirestore, MemoryPublisher
 from tpuq.messages import FleetEvent, FleetEventKind, WorkerEndpoint
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEDULER_SOURCE = str(REPO / "services" / "scheduler" / "main.py")
+from tests.helpers import push_envelope
+
+SCHEDULER_SOURCE = str(source_file("scheduler"))
 PROJECT_ZONE = "us-central2-b"
 WATCHED = ("assignments", "capacity")
 
 
 def utc(*args) -> datetime:
     return datetime(*args, tzinfo=timezone.utc)
-
-
-def envelope(message: BaseModel | dict, message_id: str, subscription: str) -> dict:
-    data = message.model_dump_json(exclude_none=True) if isinstance(message, BaseModel) else json.dumps(message)
-    return {
-        "message": {"data": base64.b64encode(data.encode()).decode(), "messageId": message_id, "attributes": {},
-                    "publishTime": "2026-01-01T00:00:00Z"},
-        "subscription": f"projects/tpuq-local/subscriptions/{subscription}",
-    }
 
 
 PATHS = {
@@ -89,16 +88,15 @@ class Sched:
     """One isolated scheduler under test."""
 
     clients: Clients
-    pubsub_host: str
-    project: str
-    client: Any = None  # functions-framework test client
+    client: Any  # functions-framework test client
+    published: Callable[[str], list[dict]]  # what was published to a topic since the last look
     ids: Any = field(default_factory=lambda: itertools.count(1))
 
     # ---- delivery
     def deliver(self, topic: str, message: BaseModel | dict, message_id: str | None = None, times: int = 2) -> str:
         """Post `message` as a push envelope `times` times (the same message id: a redelivery)."""
         message_id = message_id or f"{topic}-{next(self.ids)}"
-        body = envelope(message, message_id, f"scheduler-{topic}")
+        body = push_envelope(message, message_id, f"scheduler-{topic}")
         for _ in range(times):
             r = self.client.post(PATHS[topic], json=body)
             assert r.status_code in (200, 204), (r.status_code, r.get_data(as_text=True))
@@ -106,7 +104,7 @@ class Sched:
 
     def deliver_http(self, url: str, topic: str, message: BaseModel | dict, message_id: str,
                      session: requests.Session | None = None) -> int:
-        body = envelope(message, message_id, f"scheduler-{topic}")
+        body = push_envelope(message, message_id, f"scheduler-{topic}")
         return (session or requests).post(url + PATHS[topic], json=body, timeout=120).status_code
 
     # ---- state
@@ -129,24 +127,74 @@ class Sched:
 
     # ---- published messages
     def drain(self, topic: str) -> list[dict]:
-        """Everything published to `topic` since the last drain (unary pull with a timeout, then ack)."""
-        from google.cloud import pubsub_v1
+        """Everything published to `topic` since the last drain."""
+        return self.published(topic)
 
-        subscriber = pubsub_v1.SubscriberClient()
-        path = f"projects/{self.project}/subscriptions/test-{topic}"
-        out = []
-        while True:
-            try:
-                resp = subscriber.pull(request={"subscription": path, "max_messages": 1000,
-                                                "return_immediately": True}, timeout=5)
-            except DeadlineExceeded:
-                break
-            if not resp.received_messages:
-                break
-            out += [json.loads(m.message.data) for m in resp.received_messages]
-            subscriber.acknowledge(request={"subscription": path, "ack_ids": [m.ack_id for m in resp.received_messages]})
-        subscriber.close()
-        return out
+
+def scheduler_app(clients: Clients):
+    """The scheduler's entry point (tpuq.entrypoints.scheduler) through functions-framework, on `clients`."""
+    app = functions_framework.create_app("handle", SCHEDULER_SOURCE, "http")
+    entry = sys.modules[Path(SCHEDULER_SOURCE).stem]  # functions-framework registers a source under its file's stem
+    assert Path(entry.__file__).resolve() == Path(SCHEDULER_SOURCE).resolve()
+    entry.SERVICE.clients_factory = lambda: clients
+    return app.test_client()
+
+
+class NoStandIn:
+    """A client these tests must not reach: using it fails the test instead of going to Google Cloud."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        raise AssertionError(f"the scheduler used Clients.{self._name}.{attr}, which has no in-memory stand-in here")
+
+
+def memory_clients(settings: Settings) -> tuple[Clients, MemoryPublisher]:
+    """`Clients` whose Firestore and publisher are the in-memory stand-ins, and whose other clients refuse use."""
+    clients = Clients(settings)
+    publisher = MemoryPublisher(settings.topic_path(t.name) for t in topology.TOPICS)
+    # Set where each cached_property keeps its value, so the real client is never created.
+    clients.__dict__.update(firestore=MemoryFirestore(project=settings.project), publisher=publisher,
+                            storage=NoStandIn("storage"), tpu=NoStandIn("tpu"))
+    return clients, publisher
+
+
+@pytest.fixture
+def sched(monkeypatch) -> Sched:
+    monkeypatch.delenv("TPUQ_FLEET", raising=False)
+    settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner")
+    clients, publisher = memory_clients(settings)
+    save_fleet(clients.firestore, fleet_file(), utc(2026, 1, 1))
+
+    def published(topic: str) -> list[dict]:
+        return [json.loads(m.data) for m in publisher.take(settings.topic_path(topic))]
+
+    return Sched(clients=clients, client=scheduler_app(clients), published=published)
+
+
+# ------------------------------------------------------------------ on the emulators of the session stack
+
+
+def _pulled(project: str, topic: str) -> list[dict]:
+    """Everything on the test's pull subscription of `topic` (unary pull with a timeout, then ack)."""
+    from google.cloud import pubsub_v1
+
+    subscriber = pubsub_v1.SubscriberClient()
+    path = f"projects/{project}/subscriptions/test-{topic}"
+    out = []
+    while True:
+        try:
+            resp = subscriber.pull(request={"subscription": path, "max_messages": 1000,
+                                            "return_immediately": True}, timeout=5)
+        except DeadlineExceeded:
+            break
+        if not resp.received_messages:
+            break
+        out += [json.loads(m.message.data) for m in resp.received_messages]
+        subscriber.acknowledge(request={"subscription": path, "ack_ids": [m.ack_id for m in resp.received_messages]})
+    subscriber.close()
+    return out
 
 
 def _isolate(pubsub_host: str, project: str) -> None:
@@ -160,10 +208,9 @@ def _isolate(pubsub_host: str, project: str) -> None:
 
 
 @pytest.fixture
-def sched(clean_stack, clients) -> Sched:
+def stack_sched(clean_stack, clients) -> Sched:
     host = clean_stack.env["PUBSUB_EMULATOR_HOST"]
     _isolate(host, clean_stack.project)
     save_fleet(clients.firestore, fleet_file(), utc(2026, 1, 1))
-    s = Sched(clients=clients, pubsub_host=host, project=clean_stack.project)
-    s.client = functions_framework.create_app("handle", SCHEDULER_SOURCE, "http").test_client()
-    return s
+    client = functions_framework.create_app("handle", SCHEDULER_SOURCE, "http").test_client()
+    return Sched(clients=clients, client=client, published=lambda topic: _pulled(clean_stack.project, topic))

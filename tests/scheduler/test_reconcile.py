@@ -63,3 +63,23 @@ def test_slice_whose_active_event_was_lost_is_recorded_and_used(sched):
     handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(seconds=1)))
     assert sched.tpu("tpuq-r-x-1-us-central2-b")["state"] == "busy"
     assert sched.job("j9")["state"] == "assigned" and sched.job("j9")["tpu"] == node
+
+
+def test_a_failing_backstop_never_stops_the_others_nor_the_pass(sched, monkeypatch):
+    import pytest
+
+    from tpuq.errors import Retryable
+
+    running_job(sched)
+    sched.db.collection(store.EXECUTIONS).document("j1:1").set(
+        {"job_id": "j1", "attempt": 1, "ended": True, "outcome": "succeeded", "detail": "all 1 workers exited 0"})
+    sched.deliver("jobs", {"id": "j2", "tpu": "v4-8", "command": "train"})
+
+    def broken(ctx):
+        raise RuntimeError("queued_resources unreadable")
+
+    monkeypatch.setattr(handlers, "active_slices_not_recorded", broken)
+    with pytest.raises(Retryable, match="queued_resources unreadable"):  # the tick is redelivered for it
+        handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
+    assert sched.job("j1")["state"] == "succeeded"  # the step after the broken one ran
+    assert sched.job("j2")["state"] == "assigned"  # onto the TPU j1 freed

@@ -20,10 +20,10 @@ import requests
 
 from tpuq import store
 from tpuq.devstack import processes
-from tpuq.devstack.stack import wait_for
 from tpuq.fleetstore import save_fleet
 from tpuq.messages import Tick
 
+from tests.helpers import wait_until
 from tests.scheduler.conftest import SCHEDULER_SOURCE, active, fleet_file, utc
 
 JOBS, TPUS = 500, 50
@@ -32,7 +32,7 @@ JOB_TYPES = [["v4-8"], ["v5litepod-8"], ["v4-8", "v5litepod-8"]]
 
 
 @pytest.fixture
-def two_schedulers(sched, tmp_path_factory):
+def two_schedulers(stack_sched, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("two-schedulers")
     procs, urls = [], []
     for i in range(2):
@@ -46,7 +46,7 @@ def two_schedulers(sched, tmp_path_factory):
         urls.append(f"http://127.0.0.1:{port}")
     try:
         for url in urls:
-            wait_for(lambda: _healthy(url), timeout=30, what=f"scheduler at {url}")
+            wait_until(lambda: _healthy(url), timeout=30, what=f"scheduler at {url}")
         yield urls
     finally:
         for p in procs:
@@ -62,7 +62,8 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def test_two_instances_never_assign_twice_and_lose_nothing(sched, two_schedulers):
+def test_two_instances_never_assign_twice_and_lose_nothing(stack_sched, two_schedulers):
+    sched = stack_sched
     rng = random.Random(5)
     save_fleet(sched.db, fleet_file(tpus=[
         {"id": entry, "type": t, "zones": [zone], "count": TPUS} for t, zone, entry in OFFER

@@ -18,7 +18,7 @@ PACKAGE = Path(D.__file__).parent
 CONTRACTS = PACKAGE / "documents.py"
 # A stdlib-only program shipped to the workers: it cannot import tpuq, and its own status words are its
 # protocol with the executor (`tpuq.executor.executor` reads them), not stored states.
-WORKER_PROGRAM = PACKAGE / "executor" / "worker_supervisor.py"
+WORKER_PROGRAM = PACKAGE / "executor" / "worker"
 
 STORED_ENUMS = (D.JobState, D.AttemptState, D.TpuState, D.QueuedResourceState, D.ClaimerQrState,
                 D.TpuNodeState, D.RequestStatus, D.ExecutionState)
@@ -31,7 +31,7 @@ STATE_FIELDS = {"state", "status", "tpu_state"}
 
 
 def _sources() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if p not in (CONTRACTS, WORKER_PROGRAM))
+    return sorted(p for p in PACKAGE.rglob("*.py") if p != CONTRACTS and WORKER_PROGRAM not in p.parents)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -104,6 +104,7 @@ def state_literals(source: str) -> list[tuple[int, str]]:
 
 
 def test_no_state_literal_outside_the_contracts():
+    assert WORKER_PROGRAM.is_dir(), "the exemption must name the worker program where it is"
     offences = [f"{path.relative_to(PACKAGE.parent)}:{line}: {value!r}"
                 for path in _sources() for line, value in state_literals(path.read_text())]
     assert offences == [], "use the enums of tpuq.documents:\n" + "\n".join(offences)

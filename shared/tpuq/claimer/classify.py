@@ -1,4 +1,4 @@
-"""Which failure class a Cloud TPU error belongs to: one pure function, table-tested against real texts.
+"""Core (pure, no I/O): which failure class a Cloud TPU error belongs to, table-tested against real texts.
 
 The class decides what the claimer does (see `tpuq.claimer.decide`):
 - capacity:   delete, back off that zone (exponential, jittered), race elsewhere;

@@ -1,4 +1,4 @@
-"""The claimer's pure core: `decide(state, event, now, rng) -> Effects`.
+"""Core (pure, no I/O): the claimer's `decide(state, event, now, rng) -> Effects`.
 
 No I/O, no clock, no global randomness: the handler loads `ClaimState`, calls
 `decide`, and applies the effects. Rules (see docs in `tpuq.claimer`):
@@ -73,6 +73,11 @@ def decide(state: ClaimState, event: Event, now: datetime, rng: random.Random) -
     else:  # pragma: no cover - the Event union is closed
         raise TypeError(f"unknown event {event!r}")
     return decision.effects
+
+
+def fast_watch_targets(state: ClaimState, request_id: str) -> list[QrRecord]:
+    """The request's queued resources still worth a quick re-read right after its creates: not yet ACTIVE."""
+    return [q for q in state.qrs.values() if q.request_id == request_id and q.state != Qr.ACTIVE]
 
 
 def capacity_backoff_seconds(failures: int, base: float, cap: float, rng: random.Random) -> float:

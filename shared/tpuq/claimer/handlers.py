@@ -1,4 +1,4 @@
-"""The claimer service: thin handlers that load state, call `decide`, and apply the effects.
+"""The claimer service: shell (Firestore, the Cloud TPU API, Pub/Sub). Load state, call `decide`, apply.
 
 Watch schedule. Ticks (Cloud Scheduler; the local tick source) drive a watch
 pass over every live queued resource of every fleet. Pub/Sub has no delayed
@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from tpuq import store
 from tpuq.claimer import statestore
-from tpuq.claimer.decide import decide
-from tpuq.claimer.model import ClaimState, Effects, Event, Observed, QrRecord, RequestReceived
+from tpuq.claimer.decide import decide, fast_watch_targets
+from tpuq.claimer.model import ClaimState, CreateQr, Effects, Event, Observed, QrRecord, RequestReceived
 from tpuq.claimer.sshkeys import PublicKeyProvider, default_provider
 from tpuq.claimer.tpuapi import TpuApi
-from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import Retryable
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_fleet
+from tpuq.isolation import Isolated
 from tpuq.messages import CapacityRequest, Tick
 from tpuq.service import Context, Service
 
@@ -56,9 +58,25 @@ class Claimer:
         return statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids))
 
     def step(self, state: ClaimState, event: Event) -> ClaimState:
-        return self.apply(state, decide(state, event, self.ctx.now(), self.ctx.rng))
+        """decide → apply, until nothing is left to do. A create's answer from the API is the next event.
+
+        Creates run one at a time, each decided on before the next is sent: a project-level refusal
+        stops the rest, and a zone refused for quota is not asked again in the same message.
+        """
+        creates: deque[CreateQr] = deque()
+        while event is not None:
+            effects = decide(state, event, self.ctx.now(), self.ctx.rng)
+            state = self.apply(state, effects)
+            creates.extendleft(reversed(effects.creates))  # a create's follow-ups go before its siblings
+            event = None
+            while creates and event is None:
+                if state.blocked:
+                    return state  # a project-level refusal: not one more create anywhere
+                state, event = self.create(state, creates.popleft())
+        return state
 
     def apply(self, state: ClaimState, effects: Effects) -> ClaimState:
+        """Every effect but the creates, which `step` sends one by one."""
         # Publish before recording: a crash in between republishes (at least once), never loses an event.
         for event in effects.events:
             self.ctx.publish("fleet-events", event, fleet=event.fleet, kind=event.kind.value)
@@ -74,22 +92,20 @@ class Claimer:
         for delete in effects.deletes:
             outcome = self.tpu.delete(delete.qr, self.fleet, delete.force, delete.resource)
             log.info("delete %s (%s, force=%s): %s", delete.qr.name, delete.reason, delete.force, outcome)
-        for create in effects.creates:
-            if state.blocked:
-                break  # a project-level refusal: not one more create anywhere
-            state = self.create(state, create.qr, create.claim)
         return state
 
-    def create(self, state: ClaimState, qr: QrRecord, claim: bool) -> ClaimState:
-        if claim and not self.writer.claim_and_record(state, qr):
+    def create(self, state: ClaimState, create: CreateQr) -> tuple[ClaimState, Observed | None]:
+        """Send one create; returns the state and the API's answer as an event (None: nothing to decide)."""
+        qr = create.qr
+        if create.claim and not self.writer.claim_and_record(state, qr):
             log.info("zone %s/%s was claimed by another handler meanwhile; %s not created", qr.zone, qr.type, qr.qr_id)
-            return state
+            return state, None
         state = replace(state, qrs={**state.qrs, qr.qr_id: qr})
         outcome = self.tpu.create(qr, self.fleet, self.public_key(self.fleet))
         if outcome.kind == "unknown":
             self.transient_failure = True  # recorded as REQUESTED: a redelivery or the next watch finishes it
-            return state
-        return self.step(state, Observed({qr.qr_id: outcome}, plan=False))
+            return state, None
+        return state, Observed({qr.qr_id: outcome}, plan=False)
 
     def watch(self, state: ClaimState, qrs: list[QrRecord] | None = None) -> ClaimState:
         """One watch pass: exact GETs of the given (default: all live) queued resources, then decide."""
@@ -111,7 +127,7 @@ def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[
         state = claimer.step(claimer.load(request.request_id), RequestReceived(request))
         pause = fleet.claim.watch_interval_seconds / FAST_WATCH_PASSES
         for _ in range(FAST_WATCH_PASSES):
-            mine = [q for q in state.qrs.values() if q.request_id == request.request_id and q.state != Qr.ACTIVE]
+            mine = fast_watch_targets(state, request.request_id)
             if not mine:
                 break
             claimer.sleep(pause)
@@ -120,16 +136,13 @@ def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[
             raise Retryable(f"capacity request {request.request_id}: the TPU API kept failing; redeliver")
 
     def on_tick(tick: Tick, ctx: Context) -> None:
-        failures = []
-        for fleet in statestore.load_fleets(ctx.clients.firestore):
-            try:
+        fleets = Isolated("claimer tick", log)  # one fleet's trouble never stops the watch of the others
+        for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
+            with fleets.part(f"fleet {snap.id}"):
+                fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
                 claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep)
                 claimer.watch(claimer.load())
-            except Exception as e:  # noqa: BLE001 - one fleet's trouble must not stop the watch of the others
-                log.exception("tick: watching fleet %s failed", fleet.name)
-                failures.append(f"{fleet.name}: {e}")
-        if failures:
-            raise Retryable("; ".join(failures))
+        fleets.raise_if_any()
 
     return {"/push/capacity": on_capacity, "/push/ticks": on_tick}
 

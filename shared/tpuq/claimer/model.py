@@ -1,4 +1,4 @@
-"""The claimer's state, events and effects: plain immutable data for the pure core.
+"""Core (pure data): the claimer's state, events and effects, plain immutable data for `decide`.
 
 Firestore holds this state: the documents' typed views (`RequestRecord`,
 `QrRecord`, `TargetRecord`, `FleetStatus`) are in `tpuq.documents`, the

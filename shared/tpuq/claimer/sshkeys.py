@@ -1,4 +1,4 @@
-"""The executor's SSH *public* key for node metadata (`ssh-keys`), from an injectable provider.
+"""Shell (Secret Manager, files): the executor's SSH *public* key for node metadata (`ssh-keys`).
 
 Locally: $TPUQ_SSH_PUBLIC_KEY (the key text) or $TPUQ_SSH_PUBLIC_KEY_FILE (a
 path; `tpuq dev up` writes one). In production: the Secret Manager secret

@@ -1,4 +1,4 @@
-"""The claimer's Firestore reads and writes: load a fleet's `ClaimState`, write its updates, claim a zone.
+"""Shell (Firestore): the claimer's documents. Load a fleet's `ClaimState`, write its updates, claim a zone.
 
 The documents' shapes (typed views and their conversions) are `tpuq.documents`'.
 

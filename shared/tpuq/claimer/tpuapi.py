@@ -1,4 +1,4 @@
-"""The Cloud TPU adapter: create, exact GET and delete of queued resources, mapped into the claimer's terms.
+"""Shell (the Cloud TPU API): create, exact GET and delete of queued resources, in the claimer's terms.
 
 Errors go through `tpuq.errors.from_api_error` once. Transient ones (429, 503,
 deadline exceeded...) are retried here with exponential backoff (tenacity);

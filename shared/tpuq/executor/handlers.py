@@ -1,4 +1,7 @@
-"""The executor service: assignments in, attempt events out.
+"""The executor service: shell (SSH, GCS, Firestore, Pub/Sub). Assignments in, attempt events out.
+
+Each handler reads the attempt's record, asks `decide` (pure) and `outcome`
+(pure) what to do, and applies it.
 
 - `/push/assignments`: assign → prepare every worker and launch (idempotent per
   attempt); publish `started`, or `ended` when it could not start. cancel → TERM
@@ -24,17 +27,18 @@ from functools import cached_property
 
 import paramiko
 
-from tpuq import store
-from tpuq.documents import ExecutionEnd, ExecutionState, TpuState, execution_doc_id, short_node_name
+from tpuq import gcslayout, store
+from tpuq.documents import execution_doc_id, short_node_name
 from tpuq.errors import Permanent
-from tpuq import gcslayout
+from tpuq.executor import decide
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.executor.pins import GuestAttributeHostKeys
 from tpuq.fleetstore import load_fleet
 from tpuq.executor.workerspec import WorkerSettings
-from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, AttemptEvent, AttemptEventKind, GcsObjectEvent, Tick
+from tpuq.isolation import Isolated
+from tpuq.messages import Assignment, AssignmentAction, GcsObjectEvent, Tick
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.executor")
@@ -133,14 +137,11 @@ def _execution_ref(db, job_id: str, attempt: int):
 def _publish_end(ctx: Context, assignment: Assignment, decided: Decided) -> None:
     """Publish the attempt's end once: the execution document remembers that it was published."""
     ref = _execution_ref(ctx.clients.firestore, assignment.job_id, assignment.attempt)
-    snap = ref.get()
-    if snap.exists and (snap.to_dict() or {}).get("ended"):
+    ended = decide.end(ref.get().to_dict(), assignment, decided, ctx.now())
+    if ended is None:
         return
-    ctx.publish("attempt-events", AttemptEvent(
-        kind=AttemptEventKind.ended, job_id=assignment.job_id, attempt=assignment.attempt,
-        attempt_id=assignment.attempt_id, node=assignment.node, outcome=decided.outcome,
-        detail=(decided.detail or "")[:8000], exit_codes=decided.exit_codes, at=ctx.now()))
-    ref.set(ExecutionEnd(decided.outcome.value, (decided.detail or "")[:2000], ctx.now()).to_doc(), merge=True)
+    ctx.publish("attempt-events", ended.event)
+    ref.set(ended.record, merge=True)
     log.info("attempt %s ended: %s", assignment.attempt_id, decided.outcome.value)
 
 
@@ -153,73 +154,53 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
         original = Assignment.model_validate(stored["assignment"]) if stored.get("assignment") else assignment
         _publish_end(ctx, original, executor.cancel_attempt(original, reason="cancelled by user"))
         return
-    snap = ref.get()
-    if snap.exists and (snap.to_dict() or {}).get("ended"):
+    if decide.is_over(ref.get().to_dict()):
         return  # a redelivery of an attempt that is over
-    ref.set({"job_id": assignment.job_id, "attempt": assignment.attempt, "attempt_id": assignment.attempt_id,
-             "node": assignment.node, "assignment": assignment.model_dump(mode="json"), "state": ExecutionState.starting.value,
-             "ended": False, "received_at": ctx.now()}, merge=True)
+    ref.set(decide.start_record(assignment, ctx.now()), merge=True)
     try:
         result = executor.start_attempt(assignment)
     except Permanent as e:
-        # It can never run (no endpoints, no bucket, env overriding runner variables): end the attempt so the
-        # job does not sit in `assigned` for ever, and the TPU is not held.
-        _publish_end(ctx, assignment, Decided(AttemptOutcome.failed_setup, f"cannot start: {e}"))
+        _publish_end(ctx, assignment, decide.cannot_start(e))
         return
     if result.outcome is not None:
-        outcome = result.outcome
-        if outcome.outcome is AttemptOutcome.infra_failed and _node_state(db, assignment.node) is NodeState.preempted:
-            # Unreachable because the node was preempted meanwhile: that is a preemption, with its own budget.
-            outcome = Decided(AttemptOutcome.preempted, f"node preempted: {outcome.detail}", outcome.exit_codes)
-        _publish_end(ctx, assignment, outcome)
+        _publish_end(ctx, assignment, decide.start_failure(result.outcome, _node_state(db, assignment.node)))
         return
-    ref.set({"state": ExecutionState.started.value, "started_at": ctx.now()}, merge=True)
+    ref.set(decide.started_record(ctx.now()), merge=True)
     if not result.already:
-        ctx.publish("attempt-events", AttemptEvent(
-            kind=AttemptEventKind.started, job_id=assignment.job_id, attempt=assignment.attempt,
-            attempt_id=assignment.attempt_id, node=assignment.node, at=ctx.now()))
+        ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
 
 
 def _node_state(db, node: str) -> NodeState:
-    snap = db.collection(store.TPUS).document(short_node_name(node)).get()
-    if not snap.exists:
-        return NodeState.unknown
-    return NodeState.preempted if (snap.to_dict() or {}).get("state") == TpuState.gone else NodeState.ready
+    return decide.node_state(db.collection(store.TPUS).document(short_node_name(node)).get().to_dict())
 
 
-def _judge(ctx: Context, stored: dict, probed: tuple[frozenset[int], dict[int, str]] = (frozenset(), {})) -> None:
+def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) -> None:
     assignment = Assignment.model_validate(stored["assignment"])
-    lost_workers, unwritable_statuses = probed
     decision = runtime(ctx).executor.read_outcome(assignment, _node_state(ctx.clients.firestore, assignment.node),
-                                                  lost_workers, unwritable_statuses)
+                                                  probed.lost, probed.unwritable)
     if isinstance(decision, Decided):
         _publish_end(ctx, assignment, decision)
 
 
-def _lost_workers(ctx: Context, ref, stored: dict) -> tuple[frozenset[int], dict[int, str]]:
+def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:
     """Ask the workers, at most once per PROBE_EVERY per attempt, whether the attempt still runs there: a
     supervisor killed with its host (or by the OOM killer) leaves no status object to wake us, and one whose
-    status object GCS refused leaves only its local copy, which says why. -> (lost workers, worker -> why)"""
+    status object GCS refused leaves only its local copy, which says why."""
     now = ctx.now()
-    started_at, probed_at = stored.get("started_at"), stored.get("probed_at")
-    if started_at is None or now - started_at < PROBE_EVERY or (probed_at and now - probed_at < PROBE_EVERY):
-        return frozenset(), {}
+    if not decide.probe_due(stored, now, PROBE_EVERY):
+        return decide.Probed()
     ref.set({"probed_at": now}, merge=True)
     assignment = Assignment.model_validate(stored["assignment"])
-    probes = runtime(ctx).executor.probe_attempt(assignment)
-    return (frozenset(w for w, p in probes.items() if p.lost),
-            {w: p.status_error for w, p in probes.items() if p.status_error})
+    return decide.probed(runtime(ctx).executor.probe_attempt(assignment))
 
 
 def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:
     ref_name = gcslayout.parse_status_object_name(event.name)
     if ref_name is None:
         return  # not a status object: bundles, logs, submitted job files
-    snap = _execution_ref(ctx.clients.firestore, ref_name.job_id, ref_name.attempt).get()
-    stored = snap.to_dict() or {}
-    if not snap.exists or stored.get("ended") or not stored.get("assignment"):
-        return
-    _judge(ctx, stored)
+    stored = _execution_ref(ctx.clients.firestore, ref_name.job_id, ref_name.attempt).get().to_dict()
+    if decide.judgeable(stored):
+        _judge(ctx, stored)
 
 
 def on_tick(tick: Tick, ctx: Context) -> None:
@@ -228,15 +209,16 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     # Only started attempts: one stuck in `starting` must not take a place in the batch for ever.
     query = (ctx.clients.firestore.collection(EXECUTIONS)
              .where(filter=firestore.FieldFilter("ended", "==", False))
-             .where(filter=firestore.FieldFilter("state", "==", ExecutionState.started)).limit(TICK_BATCH))
+             .where(filter=firestore.FieldFilter("state", "==", decide.STARTED)).limit(TICK_BATCH))
+    # Each attempt isolated: one that cannot be judged never stops the others. Not raised: the next tick
+    # is the retry, and redelivering this one would probe the others' workers again.
+    attempts = Isolated("executor tick", log)
     for snap in query.stream():
         stored = snap.to_dict() or {}
-        if not stored.get("assignment"):
+        if not decide.judgeable(stored):
             continue
-        try:
-            _judge(ctx, stored, _lost_workers(ctx, snap.reference, stored))
-        except Exception:  # noqa: BLE001 - one bad attempt must not stop the backstop for the others
-            log.exception("tick: could not judge %s", snap.id)
+        with attempts.part(f"judging {snap.id}"):
+            _judge(ctx, stored, _probe(ctx, snap.reference, stored))
 
 
 def build_service() -> Service:

@@ -1,4 +1,4 @@
-"""How an attempt ended: a pure decision over the per-worker status objects and the node's state.
+"""Core (pure, no I/O): how an attempt ended, from the per-worker status objects and the node's state.
 
 `decide_outcome` returns either `Decided` (publish the attempt's end) or `Wait`
 (nothing to publish yet; if `until` is set, decide again at that time even if no
@@ -31,7 +31,7 @@ class NodeState(str, Enum):
 
 @dataclass(frozen=True)
 class WorkerStatus:
-    """One worker's status object (see worker_supervisor.build_status)."""
+    """One worker's status object (see tpuq.executor.worker.status.build_status)."""
 
     worker_id: int
     attempt_id: str

@@ -2,7 +2,7 @@
 
 `AttemptPlan.from_assignment` checks the assignment once and resolves buckets and
 directories; `plan.worker_spec(worker_id, home, settings)` is the JSON object sent
-to `worker_supervisor.py prepare` on stdin. Environment values travel inside
+to the worker supervisor's `prepare` on stdin. Environment values travel inside
 that JSON and reach the job through `execve`: nothing is spliced into shell text.
 """
 
@@ -19,7 +19,7 @@ from tpuq.tputypes import zone_region
 
 from tpuq import gcslayout
 
-WORKER_SPEC_VERSION = 1  # worker_supervisor.SPEC_VERSION
+WORKER_SPEC_VERSION = 1  # worker.spec.SPEC_VERSION
 GCS_API_BASE = "https://storage.googleapis.com"
 METADATA_TOKEN_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
 METADATA_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
@@ -173,7 +173,7 @@ class AttemptPlan:
         )
 
     def worker_spec(self, worker_id: int, home: str, settings: WorkerSettings) -> dict:
-        """The JSON object for `worker_supervisor.py prepare` on worker `worker_id`."""
+        """The JSON object for the supervisor's `prepare` on worker `worker_id`."""
         job_dir = gcslayout.worker_job_dir(home)
         return {
             "version": WORKER_SPEC_VERSION,

@@ -5,6 +5,8 @@ See README.md in this directory. Modules:
 - control: FakeTpuControl(url), the client of the /_fake/ control endpoints
 - hosts: real sshd worker hosts (WorkerHostManager, parse_ssh_keys_metadata)
 - model: the state machine (FakeTpuWorld), clock-driven and HTTP-free
+- errors: the RPC error catalogue (ApiError, RpcStatus, failure texts by class)
+- validation: what a CreateQueuedResource body may hold
 - scenario: the scenario file (load_scenario, Scenario)
 - clock: ScaledClock, ManualClock
 - api: the Flask routes and JSON rendering

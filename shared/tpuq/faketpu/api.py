@@ -20,17 +20,15 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from .clock import rfc3339
+from .errors import HTTP_STATUS, ApiError, invalid
 from .model import (
-    HTTP_STATUS,
     ApiCallFault,
-    ApiError,
     FakeTpuWorld,
     NodeRecord,
     NodeState,
     Operation,
     QrState,
     QueuedResourceRecord,
-    invalid,
 )
 
 API_VERSIONS = ("v2", "v2alpha1")

@@ -16,63 +16,36 @@ state (SUSPENDED and FAILED included, like the real API) until it is deleted.
 A request over quota is accepted and then FAILED with a RESOURCE_EXHAUSTED
 "Quota limit ... has been exceeded" error (asynchronously, as queued resources
 report it), never rejected at create.
+
+Its siblings: `errors` (the RPC error catalogue and failure texts) and `validation` (what a create
+body may hold). This module depends on neither the HTTP server nor the worker hosts (sshd): a test
+imports it alone and checks that.
 """
 
 from __future__ import annotations
 
 import copy
 import random
-import re
 import threading
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 from tpuq.documents import QueuedResourceState, TpuNodeState
-from tpuq.tputypes import AcceleratorType, UnknownAcceleratorType, parse_accelerator_type
+from tpuq.tputypes import AcceleratorType
 
 from .clock import Clock
+from .errors import (
+    ApiError,
+    RpcStatus,
+    billing_error,
+    capacity_error,
+    expired_error,
+    failure_for_class,
+    invalid,
+    quota_error,
+)
 from .scenario import Scenario, Stockout
-
-# google.rpc.Code values
-RPC_CODES = {
-    "OK": 0,
-    "CANCELLED": 1,
-    "UNKNOWN": 2,
-    "INVALID_ARGUMENT": 3,
-    "DEADLINE_EXCEEDED": 4,
-    "NOT_FOUND": 5,
-    "ALREADY_EXISTS": 6,
-    "PERMISSION_DENIED": 7,
-    "RESOURCE_EXHAUSTED": 8,
-    "FAILED_PRECONDITION": 9,
-    "ABORTED": 10,
-    "OUT_OF_RANGE": 11,
-    "UNIMPLEMENTED": 12,
-    "INTERNAL": 13,
-    "UNAVAILABLE": 14,
-    "UNAUTHENTICATED": 16,
-}
-HTTP_STATUS = {
-    "INVALID_ARGUMENT": 400,
-    "FAILED_PRECONDITION": 400,
-    "OUT_OF_RANGE": 400,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "ALREADY_EXISTS": 409,
-    "ABORTED": 409,
-    "RESOURCE_EXHAUSTED": 429,
-    "CANCELLED": 499,
-    "UNKNOWN": 500,
-    "INTERNAL": 500,
-    "UNIMPLEMENTED": 501,
-    "UNAVAILABLE": 503,
-    "DEADLINE_EXCEEDED": 504,
-}
-ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
-_ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+from .validation import check_queued_resource_id, parse_create_body
 
 
 # The API's state enums are the ones the services read (tpuq.documents), so the fake can never speak another.
@@ -84,134 +57,6 @@ NodeState = TpuNodeState
 DELETABLE_WITHOUT_FORCE = (QrState.ACCEPTED, QrState.FAILED, QrState.SUSPENDED)
 # States in which an unprovisioned request can still expire (validUntil).
 EXPIRABLE = (QrState.ACCEPTED, QrState.WAITING_FOR_RESOURCES)
-
-
-@dataclass(frozen=True)
-class RpcStatus:
-    """A google.rpc.Status: the error of a failed queued resource or operation, or of an HTTP call."""
-
-    status: str  # canonical name, e.g. RESOURCE_EXHAUSTED
-    message: str
-    details: tuple[dict, ...] = ()
-
-    @property
-    def code(self) -> int:
-        return RPC_CODES[self.status]
-
-    def to_json(self) -> dict:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details:
-            body["details"] = list(self.details)
-        return body
-
-
-class ApiError(Exception):
-    """A synchronous API error: the HTTP layer renders it as {error:{code,message,status,details}}."""
-
-    def __init__(self, status: str, message: str, details: tuple[dict, ...] = ()):
-        super().__init__(message)
-        self.rpc = RpcStatus(status, message, details)
-
-    @property
-    def http_status(self) -> int:
-        return HTTP_STATUS.get(self.rpc.status, 500)
-
-    def to_json(self) -> dict:
-        return {
-            "error": {
-                "code": self.http_status,
-                "message": self.rpc.message,
-                "status": self.rpc.status,
-                "details": list(self.rpc.details),
-            }
-        }
-
-
-def error_info(reason: str, domain: str = "googleapis.com", **metadata: str) -> dict:
-    return {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": domain, "metadata": metadata}
-
-
-# -- failure classes (failedData.error texts as the real API writes them) -------------------
-
-ERROR_CLASSES = ("capacity", "quota", "reserved", "billing", "unknown")
-
-
-def _eid(rng: random.Random) -> str:
-    return f"[EID: 0x{rng.getrandbits(64):016x}]"
-
-
-def quota_id(family: str, spot: bool) -> str:
-    """The per-zone Cloud Quotas id the real API names in quota errors."""
-    ids = {
-        "v2": ("TPUV2sPodPerProjectPerZoneForTPUAPI", "TPUV2sPreemptiblePodPerProjectPerZoneForTPUAPI"),
-        "v3": ("TPUV3sPodPerProjectPerZoneForTPUAPI", "TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI"),
-        "v4": ("TPUV4sPodPerProjectPerZoneForTPUAPI", "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI"),
-        "v5p": ("TPUV5pPerProjectPerZoneForTPUAPI", "TPUV5pPreemptiblePerProjectPerZoneForTPUAPI"),
-        "v5litepod": ("TPUV5sLitepodPerProjectPerZoneForTPUAPI", "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI"),
-        "v6e": ("TPUV6EPerProjectPerZoneForTPUAPI", "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI"),
-    }
-    return ids[family][1 if spot else 0]
-
-
-def capacity_error(zone: str, rng: random.Random) -> RpcStatus:
-    return RpcStatus(
-        "RESOURCE_EXHAUSTED",
-        f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU Nodes '
-        f"are offered (see https://cloud.google.com/tpu/docs/regions) {_eid(rng)}",
-    )
-
-
-def quota_error(zone: str, family: str, spot: bool, limit: int) -> RpcStatus:
-    return RpcStatus(
-        "RESOURCE_EXHAUSTED",
-        f"Quota limit '{quota_id(family, spot)}' has been exceeded. Limit: {limit} in zone {zone}.",
-    )
-
-
-def reserved_error(rng: random.Random) -> RpcStatus:
-    return RpcStatus("FAILED_PRECONDITION", f"Insufficient reserved capacity. {_eid(rng)}")
-
-
-def billing_error(project: str) -> RpcStatus:
-    return RpcStatus(
-        "PERMISSION_DENIED",
-        f"Billing account for project '{project}' is not found. Billing must be enabled for activation of "
-        f"service(s) 'tpu.googleapis.com' to proceed.",
-        (
-            error_info(
-                "BILLING_DISABLED",
-                consumer=f"projects/{project}",
-                service="tpu.googleapis.com",
-                activationUrl=f"https://console.cloud.google.com/billing/enable?project={project}",
-            ),
-        ),
-    )
-
-
-def unknown_error(rng: random.Random) -> RpcStatus:
-    return RpcStatus("INTERNAL", f"An internal error has occurred. {_eid(rng)}")
-
-
-def expired_error(valid_until_wall: str) -> RpcStatus:
-    # The real text is not in our references; the class (not capacity, not quota) is what matters.
-    return RpcStatus(
-        "DEADLINE_EXCEEDED",
-        f"The queued resource request expired before it could be provisioned (validUntilTime {valid_until_wall}).",
-    )
-
-
-def failure_for_class(error_class: str, *, project: str, zone: str, family: str, spot: bool, rng) -> RpcStatus:
-    if error_class == "capacity":
-        return capacity_error(zone, rng)
-    if error_class == "quota":
-        return quota_error(zone, family, spot, 0)
-    if error_class == "reserved":
-        return reserved_error(rng)
-    if error_class == "billing":
-        return billing_error(project)
-    if error_class == "unknown":
-        return unknown_error(rng)
-    raise ValueError(f"unknown error class {error_class!r}; expected one of {', '.join(ERROR_CLASSES)}")
 
 
 # -- records -------------------------------------------------------------------------------
@@ -338,39 +183,7 @@ class ApiCallFault:
     details: tuple[dict, ...] = ()
 
 
-def _parse_duration(value: Any, field_name: str) -> float:
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?s", value.strip()):
-        return float(value.strip()[:-1])
-    if isinstance(value, dict) and set(value) <= {"seconds", "nanos"}:
-        return float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
-    raise ApiError("INVALID_ARGUMENT", f"Invalid value at '{field_name}': expected a duration like \"3600s\"")
-
-
-def invalid(message: str, field_name: str | None = None) -> ApiError:
-    details: tuple[dict, ...] = ()
-    if field_name:
-        details = (
-            {
-                "@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [{"field": field_name, "description": message}],
-            },
-        )
-    return ApiError("INVALID_ARGUMENT", message, details)
-
-
 # -- the world ------------------------------------------------------------------------------
-
-
-@dataclass
-class _ParsedCreate:
-    node_id: str
-    node_spec: dict
-    accelerator: AcceleratorType
-    spot: bool
-    valid_until_offset: float | None
-    valid_until_abs: datetime | None
 
 
 class FakeTpuWorld:
@@ -432,15 +245,8 @@ class FakeTpuWorld:
             if request_id and (parent, request_id) in self._request_ids:
                 # Idempotent retry: the same operation, not a second resource.
                 return self.operations[self._request_ids[(parent, request_id)]]
-            if not qr_id:
-                raise invalid("queuedResourceId is required", "queued_resource_id")
-            if not _ID_RE.match(qr_id):
-                raise invalid(
-                    f"Invalid queuedResourceId '{qr_id}': it must be 1-63 characters of lowercase letters, "
-                    "digits and hyphens, start with a letter and not end with a hyphen",
-                    "queued_resource_id",
-                )
-            parsed = self._parse_create_body(parent, body)
+            check_queued_resource_id(qr_id)
+            parsed = parse_create_body(parent, body)
             name = f"{parent}/queuedResources/{qr_id}"
             if name in self.queued_resources:
                 raise ApiError("ALREADY_EXISTS", f"Resource '{name}' already exists")
@@ -477,64 +283,6 @@ class FakeTpuWorld:
                 self._request_ids[(parent, request_id)] = op.name
             return op
 
-    def _parse_create_body(self, parent: str, body: dict) -> _ParsedCreate:
-        if not isinstance(body, dict):
-            raise invalid("Invalid JSON payload received: the body must be a QueuedResource object")
-        tpu = body.get("tpu")
-        if not isinstance(tpu, dict) or not isinstance(tpu.get("nodeSpec"), list) or not tpu["nodeSpec"]:
-            raise invalid("QueuedResource.tpu.nodeSpec must contain one node spec", "queued_resource.tpu.node_spec")
-        if len(tpu["nodeSpec"]) != 1:
-            raise invalid("The fake Cloud TPU supports exactly one node spec", "queued_resource.tpu.node_spec")
-        spec = tpu["nodeSpec"][0]
-        if not isinstance(spec, dict):
-            raise invalid("nodeSpec entries must be objects", "queued_resource.tpu.node_spec")
-        if spec.get("multisliceParams"):
-            raise ApiError("UNIMPLEMENTED", "multisliceParams is not supported by the fake Cloud TPU")
-        if spec.get("parent") not in (None, parent):
-            raise invalid(f"nodeSpec.parent '{spec.get('parent')}' does not match '{parent}'", "node_spec.parent")
-        node_id = spec.get("nodeId")
-        if not isinstance(node_id, str) or not _ID_RE.match(node_id):
-            raise invalid(f"Invalid nodeId {node_id!r}", "queued_resource.tpu.node_spec.node_id")
-        node = spec.get("node")
-        if not isinstance(node, dict):
-            raise invalid("nodeSpec.node is required", "queued_resource.tpu.node_spec.node")
-        try:
-            accelerator = parse_accelerator_type(str(node.get("acceleratorType") or ""))
-        except UnknownAcceleratorType as e:
-            raise invalid(
-                f"Invalid acceleratorType {node.get('acceleratorType')!r}: {e}", "node.accelerator_type"
-            ) from None
-        if not node.get("runtimeVersion"):
-            raise invalid("runtimeVersion is required", "node.runtime_version")
-        metadata = node.get("metadata") or {}
-        if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-            raise invalid("node.metadata must map strings to strings", "node.metadata")
-        tiers = [t for t in ("spot", "guaranteed", "bestEffort") if t in body]
-        if len(tiers) > 1:
-            raise invalid(f"Only one of spot, guaranteed, bestEffort may be set (got {', '.join(tiers)})", "tier")
-        scheduling = node.get("schedulingConfig") or {}
-        # gcloud alpha --provisioning-model=SPOT sends provisioningModel instead of spot {}.
-        spot = (
-            "spot" in body
-            or "bestEffort" in body
-            or body.get("provisioningModel") == "SPOT"
-            or bool(scheduling.get("spot") or scheduling.get("preemptible"))
-        )
-        policy = body.get("queueingPolicy") or {}
-        offset = None
-        if "validUntilDuration" in policy:
-            offset = _parse_duration(policy["validUntilDuration"], "queueing_policy.valid_until_duration")
-            if offset <= 0:
-                raise invalid("validUntilDuration must be positive", "queueing_policy.valid_until_duration")
-        until = None
-        if "validUntilTime" in policy:
-            try:
-                until = datetime.fromisoformat(str(policy["validUntilTime"]).replace("Z", "+00:00"))
-            except ValueError:
-                raise invalid("validUntilTime must be an RFC 3339 timestamp", "queueing_policy.valid_until_time") from None
-            if until.tzinfo is None:
-                raise invalid("validUntilTime must carry a time zone", "queueing_policy.valid_until_time")
-        return _ParsedCreate(node_id, node, accelerator, spot, offset, until)
 
     def get_queued_resource(self, project: str, zone: str, qr_id: str) -> QueuedResourceRecord:
         with self.lock:

@@ -1,4 +1,4 @@
-"""The janitor's pure core: which resources to delete, given what the API and Firestore say, and `now`.
+"""Core (pure, no I/O): the janitor's decisions. What to delete, given what the API and Firestore say, and `now`.
 
 No I/O and no clock: the handler reads, calls these, and sends every delete
 through `tpuq.janitor.deleter.DeleteAdapter` (which checks `is_ours` itself).
@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tpuq.documents import TPU_STATES_IN_SERVICE, TpuDoc, TpuNodeState, TpuState, short_node_name
+from tpuq.documents import TPU_STATES_IN_SERVICE, ClaimerQrState, TpuDoc, TpuNodeState, TpuState, short_node_name
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetFile
-from tpuq.ownership import is_ours, name_and_labels
+from tpuq.messages import AttemptEvent, AttemptEventKind, AttemptOutcome
+from tpuq.ownership import LABEL_REQUEST, is_ours, name_and_labels
 
 # A pending racer can be deleted without force: it has no node yet.
 CANCELLABLE_STATES = frozenset({Qr.ACCEPTED, Qr.WAITING_FOR_RESOURCES})
@@ -120,6 +121,63 @@ def decide_losers(
     surplus = sorted(active, key=rank)[max(needed, 1):]
     if not jobs_pending:
         decision.surplus = [m for m in surplus if m.tpu_state in (None, TpuState.idle)]
+    return decision
+
+
+def races_to_settle(present: Mapping[str, Any], request_of: Mapping[str, str]) -> dict[str, list[str]]:
+    """request id -> its racers among `present`, for the races that have a winner and someone to lose."""
+    races: dict[str, list[str]] = defaultdict(list)
+    for name, resource in present.items():
+        rid = request_of.get(name) or name_and_labels(resource)[1].get(LABEL_REQUEST)
+        if rid and is_queued_resource(resource):
+            races[rid].append(name)
+    return {rid: names for rid, names in races.items()
+            if len(names) >= 2 and any(state_of(present[n]) == Qr.ACTIVE for n in names)}
+
+
+def race_names(queued_resource: str, request_id: str | None, claimer_docs: Iterable[Mapping[str, Any]]
+               ) -> dict[str, str | None]:
+    """The queued resources to read for one fleet event's race: name -> the request it races for."""
+    names: dict[str, str | None] = {queued_resource: request_id}
+    if request_id:
+        for doc in claimer_docs:
+            if doc.get("state") != ClaimerQrState.GONE and doc.get("name"):
+                names[doc["name"]] = request_id
+    return names
+
+
+def attempt_end_to_judge(event: AttemptEvent) -> bool:
+    """An attempt that ended preempted or unreachable: its TPU may be dead. Any other end frees the TPU at the
+    scheduler, and the idle rule takes it from there."""
+    return event.kind is AttemptEventKind.ended and event.outcome in (AttemptOutcome.preempted,
+                                                                     AttemptOutcome.infra_failed)
+
+
+# A delete marked in tpus/ but not seen through is sent again after this long.
+RESEND_DELETE_AFTER = timedelta(seconds=60)
+
+
+@dataclass
+class FinishDecision:
+    gone: list[str] = field(default_factory=list)  # tpu ids whose resource is NOT_FOUND: record them gone
+    resend: list[Delete] = field(default_factory=list)  # deletes that did not take: send again
+
+
+def decide_finish_deletes(tpus: Iterable["TpuDoc"], resource_of: Mapping[str, str | None],
+                          observed: Mapping[str, Any], now: datetime) -> FinishDecision:
+    """TPUs marked deleting: gone once their resource reads NOT_FOUND (None in `observed`); the delete is sent
+    again once it has not taken for RESEND_DELETE_AFTER (a name missing from `observed` was not read)."""
+    decision = FinishDecision()
+    for t in tpus:
+        name = resource_of.get(t.id)
+        if t.state != TpuState.deleting or not name or name not in observed:
+            continue
+        resource = observed[name]
+        if resource is None:
+            decision.gone.append(t.id)
+        elif state_of(resource) not in NEVER_DELETE_STATES and t.deleting_since is not None \
+                and now - t.deleting_since >= RESEND_DELETE_AFTER:
+            decision.resend.append(Delete(resource, name, force=True, reason="delete did not take: again"))
     return decision
 
 
@@ -219,6 +277,21 @@ def decide_orphans(
         else:
             decision.first_seen[name] = seen
     return decision
+
+
+def orphan_scan_due(last_scan: datetime | None, now: datetime, interval_seconds: float) -> bool:
+    """A per-zone list is the only scan tpuq makes: at most once per `interval_seconds` per fleet."""
+    return last_scan is None or now - last_scan >= timedelta(seconds=interval_seconds)
+
+
+def known_ids(claimer_docs: Iterable[Mapping[str, Any]], tpus: Iterable[TpuDoc]) -> set[str]:
+    """Every short id Firestore knows a resource by: the claimer's queued resources and nodes, and tpus/."""
+    known: set[str] = set()
+    for q in claimer_docs:
+        known.update(filter(None, (q.get("qr_id"), short_node_name(q.get("node") or ""))))
+    for t in tpus:
+        known.update(filter(None, (t.id, short_node_name(t.queued_resource or ""), short_node_name(t.name or ""))))
+    return known
 
 
 def _node_ids_of(qr: Any) -> list[str]:

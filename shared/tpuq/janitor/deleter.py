@@ -1,4 +1,4 @@
-"""The janitor's only door to the Cloud TPU API: exact reads, per-zone lists, and one guarded delete.
+"""Shell (the Cloud TPU API): the janitor's only door to it. Exact reads, per-zone lists, one guarded delete.
 
 `DeleteAdapter.delete(resource)` takes the resource *as read from the API* and
 checks `tpuq.ownership.is_ours` before anything else; a foreign resource raises

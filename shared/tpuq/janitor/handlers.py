@@ -1,4 +1,4 @@
-"""The janitor service: thin handlers that read, call the pure `decide_*` functions, and delete.
+"""The janitor service: shell (Firestore, the Cloud TPU API). Thin handlers: read, call the pure `decide`, delete.
 
 - /push/fleet-events: the event's race (every queued resource of its request,
   by exact GET): losers and dead ones are deleted synchronously, in this handler.
@@ -17,24 +17,22 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
-from google.api_core import exceptions as gexc
 from google.cloud.firestore import FieldFilter
 
-from tpuq import store
-from tpuq.documents import ClaimerQrState, JobState, RequestStatus, TpuState, short_node_name
+from tpuq import guarded, store
+from tpuq.documents import JobState, RequestStatus, TpuState, short_node_name
 from tpuq.documents import QueuedResourceState as Qr
-from tpuq.errors import Retryable, TpuqError
+from tpuq.errors import TpuqError
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_fleet
 from tpuq.janitor import decide as d
 from tpuq.janitor.deleter import DeleteAdapter, DeleteOutcome, NotOurs
-from tpuq.messages import AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent, FleetEventKind, Tick
-from tpuq.ownership import LABEL_REQUEST, is_ours, name_and_labels
+from tpuq.isolation import Isolated
+from tpuq.messages import AttemptEvent, FleetEvent, FleetEventKind, Tick
+from tpuq.ownership import is_ours
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.janitor")
@@ -45,10 +43,7 @@ CLAIMER_QUEUED_RESOURCES = store.QUEUED_RESOURCES
 JANITOR = store.JANITOR
 ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"
 DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
-# A delete marked in tpus/ but not seen through is sent again after this long.
-RESEND_DELETE_AFTER = timedelta(seconds=60)
-_LOST = (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.Conflict, gexc.Aborted, gexc.NotFound)
-ENDED_ON_INFRA = (AttemptOutcome.preempted, AttemptOutcome.infra_failed)
+_LOST = guarded.LOST_RACE  # the orphan-scan election below loses the same way a guarded write does
 
 
 @dataclass
@@ -116,24 +111,20 @@ class Janitor:
                 self.report.deleted.append(DeleteOutcome(item.name, "refused", "not ours"))
 
     def mark_deleting(self, tpu_id: str, allowed, reason: str, absent_fields: dict | None = None) -> bool:
-        """The same guard the scheduler's assignment uses: one read, then a write conditioned on that read.
+        """The scheduler's assignment guard (`tpuq.guarded`), over the same tpus/{node} document.
 
         `allowed(doc or None)` decides on the fresh document; an assignment that commits in between makes
         this write fail (and vice versa), so a TPU is either assigned or deleted, never both.
         """
         now = self.ctx.now()
-        ref = self.db.collection(store.TPUS).document(tpu_id)
-        snap = ref.get()
+        snap = self.db.collection(store.TPUS).document(tpu_id).get()
         doc = snap.to_dict() if snap.exists else None
         if not allowed(doc):
             return False
         fields = {"state": TpuState.deleting, "deleting_since": now, "delete_reason": reason, "updated_at": now}
-        try:
-            if snap.exists:
-                ref.update(fields, option=self.db.write_option(last_update_time=snap.update_time))
-            else:
-                ref.create({**(absent_fields or {}), **fields, "created_at": now})
-        except _LOST:
+        if not snap.exists:
+            fields = {**(absent_fields or {}), **fields, "created_at": now}
+        if not guarded.commit_if_unchanged(self.db, guarded.WriteSet().update(snap, fields)):
             log.info("tpus/%s changed under us (an assignment won): not deleted", tpu_id)
             return False
         return True
@@ -148,18 +139,13 @@ class Janitor:
         """Dead resources, then each request's losers, among what was just read."""
         present = {n: r for n, r in observed.items() if r is not None}
         deletes = d.decide_dead(present.values(), self.fleet)
-        races: dict[str, list[str]] = defaultdict(list)
-        for name, resource in present.items():
-            rid = request_of.get(name) or name_and_labels(resource)[1].get(LABEL_REQUEST)
-            if rid and d.is_queued_resource(resource):
-                races[rid].append(name)
+        races = d.races_to_settle(present, request_of)
+        jobs_pending = self.jobs_pending() if races else False  # read once, before any race is decided
         for rid, names in races.items():
-            if not any(d.state_of(present[n]) == Qr.ACTIVE for n in names) or len(names) < 2:
-                continue  # no winner, or nobody to lose
-            deletes += self.settle_race(rid, {n: present[n] for n in names})
+            deletes += self.settle_race(rid, {n: present[n] for n in names}, jobs_pending)
         self.delete(deletes)
 
-    def settle_race(self, request_id: str, members: dict[str, Any]) -> list[d.Delete]:
+    def settle_race(self, request_id: str, members: dict[str, Any], jobs_pending: bool) -> list[d.Delete]:
         count, open_ = self.request_demand(request_id)
         tpu_ids = {n: d.node_id_of(r) for n, r in members.items() if d.state_of(r) == Qr.ACTIVE}
         snaps = {s.id: s for s in self.db.get_all([self.db.collection(store.TPUS).document(i)
@@ -169,9 +155,7 @@ class Janitor:
             snap = snaps.get(tpu_ids.get(name, ""))
             doc = snap.to_dict() if snap is not None and snap.exists else {}
             race.append(d.RaceMember(name, resource, doc.get("state"), doc.get("created_at")))
-        decision = d.decide_losers(race, self.fleet, count, open_, jobs_pending=False)
-        if decision.surplus and self.jobs_pending():
-            decision = d.decide_losers(race, self.fleet, count, open_, jobs_pending=True)
+        decision = d.decide_losers(race, self.fleet, count, open_, jobs_pending)
         self.report.waiting += decision.waiting
         deletes = list(decision.deletes)
         for m in decision.surplus:
@@ -184,14 +168,9 @@ class Janitor:
         return deletes
 
     def on_fleet_event(self, event: FleetEvent) -> None:
-        names = [event.queued_resource]
-        request_of = {event.queued_resource: event.request_id} if event.request_id else {}
-        if event.request_id:
-            for doc in self.claimer_docs(request_id=event.request_id):
-                if doc.get("state") != ClaimerQrState.GONE and doc.get("name"):
-                    names.append(doc["name"])
-                    request_of[doc["name"]] = event.request_id
-        self.settle(self.read_all(names), request_of)
+        claimer = self.claimer_docs(request_id=event.request_id) if event.request_id else []
+        names = d.race_names(event.queued_resource, event.request_id, claimer)
+        self.settle(self.read_all(list(names)), {n: r for n, r in names.items() if r})
 
     # ------------------------------------------------------------ ticks
     def sweep(self, tpus: list[d.TpuDoc]) -> None:
@@ -207,17 +186,10 @@ class Janitor:
 
     def finish_deletes(self, tpus: list[d.TpuDoc], tpu_resource: dict[str, str | None], observed: dict) -> None:
         """TPUs marked deleting: gone once NOT_FOUND; the delete is sent again if it did not take."""
-        now = self.ctx.now()
-        for t in tpus:
-            name = tpu_resource.get(t.id)
-            if t.state != TpuState.deleting or not name or name not in observed:
-                continue
-            resource = observed[name]
-            if resource is None:
-                self.mark_gone(t.id, "deleted by the janitor")
-            elif d.state_of(resource) not in d.NEVER_DELETE_STATES and t.deleting_since is not None \
-                    and now - t.deleting_since >= RESEND_DELETE_AFTER:
-                self.delete([d.Delete(resource, name, force=True, reason="delete did not take: again")])
+        decision = d.decide_finish_deletes(tpus, tpu_resource, observed, self.ctx.now())
+        for tpu_id in decision.gone:
+            self.mark_gone(tpu_id, "deleted by the janitor")
+        self.delete(decision.resend)
 
     def reap_idle(self, tpus: list[d.TpuDoc]) -> None:
         now = self.ctx.now()
@@ -245,8 +217,7 @@ class Janitor:
         ref = self.db.collection(JANITOR).document(self.fleet.name)
         snap = ref.get()
         doc = snap.to_dict() if snap.exists else {}
-        last = doc.get("orphan_scan_at")
-        if last is not None and now - last < timedelta(seconds=interval_seconds):
+        if not d.orphan_scan_due(doc.get("orphan_scan_at"), now, interval_seconds):
             return False
         try:
             if snap.exists:
@@ -261,11 +232,7 @@ class Janitor:
                 listed += self.api.list_zone(zone)
             except TpuqError as e:
                 log.warning("orphan scan: cannot list %s (%s); the next scan tries again", zone, e)
-        known: set[str] = set()
-        for q in self.claimer_docs():
-            known.update(filter(None, (q.get("qr_id"), short_node_name(q.get("node") or ""))))
-        for t in self.tpu_docs():
-            known.update(filter(None, (t.id, short_node_name(t.queued_resource or ""), short_node_name(t.name or ""))))
+        known = d.known_ids(self.claimer_docs(), self.tpu_docs())
         first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
         decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
         self.delete(decision.deletes)
@@ -295,23 +262,20 @@ def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_ada
         janitor_for(ctx, fleet).on_fleet_event(event)
 
     def on_tick(tick: Tick, ctx: Context) -> None:
-        failures = []
+        fleets = Isolated("janitor tick", log)  # one fleet's trouble never stops the others' pass
         for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
-            fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
-            janitor = janitor_for(ctx, fleet)
-            try:
+            with fleets.part(f"fleet {snap.id}"):
+                fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
+                janitor = janitor_for(ctx, fleet)
                 tpus = janitor.tpu_docs()
                 janitor.sweep(tpus)
                 janitor.reap_idle(tpus)
                 janitor.scan_orphans(scan_every)
-            except Retryable as e:  # one fleet's trouble must not starve the others
-                failures.append(f"{fleet.name}: {e}")
-        if failures:
-            raise Retryable("; ".join(failures))
+        fleets.raise_if_any()
 
     def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
-        if event.kind is not AttemptEventKind.ended or event.outcome not in ENDED_ON_INFRA:
-            return  # the scheduler frees the TPU; the idle rule takes it from there
+        if not d.attempt_end_to_judge(event):
+            return
         snap = ctx.clients.firestore.collection(store.TPUS).document(short_node_name(event.node)).get()
         doc = snap.to_dict() if snap.exists else {}
         if not doc.get("fleet"):

@@ -1,4 +1,4 @@
-"""Capacity demand: which waiting jobs ask the claimer for a slice, within the fleet's limits. Pure.
+"""Core (pure, no I/O): which waiting jobs ask the claimer for a slice, within the fleet's limits.
 
 One request per waiting job attempt. Its id is derived from the job id and a
 per-job counter, so a redelivery, a crash between publishing and recording, or

@@ -1,7 +1,7 @@
-"""The scheduler service: thin handlers from topics to the pure core and the store.
+"""The scheduler service: shell (Firestore, Pub/Sub). Thin handlers from topics to the pure core.
 
 Each handler decodes (the adapter did), loads the few documents it needs,
-asks a pure function in `lifecycle` / `capacity` / `plan` what to do, commits
+asks a pure function in `lifecycle` / `decide` what to do, commits
 with preconditions and publishes. Every handler is idempotent: a redelivered
 message, or an event for an attempt that is no longer current, writes nothing.
 """
@@ -15,26 +15,23 @@ from tpuq.documents import JobState, short_node_name
 from tpuq.errors import Permanent, Retryable
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.fleetstore import load_fleet
+from tpuq.guarded import WriteSet, read_decide_commit
+from tpuq.isolation import Isolated
 from tpuq.jobspec import PublishedJob
 from tpuq.messages import (
     AssignmentAction,
     AttemptEvent,
     AttemptEventKind,
-    AttemptOutcome,
     CancelRequest,
     FleetEvent,
     FleetEventKind,
     Tick,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
-from tpuq.scheduler.optimistic import WriteSet, read_decide_commit
 from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
-
-NODE_LOST = (FleetEventKind.suspended, FleetEventKind.gone, FleetEventKind.failed)
-
 
 def fleet_in_force(ctx: Context) -> FleetFile | None:
     """The stored fleet; None before any is stored: jobs are still queued and matched, nothing is claimed."""
@@ -84,15 +81,11 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
             # remains comes back as a new request from a later pass.
             ctx.publish("capacity", capacity.withdrawal(event.request_id, event.fleet, ctx.now()))
         scheduling_pass(ctx, fleet)
-    elif event.kind in NODE_LOST and event.node:
+    elif lifecycle.node_is_lost(event):
         if _record_node_lost(event, fleet, ctx):
             scheduling_pass(ctx, fleet)
-    elif event.kind is FleetEventKind.failed and event.request_id:
-        # One zone's queued resource failed; the claimer races on in the others (and backs off or drops this
-        # one). Keep the job's request open, and say why it waits.
-        cause = event.failure_class.value if event.failure_class else "unknown"
-        note_request_failure(ctx, event.request_id, f"capacity request failed in {event.zone} ({cause}): "
-                                                    f"{event.failure_message}")
+    elif (reason := lifecycle.request_failure_reason(event)) is not None:
+        note_request_failure(ctx, event.request_id, reason)
     # PROVISIONING / WAITING_FOR_RESOURCES change nothing here.
 
 
@@ -112,25 +105,20 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
     for _ in range(3):
         holder = (tpu_ref.get().to_dict() or {}).get("job_id")
         refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else [])
-        outcome = read_decide_commit(db, refs, lambda tpu, job=None: _node_lost_writes(event, fleet, ctx, tpu, job))
-        if outcome != "reassigned":
-            return bool(outcome and outcome.job and outcome.job["state"] == JobState.pending)
+
+        def decide(tpu_snap, job_snap=None, holder=holder):
+            job = job_snap.to_dict() if job_snap else None
+            lost = lifecycle.node_lost(tpu_snap.to_dict(), holder, job, event, _budgets(fleet), ctx.now(), ctx.rng)
+            writes = WriteSet().update(tpu_snap, lost.tpu)
+            if lost.end:
+                attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(job["attempt"]))
+                writes.update(job_snap, lost.end.job).merge(attempt_ref, lost.end.attempt)
+            return writes, lost
+
+        lost = read_decide_commit(db, refs, decide)
+        if not lost.job_moved:
+            return bool(lost.end and lost.end.job and lost.end.job["state"] == JobState.pending)
     raise Retryable(f"TPU {event.node} keeps changing hands")
-
-
-def _node_lost_writes(event: FleetEvent, fleet, ctx: Context, tpu_snap, job_snap):
-    now = ctx.now()
-    tpu = tpu_snap.to_dict() or {}
-    if tpu.get("job_id") != (job_snap.id if job_snap else None):
-        return WriteSet(), "reassigned"  # the TPU went to another job since it was read: read again
-    writes = WriteSet().update(tpu_snap, lifecycle.tpu_on_gone(tpu_snap.to_dict(), event, now))
-    job = job_snap.to_dict() if job_snap else None
-    if not job or not tpu.get("attempt_id") or job.get("attempt_id") != tpu["attempt_id"]:
-        return writes, None
-    end = lifecycle.attempt_ended(job, int(job["attempt"]), AttemptOutcome.preempted,
-                                  f"TPU {tpu.get('short')} {event.kind.value}", _budgets(fleet), now, ctx.rng)
-    attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(job["attempt"]))
-    return writes.update(job_snap, end.job).merge(attempt_ref, end.attempt), end
 
 
 # ---------------------------------------------------------- attempt events
@@ -158,8 +146,7 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
         now = ctx.now()
         end = lifecycle.attempt_ended(job.to_dict(), event.attempt, event.outcome, event.detail, _budgets(fleet), now,
                                       ctx.rng)
-        suspect = (f"attempt {event.attempt_id} ended {event.outcome.value}"
-                   if event.outcome in (AttemptOutcome.preempted, AttemptOutcome.infra_failed) else None)
+        suspect = lifecycle.suspect_reason(event.attempt_id, event.outcome)
         freed = lifecycle.tpu_freed(tpu.to_dict(), event.attempt_id, now, suspect)
         writes = WriteSet().update(job, end.job).merge(attempt_ref, end.attempt).update(tpu, freed)
         return writes, (end, freed)
@@ -198,16 +185,29 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
 
 
 def on_tick(tick: Tick, ctx: Context) -> None:
-    republish_stale_assignments(ctx)
-    for slice_event in active_slices_not_recorded(ctx):
+    """Backstops, then a full pass; each part isolated, so one that fails never stops the others."""
+    parts = Isolated("scheduler tick", log)
+    with parts.part("republishing stale assignments"):
+        republish_stale_assignments(ctx)
+    slices: list[FleetEvent] = []
+    with parts.part("reading slices without a TPU record"):
+        slices = active_slices_not_recorded(ctx)
+    for slice_event in slices:
         log.warning("tick: recording %s, whose ACTIVE event never arrived", slice_event.node)
-        on_fleet_event(slice_event, ctx)
-    for event in ended_attempts_not_applied(ctx):
+        with parts.part(f"recording {slice_event.node}"):
+            on_fleet_event(slice_event, ctx)
+    ended: list[AttemptEvent] = []
+    with parts.part("reading recorded attempt ends"):
+        ended = ended_attempts_not_applied(ctx)
+    for event in ended:
         # The executor published this end, but the event never arrived (dead-lettered after an outage):
         # apply the outcome it recorded, through the same handler, so the job and its TPU move on.
         log.warning("tick: applying the recorded end of %s (%s)", event.attempt_id, event.outcome.value)
-        on_attempt_event(event, ctx)
-    scheduling_pass(ctx, fleet_in_force(ctx), full=True)
+        with parts.part(f"applying the end of {event.attempt_id}"):
+            on_attempt_event(event, ctx)
+    with parts.part("the scheduling pass"):
+        scheduling_pass(ctx, fleet_in_force(ctx), full=True)
+    parts.raise_if_any()
 
 
 from tpuq.gcs_submit import on_object_finalized  # noqa: E402 - the bucket-upload path into `jobs`

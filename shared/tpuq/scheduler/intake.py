@@ -1,4 +1,4 @@
-"""Job intake: the scheduler's entry for the `jobs` topic.
+"""Job intake, shell (Firestore): the scheduler's entry for the `jobs` topic.
 
 A valid job is stored once, as `pending`, with its submit time and source.
 Redelivery of the same message stores nothing new; a different message that

@@ -1,9 +1,9 @@
-"""Pure decisions on stored documents: what a job, its attempt and a TPU become after an event.
+"""Core (pure, no I/O): what a job, its attempt and a TPU become after an event.
 
 Every function takes plain documents (dicts as Firestore returns them, or None
 when absent), the event, and the clock / randomness, and returns the fields to
 write (None: write nothing). The handlers read the documents, call these and
-commit the result with `optimistic.commit_if_unchanged`; nothing here touches
+commit the result with `tpuq.guarded.commit_if_unchanged`; nothing here touches
 a client. An event that the job's state does not allow (a redelivery, a stale
 attempt) yields no writes: `jobstate.transition` is the only judge.
 """
@@ -20,7 +20,7 @@ from tpuq.documents import AttemptState, TpuState, short_node_name
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
 from tpuq.jobstate import IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
-from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FleetEvent, WorkerEndpoint
+from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FleetEvent, FleetEventKind, WorkerEndpoint
 from tpuq.scheduler.plan import Match
 from tpuq.tputypes import canonical_name, zone_region
 
@@ -151,7 +151,7 @@ def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now:
     if tpu.get("state") != TpuState.idle:
         return None
     try:
-        transition(job["state"], JobEvent.assign)
+        assigned = transition(job["state"], JobEvent.assign)
     except IllegalTransition:
         return None
     job_id = job["id"]
@@ -166,7 +166,7 @@ def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now:
     served = (job.get("capacity_request") or {}).get("id")
     return AssignmentWrites(
         job={
-            "state": JobState.assigned.value,
+            "state": assigned.value,
             "attempt": n,
             "attempts": n,
             "attempt_id": attempt_id,
@@ -321,12 +321,14 @@ class CancelDecision:
 
 def cancel(job: Doc, reason: str, now: datetime) -> CancelDecision:
     state = JobState(job["state"])
-    if state.terminal:
-        return CancelDecision(None)
+    try:
+        cancelled = transition(state, JobEvent.cancel)
+    except IllegalTransition:
+        return CancelDecision(None)  # already terminal
     if state is JobState.pending:
         return CancelDecision(
             {
-                "state": JobState.cancelled.value,
+                "state": cancelled.value,
                 "reason": reason,
                 "capacity_request": None,
                 "finished_at": now,
@@ -334,8 +336,60 @@ def cancel(job: Doc, reason: str, now: datetime) -> CancelDecision:
             },
             withdraw_request_id=(job.get("capacity_request") or {}).get("id"),
         )
-    # assigned / running: the executor stops it and reports `ended cancelled`, which ends the job.
+    # assigned / running: the executor stops it and reports `ended cancelled`, which ends the job
+    # through the same edge; until then the job keeps its state.
     fields = None
     if not job.get("cancel_requested"):
         fields = {"cancel_requested": True, "cancel_reason": reason, "updated_at": now}
     return CancelDecision(fields, stop_attempt=True)
+
+
+# --------------------------------------------------------------- node lost
+
+
+_NODE_LOST = (FleetEventKind.suspended, FleetEventKind.gone, FleetEventKind.failed)
+
+
+def node_is_lost(event: FleetEvent) -> bool:
+    """SUSPENDED / GONE / FAILED naming a node: the slice is no more."""
+    return event.kind in _NODE_LOST and bool(event.node)
+
+
+def request_failure_reason(event: FleetEvent) -> str | None:
+    """One zone's queued resource failed before it had a node. The claimer races on in the others (and backs
+    off or drops this one), so the job keeps its request; this says why it waits. None: not such an event."""
+    if event.kind is not FleetEventKind.failed or not event.request_id or event.node:
+        return None
+    cause = event.failure_class.value if event.failure_class else "unknown"
+    return f"capacity request failed in {event.zone} ({cause}): {event.failure_message}"
+
+
+@dataclass(frozen=True)
+class NodeLost:
+    tpu: Doc | None  # the TPU's fields: gone
+    end: AttemptEnd | None = None  # the end of the attempt it held, counted as preempted
+    job_moved: bool = False  # the TPU changed hands since it was read: read again
+
+
+def node_lost(tpu: Doc | None, holder_read: str | None, job: Doc | None, event: FleetEvent,
+              budgets: RetryBudgets, now: datetime, rng: random.Random) -> NodeLost:
+    """SUSPENDED / GONE / FAILED for a node: the TPU is gone, and the attempt it held ends preempted (once).
+
+    `holder_read` is the job id the TPU named when the caller chose which job document to read with it.
+    """
+    stored = tpu or {}
+    if stored.get("job_id") != holder_read:
+        return NodeLost(None, job_moved=True)
+    gone = tpu_on_gone(tpu, event, now)
+    if not job or not stored.get("attempt_id") or job.get("attempt_id") != stored["attempt_id"]:
+        return NodeLost(gone)
+    end = attempt_ended(job, int(job["attempt"]), AttemptOutcome.preempted,
+                        f"TPU {stored.get('short')} {event.kind.value}", budgets, now, rng)
+    return NodeLost(gone, end)
+
+
+def suspect_reason(attempt_id: str, outcome: AttemptOutcome) -> str | None:
+    """Why a TPU is not to be trusted again after this end (see `tpu_freed`); None when it is."""
+    if outcome in (AttemptOutcome.preempted, AttemptOutcome.infra_failed):
+        return f"attempt {attempt_id} ended {outcome.value}"
+    return None

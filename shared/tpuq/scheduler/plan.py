@@ -1,4 +1,4 @@
-"""Which pending job runs on which idle TPU: a pure, deterministic matcher.
+"""Core (pure, no I/O): which pending job runs on which idle TPU, a deterministic matcher.
 
 `plan(pending_jobs, idle_tpus, fleet, now)` returns a maximum matching that is
 best in scheduling order: jobs are taken one by one in `order_key` order, and

@@ -1,14 +1,19 @@
-"""The scheduling pass: read pending jobs and idle TPUs, plan, assign, ask for capacity.
+"""The scheduling pass: shell (Firestore reads and guarded writes, Pub/Sub publishes).
+
+A pass has three phases over one snapshot: `read_snapshot` reads everything
+it decides on, `decide.decide_pass` (pure) decides the assignments and the
+capacity asks, and `_apply` commits and publishes them.
 
 A pass reads only what it needs, through indexed queries (see
 infra/firestore.indexes.json): idle TPUs, then pending jobs in queue order
-(or, for a newly stored job, just that job). A pass writes only the
+(or, for a newly stored job, just that job), and counts the live TPUs and open
+requests of the fleet entries its waiting jobs could ask from. A pass writes only the
 job and TPU pairs it assigns and the jobs it asks capacity for; no document is
 written by every pass.
 
 Two scheduler instances may run the same pass at once and plan the same pairs.
 Each pair is committed with preconditions on both documents
-(`optimistic.commit_if_unchanged`), so one wins and the other's commit fails
+(`tpuq.guarded.commit_if_unchanged`), so one wins and the other's commit fails
 at once; the loser plans again on fresh reads (a bounded number of rounds)
 when a lost pair left its job or TPU free.
 """
@@ -28,20 +33,19 @@ from tpuq.documents import (
     JOB_STATES_ON_A_TPU,
     TPU_STATES_HOLDING_A_SLICE,
     ExecutionEnd,
+    JobState,
     QueuedResourceState,
     TpuState,
     execution_doc_id,
     short_node_name,
 )
-from tpuq.jobstate import JobEvent, JobState, transition
 from tpuq.fleet import FleetFile
-from tpuq.jobspec import JobSpec
+from tpuq.guarded import WriteSet, commit_if_unchanged
 from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
                            FleetEventKind, WorkerEndpoint)
 from tpuq.tputypes import parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
-from tpuq.scheduler.optimistic import WriteSet, commit_if_unchanged
-from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan
+from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_of
 from tpuq.service import Context
 
 log = logging.getLogger("tpuq.scheduler")
@@ -68,7 +72,7 @@ class PassReport:
 
 def idle_tpu_snapshots(db) -> list:
     q = db.collection(store.TPUS).where(filter=FieldFilter("state", "==", TpuState.idle)).limit(IDLE_LIMIT)
-    return [s for s in q.stream() if not (s.to_dict() or {}).get("quarantined")]
+    return list(q.stream())
 
 
 def pending_job_snapshots(db) -> list:
@@ -99,7 +103,8 @@ def _count(query) -> int:
 def live_tpus_of(db, entry_id: str) -> int:
     tpus = db.collection(store.TPUS)
     return _count(
-        tpus.where(filter=FieldFilter("entry_id", "==", entry_id)).where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
+        tpus.where(filter=FieldFilter("entry_id", "==", entry_id))
+        .where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
     )
 
 
@@ -107,18 +112,23 @@ def open_requests_of(db, entry_id: str) -> int:
     return _count(db.collection(store.JOBS).where(filter=FieldFilter("capacity_request.entry_id", "==", entry_id)))
 
 
-def pending_job(doc: dict) -> PendingJob:
-    return PendingJob.from_spec(
-        JobSpec.model_validate(doc["spec"]),
-        doc["submit_time"],
-        job_id=doc["id"],
-        pinned_region=doc.get("pinned_region"),
-        not_before=doc.get("not_before"),
+def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
+                  full: bool) -> tuple[PassSnapshot, dict, dict]:
+    """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against."""
+    tpu_snaps = idle_tpu_snapshots(db)
+    if trigger_job_ids and not full:
+        job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if (s.to_dict() or {}).get("state") == JobState.pending]
+    else:
+        job_snaps = pending_job_snapshots(db)
+    queue = queue_of([(s.id, s.to_dict() or {}) for s in job_snaps])
+    entries = entries_to_count(queue, fleet)
+    snapshot = PassSnapshot(
+        queue=queue,
+        idle_tpus=[s.to_dict() or {} for s in tpu_snaps],
+        live_tpus={e: live_tpus_of(db, e) for e in entries},
+        open_requests={e: open_requests_of(db, e) for e in entries},
     )
-
-
-def idle_tpu(doc: dict) -> IdleTpu:
-    return IdleTpu(doc["name"], doc["type"], doc["zone"], doc.get("region") or "", doc.get("entry_id"))
+    return snapshot, {s.id: s for s in job_snaps}, {(s.to_dict() or {}).get("name"): s for s in tpu_snaps}
 
 
 # ------------------------------------------------------------------- pass
@@ -127,7 +137,7 @@ def idle_tpu(doc: dict) -> IdleTpu:
 def scheduling_pass(
     ctx: Context, fleet: FleetFile | None, trigger_job_ids: Iterable[str] = (), full: bool = False
 ) -> PassReport:
-    """Plan and apply.
+    """Read, decide (`decide.decide_pass`, pure), apply.
 
     With `trigger_job_ids` (a job was just stored) only those jobs are planned
     against the idle TPUs: any TPU idle before they arrived already had every
@@ -139,15 +149,14 @@ def scheduling_pass(
     report = PassReport()
     started = time.monotonic()
     trigger_job_ids = list(trigger_job_ids)
+    runner_bucket = ctx.clients.settings.runner_bucket or (fleet.runner_bucket if fleet else None)
     for _ in range(MAX_ROUNDS):
         report.rounds += 1
-        tpu_snaps = idle_tpu_snapshots(db)
-        if trigger_job_ids and not full:
-            job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if (s.to_dict() or {}).get("state") == JobState.pending]
-        else:
-            job_snaps = pending_job_snapshots(db)
+        snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full)
         report.jobs_read += len(job_snaps)
-        lost = _apply_plan(ctx, fleet, job_snaps, tpu_snaps, report)
+        now = ctx.now()
+        decision = decide_pass(snapshot, fleet, runner_bucket, now)
+        lost = _apply(ctx, fleet, decision, job_snaps, tpu_snaps, now, report)
         if not lost or not _unresolved(db, lost):
             break
         full = True  # a pair was lost and its job or TPU is still free: plan again on fresh reads
@@ -170,98 +179,62 @@ def _unresolved(db, lost_pairs: list[tuple]) -> bool:
     return False
 
 
-def _apply_plan(
-    ctx: Context, fleet: FleetFile | None, job_snaps: list, tpu_snaps: list, report: PassReport
-) -> list[tuple]:
-    """Assign the planned pairs and ask capacity for the rest; returns the pairs lost to other writers."""
-    now = ctx.now()
-    jobs: dict[str, tuple[object, PendingJob]] = {}
-    for snap in job_snaps:
-        try:
-            jobs[snap.id] = (snap, pending_job(snap.to_dict()))
-        except Exception:  # noqa: BLE001 - one bad stored job must not stop the queue
-            log.exception("job %s cannot be scheduled: its stored spec does not validate", snap.id)
-    tpus = {(snap.to_dict() or {}).get("name"): snap for snap in tpu_snaps}
-    result = plan([pj for _, pj in jobs.values()], [idle_tpu(s.to_dict()) for s in tpu_snaps], fleet, now)
-
+def _apply(ctx: Context, fleet: FleetFile | None, decision: PassDecision, job_snaps: dict, tpu_snaps: dict,
+           now, report: PassReport) -> list[tuple]:
+    """Phase 3: commit each assignment, then the asks and blocked reasons; returns the pairs lost."""
+    db = ctx.clients.firestore
+    for job_id, why in decision.unreadable.items():
+        log.error("job %s cannot be scheduled: %s", job_id, why)
     lost = []
-    for match in result.matches:
-        job_snap, tpu_snap = jobs[match.job_id][0], tpus[match.tpu_name]
-        if _assign(ctx, fleet, job_snap, tpu_snap, match, now, report):
+    for job_id, tpu_name, fields in decision.unassignable:
+        if fields:
+            log.warning("job %s cannot be assigned: %s", job_id, fields.get("reason"))
+            commit_if_unchanged(db, WriteSet().update(job_snaps[job_id], fields))
+        report.lost += 1
+        lost.append((job_snaps[job_id], tpu_snaps[tpu_name]))
+    for planned in decision.assignments:
+        job_snap, tpu_snap = job_snaps[planned.job_id], tpu_snaps[planned.tpu_name]
+        if _assign(ctx, fleet, job_snap, tpu_snap, planned.writes, report):
             report.assigned += 1
         else:
             report.lost += 1
             lost.append((job_snap, tpu_snap))
-
-    waiting = []
-    for job_id in result.unmatched_job_ids:
-        snap, pj = jobs[job_id]
-        if pj.tpu_name is None and not (snap.to_dict() or {}).get("capacity_request"):
-            waiting.append((snap, pj))
-    if waiting and fleet is not None:  # without a fleet there is nothing to claim from
-        _ask_for_capacity(ctx, fleet, waiting, now, report)
+    for ask in decision.asks:
+        _record_ask(ctx, fleet, job_snaps[ask.job_id], ask, now, report)
+    for job_id, reason in decision.blocked.items():
+        commit_if_unchanged(db, WriteSet().update(job_snaps[job_id], {"blocked": reason, "updated_at": now}))
     return lost
 
 
-def _assign(ctx: Context, fleet: FleetFile | None, job_snap, tpu_snap, match, now, report: PassReport) -> bool:
-    db = ctx.clients.firestore
-    runner_bucket = ctx.clients.settings.runner_bucket or (fleet.runner_bucket if fleet else None)
-    try:
-        writes = lifecycle.assignment(job_snap.to_dict(), tpu_snap.to_dict(), match, runner_bucket, now)
-    except ValueError as e:
-        # This job can never be assigned (e.g. no bucket and no runner bucket): reject it (the table's
-        # pending --reject--> rejected edge) and keep the pass going for the others.
-        log.warning("job %s cannot be assigned: %s", job_snap.id, e)
-        state = transition(JobState(job_snap.to_dict()["state"]), JobEvent.reject).value
-        commit_if_unchanged(db, WriteSet().update(job_snap, {"state": state, "reason": f"cannot run: {e}",
-                                                             "updated_at": now}))
-        return False
-    if writes is None:
-        return False
+def _assign(ctx: Context, fleet: FleetFile | None, job_snap, tpu_snap, writes: lifecycle.AssignmentWrites,
+            report: PassReport) -> bool:
     attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(writes.message.attempt))
     batch = WriteSet().update(job_snap, writes.job).update(tpu_snap, writes.tpu).merge(attempt_ref, writes.attempt)
-    if not commit_if_unchanged(db, batch):
+    if not commit_if_unchanged(ctx.clients.firestore, batch):
         return False
     # Published after the commit: only the winner tells the executor. If this publish is lost,
     # the tick's republish of long-assigned attempts is the backstop (the executor dedups attempt ids).
     ctx.publish("assignments", writes.message)
-    log.info("assigned %s to %s", writes.message.attempt_id, match.tpu_name)
+    log.info("assigned %s to %s", writes.message.attempt_id, writes.message.node)
     if writes.withdraw_request_id and fleet is not None:
-        ctx.publish("capacity", capacity.withdrawal(writes.withdraw_request_id, fleet.name, now))
+        ctx.publish("capacity", capacity.withdrawal(writes.withdraw_request_id, fleet.name, writes.message.at))
         report.withdrawn += 1
     return True
 
 
-def _ask_for_capacity(ctx: Context, fleet: FleetFile, waiting: list, now, report: PassReport) -> None:
-    db = ctx.clients.firestore
-    entry_ids = sorted({e.id for _, pj in waiting for e in eligible_entries(pj, fleet)})
-    room = capacity.room_per_entry(
-        fleet,
-        {e: live_tpus_of(db, e) for e in entry_ids},
-        {e: open_requests_of(db, e) for e in entry_ids},
-    )
-    snaps = {pj.job_id: snap for snap, pj in waiting}
-    asks, blocked = capacity.ask_for_capacity(
-        [(pj, int((snap.to_dict() or {}).get("capacity_requests") or 0)) for snap, pj in waiting], fleet, room, now
-    )
-    for ask in asks:
-        snap = snaps[ask.job_id]
-        # Published before it is recorded: the id is deterministic, so a crash in between makes
-        # the next pass publish the same request again, which the claimer sees as one.
-        ctx.publish("capacity", ask.message)
-        fields = {"capacity_request": ask.record, "capacity_requests": ask.n, "blocked": None, "updated_at": now}
-        if commit_if_unchanged(db, WriteSet().update(snap, fields)):
-            report.requested += 1
-            continue
-        current = snap.reference.get()
-        if ((current.to_dict() or {}).get("capacity_request") or {}).get("id") != ask.message.request_id:
-            # The job moved on meanwhile (assigned, cancelled, asked under another id): take it back.
-            ctx.publish("capacity", capacity.withdrawal(ask.message.request_id, fleet.name, now))
-            report.withdrawn += 1
-    for job_id, reason in blocked.items():
-        snap = snaps[job_id]
-        if (snap.to_dict() or {}).get("blocked") != reason:
-            commit_if_unchanged(db, WriteSet().update(snap, {"blocked": reason, "updated_at": now}))
+def _record_ask(ctx: Context, fleet: FleetFile, snap, ask: capacity.Ask, now, report: PassReport) -> None:
+    # Published before it is recorded: the id is deterministic, so a crash in between makes
+    # the next pass publish the same request again, which the claimer sees as one.
+    ctx.publish("capacity", ask.message)
+    fields = {"capacity_request": ask.record, "capacity_requests": ask.n, "blocked": None, "updated_at": now}
+    if commit_if_unchanged(ctx.clients.firestore, WriteSet().update(snap, fields)):
+        report.requested += 1
+        return
+    current = snap.reference.get()
+    if ((current.to_dict() or {}).get("capacity_request") or {}).get("id") != ask.message.request_id:
+        # The job moved on meanwhile (assigned, cancelled, asked under another id): take it back.
+        ctx.publish("capacity", capacity.withdrawal(ask.message.request_id, fleet.name, now))
+        report.withdrawn += 1
 
 
 # ------------------------------------------------------- request bookkeeping

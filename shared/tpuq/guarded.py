@@ -1,14 +1,24 @@
-"""Small multi-document transactions that never wait on a lock.
+"""Guarded writes: the one way two services' racing writes to a document get exactly one winner.
 
 A write set is committed as one atomic batch in which every document read
 carries a precondition: "unchanged since I read it" (its update time) or
 "still absent". Either every write lands or none does, and a concurrent writer
-(another scheduler instance, the janitor's transaction) makes the commit fail
-at once with FailedPrecondition instead of holding a read lock. That is what a
-Firestore transaction guarantees for these few documents, without its cost
-here: the emulator locks on read and every conflict stalls ~2 s, and two
-scheduler instances running the same deterministic plan would conflict on
-every pair they both try to assign.
+makes the commit fail at once with FailedPrecondition (AlreadyExists for a
+document that appeared) instead of holding a read lock.
+
+That is what a Firestore transaction guarantees for these few documents,
+without its cost here: the emulator locks on read and every conflict stalls
+~2 s, and two scheduler instances running the same deterministic plan would
+conflict on every pair they both try to assign.
+
+Who uses it, over which document:
+- the scheduler's assignment (job pending -> assigned, TPU idle -> busy), its
+  frees and node-lost writes, its request bookkeeping;
+- the janitor's `deleting` mark on `tpus/{node}` before it deletes a TPU.
+The scheduler's guard and the janitor's guard are this same mechanism over the
+same `tpus/{node}` document, so an assignment racing a deletion has exactly
+one winner: whichever commits first changes the update time the other's
+precondition names.
 """
 
 from __future__ import annotations
@@ -16,12 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
-from google.api_core.exceptions import Aborted, AlreadyExists, Conflict, FailedPrecondition
+from google.api_core.exceptions import Aborted, AlreadyExists, Conflict, FailedPrecondition, NotFound
 
 from tpuq.errors import Retryable
 
 T = TypeVar("T")
-_LOST = (FailedPrecondition, AlreadyExists, Aborted, Conflict)
+# What a lost race looks like: a precondition failed, the document appeared (create), or it vanished (update).
+LOST_RACE = (FailedPrecondition, AlreadyExists, Aborted, Conflict, NotFound)
 
 
 @dataclass
@@ -32,7 +43,10 @@ class WriteSet:
     unguarded: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # (reference, fields), merged
 
     def update(self, snapshot, fields: dict[str, Any] | None) -> "WriteSet":
-        """Write `fields` to the snapshot's document only if it has not changed since the snapshot."""
+        """Write `fields` to the snapshot's document only if it has not changed since the snapshot.
+
+        An absent snapshot makes the write a create: it fails if the document appeared meanwhile.
+        """
         if fields:
             self.guarded.append((snapshot, fields))
         return self
@@ -48,7 +62,7 @@ class WriteSet:
 
 
 def commit_if_unchanged(db, writes: WriteSet) -> bool:
-    """Commit atomically; False when any guarded document changed (or appeared) meanwhile."""
+    """Commit atomically; False when any guarded document changed (or appeared, or vanished) meanwhile."""
     if not writes:
         return True
     batch = db.batch()
@@ -61,7 +75,7 @@ def commit_if_unchanged(db, writes: WriteSet) -> bool:
         batch.set(ref, fields, merge=True)
     try:
         batch.commit()
-    except _LOST:
+    except LOST_RACE:
         return False
     return True
 

@@ -1,0 +1,15 @@
+"""Claimer entry point (Cloud Functions 2nd gen / Cloud Run, HTTP target `handle`).
+
+Pub/Sub pushes capacity requests to /push/capacity and ticks to /push/ticks;
+`tpuq.service` routes by path.
+"""
+
+from tpuq.claimer.handlers import build_service
+from tpuq.entrypoints import configure_logging
+
+configure_logging()
+SERVICE = build_service()  # builds the route table only; clients are created on first use
+
+
+def handle(request):
+    return SERVICE.dispatch(request)

@@ -1,0 +1,110 @@
+"""The executor's decisions around an attempt: core (pure, no I/O).
+
+`handlers.py` (the shell) reads `executions/{job}:{attempt}` and the node's
+`tpus/{node}` document, asks these functions what to do, and applies the answer
+over SSH, GCS, Firestore and Pub/Sub. How the workers' statuses add up to an
+outcome is `outcome.decide_outcome`; this module decides the rest: whether an
+attempt is still ours to start or judge, what its end says, and when its
+workers are asked again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from tpuq.documents import ExecutionEnd, ExecutionState, TpuState
+from tpuq.executor.outcome import Decided, NodeState
+from tpuq.messages import Assignment, AttemptEvent, AttemptEventKind, AttemptOutcome
+
+Doc = dict[str, Any]
+DETAIL_EVENT_LIMIT = 8000  # AttemptEvent.detail max_length
+DETAIL_RECORD_LIMIT = 2000
+
+# executions/{job}:{attempt}.state
+STARTING, STARTED = ExecutionState.starting, ExecutionState.started
+
+
+def is_over(execution: Doc | None) -> bool:
+    """The attempt's end was published: a redelivery starts, judges or publishes nothing."""
+    return bool(execution and execution.get("ended"))
+
+
+def judgeable(execution: Doc | None) -> bool:
+    """An attempt this executor started and whose end is not yet published."""
+    return bool(execution) and not is_over(execution) and bool(execution.get("assignment"))
+
+
+def start_record(assignment: Assignment, now: datetime) -> Doc:
+    return {"job_id": assignment.job_id, "attempt": assignment.attempt, "attempt_id": assignment.attempt_id,
+            "node": assignment.node, "assignment": assignment.model_dump(mode="json"), "state": STARTING.value,
+            "ended": False, "received_at": now}
+
+
+def started_record(now: datetime) -> Doc:
+    return {"state": STARTED.value, "started_at": now}
+
+
+def cannot_start(reason: object) -> Decided:
+    """It can never run (no endpoints, no bucket, env overriding runner variables): end it as a setup failure,
+    so the job does not sit in `assigned` for ever and the TPU is not held."""
+    return Decided(AttemptOutcome.failed_setup, f"cannot start: {reason}")
+
+
+def node_state(tpu: Doc | None) -> NodeState:
+    """What the scheduler's record of the node says: gone once its queued resource or node was lost."""
+    if tpu is None:
+        return NodeState.unknown
+    return NodeState.preempted if tpu.get("state") == TpuState.gone else NodeState.ready
+
+
+def start_failure(decided: Decided, node: NodeState) -> Decided:
+    """Unreachable because the node was preempted meanwhile: that is a preemption, with its own budget."""
+    if decided.outcome is AttemptOutcome.infra_failed and node is NodeState.preempted:
+        return Decided(AttemptOutcome.preempted, f"node preempted: {decided.detail}", decided.exit_codes)
+    return decided
+
+
+def probe_due(execution: Doc, now: datetime, every: timedelta) -> bool:
+    """Ask a started attempt's workers at most once per `every`, and not in its first `every`."""
+    started_at, probed_at = execution.get("started_at"), execution.get("probed_at")
+    if started_at is None or now - started_at < every:
+        return False
+    return not (probed_at and now - probed_at < every)
+
+
+@dataclass(frozen=True)
+class Probed:
+    lost: frozenset[int] = frozenset()  # workers whose supervisor is gone without a status object
+    unwritable: Mapping[int, str] = field(default_factory=dict)  # worker -> why its status is not in GCS
+
+
+def probed(probes: Mapping[int, Any]) -> Probed:
+    """The workers' answers (`ssh.Probe`-like: `.lost`, `.status_error`) as what the outcome needs."""
+    return Probed(frozenset(w for w, p in probes.items() if p.lost),
+                  {w: p.status_error for w, p in probes.items() if p.status_error})
+
+
+@dataclass(frozen=True)
+class End:
+    event: AttemptEvent
+    record: Doc  # merged into executions/{job}:{attempt}
+
+
+def end(execution: Doc | None, assignment: Assignment, decided: Decided, now: datetime) -> End | None:
+    """The attempt's `ended` event and the record that it was published; None when it already was."""
+    if is_over(execution):
+        return None
+    detail = decided.detail or ""
+    event = AttemptEvent(
+        kind=AttemptEventKind.ended, job_id=assignment.job_id, attempt=assignment.attempt,
+        attempt_id=assignment.attempt_id, node=assignment.node, outcome=decided.outcome,
+        detail=detail[:DETAIL_EVENT_LIMIT], exit_codes=decided.exit_codes, at=now)
+    record = ExecutionEnd(decided.outcome.value, detail[:DETAIL_RECORD_LIMIT], now).to_doc()
+    return End(event, record)
+
+
+def started_event(assignment: Assignment, now: datetime) -> AttemptEvent:
+    return AttemptEvent(kind=AttemptEventKind.started, job_id=assignment.job_id, attempt=assignment.attempt,
+                        attempt_id=assignment.attempt_id, node=assignment.node, at=now)

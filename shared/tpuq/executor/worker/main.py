@@ -1,0 +1,51 @@
+"""The command line: one subcommand per call, one JSON object on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .control import cancel, launch, status
+from .supervision import supervise
+from .workspace import prepare
+
+
+def emit(result: dict) -> int:
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0 if result.get("ok") else 1
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tpuq-supervisor")
+    parser.add_argument("--home", default=os.path.expanduser("~"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("prepare")
+    p_launch = sub.add_parser("launch")
+    p_launch.add_argument("--attempt-id", required=True)
+    p_cancel = sub.add_parser("cancel")
+    p_cancel.add_argument("--attempt-id", required=True)
+    p_cancel.add_argument("--reason", default="cancelled")
+    p_cancel.add_argument("--grace", type=float, default=None)
+    p_status = sub.add_parser("status")
+    p_status.add_argument("--attempt-id", default=None)
+    sub.add_parser("supervise")
+    args = parser.parse_args(argv)
+    home = os.path.abspath(args.home)
+
+    if args.command == "prepare":
+        return emit(prepare(home, sys.stdin.read()))
+    if args.command == "launch":
+        return emit(launch(home, args.attempt_id, os.path.abspath(__file__)))
+    if args.command == "cancel":
+        return emit(cancel(home, args.attempt_id, args.reason, args.grace))
+    if args.command == "status":
+        return emit(status(home, args.attempt_id))
+    return supervise(home)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

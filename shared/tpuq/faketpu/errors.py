@@ -1,0 +1,188 @@
+"""The fake's error catalogue: google.rpc codes, API errors as the HTTP layer renders them, and the
+failedData.error texts the real API writes when a queued resource fails (by failure class)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+# google.rpc.Code values
+RPC_CODES = {
+    "OK": 0,
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
+    "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6,
+    "PERMISSION_DENIED": 7,
+    "RESOURCE_EXHAUSTED": 8,
+    "FAILED_PRECONDITION": 9,
+    "ABORTED": 10,
+    "OUT_OF_RANGE": 11,
+    "UNIMPLEMENTED": 12,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+    "UNAUTHENTICATED": 16,
+}
+HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "OUT_OF_RANGE": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "ABORTED": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "CANCELLED": 499,
+    "UNKNOWN": 500,
+    "INTERNAL": 500,
+    "UNIMPLEMENTED": 501,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+@dataclass(frozen=True)
+class RpcStatus:
+    """A google.rpc.Status: the error of a failed queued resource or operation, or of an HTTP call."""
+
+    status: str  # canonical name, e.g. RESOURCE_EXHAUSTED
+    message: str
+    details: tuple[dict, ...] = ()
+
+    @property
+    def code(self) -> int:
+        return RPC_CODES[self.status]
+
+    def to_json(self) -> dict:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            body["details"] = list(self.details)
+        return body
+
+
+class ApiError(Exception):
+    """A synchronous API error: the HTTP layer renders it as {error:{code,message,status,details}}."""
+
+    def __init__(self, status: str, message: str, details: tuple[dict, ...] = ()):
+        super().__init__(message)
+        self.rpc = RpcStatus(status, message, details)
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS.get(self.rpc.status, 500)
+
+    def to_json(self) -> dict:
+        return {
+            "error": {
+                "code": self.http_status,
+                "message": self.rpc.message,
+                "status": self.rpc.status,
+                "details": list(self.rpc.details),
+            }
+        }
+
+
+def error_info(reason: str, domain: str = "googleapis.com", **metadata: str) -> dict:
+    return {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": domain, "metadata": metadata}
+
+
+
+def invalid(message: str, field_name: str | None = None) -> ApiError:
+    details: tuple[dict, ...] = ()
+    if field_name:
+        details = (
+            {
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"field": field_name, "description": message}],
+            },
+        )
+    return ApiError("INVALID_ARGUMENT", message, details)
+
+
+
+# -- failure classes (failedData.error texts as the real API writes them) -------------------
+
+ERROR_CLASSES = ("capacity", "quota", "reserved", "billing", "unknown")
+
+
+def _eid(rng: random.Random) -> str:
+    return f"[EID: 0x{rng.getrandbits(64):016x}]"
+
+
+def quota_id(family: str, spot: bool) -> str:
+    """The per-zone Cloud Quotas id the real API names in quota errors."""
+    ids = {
+        "v2": ("TPUV2sPodPerProjectPerZoneForTPUAPI", "TPUV2sPreemptiblePodPerProjectPerZoneForTPUAPI"),
+        "v3": ("TPUV3sPodPerProjectPerZoneForTPUAPI", "TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI"),
+        "v4": ("TPUV4sPodPerProjectPerZoneForTPUAPI", "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI"),
+        "v5p": ("TPUV5pPerProjectPerZoneForTPUAPI", "TPUV5pPreemptiblePerProjectPerZoneForTPUAPI"),
+        "v5litepod": ("TPUV5sLitepodPerProjectPerZoneForTPUAPI", "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI"),
+        "v6e": ("TPUV6EPerProjectPerZoneForTPUAPI", "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI"),
+    }
+    return ids[family][1 if spot else 0]
+
+
+def capacity_error(zone: str, rng: random.Random) -> RpcStatus:
+    return RpcStatus(
+        "RESOURCE_EXHAUSTED",
+        f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud TPU Nodes '
+        f"are offered (see https://cloud.google.com/tpu/docs/regions) {_eid(rng)}",
+    )
+
+
+def quota_error(zone: str, family: str, spot: bool, limit: int) -> RpcStatus:
+    return RpcStatus(
+        "RESOURCE_EXHAUSTED",
+        f"Quota limit '{quota_id(family, spot)}' has been exceeded. Limit: {limit} in zone {zone}.",
+    )
+
+
+def reserved_error(rng: random.Random) -> RpcStatus:
+    return RpcStatus("FAILED_PRECONDITION", f"Insufficient reserved capacity. {_eid(rng)}")
+
+
+def billing_error(project: str) -> RpcStatus:
+    return RpcStatus(
+        "PERMISSION_DENIED",
+        f"Billing account for project '{project}' is not found. Billing must be enabled for activation of "
+        f"service(s) 'tpu.googleapis.com' to proceed.",
+        (
+            error_info(
+                "BILLING_DISABLED",
+                consumer=f"projects/{project}",
+                service="tpu.googleapis.com",
+                activationUrl=f"https://console.cloud.google.com/billing/enable?project={project}",
+            ),
+        ),
+    )
+
+
+def unknown_error(rng: random.Random) -> RpcStatus:
+    return RpcStatus("INTERNAL", f"An internal error has occurred. {_eid(rng)}")
+
+
+def expired_error(valid_until_wall: str) -> RpcStatus:
+    # The real text is not in our references; the class (not capacity, not quota) is what matters.
+    return RpcStatus(
+        "DEADLINE_EXCEEDED",
+        f"The queued resource request expired before it could be provisioned (validUntilTime {valid_until_wall}).",
+    )
+
+
+def failure_for_class(error_class: str, *, project: str, zone: str, family: str, spot: bool, rng) -> RpcStatus:
+    if error_class == "capacity":
+        return capacity_error(zone, rng)
+    if error_class == "quota":
+        return quota_error(zone, family, spot, 0)
+    if error_class == "reserved":
+        return reserved_error(rng)
+    if error_class == "billing":
+        return billing_error(project)
+    if error_class == "unknown":
+        return unknown_error(rng)
+    raise ValueError(f"unknown error class {error_class!r}; expected one of {', '.join(ERROR_CLASSES)}")

@@ -1,0 +1,141 @@
+"""The scheduling pass's decision: core (pure, no I/O).
+
+`scheduling.py` (the shell) reads a `PassSnapshot` once, `decide_pass` turns it
+into every write and message of the pass, and the shell applies them. The
+phases are those of Kueue's `schedule()`: read everything, decide in one pure
+function, apply. The fleet file enters here once; `plan` matches jobs to idle
+TPUs and `capacity` sizes the asks for the jobs left waiting.
+
+The decision assumes its assignments commit. When one is lost to another
+writer, that writer changed the same job (usually it assigned the same pair,
+which also clears the job's open request), and the shell plans again on fresh
+reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tpuq.fleet import FleetFile
+from tpuq.jobspec import JobSpec
+from tpuq.jobstate import JobEvent, JobState, transition
+from tpuq.scheduler import capacity, lifecycle
+from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan
+
+Doc = dict[str, Any]
+log = logging.getLogger("tpuq.scheduler")
+
+
+@dataclass(frozen=True)
+class Queue:
+    """Stored pending jobs, in queue order, each parsed once."""
+
+    jobs: dict[str, tuple[Doc, PendingJob]] = field(default_factory=dict)  # job id -> (stored job, parsed)
+    unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its stored spec is skipped
+
+
+@dataclass(frozen=True)
+class PassSnapshot:
+    """What one pass reads, before it decides anything."""
+
+    queue: Queue  # the pending jobs
+    idle_tpus: list[Doc]  # stored TPUs in state idle
+    live_tpus: dict[str, int] = field(default_factory=dict)  # fleet entry id -> TPUs idle, busy or deleting
+    open_requests: dict[str, int] = field(default_factory=dict)  # fleet entry id -> jobs with an open request
+
+
+@dataclass(frozen=True)
+class PlannedAssignment:
+    job_id: str
+    tpu_name: str
+    writes: lifecycle.AssignmentWrites
+
+
+@dataclass
+class PassDecision:
+    assignments: list[PlannedAssignment] = field(default_factory=list)
+    # A matched pair that cannot be assigned: the job's fields to write (a rejection), or None (moved on).
+    unassignable: list[tuple[str, str, Doc | None]] = field(default_factory=list)  # (job id, tpu name, fields)
+    asks: list[capacity.Ask] = field(default_factory=list)
+    blocked: dict[str, str] = field(default_factory=dict)  # job id -> a new `blocked` reason
+    unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its stored spec is skipped
+
+
+def pending_job(doc: Doc) -> PendingJob:
+    return PendingJob.from_spec(
+        JobSpec.model_validate(doc["spec"]),
+        doc["submit_time"],
+        job_id=doc["id"],
+        pinned_region=doc.get("pinned_region"),
+        not_before=doc.get("not_before"),
+    )
+
+
+def idle_tpu(doc: Doc) -> IdleTpu:
+    return IdleTpu(doc["name"], doc["type"], doc["zone"], doc.get("region") or "", doc.get("entry_id"))
+
+
+def may_ask(doc: Doc, job: PendingJob) -> bool:
+    """A job that names no TPU and holds no open request may ask the claimer for one."""
+    return job.tpu_name is None and not doc.get("capacity_request")
+
+
+def queue_of(jobs: list[tuple[str, Doc]]) -> Queue:
+    """(job id, stored job) pairs in queue order -> the queue; one bad stored job never stops the others."""
+    queue = Queue()
+    for job_id, doc in jobs:
+        try:
+            queue.jobs[job_id] = (doc, pending_job(doc))
+        except Exception as e:  # noqa: BLE001 - one bad stored job must not stop the queue
+            queue.unreadable[job_id] = f"its stored spec does not validate: {e}"
+    return queue
+
+
+def entries_to_count(queue: Queue, fleet: FleetFile | None) -> list[str]:
+    """The fleet entries whose room the pass may need: those of every job that may ask for capacity."""
+    if fleet is None:
+        return []
+    return sorted({e.id for doc, pj in queue.jobs.values() if may_ask(doc, pj) for e in eligible_entries(pj, fleet)})
+
+
+def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: str | None,
+                now: datetime) -> PassDecision:
+    """Which pending job goes to which idle TPU, and which of the rest ask for capacity or wait blocked."""
+    jobs = snapshot.queue.jobs
+    decision = PassDecision(unreadable=dict(snapshot.queue.unreadable))
+    # A quarantined TPU (its last attempt was preempted or could not reach it) is never assigned again.
+    tpus = {doc.get("name"): doc for doc in snapshot.idle_tpus if not doc.get("quarantined")}
+    result = plan([pj for _, pj in jobs.values()], [idle_tpu(doc) for doc in tpus.values()], fleet, now)
+
+    open_requests = dict(snapshot.open_requests)
+    for match in result.matches:
+        job = jobs[match.job_id][0]
+        try:
+            writes = lifecycle.assignment(job, tpus[match.tpu_name], match, runner_bucket, now)
+        except ValueError as e:
+            # This job can never be assigned (e.g. no bucket and no runner bucket): the table's
+            # pending --reject--> rejected edge, and the pass goes on for the others.
+            state = transition(JobState(job["state"]), JobEvent.reject).value
+            decision.unassignable.append(
+                (match.job_id, match.tpu_name, {"state": state, "reason": f"cannot run: {e}", "updated_at": now}))
+            continue
+        if writes is None:
+            decision.unassignable.append((match.job_id, match.tpu_name, None))
+            continue
+        decision.assignments.append(PlannedAssignment(match.job_id, match.tpu_name, writes))
+        served = (job.get("capacity_request") or {}).get("entry_id")
+        if served in open_requests:  # the assignment closes the job's open request
+            open_requests[served] -= 1
+
+    waiting = [jobs[j] for j in result.unmatched_job_ids if may_ask(*jobs[j])]
+    if not waiting or fleet is None:  # without a fleet there is nothing to claim from
+        return decision
+    room = capacity.room_per_entry(fleet, snapshot.live_tpus, open_requests)
+    decision.asks, blocked = capacity.ask_for_capacity(
+        [(pj, int(doc.get("capacity_requests") or 0)) for doc, pj in waiting], fleet, room, now)
+    decision.blocked = {job_id: reason for job_id, reason in blocked.items()
+                        if jobs[job_id][0].get("blocked") != reason}
+    return decision
