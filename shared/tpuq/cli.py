@@ -497,7 +497,7 @@ def deploy(fleet_file: Path = typer.Argument(..., help="The fleet file (its proj
                                               help="Everything but the services and what pushes to them (first pass)"),
            offline: bool = typer.Option(False, "--offline", help="With --dry-run: plan against an empty project, "
                                                                  "without reading it"),
-           infra_dir: Optional[Path] = typer.Option(None, help="The infra/ directory (default: the repository's)"),
+           infra_dir: Optional[Path] = typer.Option(None, help="The infra/ directory (default: the one installed with tpuq)"),
            as_json: bool = typer.Option(False, "--json", help="With --dry-run: print the exact requests, one JSON "
                                                              "object a line: {method, url, query, body}")) -> None:
     """Enable the APIs, then create or update everything in infra/ for the fleet's project, idempotently."""
@@ -523,7 +523,7 @@ def undeploy(fleet_file: Path = typer.Argument(..., help="The fleet file that wa
              region: str = typer.Option("us-central1", help="Region the services were deployed to"),
              yes: bool = typer.Option(False, "--yes", help="Do not ask before removing"),
              as_json: bool = typer.Option(False, "--json", help="With --dry-run: the exact requests, one JSON object a line"),
-             infra_dir: Optional[Path] = typer.Option(None, help="The infra/ directory (default: the repository's)")) -> None:
+             infra_dir: Optional[Path] = typer.Option(None, help="The infra/ directory (default: the one installed with tpuq)")) -> None:
     """Remove what `tpuq deploy` created, and nothing it did not; buckets and Firestore data stay unless --purge."""
     import sys
 

@@ -32,7 +32,7 @@ tpus:
     keep_warm_count: 0          # slices kept even when idle
     provisioning_model: spot    # spot | on_demand
   - id: v5e-spot
-    type: v5litepod-64          # 16 hosts: created with internal IPs only
+    type: v5litepod-64          # 16 hosts: under direct each gets an external IP (validate warns); vpc gives internal IPs only
     zones: [europe-west4-a]
     count: 1
   - id: v6e-spot

@@ -21,6 +21,7 @@ from tpuq.tputypes import AcceleratorType, UnknownAcceleratorType, parse_acceler
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+_NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # Compute Engine resource names (RFC 1035)
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 
 
@@ -203,10 +204,11 @@ class FleetFile(StrictModel):
         description="Subnet of the TPU nodes; deploy gives the executor an interface on the subnet of this name "
         "in the services' region",
     )
-    worker_external_ips: bool = Field(
-        default=True,
-        description="vpc/iap only: give slices under 16 hosts external IPs so workers reach PyPI without Cloud "
-        "NAT. false: no node gets one (the project has NAT). direct always gives every node external IPs",
+    worker_external_ips: bool | None = Field(
+        default=None,
+        description="Whether slices under 16 hosts get external IPs (so workers reach PyPI without Cloud NAT). "
+        "Unset: yes under vpc, no under iap (private IPs are what iap asks for). false: no node gets one (the "
+        "project has NAT). direct always gives every node external IPs",
     )
     ssh_user: str = "tpuq"
     ssh_key_secret: str | None = Field(default=None, description="Secret Manager name of the executor's SSH key")
@@ -237,6 +239,16 @@ class FleetFile(StrictModel):
     def _prefix(cls, value: str) -> str:
         if not _PREFIX_RE.match(value):
             raise ValueError("must be 1-20 lowercase letters, digits or '-', starting with a letter")
+        return value
+
+    @field_validator("network", "subnetwork")
+    @classmethod
+    def _network_name(cls, value: str) -> str:
+        # Shared VPC (a network in a host project) would need every read, check and command of deploy to name
+        # the host project; until then only the fleet project's own networks are accepted, by name.
+        if not _NETWORK_RE.match(value):
+            raise ValueError(f"{value!r} must be the name of a network or subnet in the fleet's project (lowercase "
+                             "letters, digits and '-'); Shared VPC networks of another project are not supported")
         return value
 
     @field_validator("worker_secrets")
@@ -310,15 +322,23 @@ class FleetFile(StrictModel):
         reach PyPI without NAT); 16+ hosts get internal IPs only; worker_external_ips=false turns them off."""
         if self.ssh_transport is SshTransport.direct:
             return True
-        return self.worker_external_ips and not accel.needs_internal_ips
+        wanted = self.worker_external_ips
+        if wanted is None:
+            wanted = self.ssh_transport is not SshTransport.iap
+        return wanted and not accel.needs_internal_ips
 
     def transport_notes(self) -> list[str]:
         """Warnings `tpuq validate` prints: settings that are valid but may not do what the user expects."""
         notes: list[str] = []
         if self.ssh_transport is SshTransport.iap:
+            external = " (worker_external_ips: true keeps external IPs on slices under 16 hosts)" \
+                if self.worker_external_ips else "; workers reach PyPI through Cloud NAT, which deploy checks"
             notes.append(
-                "ssh_transport: iap: tpuq opens no IAP tunnels; nodes get private IPs and the executor reaches "
-                "them over the VPC (Direct VPC egress), as with ssh_transport: vpc")
+                "ssh_transport: iap: tpuq opens no IAP tunnels; nodes get internal IPs only and the executor "
+                f"reaches them over the VPC (Direct VPC egress), as with ssh_transport: vpc{external}")
+        if self.ssh_transport is SshTransport.direct and self.worker_external_ips is False:
+            notes.append("worker_external_ips: false has no effect with ssh_transport: direct, which reaches every "
+                         "node at its external IP; use ssh_transport: vpc for nodes without external IPs")
         if self.ssh_transport is SshTransport.direct:
             for t in self.tpus:
                 hosts = t.accelerator.hosts

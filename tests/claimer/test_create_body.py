@@ -69,12 +69,11 @@ def test_the_node_joins_the_fleets_network_with_the_workers_tag_and_os_login_off
     assert node["metadata"]["ssh-keys"] == f"tpuq:{KEY} tpuq-executor"
 
 
-def test_the_network_defaults_to_default_and_full_resource_names_pass_through():
+def test_the_network_defaults_to_default_and_the_fleets_names_pass_through():
     assert _node_json(FLEET)["networkConfig"]["network"] == "default"
     assert _node_json(FLEET)["networkConfig"]["subnetwork"] == "default"
-    shared = _fleet(network="projects/host-p/global/networks/shared",
-                    subnetwork="projects/host-p/regions/us-central2/subnetworks/tpus")
-    assert _node_json(shared)["networkConfig"]["network"] == "projects/host-p/global/networks/shared"
+    named = _node_json(_fleet(network="research", subnetwork="tpus"))["networkConfig"]
+    assert (named["network"], named["subnetwork"]) == ("research", "tpus")
 
 
 def test_external_ips_follow_the_transport():

@@ -58,8 +58,8 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
         runtime_version=entry.runtime_version,
         labels=owner_labels(fleet, qr.request_id),
         metadata=node_metadata(fleet, public_key),
-        # network/subnetwork pass through as the fleet names them: a name ("default"), as gcloud's --network
-        # sends it, or a full resource name (projects/HOST/global/networks/N for a Shared VPC).
+        # network/subnetwork are names in the node's project ("default"), as gcloud's --network sends them; the
+        # fleet file refuses other forms (tpuq.fleet: no Shared VPC yet).
         network_config=tpu_v2.NetworkConfig(network=fleet.network, subnetwork=fleet.subnetwork,
                                             enable_external_ips=fleet.external_ips_for(accel)),
         # The firewall rule deploy checks admits tcp:22 from the executor's tag to this one.

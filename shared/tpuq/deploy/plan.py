@@ -599,10 +599,11 @@ def _secrets_todo(target: Target, state: ProjectState) -> list[Action]:
                           "tpuq never handles secret values, so create it yourself if needed; the executor's and "
                           "claimer's access to it is granted when you run tpuq deploy again",
                           commands=_ssh_secret_commands(fleet.ssh_key_secret, p)))
-    missing = [s for s in fleet.worker_secrets if state.secrets is not None and s not in state.secrets]
-    for name in missing:
-        out.append(Action("todo", f"secret {name}", "(a worker secret) is missing: create it yourself, then run "
-                          "tpuq deploy again to let the workers read it",
+    unchecked = [s for s in fleet.worker_secrets if state.secrets is None or s not in state.secrets]
+    for name in unchecked:
+        word = "could not be checked" if state.secrets is None else "is missing"
+        out.append(Action("todo", f"secret {name}", f"(a worker secret) {word}: create it yourself if needed, then "
+                          "run tpuq deploy again to let the workers read it",
                           commands=(f"printf %s \"$VALUE\" | gcloud secrets create {name} --data-file=- --project={p}",)))
     return out
 
