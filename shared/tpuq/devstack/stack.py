@@ -406,25 +406,6 @@ def declare_topics(pubsub_host: str, project: str) -> None:
             raise StackError(f"could not create topic {t.name}: {r.status_code} {r.text}")
 
 
-def subscription_body(sub: topology.Subscription, project: str, endpoint: str | None) -> dict:
-    """The REST body for one declared subscription; deploy uses the same shape."""
-    body: dict = {
-        "topic": f"projects/{project}/topics/{sub.topic}",
-        "ackDeadlineSeconds": sub.ack_deadline_seconds,
-        "retryPolicy": {
-            "minimumBackoff": f"{sub.min_backoff_seconds}s",
-            "maximumBackoff": f"{sub.max_backoff_seconds}s",
-        },
-        "deadLetterPolicy": {
-            "deadLetterTopic": f"projects/{project}/topics/{topology.DEAD_LETTER_TOPIC}",
-            "maxDeliveryAttempts": sub.max_delivery_attempts,
-        },
-    }
-    if endpoint:
-        body["pushConfig"] = {"pushEndpoint": endpoint.rstrip("/") + sub.path}
-    return body
-
-
 def put_subscription(base: str, name: str, body: dict) -> None:
     r = requests.put(f"{base}/subscriptions/{name}", json=body, timeout=10)
     if r.status_code not in (200, 409):
