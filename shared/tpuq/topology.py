@@ -84,3 +84,22 @@ def subscriptions_for(service: str) -> list[Subscription]:
 def subscription_by_path(service: str, path: str) -> Subscription | None:
     path = "/" + path.strip("/")
     return next((s for s in subscriptions_for(service) if s.path == path), None)
+
+
+def subscription_body(sub: Subscription, project: str, endpoint: str | None) -> dict:
+    """The Pub/Sub REST body for one declared subscription: the local stack creates it, deploy adds the OIDC token."""
+    body: dict = {
+        "topic": f"projects/{project}/topics/{sub.topic}",
+        "ackDeadlineSeconds": sub.ack_deadline_seconds,
+        "retryPolicy": {
+            "minimumBackoff": f"{sub.min_backoff_seconds}s",
+            "maximumBackoff": f"{sub.max_backoff_seconds}s",
+        },
+        "deadLetterPolicy": {
+            "deadLetterTopic": f"projects/{project}/topics/{DEAD_LETTER_TOPIC}",
+            "maxDeliveryAttempts": sub.max_delivery_attempts,
+        },
+    }
+    if endpoint:
+        body["pushConfig"] = {"pushEndpoint": endpoint.rstrip("/") + sub.path}
+    return body

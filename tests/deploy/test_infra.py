@@ -7,10 +7,11 @@ import shutil
 import pytest
 import yaml
 
-from tpuq import gcs_submit, topology
+from tpuq import topology
 from tpuq.deploy import infra as infra_mod
 from tpuq.deploy.infra import INFRA_DIR, InfraError, load_infra, topology_drift
 from tpuq.deploy.plan import Target
+from tpuq.scheduler import gcs_submit
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq import gcslayout
 from tpuq.fleet import FleetFile

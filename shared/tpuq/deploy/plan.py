@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuq.devstack.stack import subscription_body
 from tpuq.deploy.infra import Infra, SubscriptionSpec
 from tpuq.fleet import FleetFile
 from tpuq.ownership import owner_labels
+from tpuq.topology import subscription_body
 from tpuq.tputypes import zone_region
 
 RUN_PORT = 8080
@@ -267,7 +267,7 @@ def _topics(infra: Infra, state: ProjectState, p: str, labels: dict[str, str] | 
 
 
 def desired_subscription(target: Target, infra: Infra, spec: SubscriptionSpec) -> dict:
-    """The REST body: the local stack's (tpuq.devstack.stack.subscription_body) plus the OIDC token."""
+    """The REST body: tpuq.topology.subscription_body plus the OIDC token."""
     base_url = target.service_url(infra, spec.service)
     body = subscription_body(spec.as_topology(), target.project, base_url)
     body["pushConfig"]["oidcToken"] = {"serviceAccountEmail": target.sa_email(infra.pubsub.push_service_account),

@@ -30,6 +30,7 @@ import yaml
 from tpuq import topology
 from tpuq.devstack import processes
 from tpuq.devstack.processes import ProcRecord
+from tpuq.stackenv import ENV_FILE_NAME, StackError, default_state_dir
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
 DEFAULT_PROJECT = "tpuq-local"
@@ -49,14 +50,6 @@ def service_argv(name: str, host: str, port: int, python: str = sys.executable) 
     """How a service is started: the local stack and each service's container (its Dockerfile CMD) run this.
     The entry module is found in the installed package, never in a source tree (tpuq.entrypoints)."""
     return [python, "-m", "tpuq.entrypoints", name, "--host", host, "--port", str(port)]
-
-
-class StackError(RuntimeError):
-    """The stack could not be started or reached; the message says what to do."""
-
-
-def default_state_dir() -> Path:
-    return Path(os.environ.get("TPUQ_DEV_DIR") or Path.home() / ".tpuq" / "dev")
 
 
 def _find_platform_tool(*parts: str) -> Path:
@@ -114,7 +107,7 @@ class DevStack:
 
     @property
     def env_file(self) -> Path:
-        return self.state_dir / "env"
+        return self.state_dir / ENV_FILE_NAME
 
     @property
     def log_dir(self) -> Path:
@@ -406,42 +399,10 @@ def declare_topics(pubsub_host: str, project: str) -> None:
             raise StackError(f"could not create topic {t.name}: {r.status_code} {r.text}")
 
 
-def subscription_body(sub: topology.Subscription, project: str, endpoint: str | None) -> dict:
-    """The REST body for one declared subscription; deploy uses the same shape."""
-    body: dict = {
-        "topic": f"projects/{project}/topics/{sub.topic}",
-        "ackDeadlineSeconds": sub.ack_deadline_seconds,
-        "retryPolicy": {
-            "minimumBackoff": f"{sub.min_backoff_seconds}s",
-            "maximumBackoff": f"{sub.max_backoff_seconds}s",
-        },
-        "deadLetterPolicy": {
-            "deadLetterTopic": f"projects/{project}/topics/{topology.DEAD_LETTER_TOPIC}",
-            "maxDeliveryAttempts": sub.max_delivery_attempts,
-        },
-    }
-    if endpoint:
-        body["pushConfig"] = {"pushEndpoint": endpoint.rstrip("/") + sub.path}
-    return body
-
-
 def put_subscription(base: str, name: str, body: dict) -> None:
     r = requests.put(f"{base}/subscriptions/{name}", json=body, timeout=10)
     if r.status_code not in (200, 409):
         raise StackError(f"could not create subscription {name}: {r.status_code} {r.text}")
-
-
-def load_env(state_dir: Path | None = None) -> dict[str, str]:
-    """The environment of a running stack, or StackError saying how to start one."""
-    path = (state_dir or default_state_dir()) / "env"
-    if not path.exists():
-        raise StackError("the local stack is not running: start it with `tpuq dev up`")
-    env = {}
-    for line in path.read_text().splitlines():
-        key, _, value = line.partition("=")
-        if key:
-            env[key] = value
-    return env
 
 
 def pubsub_reset(pubsub_host: str) -> None:

@@ -210,7 +210,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     parts.raise_if_any()
 
 
-from tpuq.gcs_submit import on_object_finalized  # noqa: E402 - the bucket-upload path into `jobs`
+from tpuq.scheduler.gcs_submit import on_object_finalized  # noqa: E402 - the bucket-upload path into `jobs`
 
 
 def build_service() -> Service:
