@@ -25,6 +25,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+import contextvars
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import IO, Any
@@ -45,6 +46,14 @@ def log_context(**fields: Any) -> Iterator[None]:
         yield
     finally:
         _context.reset(token)
+
+
+def submit_in_context(pool, fn, *args: Any):
+    """`pool.submit(fn, *args)`, with fn run in a copy of the caller's log context.
+
+    A thread pool's threads do not inherit context variables: without this, lines the executor logs from its
+    SSH threads would lack the job, attempt and node of the push being handled."""
+    return pool.submit(contextvars.copy_context().run, fn, *args)
 
 
 def current_context() -> dict[str, Any]:

@@ -135,3 +135,19 @@ def test_a_service_process_on_cloud_run_writes_json_lines_to_stdout(tmp_path):
     [bad] = [e for e in entries if "bad push envelope" in e["message"]]
     assert bad["severity"] == "WARNING" and bad["service"] == "janitor"
     assert "bad push envelope" not in done.stderr
+
+
+def test_lines_logged_from_a_thread_pool_keep_the_push_context(captured):
+    """The executor's SSH threads log inside the push's context, so their lines carry the job too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = captured(CLOUD_RUN)
+    with ThreadPoolExecutor(max_workers=2) as pool, logs.log_context(job_id="j-7", attempt=1):
+        futures = [logs.submit_in_context(pool, log.info, "worker %d connected", w) for w in range(4)]
+        plain = pool.submit(log.info, "outside the context")
+        for f in [*futures, plain]:
+            f.result()
+    entries = [json.loads(line) for line in lines(out)]
+    kept = [e for e in entries if e["message"].startswith("worker")]
+    assert len(kept) == 4 and all((e["job_id"], e["attempt"]) == ("j-7", 1) for e in kept)
+    assert "job_id" not in next(e for e in entries if e["message"] == "outside the context")

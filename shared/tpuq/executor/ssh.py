@@ -35,6 +35,7 @@ from typing import Generic, TypeVar
 import paramiko
 import tenacity
 
+from tpuq import logs
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource, pins_for
 from tpuq.fleet import SshTransport
 from tpuq.messages import WorkerEndpoint
@@ -250,7 +251,8 @@ class WorkerPool:
             wait_seconds=self.policy.host_key_wait_seconds, poll_seconds=self.policy.host_key_poll_seconds,
             max_poll_seconds=self.policy.host_key_max_poll_seconds, sleep=self._sleep, monotonic=self._monotonic)
         errors.update(unpinned)
-        futures = {w: self._executor.submit(self._connect_with_retries, self.endpoints[w], address, pins[w])
+        futures = {w: logs.submit_in_context(self._executor, self._connect_with_retries, self.endpoints[w], address,
+                                          pins[w])
                    for w, address in addresses.items() if w not in unpinned}
         for w, fut in futures.items():
             try:
@@ -314,7 +316,7 @@ class WorkerPool:
     ) -> dict[int, WorkerResult[T]]:
         """Run fn on each connected worker in parallel; exceptions are captured per worker."""
         ids = [w for w in (worker_ids if worker_ids is not None else sorted(self.connections))]
-        futures = {w: self._executor.submit(fn, self.connections[w]) for w in ids}
+        futures = {w: logs.submit_in_context(self._executor, fn, self.connections[w]) for w in ids}
         results: dict[int, WorkerResult[T]] = {}
         for w, fut in futures.items():
             try:
