@@ -17,7 +17,6 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
 
 import functions_framework
 import pytest
@@ -31,7 +30,6 @@ from tpuq.devstack.front import LocalGoogleSigner, invoker_emails
 from tpuq.devstack.stack import DEMO_DIR
 from tpuq.fleet import FleetFile
 
-REPO = Path(__file__).resolve().parents[2]
 AUDIENCE = "https://tpuq-scheduler-123456789.us-central1.run.app"
 PUSH_ACCOUNT = "tpuq-push@my-project.iam.gserviceaccount.com"
 OWNER = "alice@example.com"  # holds run.invoker through roles/owner: Cloud Run lets her token through

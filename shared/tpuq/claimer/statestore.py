@@ -74,10 +74,6 @@ def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = ()) -> Claim
     return ClaimState(fleet=fleet, requests=requests, qrs=qrs, targets=targets, status=status)
 
 
-def load_fleets(db) -> list[FleetFile]:
-    return [FleetFile.model_validate(s.to_dict()["fleet"]) for s in db.collection(store.FLEETS).stream()]
-
-
 # ------------------------------------------------------------ write
 
 class StateWriter:

@@ -10,7 +10,6 @@ or `uv tool` install and a container have no source tree, so nothing here may lo
 from __future__ import annotations
 
 import importlib.util
-import logging
 from pathlib import Path
 
 from tpuq import topology
