@@ -1,7 +1,7 @@
 """Benchmark of the executor: assignment -> command running on every worker.
 
 `python benchmarks/bench_executor.py [--sizes 1 4 16 64] [--runs 3]` (needs root
-and openssh-server: the workers are real sshd hosts from tpuq.faketpu.hosts,
+and openssh-server: the workers are real sshd hosts from tpuq_dev.faketpu.hosts,
 GCS is a local fake-gcs-server).
 
 Prints one JSON line per size: hosts, the best and median wall time of
@@ -43,7 +43,7 @@ from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import run_on_workers
 from tpuq.executor.workerspec import WorkerSettings
-from tpuq.faketpu.hosts import WorkerHostManager, published_host_keys
+from tpuq_dev.faketpu.hosts import WorkerHostManager, published_host_keys
 from tpuq.messages import Assignment, WorkerEndpoint
 
 USER = "tpuqbench"

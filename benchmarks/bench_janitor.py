@@ -1,7 +1,7 @@
 """Benchmark of the janitor: a race's winner turns ACTIVE -> its losers are deleted.
 
 `python benchmarks/bench_janitor.py [--runs 10]` starts the Firestore and Pub/Sub
-emulators (tpuq.devstack, no services), the fake Cloud TPU in this process
+emulators (tpuq_dev.devstack, no services), the fake Cloud TPU in this process
 (manual clock), and the janitor's entry point through functions-framework's
 test client. Each run races one request over 3 zones (winner ACTIVE, one loser
 WAITING_FOR_RESOURCES, one ACCEPTED) and times the delivery of the winner's
@@ -35,10 +35,10 @@ from google.cloud import firestore, tpu_v2  # noqa: E402
 
 from tests.janitor.conftest import (  # noqa: E402
     ACTIVE_AFTER, JANITOR, SCENARIO, THIRD_ZONE, WAIT_ZONE, WIN_ZONE, Stack, envelope, make_fleet)
-from tpuq.devstack.stack import DevStack  # noqa: E402
-from tpuq.faketpu.clock import ManualClock  # noqa: E402
-from tpuq.faketpu.control import FakeTpuControl  # noqa: E402
-from tpuq.faketpu.server import FakeTpuServer  # noqa: E402
+from tpuq_dev.devstack.stack import DevStack  # noqa: E402
+from tpuq.capacitymodel.clock import ManualClock  # noqa: E402
+from tpuq_dev.faketpu.control import FakeTpuControl  # noqa: E402
+from tpuq_dev.faketpu.server import FakeTpuServer  # noqa: E402
 from tpuq.fleetstore import save_fleet  # noqa: E402
 
 

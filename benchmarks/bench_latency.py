@@ -24,8 +24,8 @@ import yaml
 
 from tpuq import store
 from tpuq.clients import Clients, Settings
-from tpuq.devstack.stack import DevStack, wait_for
-from tpuq.faketpu.control import FakeTpuControl
+from tpuq_dev.devstack.stack import DevStack, wait_for
+from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq.queries import worker_log_chunks
 
 SCENARIO = {

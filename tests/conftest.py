@@ -21,7 +21,7 @@ if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
 from tpuq.clients import Clients, Settings
-from tpuq.devstack import stack as devstack
+from tpuq_dev.devstack import stack as devstack
 
 
 @pytest.fixture(scope="session")

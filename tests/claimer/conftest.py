@@ -14,10 +14,10 @@ from google.cloud import pubsub_v1
 from pydantic import BaseModel
 
 from tpuq import store
-from tpuq.devstack.stack import wait_for
+from tpuq_dev.devstack.stack import wait_for
 from tpuq.entrypoints import source_file
-from tpuq.faketpu.control import FakeTpuControl
-from tpuq.faketpu.server import FakeTpuServer
+from tpuq_dev.faketpu.control import FakeTpuControl
+from tpuq_dev.faketpu.server import FakeTpuServer
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
 from tpuq.messages import FleetEvent

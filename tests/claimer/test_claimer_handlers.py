@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tpuq.fleetreport import fleet_report
-from tpuq.devstack.stack import wait_for
+from tpuq_dev.devstack.stack import wait_for
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, Tick
 
 from .conftest import fleet_data, scenario_data

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "shared" / "tpuq"
+PACKAGE = REPO / "src" / "tpuq"
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -17,7 +17,7 @@ import yaml
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import ProjectState, Target, plan
-from tpuq.devstack.stack import DEMO_DIR
+from tpuq_dev.devstack.stack import DEMO_DIR
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
 

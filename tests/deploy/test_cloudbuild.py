@@ -18,8 +18,8 @@ import yaml
 
 from tpuq import topology
 from tpuq.deploy.infra import DEPLOY_SERVICE_ACCOUNT, INFRA_DIR
-from tpuq.devstack import processes
-from tpuq.devstack.stack import service_argv
+from tpuq_dev.devstack import processes
+from tpuq_dev.devstack.stack import service_argv
 from tpuq.entrypoints import source_file
 
 from tests.helpers import wait_until
@@ -54,14 +54,14 @@ def test_every_file_a_step_names_exists():
         if "-f" in args:
             dockerfile = REPO / args[args.index("-f") + 1]
             assert dockerfile.exists(), f"{step['id']}: {dockerfile}"
-            assert args[-1] == ".", f"{step['id']} builds from the repository root, so that shared/ is in the context"
+            assert args[-1] == ".", f"{step['id']} builds from the repository root, so that src/ is in the context"
             for keyword, rest in dockerfile_instructions(dockerfile):
                 if keyword == "COPY":
                     for source in shlex.split(rest)[:-1]:
                         assert (REPO / source).exists(), f"{dockerfile}: COPY {source}"
         for arg in args:
             for word in shlex.split(arg) if " " in arg else [arg]:
-                if re.fullmatch(r"(services|shared|infra)/[\w./-]+", word):
+                if re.fullmatch(r"(services|src|infra)/[\w./-]+", word):
                     assert (REPO / word).exists(), f"{step['id']}: {word}"
 
 
@@ -126,8 +126,8 @@ def test_the_build_runs_as_the_deploy_account_and_logs_where_a_chosen_account_ma
 
 def test_gcloud_builds_submit_uploads_the_sources_and_not_the_virtualenv_or_git():
     ignore = pathspec.PathSpec.from_lines("gitignore", (REPO / ".gcloudignore").read_text().splitlines())
-    for left_out in (".venv/bin/python", ".git/HEAD", "shared/tpuq/__pycache__/cli.cpython-311.pyc",
-                     ".pytest_cache/v/x", "build/lib/tpuq/cli.py", "shared/tpuq.egg-info/PKG-INFO"):
+    for left_out in (".venv/bin/python", ".git/HEAD", "src/tpuq/__pycache__/cli.cpython-311.pyc",
+                     ".pytest_cache/v/x", "build/lib/tpuq/cli.py", "src/tpuq.egg-info/PKG-INFO"):
         assert ignore.match_file(left_out), left_out
     needed = ["pyproject.toml", "cloudbuild.yaml", "fleet.yaml", "my-fleet.yaml"]
     for step in BUILD["steps"]:
@@ -147,7 +147,7 @@ def test_no_service_answers_on_a_path_cloud_run_reserves():
     """Google's front end keeps paths ending in z (/healthz, ...) for itself: they never reach the container."""
     assert [s.path for s in topology.SUBSCRIPTIONS if s.path.rstrip("/").endswith("z")] == []
     quoted_path = re.compile(r"""["'](/[\w/.-]*z)["']""")
-    found = [(str(path.relative_to(REPO)), m.group(1)) for root in ("shared", "services") for path in (REPO / root).rglob("*.py")
+    found = [(str(path.relative_to(REPO)), m.group(1)) for root in ("src", "dev", "services") for path in (REPO / root).rglob("*.py")
              for m in quoted_path.finditer(path.read_text())]
     assert found == []
 def test_each_services_main_py_is_the_installed_entry_module():

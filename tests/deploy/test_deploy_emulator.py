@@ -19,7 +19,7 @@ from tpuq.deploy.infra import INFRA_DIR, load_infra
 from tpuq.deploy.plan import Target, plan, subscription_projection
 from tpuq.deploy.undeploy import undeploy_plan
 from tpuq.fleet import FleetFile
-from tpuq.devstack.stack import DEMO_DIR
+from tpuq_dev.devstack.stack import DEMO_DIR
 
 from .fakes import EmulatorWithoutIam, FirestoreAdminStandIn, ProjectApi, RecordingApi
 

@@ -11,7 +11,7 @@ import yaml
 
 from tpuq import topology
 from tpuq.deploy.infra import INFRA_DIR
-from tpuq.devstack.stack import DEMO_DIR
+from tpuq_dev.devstack.stack import DEMO_DIR
 
 IAM = yaml.safe_load((INFRA_DIR / "iam.yaml").read_text())
 SERVICES = yaml.safe_load((INFRA_DIR / "services.yaml").read_text())

@@ -3,7 +3,7 @@
 Behind Cloud Run's invoker check a push's token arrives with its signature replaced by
 `SIGNATURE_REMOVED_BY_GOOGLE`: the service must accept that form (and only read claims from it), and must
 still verify in full any token that did not come through the check. Tokens are signed by the local stand-in
-for Google's key (tpuq.devstack.front.LocalGoogleSigner); google-auth's own verification reads its public key
+for Google's key (tpuq_dev.devstack.front.LocalGoogleSigner); google-auth's own verification reads its public key
 from a transport the test injects, so the production path (verify_oauth2_token) runs unchanged.
 
 The same file checks that what deploy produces agrees with that design: the subscriptions' OIDC account and
@@ -26,8 +26,8 @@ from tpuq.auth import SIGNATURE_REMOVED, PushAuth, google_oidc_verifier, strip_s
 from tpuq.entrypoints import source_file
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import Target, desired_run_service, desired_subscription
-from tpuq.devstack.front import LocalGoogleSigner, invoker_emails
-from tpuq.devstack.stack import DEMO_DIR
+from tpuq_dev.devstack.front import LocalGoogleSigner, invoker_emails
+from tpuq_dev.devstack.stack import DEMO_DIR
 from tpuq.fleet import FleetFile
 
 AUDIENCE = "https://tpuq-scheduler-123456789.us-central1.run.app"

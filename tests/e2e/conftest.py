@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tpuq.clients import Clients, Settings
-from tpuq.devstack.stack import DEMO_DIR, DevStack
+from tpuq_dev.devstack.stack import DEMO_DIR, DevStack
 
 
 @pytest.fixture(scope="session")

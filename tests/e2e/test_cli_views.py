@@ -8,7 +8,7 @@ import subprocess
 import uuid
 
 from tpuq import store
-from tpuq.devstack.stack import wait_for
+from tpuq_dev.devstack.stack import wait_for
 
 
 def tpuq(system, *args, timeout=120):

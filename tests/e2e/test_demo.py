@@ -9,8 +9,8 @@ from rich.console import Console
 
 from tpuq import store
 from tpuq.clients import Clients, Settings
-from tpuq.demo import run
-from tpuq.faketpu.control import FakeTpuControl
+from tpuq_dev.demo import run
+from tpuq_dev.faketpu.control import FakeTpuControl
 
 
 def test_demo_summary_matches_the_record(tmp_path):

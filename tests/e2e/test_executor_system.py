@@ -8,8 +8,8 @@ import uuid
 from pathlib import Path
 
 from tpuq import store
-from tpuq.devstack.stack import wait_for
-from tpuq.faketpu.control import FakeTpuControl
+from tpuq_dev.devstack.stack import wait_for
+from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq.queries import worker_log_chunks
 
 DEADLINE = 120

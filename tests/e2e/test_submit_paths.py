@@ -13,8 +13,8 @@ import uuid
 import pytest
 
 from tpuq import store
-from tpuq.devstack.stack import wait_for
-from tpuq.faketpu.control import FakeTpuControl
+from tpuq_dev.devstack.stack import wait_for
+from tpuq_dev.faketpu.control import FakeTpuControl
 
 DEADLINE = 120
 

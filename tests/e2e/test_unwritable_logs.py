@@ -12,7 +12,7 @@ import subprocess
 import uuid
 
 from tpuq import store
-from tpuq.devstack.stack import wait_for
+from tpuq_dev.devstack.stack import wait_for
 from tpuq.jobspec import PublishedJob
 
 DEADLINE = 120

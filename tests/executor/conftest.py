@@ -100,7 +100,7 @@ def bucket(fake_gcs) -> str:
 
 
 # ---------------------------------------------------------------------------
-# SSH worker hosts (tpuq.faketpu.hosts): real sshd per worker, own /tmp and home.
+# SSH worker hosts (tpuq_dev.faketpu.hosts): real sshd per worker, own /tmp and home.
 
 SSH_USER = "tpuqexec"
 
@@ -135,7 +135,7 @@ def _new_ed25519_pem() -> str:
 
 @pytest.fixture(scope="session")
 def host_manager(tmp_path_factory):
-    from tpuq.faketpu.hosts import WorkerHostManager
+    from tpuq_dev.faketpu.hosts import WorkerHostManager
 
     manager = WorkerHostManager(tmp_path_factory.mktemp("worker-hosts"))
     yield manager
@@ -153,7 +153,7 @@ class PublishedHostKeys:
         self.unpublished_calls = 0  # the first this many calls see nothing yet, like a guest agent still booting
 
     def publish(self, hosts) -> None:
-        from tpuq.faketpu.hosts import published_host_keys
+        from tpuq_dev.faketpu.hosts import published_host_keys
 
         self.by_worker = published_host_keys(hosts)
 
@@ -213,7 +213,7 @@ def start_hosts(host_manager, ssh_identity, host_keys):
 @pytest.fixture
 def dead_address():
     """A loopback address nothing listens on (held, so no worker host takes it meanwhile)."""
-    from tpuq.faketpu.hosts import default_address_pool
+    from tpuq_dev.faketpu.hosts import default_address_pool
 
     pool = default_address_pool()
     address = pool.acquire()

@@ -10,8 +10,8 @@ import requests
 from google.api_core import exceptions
 from google.cloud import tpu_v2
 
-from tpuq.faketpu.control import FakeTpuControl
-from tpuq.faketpu.hosts import SSH_PORT
+from tpuq_dev.faketpu.control import FakeTpuControl
+from tpuq_dev.faketpu.hosts import SSH_PORT
 
 from .conftest import (
     CONTROL_ZONE,

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from google.api_core import exceptions
 
-from tpuq.faketpu.control import FakeTpuControl
+from tpuq_dev.faketpu.control import FakeTpuControl
 
 from .conftest import NO_QUOTA_ZONE, ZONE, qr_state, tpu_client, wait_until
 

@@ -11,7 +11,7 @@ import textwrap
 from paramiko.ssh_exception import NoValidConnectionsError
 import pytest
 
-from tpuq.faketpu.hosts import WorkerHostManager, parse_ssh_keys_metadata
+from tpuq_dev.faketpu.hosts import WorkerHostManager, parse_ssh_keys_metadata
 
 from .conftest import ssh_run, wait_until
 
@@ -62,7 +62,7 @@ def test_hosts_die_when_their_python_process_is_killed(tmp_path, ssh_key):
     script = textwrap.dedent(
         f"""
         import sys, time
-        from tpuq.faketpu.hosts import WorkerHostManager, parse_ssh_keys_metadata
+        from tpuq_dev.faketpu.hosts import WorkerHostManager, parse_ssh_keys_metadata
         hosts = WorkerHostManager({str(tmp_path)!r}).start_hosts(2, parse_ssh_keys_metadata({ssh_key.metadata!r}))
         print(" ".join(str(p) for h in hosts for p in (h.unshare_pid, h.init_pid)), flush=True)
         time.sleep(600)

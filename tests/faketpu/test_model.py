@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from tpuq.faketpu.clock import ManualClock
-from tpuq.faketpu.errors import ApiError
-from tpuq.faketpu.model import FakeTpuWorld, NodeState, QrState
-from tpuq.faketpu.scenario import parse_scenario
+from tpuq.capacitymodel.clock import ManualClock
+from tpuq.capacitymodel.errors import ApiError
+from tpuq.capacitymodel.model import FakeTpuWorld, NodeState, QrState
+from tpuq.capacitymodel.scenario import parse_scenario
 
 P, Z, Z2 = "proj", "us-central2-b", "europe-west4-a"
 
@@ -91,7 +91,7 @@ def test_hosts_required_keeps_provisioning_until_hosts_started():
     clock.advance(200)
     assert state(w) == QrState.PROVISIONING
     [node] = w.nodes_awaiting_hosts()
-    from tpuq.faketpu.model import Endpoint
+    from tpuq.capacitymodel.model import Endpoint
 
     assert w.hosts_started(node.name, (Endpoint("127.0.9.9", 22),))
     assert state(w) == QrState.ACTIVE
@@ -423,10 +423,10 @@ def test_dash_location_lists_every_zone():
 def test_the_state_machine_imports_without_the_http_server_or_the_worker_hosts():
     """A simulator runs the model alone: importing it must not pull in HTTP, sshd hosts or SSH clients."""
     loaded = subprocess.run(
-        [sys.executable, "-c", "import json, sys, tpuq.faketpu.model; print(json.dumps(sorted(sys.modules)))"],
+        [sys.executable, "-c", "import json, sys, tpuq.capacitymodel.model; print(json.dumps(sorted(sys.modules)))"],
         capture_output=True, text=True, timeout=60, check=True,
     )
     modules = json.loads(loaded.stdout)
-    forbidden = ("tpuq.faketpu.server", "tpuq.faketpu.api", "tpuq.faketpu.hosts", "tpuq.faketpu.control",
-                 "tpuq.faketpu.measure", "flask", "werkzeug", "paramiko", "requests")
+    forbidden = ("tpuq_dev.faketpu.server", "tpuq_dev.faketpu.api", "tpuq_dev.faketpu.hosts", "tpuq_dev.faketpu.control",
+                 "tpuq_dev.faketpu.measure", "flask", "werkzeug", "paramiko", "requests")
     assert [m for m in modules if m.split(".")[0] in forbidden or m in forbidden] == []

@@ -17,8 +17,8 @@ import yaml
 from google.api_core import exceptions
 from google.cloud import tpu_v2
 
-from tpuq.faketpu.hosts import SSH_PORT
-from tpuq.faketpu.server import FakeTpuServer
+from tpuq_dev.faketpu.hosts import SSH_PORT
+from tpuq_dev.faketpu.server import FakeTpuServer
 
 from .conftest import FAST_SCENARIO, FAST_TIME_SCALE, ZONE, manual_clock_server, qr_request, qr_state, ssh_run, tpu_client, wait_until
 
@@ -136,7 +136,7 @@ def test_the_executors_host_key_source_reads_them_through_the_client(slow_keys_s
 
 
 def test_the_dev_stack_puts_ssh_where_its_fleets_executor_would_reach_it(tmp_path):
-    from tpuq.devstack.stack import DEMO_DIR, DevStack
+    from tpuq_dev.devstack.stack import DEMO_DIR, DevStack
 
     fleet = yaml.safe_load((DEMO_DIR / "fleet.yaml").read_text())
     assert DevStack(state_dir=tmp_path, fleet_file=DEMO_DIR / "fleet.yaml")._ssh_reachable() == [

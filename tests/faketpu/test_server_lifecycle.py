@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from tpuq.faketpu.control import FakeTpuControl
-from tpuq.faketpu.hosts import SSH_PORT
-from tpuq.faketpu.server import FakeTpuServer
+from tpuq_dev.faketpu.control import FakeTpuControl
+from tpuq_dev.faketpu.hosts import SSH_PORT
+from tpuq_dev.faketpu.server import FakeTpuServer
 
 from .conftest import FAST_SCENARIO, FAST_TIME_SCALE, ZONE, qr_request, qr_state, ssh_run, tpu_client, wait_until
 
@@ -95,7 +95,7 @@ def test_a_16_host_slice_is_reachable_on_every_worker(fast_server, ssh_key, proj
 
 
 def test_requests_turn_active_with_no_client_request(fast_server, project):
-    from tpuq.faketpu.model import QrState
+    from tpuq.capacitymodel.model import QrState
 
     client, control = tpu_client(fast_server.url), FakeTpuControl(fast_server.url)
     client.create_queued_resource(request=qr_request(project, ZONE, "quiet", "quiet-node", "v4-8")).result(timeout=10)
@@ -125,7 +125,7 @@ def test_standalone_process_serves_and_cleans_up_on_sigterm(tmp_path, ssh_key, p
     scenario.write_text(yaml.safe_dump(FAST_SCENARIO))
     url_file = tmp_path / "url"
     process = subprocess.Popen(
-        [sys.executable, "-m", "tpuq.faketpu", "--host", "127.0.0.1", "--port", "0", "--scenario", str(scenario),
+        [sys.executable, "-m", "tpuq_dev.faketpu", "--host", "127.0.0.1", "--port", "0", "--scenario", str(scenario),
          "--time-scale", str(FAST_TIME_SCALE), "--state-dir", str(tmp_path / "state"), "--url-file", str(url_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -151,7 +151,7 @@ def test_invalid_scenario_exits_with_a_clear_message(tmp_path):
     scenario = tmp_path / "bad.yaml"
     scenario.write_text("zones:\n  us-central2-b:\n    quota:\n      v9: {spot: 1}\n")
     result = subprocess.run(
-        [sys.executable, "-m", "tpuq.faketpu", "--scenario", str(scenario)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "tpuq_dev.faketpu", "--scenario", str(scenario)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and "unknown accelerator family 'v9'" in result.stderr
 

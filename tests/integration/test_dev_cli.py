@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 
-from tpuq.devstack.processes import ProcRecord, is_alive
+from tpuq_dev.devstack.processes import ProcRecord, is_alive
 
 
 def tpuq(*args, env):

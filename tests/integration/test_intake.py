@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from tpuq import store
-from tpuq.devstack.stack import wait_for
+from tpuq_dev.devstack.stack import wait_for
 
 VALID_JOB = {"id": "hello-1", "tpu": "v4-8", "command": "echo hello", "priority": "high"}
 

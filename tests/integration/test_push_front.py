@@ -1,4 +1,4 @@
-"""Pushes reach the stack's services as they reach Cloud Run services: through the front (tpuq.devstack.front).
+"""Pushes reach the stack's services as they reach Cloud Run services: through the front (tpuq_dev.devstack.front).
 
 The services run in production's push-auth mode. The front adds the ID token Pub/Sub would send for the
 subscription's push account, refuses what Cloud Run's invoker check refuses, and forwards the token with its
@@ -19,9 +19,9 @@ from werkzeug.wrappers import Request, Response
 
 from tpuq import store
 from tpuq.auth import SIGNATURE_REMOVED, PushAuth, split_token, strip_signature
-from tpuq.devstack import processes
-from tpuq.devstack.front import Front, LocalGoogleSigner, Route
-from tpuq.devstack.stack import LOCAL_PROJECT_OWNER
+from tpuq_dev.devstack import processes
+from tpuq_dev.devstack.front import Front, LocalGoogleSigner, Route
+from tpuq_dev.devstack.stack import LOCAL_PROJECT_OWNER
 
 from tests.helpers import wait_until
 

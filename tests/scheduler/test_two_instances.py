@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from tpuq import store
-from tpuq.devstack import processes
+from tpuq_dev.devstack import processes
 from tpuq.fleetstore import save_fleet
 from tpuq.messages import Tick
 

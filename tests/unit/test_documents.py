@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+import tpuq_dev
 from tpuq import documents as D
 from tpuq.jobstate import TRANSITIONS, JobEvent, allowed_events
 
 PACKAGE = Path(D.__file__).parent
+DEV_PACKAGE = Path(tpuq_dev.__file__).parent  # the fake TPU, the local stack and the demo read the same states
 CONTRACTS = PACKAGE / "documents.py"
 # A stdlib-only program shipped to the workers: it cannot import tpuq, and its own status words are its
 # protocol with the executor (`tpuq.executor.executor` reads them), not stored states.
@@ -31,7 +33,8 @@ STATE_FIELDS = {"state", "status", "tpu_state"}
 
 
 def _sources() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if p != CONTRACTS and WORKER_PROGRAM not in p.parents)
+    return sorted(p for root in (PACKAGE, DEV_PACKAGE) for p in root.rglob("*.py")
+                  if p != CONTRACTS and WORKER_PROGRAM not in p.parents)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -105,7 +108,7 @@ def state_literals(source: str) -> list[tuple[int, str]]:
 
 def test_no_state_literal_outside_the_contracts():
     assert WORKER_PROGRAM.is_dir(), "the exemption must name the worker program where it is"
-    offences = [f"{path.relative_to(PACKAGE.parent)}:{line}: {value!r}"
+    offences = [f"{path.relative_to(PACKAGE.parents[1])}:{line}: {value!r}"
                 for path in _sources() for line, value in state_literals(path.read_text())]
     assert offences == [], "use the enums of tpuq.documents:\n" + "\n".join(offences)
 
@@ -139,7 +142,7 @@ def test_the_scan_leaves_other_words_alone(source):
 
 
 def test_the_fake_tpu_runs_the_same_state_enums():
-    from tpuq.faketpu import model
+    from tpuq.capacitymodel import model
 
     assert model.QrState is D.QueuedResourceState and model.NodeState is D.TpuNodeState
 

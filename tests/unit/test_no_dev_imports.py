@@ -1,18 +1,27 @@
-"""Production code never imports dev tooling: tpuq.devstack, tpuq.faketpu and tpuq.demo stay out of deploy,
-the services and the CLI's backend lookup. Only the dev tooling itself and the CLI's `dev`/`demo` command module
-may import them, and that module only inside its command functions, so importing the CLI never loads them."""
+"""Production code never imports dev tooling.
+
+- tpuq (src/tpuq, what every Cloud Run image installs) imports nothing from tpuq_dev (dev/, the dev extra):
+  the CLI finds `tpuq demo` and `tpuq dev` through an entry point, never through an import.
+- The four services never load the capacity model (tpuq.capacitymodel, the fake's and the simulator's state
+  machine) nor the in-memory stores: checked on what importing each service really loads.
+- The capacity model itself stays HTTP- and SSH-free, so that the simulator runs it from a plain install.
+"""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 import tpuq
+from tpuq import topology
 
 PACKAGE_ROOT = Path(tpuq.__file__).resolve().parent
-DEV_TOOLING = ("tpuq.devstack", "tpuq.faketpu", "tpuq.demo")
-DEV_TOOLING_ITSELF = ("devstack", "faketpu", "demo.py")
-DEV_COMMANDS = Path("cli") / "dev.py"
+DEV_PACKAGE = "tpuq_dev"
 
 
 def module_name(path: Path) -> str:
@@ -35,48 +44,55 @@ def imported_modules(node: ast.AST, importer: str, is_package: bool) -> list[str
     return []
 
 
-def dev_imports(path: Path) -> list[tuple[int, str, bool]]:
-    """(line, module, inside a function) for every import of dev tooling in one file."""
-    return dev_imports_in(path.read_text(), module_name(path), path.name == "__init__.py")
-
-
-def dev_imports_in(source: str, importer: str, is_package: bool) -> list[tuple[int, str, bool]]:
-    tree = ast.parse(source)
+def imports_of(source: str, importer: str, is_package: bool, forbidden: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, module) for every import of a forbidden package anywhere in one file, functions included."""
     found = []
-
-    def visit(node: ast.AST, in_function: bool) -> None:
+    for node in ast.walk(ast.parse(source)):
         for name in imported_modules(node, importer, is_package):
-            if any(name == dev or name.startswith(dev + ".") for dev in DEV_TOOLING):
-                found.append((node.lineno, name, in_function))
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                found.append((node.lineno, name))
                 break
-        inside = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-        for child in ast.iter_child_nodes(node):
-            visit(child, inside)
-
-    visit(tree, False)
-    return found
+    return sorted(found)
 
 
-def production_files() -> list[Path]:
-    return [p for p in sorted(PACKAGE_ROOT.rglob("*.py"))
-            if p.relative_to(PACKAGE_ROOT).parts[0] not in DEV_TOOLING_ITSELF]
-
-
-def test_no_module_outside_the_dev_tooling_imports_it():
+def test_no_module_of_tpuq_imports_the_dev_package():
     offenders = [f"{p.relative_to(PACKAGE_ROOT)}:{line} imports {name}"
-                 for p in production_files() if p.relative_to(PACKAGE_ROOT) != DEV_COMMANDS
-                 for line, name, _ in dev_imports(p)]
+                 for p in sorted(PACKAGE_ROOT.rglob("*.py"))
+                 for line, name in imports_of(p.read_text(), module_name(p), p.name == "__init__.py", (DEV_PACKAGE,))]
     assert offenders == []
 
 
-def test_the_cli_dev_commands_import_dev_tooling_only_inside_their_functions():
-    found = dev_imports(PACKAGE_ROOT / DEV_COMMANDS)
-    assert found, "the dev/demo commands are expected in tpuq/cli/dev.py"
-    at_module_level = [f"line {line}: {name}" for line, name, in_function in found if not in_function]
-    assert at_module_level == []
-
-
 def test_the_scan_sees_function_level_and_relative_imports():
-    source = "import os\n\ndef later():\n    from .devstack import stack\n\nfrom tpuq import demo\n"
-    assert dev_imports_in(source, "tpuq.some_service", is_package=False) == [
-        (4, "tpuq.devstack", True), (6, "tpuq.demo", False)]
+    source = "import os\n\ndef later():\n    from .capacitymodel import model\n\nfrom tpuq_dev import demo\n"
+    assert imports_of(source, "tpuq.some_service", False, (DEV_PACKAGE, "tpuq.capacitymodel")) == [
+        (4, "tpuq.capacitymodel"), (6, "tpuq_dev")]
+
+
+def loaded_modules(statement: str) -> set[str]:
+    """What a fresh interpreter has loaded after one import statement."""
+    probe = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+def under(modules: set[str], *packages: str) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in packages))
+
+
+@pytest.mark.parametrize("service", topology.SERVICES)
+def test_a_service_loads_neither_dev_tooling_nor_the_capacity_model(service):
+    modules = loaded_modules(f"import tpuq.entrypoints.{service} as e; e.handle")
+    assert f"tpuq.{service}" in modules
+    assert under(modules, DEV_PACKAGE, "tpuq.capacitymodel", "tpuq.inmemory") == []
+
+
+def test_the_capacity_model_runs_without_http_ssh_or_dev_tooling():
+    modules = loaded_modules("import tpuq.capacitymodel.model, tpuq.capacitymodel.scenario")
+    assert under(modules, DEV_PACKAGE, "flask", "werkzeug", "paramiko", "requests") == []
+
+
+def test_the_cli_finds_the_dev_commands_without_importing_the_local_stack():
+    modules = loaded_modules("import tpuq.cli.app")
+    assert "tpuq_dev.cli" in modules  # the entry point, found through package metadata
+    assert under(modules, "tpuq_dev.devstack", "tpuq_dev.faketpu", "tpuq_dev.demo") == []

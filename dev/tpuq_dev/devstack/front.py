@@ -1,0 +1,310 @@
+"""The local stack's stand-in for what Google puts between Pub/Sub and a Cloud Run service.
+
+In production a push travels: Pub/Sub → (ID token added) → Cloud Run's front end (invoker check,
+signature removed) → the container. The Pub/Sub emulator sends no token at all, and nothing stands
+between it and a local process, so without this front the services' authentication code would never
+run locally. One front process serves every service of the stack, each on its own port: that port's
+URL is the service's URL, as `https://<service>-<number>.<region>.run.app` is on Cloud Run.
+
+What Google does, and what the front does the same way:
+
+- **Pub/Sub adds the token.** A push subscription with `pushConfig.oidcToken{serviceAccountEmail,
+  audience}` sends `Authorization: Bearer <ID token>`: signed by Google, `iss` https://accounts.google.com,
+  `aud` the configured audience (the push endpoint when none is set), `email` the account,
+  `email_verified` true, valid one hour. The emulator stores `oidcToken` but sends no token. So when a
+  request carries no token and its body is a push envelope whose `subscription` the emulator has, with
+  `pushEndpoint` exactly this front's URL and path and an `oidcToken`, the front mints the token Pub/Sub
+  would have sent. A subscription without `oidcToken` gets no token, as in production.
+- **Cloud Run's invoker check** (on by default; deploy keeps it on), on every path, before the container:
+  - no token, a bad signature, an expired token, or an audience other than the service's URL
+    (or a custom audience; tpuq sets none) → 401;
+  - a valid token whose account lacks `roles/run.invoker` on that service → 403. The front takes the
+    invoker bindings from infra/iam.yaml exactly as `tpuq deploy` grants them, plus whoever the stack adds
+    to stand for the project's owners, who hold run.invoker through roles/owner.
+  - `X-Serverless-Authorization`, when sent, is the header checked; `Authorization` then passes unchecked.
+- **The signature is removed.** The checked token reaches the container with its signature part replaced
+  by the literal `SIGNATURE_REMOVED_BY_GOOGLE` (Cloud Run troubleshooting, "signature-removed"), in the
+  header it came in. Header and claims are untouched, so the container can read them but can never verify
+  the signature again.
+- Cloud Run adds `X-Cloud-Trace-Context` to every request; the front adds one when missing.
+
+"Google's" signing key is a local RSA key (`LocalGoogleSigner`) in the stack's state directory: tests use
+it to sign tokens of other accounts, for other audiences, or to forge one with another key.
+
+For chaos tests the front can deliver every push more than once (`copies`): Pub/Sub's at-least-once
+delivery, on demand. Pub/Sub then sees the answer to the last copy.
+
+Run: `python -m tpuq_dev.devstack.front --config FILE` (the stack writes FILE; see `FrontConfig`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import requests
+from werkzeug.wrappers import Request, Response
+
+from tpuq.auth import SERVERLESS_AUTHORIZATION, check_time_and_issuer, split_token, strip_signature
+
+log = logging.getLogger("tpuq_dev.devstack.front")
+
+GOOGLE_ISSUER = "https://accounts.google.com"
+TOKEN_LIFETIME_SECONDS = 3600  # Pub/Sub's push tokens last an hour
+INVOKER_ROLE = "roles/run.invoker"
+PUSH_CONFIG_TTL_SECONDS = 5.0
+# Headers a proxy never forwards (RFC 9110 7.6.1), plus those the HTTP client sets itself.
+_NOT_FORWARDED = {"connection", "keep-alive", "proxy-authorization", "te", "trailer", "transfer-encoding",
+                  "upgrade", "host", "content-length"}
+
+
+class TokenRejected(ValueError):
+    """The invoker check refused the token; `status` is what Cloud Run answers."""
+
+    def __init__(self, reason: str, status: int = 401):
+        super().__init__(reason)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class LocalGoogleSigner:
+    """Plays Google's token service and certificates: signs ID tokens and verifies their signature."""
+
+    private_pem: bytes
+    key_id: str = "tpuq-local-google"
+
+    @classmethod
+    def generate(cls) -> "LocalGoogleSigner":
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        return cls(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption()))
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> "LocalGoogleSigner":
+        if not path.exists():
+            path.write_bytes(cls.generate().private_pem)
+            path.chmod(0o600)
+        return cls(path.read_bytes())
+
+    # Loading an RSA key checks it (~50 ms here): once per signer, not once per push.
+    @cached_property
+    def public_pem(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
+
+        key = serialization.load_pem_private_key(self.private_pem, password=None)
+        return key.public_key().public_bytes(serialization.Encoding.PEM,
+                                             serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    @cached_property
+    def _signer(self):
+        from google.auth import crypt
+
+        return crypt.RSASigner.from_string(self.private_pem, key_id=self.key_id)
+
+    @cached_property
+    def _verifier(self):
+        from google.auth import crypt
+
+        return crypt.RSAVerifier.from_string(self.public_pem)
+
+    def mint(self, email: str, audience: str, now: float, **overrides: Any) -> str:
+        """An ID token as Google signs it for a service account (`overrides` replace claims, for tests)."""
+        from google.auth import jwt
+
+        unique_id = str(int(hashlib.sha256(email.encode()).hexdigest()[:15], 16))  # Google's numeric account id
+        claims = {"iss": GOOGLE_ISSUER, "aud": audience, "azp": unique_id, "sub": unique_id, "email": email,
+                  "email_verified": True, "iat": int(now), "exp": int(now) + TOKEN_LIFETIME_SECONDS, **overrides}
+        return jwt.encode(self._signer, claims).decode()
+
+    def verify(self, token: str, now: float) -> dict[str, Any]:
+        """The claims of a token this signer signed and that is still valid, else TokenRejected (401)."""
+        try:
+            header, claims, signature = split_token(token)
+            signed, _, _ = token.rpartition(".")
+            raw_signature = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+        except ValueError as e:
+            raise TokenRejected(f"not an ID token: {e}") from None
+        if header.get("alg") != "RS256" or header.get("kid") != self.key_id:
+            raise TokenRejected("not signed by a Google key")
+        if not self._verifier.verify(signed.encode(), raw_signature):
+            raise TokenRejected("the signature does not verify")
+        try:
+            check_time_and_issuer(claims, now)
+        except ValueError as e:
+            raise TokenRejected(str(e)) from None
+        return claims
+
+
+@dataclass(frozen=True)
+class Route:
+    """One Cloud Run service: its URL (the tokens' audience), the container behind it, who may invoke it."""
+
+    service: str
+    port: int
+    backend: str
+    invokers: tuple[str, ...]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class FrontConfig:
+    pubsub_host: str
+    key_file: str
+    routes: list[Route]
+    copies: int = 1  # deliveries of each push to the container (chaos: 2 delivers every push twice)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def read(cls, path: Path) -> "FrontConfig":
+        data = json.loads(path.read_text())
+        routes = [Route(**{**r, "invokers": tuple(r["invokers"])}) for r in data.pop("routes")]
+        return cls(routes=routes, **data)
+
+
+def invoker_emails(bindings: Iterable[Any], member: Callable[[str], str], service: str) -> tuple[str, ...]:
+    """The accounts infra/iam.yaml grants run.invoker on `service`, as deploy writes them (`Target.member`)."""
+    emails = []
+    for b in bindings:
+        if b.role == INVOKER_ROLE and b.resource == f"run_service:{service}":
+            _kind, _, email = member(b.member).partition(":")
+            emails.append(email)
+    return tuple(sorted(emails))
+
+
+@dataclass
+class Front:
+    """One service's front: a WSGI app."""
+
+    route: Route
+    signer: LocalGoogleSigner
+    pubsub_host: str
+    copies: int = 1
+    now: Callable[[], float] = time.time
+    rng: random.Random = field(default_factory=random.Random)
+    # One pool for every request thread (werkzeug starts a thread per request): connections are reused.
+    _session: requests.Session = field(default_factory=requests.Session, repr=False)
+    # subscription -> (pushConfig, when read): the emulator answers a GET in ~25 ms on a loaded machine, and
+    # every push would ask. A changed pushConfig applies within PUSH_CONFIG_TTL_SECONDS (Pub/Sub's own
+    # config changes are not instant either).
+    _push_configs: dict[str, tuple[dict, float]] = field(default_factory=dict, repr=False)
+
+    def __call__(self, environ, start_response):
+        return self.handle(Request(environ))(environ, start_response)
+
+    def handle(self, request: Request) -> Response:
+        header = SERVERLESS_AUTHORIZATION if SERVERLESS_AUTHORIZATION in request.headers else "Authorization"
+        scheme, _, token = request.headers.get(header, "").partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        body = request.get_data()
+        if not token:  # Pub/Sub puts its token in Authorization
+            token, header = self._token_pubsub_would_send(request.path, body) or "", "Authorization"
+        try:
+            if not token:
+                raise TokenRejected("no ID token")
+            self._check_invoker(token)
+        except TokenRejected as e:
+            log.warning("%s %s refused (%d): %s", self.route.service, request.path, e.status, e)
+            word = "Unauthorized" if e.status == 401 else "Forbidden"
+            return Response(f"{e.status} {word}: {e}\n", e.status, content_type="text/plain")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
+        headers[header] = f"Bearer {strip_signature(token)}"
+        headers.setdefault("X-Cloud-Trace-Context", f"{self.rng.getrandbits(128):032x}/{self.rng.getrandbits(63)};o=1")
+        url = self.route.backend.rstrip("/") + request.full_path.rstrip("?")
+        try:
+            for _ in range(self.copies):
+                answer = self._session.request(request.method, url, data=body, headers=headers, timeout=3600)
+        except requests.RequestException as e:  # the container is down: Cloud Run answers 503
+            log.warning("%s: container unreachable: %s", self.route.service, e)
+            return Response("503 Service Unavailable\n", 503, content_type="text/plain")
+        return Response(answer.content, answer.status_code, content_type=answer.headers.get("Content-Type"))
+
+    def _check_invoker(self, token: str) -> None:
+        claims = self.signer.verify(token, self.now())
+        audiences = claims.get("aud") if isinstance(claims.get("aud"), list) else [claims.get("aud")]
+        if not {self.route.url, self.route.url + "/"} & set(audiences):
+            raise TokenRejected(f"audience {claims.get('aud')} is not this service's URL {self.route.url}")
+        if claims.get("email") not in self.route.invokers:
+            raise TokenRejected(f"{claims.get('email')} does not have {INVOKER_ROLE} on {self.route.service}", 403)
+
+    def _token_pubsub_would_send(self, path: str, body: bytes) -> str | None:
+        """The emulator's push, with the ID token Pub/Sub would have added from the subscription's pushConfig."""
+        try:
+            envelope = json.loads(body or b"null")
+        except ValueError:
+            return None
+        name = envelope.get("subscription") if isinstance(envelope, dict) else None
+        if not isinstance(name, str) or "message" not in envelope:
+            return None
+        push = self._push_config(name)
+        oidc = push.get("oidcToken") or {}
+        if push.get("pushEndpoint") != self.route.url + path or not oidc.get("serviceAccountEmail"):
+            return None
+        return self.signer.mint(oidc["serviceAccountEmail"], oidc.get("audience") or push["pushEndpoint"], self.now())
+
+    def _push_config(self, subscription: str) -> dict:
+        cached = self._push_configs.get(subscription)
+        if cached and self.now() - cached[1] < PUSH_CONFIG_TTL_SECONDS:
+            return cached[0]
+        try:
+            answer = self._session.get(f"http://{self.pubsub_host}/v1/{subscription}", timeout=10)
+        except requests.RequestException:
+            return {}
+        if answer.status_code != 200:
+            return {}
+        push = answer.json().get("pushConfig") or {}
+        self._push_configs[subscription] = (push, self.now())
+        return push
+
+
+def serve(config: FrontConfig, stop: threading.Event) -> None:
+    from werkzeug.serving import make_server
+
+    signer = LocalGoogleSigner.load_or_create(Path(config.key_file))
+    servers = [make_server("127.0.0.1", route.port,
+                           Front(route, signer, config.pubsub_host, copies=config.copies), threaded=True)
+               for route in config.routes]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    log.info("front up: %s", ", ".join(f"{r.service} {r.url} → {r.backend}" for r in config.routes))
+    stop.wait()
+    for s in servers:
+        s.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The local stand-in for Pub/Sub's push token and Cloud Run's "
+                                                 "invoker check")
+    parser.add_argument("--config", type=Path, required=True)
+    args = parser.parse_args(argv)
+    from tpuq import logs
+
+    logs.setup()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request would drown the refusals
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    serve(FrontConfig.read(args.config), stop)
+
+
+if __name__ == "__main__":
+    main()

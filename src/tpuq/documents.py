@@ -1,0 +1,391 @@
+"""The contracts of what services share through Firestore: every stored state, and typed views of the documents.
+
+Services talk through Pub/Sub (`tpuq.messages`) and through the documents below.
+Every state a document can hold is a member of an enum here, and every reader and
+writer compares against and writes those members, so renaming a state is one edit
+that every service sees (`tests/unit/test_documents.py` fails if a state literal
+reappears elsewhere). Collection names live in `tpuq.store`; where files live in
+GCS, in `tpuq.gcslayout`.
+
+| collection                   | state field            | typed view                     |
+|------------------------------|------------------------|--------------------------------|
+| jobs/{job_id}                | `state`: JobState      | (dicts; `tpuq.jobstate` moves the state) |
+| jobs/{job_id}/attempts/{n}   | `state`: AttemptState  | (dicts)                        |
+| tpus/{node}                  | `state`: TpuState      | `TpuDoc`                       |
+| requests/{request_id}        | `status`: RequestStatus| `RequestRecord`                |
+| queued_resources/{qr_id}     | `state`: QueuedResourceState or ClaimerQrState | `QrRecord` |
+| zones/{fleet}:{zone}:{type}  |                        | `TargetRecord`                 |
+| fleet_status/{fleet}         |                        | `FleetStatus`                  |
+| executions/{job}:{attempt}   | `state`: ExecutionState| `ExecutionEnd` (its end)       |
+
+Nothing here does I/O: the views convert to and from the dicts Firestore stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from tpuq import store
+from tpuq.jobspec import StrictModel
+
+
+def short_node_name(name: str) -> str:
+    """`projects/p/locations/z/nodes/my-tpu` -> `my-tpu`; a short name passes through.
+
+    The id of a node's `tpus/{node}` document, and how jobs name a TPU (the way a
+    user writes it); full and short names are compared by this form. Queued
+    resources are shortened the same way (`.../queuedResources/ID` -> `ID`).
+    """
+    return name.rsplit("/", 1)[-1]
+
+
+# ------------------------------------------------------------------ jobs
+
+
+class JobState(StrEnum):
+    """jobs/{id}.state. Which edges exist between them is `tpuq.jobstate.TRANSITIONS`."""
+
+    pending = "pending"
+    assigned = "assigned"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+    rejected = "rejected"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_JOB_STATES
+
+
+# A job in one of these never changes state again (the CLI stops watching, the demo stops waiting).
+TERMINAL_JOB_STATES = frozenset({JobState.succeeded, JobState.failed, JobState.cancelled, JobState.rejected})
+# The job holds a TPU: an attempt was handed to the executor and has not ended.
+JOB_STATES_ON_A_TPU = (JobState.assigned, JobState.running)
+
+
+class AttemptState(StrEnum):
+    """jobs/{id}/attempts/{n}.state; the attempt's result is its `outcome` (`tpuq.messages.AttemptOutcome`)."""
+
+    assigned = "assigned"
+    running = "running"
+    ended = "ended"
+
+
+# ------------------------------------------------------------------ tpus
+
+
+class TpuState(StrEnum):
+    """tpus/{node}.state: the scheduler's view of an owned TPU node."""
+
+    idle = "idle"  # ready for an assignment (scheduler: ACTIVE event, attempt freed it)
+    busy = "busy"  # running an attempt (scheduler: assignment)
+    deleting = "deleting"  # the janitor decided to delete it (a guarded write before the delete call)
+    gone = "gone"  # lost or deleted (scheduler: SUSPENDED / FAILED / GONE event; janitor: delete done)
+
+
+# Two meanings, two names:
+# still holds a slice of the fleet entry's `max_slices` (the scheduler's capacity cap): a TPU being deleted
+# counts until it is gone, or the scheduler would ask for a replacement while the old one still holds quota;
+TPU_STATES_HOLDING_A_SLICE = frozenset({TpuState.idle, TpuState.busy, TpuState.deleting})
+# serves or can serve a job (the janitor's pool, of which `keep_warm_count` are kept).
+TPU_STATES_IN_SERVICE = frozenset({TpuState.idle, TpuState.busy})
+
+
+@dataclass(frozen=True)
+class TpuDoc:
+    """The fields of tpus/{id} the janitor reads."""
+
+    id: str
+    fleet: str | None
+    entry_id: str | None
+    state: str | None
+    idle_since: datetime | None
+    queued_resource: str | None = None
+    name: str | None = None
+    deleting_since: datetime | None = None
+    quarantined: bool = False  # its last attempt ended preempted / unreachable: never reused
+
+    @classmethod
+    def from_doc(cls, doc_id: str, doc: Mapping[str, Any]) -> "TpuDoc":
+        return cls(
+            id=doc_id,
+            fleet=doc.get("fleet"),
+            entry_id=doc.get("entry_id"),
+            state=doc.get("state"),
+            idle_since=doc.get("idle_since"),
+            queued_resource=doc.get("queued_resource"),
+            name=doc.get("name"),
+            deleting_since=doc.get("deleting_since"),
+            quarantined=bool(doc.get("quarantined")),
+        )
+
+
+class WorkerEndpoint(StrictModel):
+    """One worker of a node, as the Cloud TPU API reports it (`networkEndpoints[worker_id]`).
+
+    Stored in tpus/{node}.endpoints and queued_resources/{id}.endpoints, and carried by fleet events and
+    assignments."""
+
+    worker_id: int = Field(ge=0)
+    ip: str = Field(description="The internal IP (`ipAddress`): the workers' peers, and SSH for vpc/iap fleets")
+    external_ip: str | None = Field(default=None, description="`accessConfig.externalIp`: SSH for direct fleets")
+    port: int | None = Field(default=None, description="The TPU runtime's port (8470) as reported; never SSH (22)")
+    hostname: str | None = None
+
+
+# ---------------------------------------------------- the Cloud TPU API's states
+
+
+class QueuedResourceState(StrEnum):
+    """tpu_v2 `QueuedResourceState.State`, as the API reports it (STATE_UNSPECIFIED is never reported).
+
+    The fake TPU API (`tpuq_dev.faketpu`) runs this same enum."""
+
+    CREATING = "CREATING"
+    ACCEPTED = "ACCEPTED"
+    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
+    PROVISIONING = "PROVISIONING"
+    ACTIVE = "ACTIVE"
+    FAILED = "FAILED"
+    DELETING = "DELETING"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"
+
+
+class ClaimerQrState(StrEnum):
+    """The two states the claimer records in queued_resources/{id}.state that the API never reports."""
+
+    REQUESTED = "REQUESTED"  # the create is recorded (with the zone claim) but the API's answer is not seen yet
+    GONE = "GONE"  # the API says NOT_FOUND: the queued resource no longer exists
+
+
+class TpuNodeState(StrEnum):
+    """tpu_v2 `Node.State`, as the API reports it (STATE_UNSPECIFIED is never reported).
+
+    The fake TPU API runs this same enum (it moves its nodes through CREATING, READY, DELETING, PREEMPTED)."""
+
+    CREATING = "CREATING"
+    READY = "READY"
+    RESTARTING = "RESTARTING"
+    REIMAGING = "REIMAGING"
+    DELETING = "DELETING"
+    REPAIRING = "REPAIRING"
+    STOPPED = "STOPPED"
+    STOPPING = "STOPPING"
+    STARTING = "STARTING"
+    PREEMPTED = "PREEMPTED"
+    TERMINATED = "TERMINATED"
+    HIDING = "HIDING"
+    HIDDEN = "HIDDEN"
+    UNHIDING = "UNHIDING"
+    UNKNOWN = "UNKNOWN"
+
+
+# ------------------------------------------------------- the claimer's documents
+
+
+class RequestStatus(StrEnum):
+    """requests/{id}.status."""
+
+    open = "open"
+    withdrawn = "withdrawn"
+
+
+# States in which a queued resource still races for capacity (it holds its zone's slot for its type).
+QR_STATES_RACING = frozenset({ClaimerQrState.REQUESTED, QueuedResourceState.CREATING, QueuedResourceState.ACCEPTED,
+                              QueuedResourceState.WAITING_FOR_RESOURCES, QueuedResourceState.PROVISIONING})
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """requests/{request_id}: one capacity request."""
+
+    request_id: str
+    fleet: str
+    types: tuple[str, ...]
+    regions: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
+    count: int = 1
+    status: str = RequestStatus.open.value
+    job_ids: tuple[str, ...] = ()
+    generations: dict[str, int] = field(default_factory=dict)  # zone -> queued resources created there so far
+    at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.status == RequestStatus.open
+
+
+@dataclass(frozen=True)
+class QrRecord:
+    """queued_resources/{qr_id}: one queued resource the claimer created, with the last state it saw."""
+
+    qr_id: str
+    fleet: str
+    project: str
+    request_id: str
+    entry_id: str
+    zone: str
+    type: str
+    spot: bool
+    generation: int
+    state: str  # a QueuedResourceState or a ClaimerQrState
+    created_at: datetime
+    updated_at: datetime
+    delete_requested: bool = False
+    failure_class: str | None = None
+    failure_message: str | None = None
+    node: str | None = None
+    endpoints: tuple[WorkerEndpoint, ...] = ()
+
+    @property
+    def live(self) -> bool:
+        return self.state != ClaimerQrState.GONE
+
+    @property
+    def pending(self) -> bool:
+        return self.state in QR_STATES_RACING
+
+    @property
+    def name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.qr_id}"
+
+    @property
+    def node_name(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/nodes/{self.qr_id}"
+
+
+@dataclass(frozen=True)
+class TargetRecord:
+    """zones/{fleet}:{zone}:{type}: back-off and drop state of one race target."""
+
+    fleet: str
+    zone: str
+    type: str
+    capacity_failures: int = 0
+    backoff_until: datetime | None = None
+    dropped_version: str | None = None  # the fleet version it was dropped under
+    dropped_reason: str | None = None
+    unknown_failures: int = 0
+    unknown_version: str | None = None
+    last_failure_class: str | None = None
+    last_failure_message: str | None = None
+    last_claim: str | None = None
+    # Firestore update time of the loaded document: the zone claim is a write conditioned on it.
+    update_time: Any = field(default=None, compare=False)
+
+    def dropped(self, fleet_version: str) -> bool:
+        return self.dropped_version == fleet_version
+
+    def backed_off(self, now: datetime) -> bool:
+        return self.backoff_until is not None and now < self.backoff_until
+
+    def unknown_count(self, fleet_version: str) -> int:
+        return self.unknown_failures if self.unknown_version == fleet_version else 0
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    """fleet_status/{fleet}: a project-level block."""
+
+    fleet: str
+    blocked: str | None = None  # the reason, for people
+    blocked_version: str | None = None
+    blocked_message: str | None = None
+    blocked_at: datetime | None = None
+
+    def is_blocked(self, fleet_version: str) -> bool:
+        return bool(self.blocked) and self.blocked_version == fleet_version
+
+
+def qr_to_doc(qr: QrRecord) -> dict[str, Any]:
+    doc = asdict(qr)
+    doc["endpoints"] = [e.model_dump() for e in qr.endpoints]
+    doc["name"] = qr.name
+    doc["live"] = qr.live
+    return doc
+
+
+def qr_from_doc(doc: Mapping[str, Any]) -> QrRecord:
+    fields = {k: v for k, v in doc.items() if k in QrRecord.__dataclass_fields__}
+    fields["endpoints"] = tuple(WorkerEndpoint.model_validate(e) for e in doc.get("endpoints") or ())
+    return QrRecord(**fields)
+
+
+def request_to_doc(request: RequestRecord) -> dict[str, Any]:
+    doc = asdict(request)
+    for key in ("types", "regions", "zones", "job_ids"):
+        doc[key] = list(doc[key])
+    return doc
+
+
+def request_from_doc(doc: Mapping[str, Any]) -> RequestRecord:
+    fields = {k: v for k, v in doc.items() if k in RequestRecord.__dataclass_fields__}
+    for key in ("types", "regions", "zones", "job_ids"):
+        fields[key] = tuple(fields.get(key) or ())
+    fields["generations"] = dict(fields.get("generations") or {})
+    return RequestRecord(**fields)
+
+
+def target_to_doc(target: TargetRecord) -> dict[str, Any]:
+    doc = asdict(target)
+    doc.pop("update_time")
+    return doc
+
+
+def target_from_doc(doc: Mapping[str, Any], update_time: Any) -> TargetRecord:
+    fields = {k: v for k, v in doc.items() if k in TargetRecord.__dataclass_fields__ and k != "update_time"}
+    return TargetRecord(**fields, update_time=update_time)
+
+
+def status_from_doc(doc: Mapping[str, Any]) -> FleetStatus:
+    return FleetStatus(**{k: v for k, v in doc.items() if k in FleetStatus.__dataclass_fields__})
+
+
+def status_to_doc(status: FleetStatus) -> dict[str, Any]:
+    return asdict(status)
+
+
+# ------------------------------------------------------------------ executions
+
+
+class ExecutionState(StrEnum):
+    """executions/{job}:{attempt}.state; whether its end was published is the separate `ended` flag."""
+
+    starting = "starting"  # the assignment was received; the workers are being prepared
+    started = "started"  # the command runs on every worker (the tick's backstop judges only these)
+
+
+def execution_doc_id(job_id: str, attempt: int) -> str:
+    """executions/{job}:{attempt}: the executor writes it, the scheduler's backstop reads it."""
+    return store.doc_id(job_id, str(attempt))
+
+
+@dataclass(frozen=True)
+class ExecutionEnd:
+    """What executions/{job}:{attempt} says about the attempt's end, once the executor published it.
+
+    The scheduler's tick applies it when the `ended` event was lost."""
+
+    outcome: str  # a tpuq.messages.AttemptOutcome value
+    detail: str | None = None
+    ended_at: datetime | None = None
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any] | None) -> "ExecutionEnd | None":
+        """None while the end is not published (or the document does not exist)."""
+        if not doc or not doc.get("ended") or not doc.get("outcome"):
+            return None
+        return cls(outcome=doc["outcome"], detail=doc.get("detail"), ended_at=doc.get("ended_at"))
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"ended": True, "outcome": self.outcome, "detail": self.detail, "ended_at": self.ended_at}

@@ -1,0 +1,768 @@
+"""An in-memory Firestore with `google.cloud.firestore.Client`'s call shapes.
+
+It implements every operation the services use (grep `src/tpuq` for them):
+- `db.collection(...).document(...)`, subcollections, `ref.get()`, `db.get_all(refs)`;
+- `set` (with `merge=True`), `update` (dotted field paths; `option=db.write_option(last_update_time=...)` or
+  `exists=...`), `create` (AlreadyExists), `delete`;
+- `db.batch()` ... `commit()`: all or nothing, each write's precondition checked in order;
+- `db.transaction()` with `@firestore.transactional` (optimistic here; a changed read aborts and retries);
+- the transforms `Increment`, `Maximum`, `Minimum`, `ArrayUnion`, `ArrayRemove`, `SERVER_TIMESTAMP`, `DELETE_FIELD`;
+- queries: `where(field, op, value)` and `where(filter=FieldFilter(...))` with `==`, `!=`, `<`, `<=`, `>`, `>=`,
+  `in`, `not-in`, `array_contains`, `array_contains_any`; `order_by`, `limit`, `offset`, `stream()`, `get()`,
+  `count()`.
+
+Firestore's behaviour it keeps, because our code would notice the difference
+(each one is checked against the emulator by `tests/contract/`):
+- every commit gets a strictly later update time, shared by all its writes; a
+  write that changes nothing keeps the document's update time;
+- a query never matches a document without the field (and `!=` / `not-in`
+  never match null); `==` and `<` compare only values of the same type
+  (1 == 1.0, but True != 1; a string is never "<=" a timestamp), and ordering
+  across types follows Firestore's type order;
+- `order_by` drops documents without that field; ties (and queries without
+  `order_by`) come in document-id order;
+- values come back as Firestore returns them: copies, lists for tuples, plain
+  str/int for enum members, timestamps as UTC-aware datetimes (naive ones are
+  taken as UTC, as the client does), sets as arrays; a value the client cannot
+  send raises TypeError;
+- `get_all` yields in no promised order (here: shuffled, seeded), so a caller
+  that leaned on the order asked would fail here too.
+Not modelled: indexes (production needs the composite ones in infra/) and
+limits on write rate.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import string
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable, Iterator
+
+from google.api_core.datetime_helpers import DatetimeWithNanoseconds
+from google.api_core.exceptions import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from google.cloud.firestore_v1 import transforms
+from google.cloud.firestore_v1.base_aggregation import AggregationResult
+
+ASCENDING, DESCENDING = "ASCENDING", "DESCENDING"  # the values of google.cloud.firestore.Query's constants
+_MISSING = object()
+_MAX_IN_VALUES = 30  # Firestore refuses larger `in` / `not-in` / `array_contains_any` lists
+_INEQUALITIES = ("<", "<=", ">", ">=", "!=", "not-in")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# ------------------------------------------------------------------ values
+
+
+def _encode(value: Any, in_array: bool = False) -> Any:
+    """A value as Firestore stores it (and hands back), or TypeError for what it cannot store."""
+    if value is None or type(value) in (bool, int, float, str, bytes):
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str.__str__(value)  # an enum member's text, as the client sends it
+    if isinstance(value, datetime):
+        utc = (value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        return DatetimeWithNanoseconds(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second,
+                                       utc.microsecond, tzinfo=timezone.utc)
+    if isinstance(value, (list, tuple, set, frozenset)):  # the client sends a set as an array too
+        if in_array:
+            raise InvalidArgument("Cannot convert an array value in an array value.")
+        return [_encode(v, in_array=True) for v in value]
+    if isinstance(value, dict):
+        if any(not isinstance(k, str) for k in value):
+            raise TypeError(f"Cannot convert to a Firestore Value: map keys must be strings: {value!r}")
+        return {k: _encode(v) for k, v in value.items()}
+    raise TypeError(f"Cannot convert to a Firestore Value: {value!r} (type {type(value).__name__})")
+
+
+# Firestore's order of value types: null < boolean < number < timestamp < string < bytes < array < map.
+def _type_rank(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, (int, float)):
+        return 2
+    if isinstance(value, datetime):
+        return 3
+    if isinstance(value, str):
+        return 4
+    if isinstance(value, bytes):
+        return 5
+    if isinstance(value, list):
+        return 8
+    if isinstance(value, dict):
+        return 9
+    raise TypeError(f"not a Firestore value: {value!r}")
+
+
+def _order_key(value: Any) -> tuple:
+    rank = _type_rank(value)
+    if rank == 8:
+        return rank, tuple(_order_key(v) for v in value)
+    if rank == 9:
+        return rank, tuple((k, _order_key(value[k])) for k in sorted(value))
+    return rank, value if rank else 0
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return _type_rank(a) == _type_rank(b) and _order_key(a) == _order_key(b)
+
+
+def _field_path(path: str) -> list[str]:
+    return path.split(".")
+
+
+def _lookup(data: dict, path: str) -> Any:
+    node: Any = data
+    for part in _field_path(path):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+# ------------------------------------------------------------------ writes
+
+
+def _transformed(existing: Any, value: Any, commit_time: datetime) -> Any:
+    """The stored value after writing `value` over `existing` (_MISSING when absent)."""
+    if value is transforms.SERVER_TIMESTAMP:
+        return commit_time
+    if isinstance(value, transforms.Increment):
+        if isinstance(existing, (int, float)) and not isinstance(existing, bool):
+            return existing + value.value
+        return value.value
+    if isinstance(value, (transforms.Maximum, transforms.Minimum)):
+        if isinstance(existing, (int, float)) and not isinstance(existing, bool):
+            pick = max if isinstance(value, transforms.Maximum) else min
+            return pick(existing, value.value)
+        return value.value
+    if isinstance(value, transforms.ArrayUnion):
+        current = list(existing) if isinstance(existing, list) else []
+        for v in _encode(list(value.values)):
+            if not any(_equal(v, c) for c in current):
+                current.append(v)
+        return current
+    if isinstance(value, transforms.ArrayRemove):
+        removed = _encode(list(value.values))
+        return [c for c in existing if not any(_equal(c, r) for r in removed)] if isinstance(existing, list) else []
+    return _encode(value)
+
+
+def _no_delete_field(data: Any, request: str) -> None:
+    if data is transforms.DELETE_FIELD:
+        raise ValueError(f"Cannot apply DELETE_FIELD in a {request} request.")
+    if isinstance(data, dict):
+        for v in data.values():
+            _no_delete_field(v, request)
+
+
+def _build(data: dict, commit_time: datetime) -> dict:
+    """A whole new document (set without merge, create)."""
+    out = {}
+    for key, value in data.items():
+        out[key] = _build(value, commit_time) if isinstance(value, dict) else _transformed(_MISSING, value, commit_time)
+    return out
+
+
+def _merge_into(target: dict, data: dict, commit_time: datetime) -> None:
+    """set(merge=True): nested maps merge leaf by leaf; an empty map is a leaf."""
+    for key, value in data.items():
+        if value is transforms.DELETE_FIELD:
+            target.pop(key, None)
+        elif isinstance(value, dict) and value:
+            if not isinstance(target.get(key), dict):
+                target[key] = {}
+            _merge_into(target[key], value, commit_time)
+        else:
+            target[key] = _transformed(target.get(key, _MISSING), value, commit_time)
+
+
+def _update_into(target: dict, fields: dict, commit_time: datetime) -> None:
+    """update(): each key is a field path whose value replaces what is there (maps included)."""
+    for path, value in fields.items():
+        *parents, leaf = _field_path(path)
+        node = target
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                if value is transforms.DELETE_FIELD:
+                    node = None
+                    break
+                node[part] = {}
+            node = node[part]
+        if node is None:
+            continue
+        if value is transforms.DELETE_FIELD:
+            node.pop(leaf, None)
+        elif isinstance(value, dict):
+            node[leaf] = _build(value, commit_time)
+        else:
+            node[leaf] = _transformed(node.get(leaf, _MISSING), value, commit_time)
+
+
+@dataclass(frozen=True)
+class LastUpdateOption:
+    """`db.write_option(last_update_time=...)`: the write lands only on exactly that version."""
+
+    last_update_time: datetime
+
+
+@dataclass(frozen=True)
+class ExistsOption:
+    """`db.write_option(exists=...)`."""
+
+    exists: bool
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    update_time: datetime | None
+
+
+@dataclass
+class _Stored:
+    data: dict
+    create_time: datetime
+    update_time: datetime
+
+
+@dataclass(frozen=True)
+class _Write:
+    kind: str  # create | set | update | delete
+    path: str
+    data: dict | None = None
+    merge: bool = False
+    option: Any = None
+
+
+def _check_option(option: Any, current: _Stored | None, path: str) -> None:
+    if option is None:
+        return
+    if isinstance(option, LastUpdateOption):
+        if current is None or current.update_time != option.last_update_time:
+            raise FailedPrecondition(f"the stored version of {path} does not match the required base version")
+    elif isinstance(option, ExistsOption):
+        if option.exists and current is None:
+            raise NotFound(f"No document to update: {path}")
+        if not option.exists and current is not None:
+            raise AlreadyExists(f"Document already exists: {path}")
+    else:
+        raise TypeError(f"unknown write option {option!r}")
+
+
+def _apply(write: _Write, current: _Stored | None, commit_time: datetime) -> _Stored | None:
+    """The document after `write`, or the exception Firestore answers with."""
+    if write.kind == "create":
+        if current is not None:
+            raise AlreadyExists(f"Document already exists: {write.path}")
+        return _Stored(_build(write.data or {}, commit_time), commit_time, commit_time)
+    if write.kind == "delete":
+        _check_option(write.option, current, write.path)
+        return None
+    if write.kind == "set":
+        data = copy.deepcopy(current.data) if (current is not None and write.merge) else {}
+        if write.merge:
+            _merge_into(data, write.data or {}, commit_time)
+        else:
+            data = _build(write.data or {}, commit_time)
+    else:  # update
+        if write.option is None and current is None:
+            raise NotFound(f"No document to update: {write.path}")
+        _check_option(write.option, current, write.path)
+        assert current is not None
+        data = copy.deepcopy(current.data)
+        _update_into(data, write.data or {}, commit_time)
+    if current is None:
+        return _Stored(data, commit_time, commit_time)
+    if data == current.data:
+        return current  # nothing changed: the update time stays (Firestore's WriteResult says the same)
+    return _Stored(data, current.create_time, commit_time)
+
+
+# ------------------------------------------------------------------ the client
+
+
+class MemoryFirestore:
+    """One in-memory database. Thread-safe: every read and commit holds one lock."""
+
+    def __init__(self, project: str = "tpuq-local", now: Callable[[], datetime] = _utcnow,
+                 rng: random.Random | None = None):
+        self.project = project
+        self._now = now
+        self._rng = rng or random.Random(0)
+        self._collections: dict[str, dict[str, _Stored]] = {}  # collection path -> document id -> document
+        self._lock = threading.RLock()
+        self._last_commit: datetime | None = None
+
+    # ---- references
+    def collection(self, *path: str) -> "MemoryCollection":
+        parts = _split(path)
+        if len(parts) % 2 != 1:
+            raise ValueError(f"a collection path has an odd number of parts: {'/'.join(parts)!r}")
+        return MemoryCollection(self, tuple(parts))
+
+    def document(self, *path: str) -> "MemoryDocument":
+        parts = _split(path)
+        if len(parts) % 2 != 0 or not parts:
+            raise ValueError(f"a document path has an even number of parts: {'/'.join(parts)!r}")
+        return MemoryDocument(self, tuple(parts))
+
+    # ---- reads
+    def get_all(self, references: Iterable["MemoryDocument"], field_paths=None, transaction=None,
+                **_: Any) -> Iterator["MemorySnapshot"]:
+        unique = list({ref.path: ref for ref in references}.values())
+        with self._lock:
+            self._rng.shuffle(unique)  # Firestore answers in no promised order: callers must map results by id
+            snaps = [self._snapshot(ref) for ref in unique]
+        for snap in snaps:
+            if transaction is not None:
+                transaction._read(snap)
+            yield snap
+
+    def _snapshot(self, ref: "MemoryDocument") -> "MemorySnapshot":
+        stored = self._stored(ref.path)
+        read_time = self._time()
+        if stored is None:
+            return MemorySnapshot(ref, None, None, None, read_time)
+        return MemorySnapshot(ref, copy.deepcopy(stored.data), stored.create_time, stored.update_time, read_time)
+
+    def _children(self, collection_path: str) -> list[tuple[str, _Stored]]:
+        docs = self._collections.get(collection_path, {})
+        return [(f"{collection_path}/{doc_id}", docs[doc_id]) for doc_id in sorted(docs)]
+
+    def _stored(self, path: str) -> _Stored | None:
+        collection, doc_id = path.rsplit("/", 1)
+        return self._collections.get(collection, {}).get(doc_id)
+
+    def _store(self, path: str, stored: _Stored | None) -> None:
+        collection, doc_id = path.rsplit("/", 1)
+        if stored is not None:
+            self._collections.setdefault(collection, {})[doc_id] = stored
+        elif doc_id in self._collections.get(collection, {}):
+            del self._collections[collection][doc_id]
+
+    # ---- writes
+    def batch(self) -> "MemoryBatch":
+        return MemoryBatch(self)
+
+    def transaction(self, max_attempts: int = 5, read_only: bool = False) -> "MemoryTransaction":
+        return MemoryTransaction(self, max_attempts, read_only)
+
+    @staticmethod
+    def write_option(**kwargs: Any):
+        if len(kwargs) != 1:
+            raise TypeError("Exactly one option must be provided")
+        (name, value), = kwargs.items()
+        if name == "last_update_time":
+            return LastUpdateOption(value)
+        if name == "exists":
+            return ExistsOption(bool(value))
+        raise TypeError(f"{name} is an invalid write option")
+
+    def _time(self) -> datetime:
+        """Strictly later than the last commit, even under a frozen clock."""
+        now = _encode(self._now())
+        if self._last_commit is not None and now <= self._last_commit:
+            now = _encode(self._last_commit + timedelta(microseconds=1))
+        return now
+
+    def _commit(self, writes: list[_Write], reads: dict[str, datetime | None] | None = None) -> list[WriteResult]:
+        with self._lock:
+            for path, seen in (reads or {}).items():
+                stored = self._stored(path)
+                if (stored.update_time if stored else None) != seen:
+                    raise Aborted(f"transaction aborted: {path} changed since it was read")
+            commit_time = self._time()
+            working: dict[str, _Stored | None] = {}
+            results = []
+            for write in writes:
+                current = working[write.path] if write.path in working else self._stored(write.path)
+                after = _apply(write, current, commit_time)
+                working[write.path] = after
+                results.append(WriteResult(after.update_time if after else None))
+            for path, after in working.items():
+                self._store(path, after)
+            self._last_commit = commit_time
+            return results
+
+    def _auto_id(self) -> str:
+        return "".join(self._rng.choice(string.ascii_letters + string.digits) for _ in range(20))
+
+
+def _split(path: tuple[str, ...]) -> list[str]:
+    parts = [p for segment in path for p in segment.split("/")]
+    if any(not p for p in parts):
+        raise ValueError(f"a path has an empty part: {path!r}")
+    return parts
+
+
+class _Named:
+    """What document and collection references share: a database and a path."""
+
+    _client: MemoryFirestore
+    _parts: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return self._parts[-1]
+
+    @property
+    def path(self) -> str:
+        return "/".join(self._parts)
+
+
+class MemoryDocument(_Named):
+    def __init__(self, db: MemoryFirestore, parts: tuple[str, ...]):
+        self._client, self._parts = db, parts
+
+    @property
+    def parent(self) -> "MemoryCollection":
+        return MemoryCollection(self._client, self._parts[:-1])
+
+    def collection(self, name: str) -> "MemoryCollection":
+        return self._client.collection(*self._parts, name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MemoryDocument) and other._client is self._client and other._parts == self._parts
+
+    def __hash__(self) -> int:
+        return hash(self._parts)
+
+    def __repr__(self) -> str:
+        return f"MemoryDocument({self.path!r})"
+
+    def get(self, field_paths=None, transaction: "MemoryTransaction | None" = None, **_: Any) -> "MemorySnapshot":
+        with self._client._lock:
+            snap = self._client._snapshot(self)
+        if transaction is not None:
+            transaction._read(snap)
+        return snap
+
+    def create(self, document_data: dict, **_: Any) -> WriteResult:
+        return self._client._commit([_Write("create", self.path, _checked(document_data, "create"))])[0]
+
+    def set(self, document_data: dict, merge: bool = False, **_: Any) -> WriteResult:
+        return self._client._commit([_set_write(self.path, document_data, merge)])[0]
+
+    def update(self, field_updates: dict, option: Any = None, **_: Any) -> WriteResult:
+        return self._client._commit([_update_write(self.path, field_updates, option)])[0]
+
+    def delete(self, option: Any = None, **_: Any) -> datetime:
+        self._client._commit([_Write("delete", self.path, option=option)])
+        assert self._client._last_commit is not None
+        return self._client._last_commit
+
+
+def _checked(data: dict, request: str) -> dict:
+    if not isinstance(data, dict):
+        raise TypeError(f"a document is a dict, not {type(data).__name__}")
+    _no_delete_field(data, request)
+    return data
+
+
+def _set_write(path: str, data: dict, merge: bool) -> _Write:
+    if not isinstance(merge, bool):
+        raise NotImplementedError("set(merge=[field paths]) is not used by tpuq and not modelled")
+    return _Write("set", path, data if merge else _checked(data, "set without merge"), merge=merge)
+
+
+def _update_write(path: str, fields: dict, option: Any) -> _Write:
+    if not fields:
+        raise ValueError("Cannot update with an empty document.")
+    if isinstance(option, ExistsOption):  # update requires the document already; the client refuses this option
+        raise ValueError("you must not pass an explicit write option to update.")
+    return _Write("update", path, dict(fields), option=option)
+
+
+@dataclass
+class MemorySnapshot:
+    reference: MemoryDocument
+    _data: dict | None
+    create_time: datetime | None
+    update_time: datetime | None
+    read_time: datetime
+
+    @property
+    def id(self) -> str:
+        return self.reference.id
+
+    @property
+    def exists(self) -> bool:
+        return self._data is not None
+
+    def to_dict(self) -> dict | None:
+        return copy.deepcopy(self._data)
+
+    def get(self, field_path: str) -> Any:
+        if self._data is None:
+            return None
+        value = _lookup(self._data, field_path)
+        if value is _MISSING:
+            raise KeyError(f"No field {field_path!r} in document {self.reference.path}")
+        return copy.deepcopy(value)
+
+
+# ------------------------------------------------------------------ batches and transactions
+
+
+class MemoryBatch:
+    """`db.batch()`: writes collected, then committed all or nothing."""
+
+    def __init__(self, db: MemoryFirestore):
+        self._client = db
+        self._writes: list[_Write] = []
+
+    def _add(self, write: _Write) -> None:
+        self._writes.append(write)
+
+    def create(self, reference: MemoryDocument, document_data: dict) -> None:
+        self._add(_Write("create", reference.path, _checked(document_data, "create")))
+
+    def set(self, reference: MemoryDocument, document_data: dict, merge: bool = False) -> None:
+        self._add(_set_write(reference.path, document_data, merge))
+
+    def update(self, reference: MemoryDocument, field_updates: dict, option: Any = None) -> None:
+        self._add(_update_write(reference.path, field_updates, option))
+
+    def delete(self, reference: MemoryDocument, option: Any = None) -> None:
+        self._add(_Write("delete", reference.path, option=option))
+
+    def __len__(self) -> int:
+        return len(self._writes)
+
+    def commit(self, **_: Any) -> list[WriteResult]:
+        writes, self._writes = self._writes, []
+        return self._client._commit(writes)
+
+
+class MemoryTransaction(MemoryBatch):
+    """`db.transaction()`, driven by `@firestore.transactional` (which calls `_begin`, `_commit`, `_rollback`).
+
+    Optimistic where Firestore locks: a document read in the transaction and
+    changed by someone else before the commit makes the commit raise Aborted,
+    which the decorator retries. The outcome is the same serializable one.
+    """
+
+    def __init__(self, db: MemoryFirestore, max_attempts: int, read_only: bool):
+        super().__init__(db)
+        self._max_attempts, self._read_only = max_attempts, read_only
+        self._id: bytes | None = None
+        self._reads: dict[str, datetime | None] = {}
+        self._counter = 0
+
+    @property
+    def in_progress(self) -> bool:
+        return self._id is not None
+
+    @property
+    def id(self) -> bytes | None:
+        return self._id
+
+    def _clean_up(self) -> None:
+        self._writes, self._reads, self._id = [], {}, None
+
+    def _begin(self, retry_id: bytes | None = None) -> None:
+        if self.in_progress:
+            raise ValueError("The transaction has already begun.")
+        self._counter += 1
+        self._id = f"memory-tx-{id(self)}-{self._counter}".encode()
+
+    def _rollback(self) -> None:
+        self._clean_up()
+
+    def _commit(self) -> list[WriteResult]:
+        if not self.in_progress:
+            raise ValueError("The transaction has no transaction ID, so it cannot be committed.")
+        writes, reads = self._writes, self._reads
+        try:
+            return self._client._commit(writes, reads)
+        finally:
+            self._clean_up()
+
+    def _read(self, snap: MemorySnapshot) -> None:
+        if self._writes:
+            raise ValueError("Attempted read after write in a transaction.")
+        self._reads.setdefault(snap.reference.path, snap.update_time)
+
+    def _add(self, write: _Write) -> None:
+        if self._read_only:
+            raise ValueError("Cannot perform write operation in read-only transaction.")
+        self._writes.append(write)
+
+    def get(self, ref_or_query, **_: Any):
+        if isinstance(ref_or_query, MemoryDocument):
+            return ref_or_query.get(transaction=self)
+        return ref_or_query.stream(transaction=self)
+
+    def get_all(self, references, **_: Any):
+        return self._client.get_all(references, transaction=self)
+
+    def commit(self, **_: Any) -> list[WriteResult]:
+        raise TypeError("a transaction is committed by @firestore.transactional, not by commit()")
+
+
+# ------------------------------------------------------------------ queries
+
+
+@dataclass(frozen=True)
+class _Filter:
+    field: str
+    op: str
+    value: Any
+
+    def matches(self, data: dict) -> bool:
+        actual = _lookup(data, self.field)
+        if actual is _MISSING:
+            return False  # Firestore never matches a document without the field, whatever the operator
+        op, value = self.op, self.value
+        if op == "==":
+            return _equal(actual, value)
+        if op == "!=":
+            return actual is not None and not _equal(actual, value)  # null never matches != (nor not-in)
+        if op in ("<", "<=", ">", ">="):
+            if _type_rank(actual) != _type_rank(value):
+                return False
+            a, b = _order_key(actual), _order_key(value)
+            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        if op == "in":
+            return any(_equal(actual, v) for v in value)
+        if op == "not-in":
+            return actual is not None and not any(_equal(actual, v) for v in value)
+        if op == "array_contains":
+            return isinstance(actual, list) and any(_equal(a, value) for a in actual)
+        if op == "array_contains_any":
+            return isinstance(actual, list) and any(_equal(a, v) for a in actual for v in value)
+        raise ValueError(f"Operator string {op!r} is invalid.")
+
+
+_OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not-in", "array_contains", "array_contains_any")
+
+
+class MemoryQuery:
+    def __init__(self, collection: "MemoryCollection", filters: tuple[_Filter, ...] = (),
+                 orders: tuple[tuple[str, str], ...] = (), limit: int | None = None, offset: int = 0):
+        self._parent, self._filters, self._orders, self._limit, self._offset = (
+            collection, filters, orders, limit, offset)
+
+    def _copy(self, **changes: Any) -> "MemoryQuery":
+        fields = {"filters": self._filters, "orders": self._orders, "limit": self._limit, "offset": self._offset}
+        return MemoryQuery(self._parent, **{**fields, **changes})
+
+    def where(self, field_path: str | None = None, op_string: str | None = None, value: Any = None, *,
+              filter: Any = None) -> "MemoryQuery":
+        if filter is not None:
+            if field_path is not None or op_string is not None:
+                raise ValueError("Can't pass in both the positional arguments and 'filter' at the same time")
+            if not all(hasattr(filter, a) for a in ("field_path", "op_string", "value")):
+                raise NotImplementedError("only FieldFilter is modelled (tpuq uses no And/Or filters)")
+            field_path, op_string, value = filter.field_path, filter.op_string, filter.value
+        if op_string not in _OPS:
+            raise ValueError(f"Operator string {op_string!r} is invalid. Valid choices are: {', '.join(_OPS)}.")
+        if op_string in ("in", "not-in", "array_contains_any"):
+            value = list(value)
+            if len(value) > _MAX_IN_VALUES:
+                raise InvalidArgument(f"'{op_string}' supports up to {_MAX_IN_VALUES} comparison values.")
+            value = [_encode(v) for v in value]
+        else:
+            if value is None and op_string not in ("==", "!="):
+                raise ValueError("Null values may only be used with the '==' and '!=' operators.")
+            value = _encode(value)
+        return self._copy(filters=self._filters + (_Filter(str(field_path), str(op_string), value),))
+
+    def order_by(self, field_path: str, direction: str = ASCENDING) -> "MemoryQuery":
+        if direction not in (ASCENDING, DESCENDING):
+            raise ValueError(f"Invalid direction {direction!r}. Must be one of {ASCENDING!r} or {DESCENDING!r}.")
+        return self._copy(orders=self._orders + ((field_path, direction),))
+
+    def limit(self, count: int) -> "MemoryQuery":
+        return self._copy(limit=count)
+
+    def offset(self, num_to_skip: int) -> "MemoryQuery":
+        return self._copy(offset=num_to_skip)
+
+    def _ordering(self) -> list[tuple[str, str]]:
+        orders = list(self._orders)
+        for f in self._filters:  # Firestore orders by an inequality's field implicitly
+            if f.op in _INEQUALITIES and f.field not in (o for o, _ in orders):
+                orders.append((f.field, ASCENDING))
+        return orders
+
+    def _results(self) -> list[MemorySnapshot]:
+        db = self._parent._client
+        orders = self._ordering()
+        last_direction = orders[-1][1] if orders else ASCENDING
+        with db._lock:
+            read_time = db._time()
+            hits = [(path, stored) for path, stored in db._children(self._parent.path)
+                    if all(f.matches(stored.data) for f in self._filters)
+                    and all(_lookup(stored.data, o) is not _MISSING for o, _ in orders)]
+            hits.sort(key=lambda hit: hit[0].rsplit("/", 1)[-1], reverse=last_direction == DESCENDING)
+            for field, direction in reversed(orders):  # stable sorts: the first order_by ends up outermost
+                hits.sort(key=lambda hit: _order_key(_lookup(hit[1].data, field)), reverse=direction == DESCENDING)
+            hits = hits[self._offset:]
+            if self._limit is not None:
+                hits = hits[: self._limit]
+            return [MemorySnapshot(db.document(path), copy.deepcopy(s.data), s.create_time, s.update_time, read_time)
+                    for path, s in hits]
+
+    def stream(self, transaction: MemoryTransaction | None = None, **_: Any) -> Iterator[MemorySnapshot]:
+        for snap in self._results():
+            if transaction is not None:
+                transaction._read(snap)
+            yield snap
+
+    def get(self, transaction: MemoryTransaction | None = None, **_: Any) -> list[MemorySnapshot]:
+        return list(self.stream(transaction=transaction))
+
+    def count(self, alias: str | None = None) -> "MemoryCount":
+        return MemoryCount(self, alias)
+
+
+class MemoryCount:
+    """`query.count()`: `get()` answers [[AggregationResult]], as the client does."""
+
+    def __init__(self, query: MemoryQuery, alias: str | None):
+        self._query, self._alias = query, alias
+
+    def get(self, transaction: MemoryTransaction | None = None, **_: Any) -> list[list[AggregationResult]]:
+        snaps = self._query.get(transaction=transaction)
+        read_time = snaps[0].read_time if snaps else self._query._parent._client._time()
+        return [[AggregationResult(self._alias or "field_1", len(snaps), read_time)]]
+
+    def stream(self, **kwargs: Any):
+        yield from self.get(**kwargs)
+
+
+class MemoryCollection(MemoryQuery, _Named):
+    def __init__(self, db: MemoryFirestore, parts: tuple[str, ...]):
+        self._client, self._parts = db, parts
+        super().__init__(self)
+
+    @property
+    def parent(self) -> MemoryDocument | None:
+        return MemoryDocument(self._client, self._parts[:-1]) if len(self._parts) > 1 else None
+
+    def document(self, document_id: str | None = None) -> MemoryDocument:
+        return self._client.document(*self._parts, document_id or self._client._auto_id())
+
+    def add(self, document_data: dict, document_id: str | None = None, **_: Any) -> tuple[datetime, MemoryDocument]:
+        ref = self.document(document_id)
+        result = ref.create(document_data)
+        assert result.update_time is not None
+        return result.update_time, ref
+
+    def list_documents(self, **_: Any) -> list[MemoryDocument]:
+        with self._client._lock:
+            return [self._client.document(path) for path, _ in self._client._children(self.path)]
