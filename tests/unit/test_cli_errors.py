@@ -57,3 +57,21 @@ def test_no_or_expired_credentials(tmp_path):
     creds.write_text('{"type": "authorized_user", "client_id": "x", "client_secret": "y", "refresh_token": "z"}')
     r = run(["list"], tmp_path, GOOGLE_APPLICATION_CREDENTIALS=str(creds), GOOGLE_CLOUD_PROJECT="p")
     assert_one_line_error(r, "credentials")
+
+
+@pytest.mark.parametrize("args, exit_code, expected", [
+    ([], 0, ["Usage: tpuq", "submit"]),  # alone: the help, on stdout
+    (["--version"], 0, ["tpuq 0.1.0"]),
+    (["sumbit"], 2, ["Usage: tpuq", "No such command 'sumbit'. Did you mean 'submit'?"]),
+    (["submit"], 2, ["Usage: tpuq submit", "Missing argument 'job_file'"]),
+    (["status", "--bogus"], 2, ["Usage: tpuq status", "No such option: --bogus"]),
+])
+def test_usage_mistakes_print_the_usage_and_no_class_name(args, exit_code, expected, tmp_path):
+    r = run(args, tmp_path)
+    assert r.returncode == exit_code, r.stdout + r.stderr
+    shown = r.stdout + r.stderr
+    for text in expected:
+        assert text in shown, shown
+    for internal in ("Error:" if exit_code == 0 else "NoArgsIsHelpError", "UsageError", "NoSuchOption", "MissingParameter",
+                     "Traceback"):
+        assert internal not in shown, shown

@@ -10,6 +10,7 @@ import os
 
 import typer
 from rich.markup import escape
+from typer.exceptions import TyperException
 
 from importlib.metadata import entry_points
 
@@ -22,6 +23,22 @@ app = typer.Typer(help="tpuq: an event-driven job queue for Cloud TPU allocation
                   pretty_exceptions_enable=False, add_completion=False)
 dev_app = typer.Typer(help="The local cloud stack (emulators, fake TPU API, services).", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        print(f"tpuq {version('tpuq')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="Print tpuq's version and exit.")) -> None:
+    """The options every command shares."""
+
+
 fleet_app = typer.Typer(help="Queued resources, TPUs, states, idle times and blocked reasons; `apply` stores a fleet file.",
                         invoke_without_command=True)
 app.add_typer(fleet_app, name="fleet")
@@ -68,7 +85,7 @@ fleet_app.callback()(fleet.fleet)  # `tpuq fleet` alone shows the fleet
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        rv = app(args=argv, standalone_mode=False)
+        rv = app(args=argv, prog_name="tpuq", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except typer.Exit as e:
         return e.exit_code
@@ -78,14 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - the boundary: one line, no traceback
         if os.environ.get("TPUQ_DEBUG"):
             raise
-        import click
-
-        if isinstance(e, click.exceptions.UsageError):
+        if isinstance(e, TyperException) and hasattr(e, "show"):
+            # A usage error: typer raises its own vendored copy of click's exceptions (typer._click), which the
+            # `click` package's classes never match. No arguments: the help, already printed, is the answer.
+            if type(e).__name__ == "NoArgsIsHelpError":
+                return 0
             e.show()
-            return 2
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return e.exit_code
+            return getattr(e, "exit_code", 2)
         if isinstance(e, (CliError, StackError, TpuqError)):
             err.print(f"[red]error:[/red] {escape(one_line(e))}", highlight=False)  # a message's [..] is text
         else:
