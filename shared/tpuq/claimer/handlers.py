@@ -134,7 +134,9 @@ def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[
     def prechecks(ctx: Context) -> PrecheckCache | None:
         key = id(ctx.clients)
         if key not in caches:
-            caches[key] = prechecks_factory(ctx) if prechecks_factory else cache_from_settings(ctx.clients.settings)
+            settings = getattr(ctx.clients, "settings", None)  # in-memory test clients have none: nothing to read
+            caches[key] = (prechecks_factory(ctx) if prechecks_factory
+                           else cache_from_settings(settings) if settings is not None else None)
         return caches[key]
 
     def on_capacity(request: CapacityRequest, ctx: Context) -> None:
