@@ -69,3 +69,31 @@ def test_a_pre_check_that_fails_never_stops_the_race(claimer):
     h.push("/push/capacity", request())
     assert [len(h.creates(z)) for z in ZONES] == [1, 1, 1]
     assert fleet_report(h.clients.firestore, "race")["blocked"] is None
+
+
+def test_an_unknown_quota_id_is_one_line_in_tpuq_fleet_and_the_declared_quota_is_used(claimer):
+    import os
+    import subprocess
+
+    quota_id = "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI"
+    h = claimer(scenario_data(ZONES, provisioning=1e6, cloud_quotas={"unknown_ids": [quota_id]}))
+    data = on_api_quota()
+    data["quota"] = {ZONES[0]: {"v4": {"spot": 8}}}  # declared: less than one v4-32, so never queued in
+    h.fleet(data)
+    h.push("/push/capacity", request())
+    assert [len(h.creates(z)) for z in ZONES] == [0, 1, 1]  # the others: not checked, raced
+
+    env = {**os.environ, **{k: v for k, v in h.clients.settings.emulator_env.items() if v},
+           "GOOGLE_CLOUD_PROJECT": h.clients.settings.project, "COLUMNS": "400",
+           "TPUQ_CLOUDQUOTAS_API_ENDPOINT": h.fake.google_apis_url,
+           "TPUQ_CLOUDBILLING_API_ENDPOINT": h.fake.google_apis_url}
+    shown = subprocess.run(["tpuq", "fleet", "--name", "race"], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    problems = [line for line in shown.stdout.splitlines() if line.startswith("pre-check:")]
+    assert problems == [f"pre-check: quota {quota_id}: HTTP 404 NOT_FOUND: QuotaInfo 'projects/tpuq-test/locations/"
+                        f"global/services/tpu.googleapis.com/quotaInfos/{quota_id}' was not found.; "
+                        "using the declared quota"]
+    assert f"quota {ZONES[0]} v4-32: 8 chips (declared in the fleet file)" in shown.stdout
+    assert f"zone {ZONES[0]} v4-32: skipped: no quota: 8 chips < 16 for one v4-32" in shown.stdout
+    assert f"quota {ZONES[1]} v4-32: not checked ({quota_id} unreadable, none declared)" in shown.stdout
+    assert "billing: enabled" in shown.stdout

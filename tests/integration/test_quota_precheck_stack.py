@@ -86,6 +86,7 @@ def test_billing_off_creates_nothing_then_quota_0_zone_is_skipped(stack):
                what="creates in the zones with quota")
     assert creates(control, NO_QUOTA) == []  # decided in the same pass as the other two
     shown = tpuq_fleet(stack)
+    print(shown)  # the view as a person sees it (pytest -s)
     assert "billing: enabled" in shown
     assert (f"zone {NO_QUOTA} v4-32: skipped: no quota: 0 chips < 16 for one v4-32 (Cloud Quotas "
             f"TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI: 0 TensorCores in {NO_QUOTA})") in shown
