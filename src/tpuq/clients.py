@@ -19,6 +19,8 @@ from pydantic import BaseModel
 
 ENV_PROJECT = "GOOGLE_CLOUD_PROJECT"
 ENV_TPU_ENDPOINT = "TPUQ_TPU_API_ENDPOINT"
+ENV_CLOUDQUOTAS_ENDPOINT = "TPUQ_CLOUDQUOTAS_API_ENDPOINT"  # the quota pre-check's Cloud Quotas API (tpuq.cloudchecks)
+ENV_CLOUDBILLING_ENDPOINT = "TPUQ_CLOUDBILLING_API_ENDPOINT"  # ... and Cloud Billing API
 ENV_TOPIC_PREFIX = "TPUQ_TOPIC_PREFIX"  # tests isolate themselves with a prefix
 ENV_RUNNER_BUCKET = "TPUQ_RUNNER_BUCKET"
 
@@ -27,6 +29,8 @@ ENV_RUNNER_BUCKET = "TPUQ_RUNNER_BUCKET"
 class Settings:
     project: str
     tpu_endpoint: str | None = None
+    quotas_endpoint: str | None = None
+    billing_endpoint: str | None = None
     topic_prefix: str = ""
     runner_bucket: str | None = None
     storage_emulator: str | None = None
@@ -40,6 +44,8 @@ class Settings:
         return cls(
             project=project,
             tpu_endpoint=env.get(ENV_TPU_ENDPOINT) or None,
+            quotas_endpoint=env.get(ENV_CLOUDQUOTAS_ENDPOINT) or None,
+            billing_endpoint=env.get(ENV_CLOUDBILLING_ENDPOINT) or None,
             topic_prefix=env.get(ENV_TOPIC_PREFIX, ""),
             runner_bucket=env.get(ENV_RUNNER_BUCKET) or None,
             storage_emulator=env.get("STORAGE_EMULATOR_HOST") or None,

@@ -17,8 +17,11 @@ retry:
 claim:
   valid_until_seconds: 43200    # a queued request expires by itself after this
   unknown_error_retries: 3
-quota:                          # chips per zone and family, as your TRC email grants them;
-  us-central2-b:                # when this section exists, a zone or family missing here has no quota
+quota:                          # optional override, in chips: before queueing, tpuq reads each zone's quota
+                                # from the Cloud Quotas API (and skips zones without); a value here wins over it.
+                                # Declare v2, v3, on-demand v4 and v5p here: their quota IDs are not known to tpuq.
+                                # Leave the section out to use the API's values alone.
+  us-central2-b:
     v4: {spot: 64}
   europe-west4-a:
     v5e: {spot: 64}

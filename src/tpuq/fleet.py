@@ -169,11 +169,17 @@ class FleetEntry(StrictModel):
 
 
 class TierQuota(StrictModel):
-    spot: int = Field(default=0, ge=0, description="Spot (preemptible) chips")
-    on_demand: int = Field(default=0, ge=0, description="On-demand chips")
+    """Declared chips of one family in one zone, per tier. A tier left out is not declared (the claimer asks the
+    Cloud Quotas API); a declared value overrides the API's."""
+
+    spot: int | None = Field(default=None, ge=0, description="Spot (preemptible) chips")
+    on_demand: int | None = Field(default=None, ge=0, description="On-demand chips")
+
+    def declared(self, model: ProvisioningModel) -> int | None:
+        return self.spot if model is ProvisioningModel.spot else self.on_demand
 
     def chips(self, model: ProvisioningModel) -> int:
-        return self.spot if model is ProvisioningModel.spot else self.on_demand
+        return self.declared(model) or 0
 
 
 class RetryBudgets(StrictModel):
@@ -223,7 +229,8 @@ class FleetFile(StrictModel):
     claim: ClaimPolicy = Field(default_factory=ClaimPolicy)
     quota: dict[str, dict[str, TierQuota]] | None = Field(
         default=None,
-        description="zone -> TPU family (v4, v5e, v6e...) -> chips. Absent: not checked. Present: a missing entry means no quota",
+        description="zone -> TPU family (v4, v5e, v6e...) -> {spot, on_demand} chips: an optional override of the "
+        "Cloud Quotas API's per-zone quota; a declared value wins, anything not declared is read from the API",
     )
     tpus: list[FleetEntry] = Field(min_length=1)
 
@@ -358,6 +365,11 @@ class FleetFile(StrictModel):
             return None
         q = self.quota.get(zone, {}).get(family)
         return q.chips(model) if q else 0
+
+    def declared_quota_chips(self, zone: str, family: str, model: ProvisioningModel) -> int | None:
+        """The chips the fleet file declares for (zone, family, tier), or None where it declares nothing."""
+        q = (self.quota or {}).get(zone, {}).get(family)
+        return q.declared(model) if q else None
 
     def idle_timeout_for(self, entry_id: str | None) -> int:
         entry = self.entry(entry_id) if entry_id else None

@@ -16,7 +16,8 @@ from tpuq.fleetstore import load_fleet
 from tpuq.queries import age
 
 
-def fleet_view(db, name: str | None, now: datetime) -> dict[str, Any]:
+def fleet_view(db, name: str | None, now: datetime, prechecks_reader=None) -> dict[str, Any]:
+    """prechecks_reader: a `tpuq.cloudchecks.PrecheckReader` (quota and billing, read now), or None: not shown."""
     fleet = load_fleet(db, name)
     report = fleet_report(db, fleet.name, now)
     notes = {}
@@ -35,10 +36,17 @@ def fleet_view(db, name: str | None, now: datetime) -> dict[str, Any]:
     zones = [{"key": f"{b['zone']} {b['type']}", "note": f"backing off until {b['until']:%H:%M:%S} "
               f"after {b['failures']} capacity failure(s)"} for b in report["backoffs"]]
     zones += [{"key": f"{d['zone']} {d['type']}", "note": f"dropped: {d['reason']}"} for d in report["dropped"]]
+    checks = precheck_view(fleet, prechecks_reader.read(fleet, now)) if prechecks_reader is not None else {}
+    zones += checks.pop("skipped", [])
+    blocked = [report["blocked"]] if report["blocked"] else []
+    if checks.get("billing_block") and not any(b.startswith("billing is disabled") for b in blocked):
+        blocked.append(checks["billing_block"])
+    checks.pop("billing_block", None)
     return {
+        **checks,
         "fleet": fleet.name,
         "version": report["version"],
-        "blocked": [report["blocked"]] if report["blocked"] else [],
+        "blocked": blocked,
         "requests": report["requests"],
         "queued_resources": [
             {**q, "name": short_node_name(q["name"]), "note": notes.get(q["name"], "")}
@@ -46,6 +54,30 @@ def fleet_view(db, name: str | None, now: datetime) -> dict[str, Any]:
         ],
         "tpus": sorted(tpus, key=lambda t: t.get("short", "")),
         "zones": zones,
+    }
+
+
+def precheck_view(fleet, prechecks) -> dict[str, Any]:
+    """The pre-checks' lines for `tpuq fleet`: billing, quota per zone and type with its source, skipped zones."""
+    from tpuq.quota import billing_block_reason, skipped_zones
+
+    billing = prechecks.billing
+    quota = []
+    for entry in fleet.tpus:
+        if entry.existing:
+            continue
+        for zone in entry.zones:
+            q = prechecks.quota.get(zone, entry.accelerator.family, entry.provisioning_model)
+            if q is not None:
+                quota.append({"zone": zone, "type": entry.type, "chips": q.chips, "source": q.source.value,
+                              "note": q.describe()})
+    return {
+        "billing": "enabled" if billing.enabled else "disabled" if billing.disabled else f"unknown ({billing.error})",
+        "billing_block": billing_block_reason(fleet.project) if billing.disabled else None,
+        "quota": quota,
+        "precheck_problems": prechecks.problems,
+        "skipped": [{"key": f"{s['zone']} {s['type']}", "note": f"skipped: {s['reason']}"}
+                    for s in skipped_zones(fleet, prechecks.quota)],
     }
 
 

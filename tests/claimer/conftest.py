@@ -96,6 +96,9 @@ def claimer(clients, monkeypatch, tmp_path):
         fake.start()
         servers.append(fake)
         monkeypatch.setenv("TPUQ_TPU_API_ENDPOINT", fake.url)
+        # The claimer's quota and billing pre-checks read the fake's Cloud Quotas and Cloud Billing stand-ins.
+        monkeypatch.setenv("TPUQ_CLOUDQUOTAS_API_ENDPOINT", fake.google_apis_url)
+        monkeypatch.setenv("TPUQ_CLOUDBILLING_API_ENDPOINT", fake.google_apis_url)
         monkeypatch.setenv("TPUQ_SSH_PUBLIC_KEY", TEST_PUBLIC_KEY)
         app = functions_framework.create_app(target="handle", source=str(source_file("claimer")),
                                              signature_type="http")

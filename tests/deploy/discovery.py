@@ -17,7 +17,7 @@ from typing import Any
 
 DOCUMENTS = ("run.v2", "iam.v1", "cloudresourcemanager.v1", "pubsub.v1", "storage.v1", "cloudscheduler.v1",
              "firestore.v1", "serviceusage.v1", "serviceusage.v1beta1", "artifactregistry.v1", "secretmanager.v1",
-             "compute.v1", "cloudbuild.v1", "tpu.v2")
+             "compute.v1", "cloudbuild.v1", "tpu.v2", "cloudbilling.v1")
 # Parameters every Google API accepts (system parameters); the `$`-prefixed forms are what the
 # google-cloud-* REST transports send (e.g. `$alt=json;enum-encoding=int`).
 SYSTEM_PARAMETERS = {"$alt", "$fields", "$prettyPrint", "$callback", "$.xgafv"}

@@ -28,6 +28,7 @@ import requests
 import yaml
 
 from tpuq import topology
+from tpuq.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.processes import ProcRecord
 from tpuq.stackenv import ENV_FILE_NAME, StackError, default_state_dir
@@ -224,18 +225,23 @@ class DevStack:
         return ["--ssh-reachable", "internal" if fleet.reaches_internal_ips else "external"]
 
     def _start_fake_tpu(self) -> None:
-        port = processes.free_port()
-        url = f"http://127.0.0.1:{port}"
+        port, google_port = processes.free_port(), processes.free_port()
+        url, google_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{google_port}"
         rec = self._spawn(
             "fake-tpu",
             [sys.executable, "-m", "tpuq_dev.faketpu", "--host", "127.0.0.1", "--port", str(port), "--scenario",
              str(self.scenario), "--time-scale", str(self.time_scale), "--state-dir", str(self.state_dir / "faketpu"),
-             *self._ssh_reachable()],
+             "--google-apis-port", str(google_port), *self._ssh_reachable()],
             port, url,
         )
         # The fake TPU kills its worker hosts on SIGTERM; give it time to do so.
         processes.wait_http(url + "/_fake/health", rec, timeout=30, ok=lambda r: r.status_code == 200)
+        processes.wait_http(google_url + "/_fake/health", rec, timeout=30, ok=lambda r: r.status_code == 200)
         self.env["TPUQ_TPU_API_ENDPOINT"] = url
+        # Its Cloud Quotas and Cloud Billing stand-ins, on their own URL like their googleapis hosts: the claimer's
+        # pre-checks and `tpuq fleet` read them (tpuq.cloudchecks), gcloud too with CLOUDSDK_API_ENDPOINT_OVERRIDES_*.
+        self.env[ENV_CLOUDQUOTAS_ENDPOINT] = google_url
+        self.env[ENV_CLOUDBILLING_ENDPOINT] = google_url
 
     def _store_fleet(self) -> None:
         from google.cloud import firestore

@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=1.0, help="scenario seconds per real second")
     parser.add_argument("--state-dir", help="where worker host roots live (default: a temp dir)")
     parser.add_argument("--url-file", help="write the URL here once serving")
+    parser.add_argument("--google-apis-port", type=int, default=0,
+                        help="port of the Cloud Quotas and Cloud Billing stand-ins (default: any free one)")
+    parser.add_argument("--google-apis-url-file", help="write their URL here once serving")
     parser.add_argument("--no-worker-hosts", action="store_true", help="synthetic endpoints instead of sshd hosts")
     parser.add_argument("--ssh-reachable", choices=("internal", "external"),
                         help="which worker address sshd answers on: internal (the SSH client is in the VPC: "
@@ -41,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             worker_hosts=not args.no_worker_hosts,
             ssh_reachable=args.ssh_reachable,
+            google_apis_port=args.google_apis_port,
         )
     except (ScenarioError, OSError, ValueError) as e:
         print(f"faketpu: {e}", file=sys.stderr)
@@ -55,10 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     url = server.start()
     try:
-        if args.url_file:
-            tmp = Path(args.url_file).with_suffix(".tmp")
-            tmp.write_text(url + "\n")
-            tmp.replace(args.url_file)  # atomic: readers never see a half-written URL
+        for path, value in ((args.google_apis_url_file, server.google_apis_url), (args.url_file, url)):
+            if path:
+                tmp = Path(path).with_suffix(".tmp")
+                tmp.write_text(f"{value}\n")
+                tmp.replace(path)  # atomic: readers never see a half-written URL
         print(url, flush=True)
         while not stopping.wait(3600):
             pass

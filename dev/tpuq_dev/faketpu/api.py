@@ -302,6 +302,45 @@ def _split_name(name: str, collection: str) -> tuple[str, str, str]:
     return m.group(1), m.group(2), m.group(3)
 
 
+def record_call(call_log: CallLog, world: FakeTpuWorld, response: Response) -> None:
+    """Append the current request and its answer to the call log (inside a Flask request)."""
+    raw = request.get_data(cache=True)
+    try:
+        body: Any = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        body = raw.decode("utf-8", "replace")
+    now = world.clock.now()
+    call_log.append(
+        {
+            "method": request.method,
+            "path": request.path,
+            "query": unquote(request.query_string.decode("utf-8", "replace")),
+            "args": request.args.to_dict(),
+            "body": body,
+            "time": rfc3339(world.clock.wall(now)),
+            "scenario_time": now,
+            "status": response.status_code,
+        }
+    )
+
+
+def add_log_routes(app: Flask, world: FakeTpuWorld, call_log: CallLog) -> None:
+    """`GET /_fake/health`, `GET /_fake/calls` and `DELETE /_fake/calls` (FakeTpuControl's health and calls)."""
+
+    @app.get("/_fake/health")
+    def _health():
+        return _json_response({"ok": True, "scenario_time": world.clock.now()})
+
+    @app.get("/_fake/calls")
+    def _calls():
+        return _json_response({"calls": call_log.snapshot()})
+
+    @app.delete("/_fake/calls")
+    def _clear_calls():
+        call_log.clear()
+        return _json_response({})
+
+
 def create_app(
     world: FakeTpuWorld,
     call_log: CallLog,
@@ -326,24 +365,7 @@ def create_app(
     @app.after_request
     def _record(response: Response):
         if not request.path.startswith("/_fake/"):
-            raw = request.get_data(cache=True)
-            try:
-                body: Any = json.loads(raw) if raw.strip() else None
-            except ValueError:
-                body = raw.decode("utf-8", "replace")
-            now = world.clock.now()
-            call_log.append(
-                {
-                    "method": request.method,
-                    "path": request.path,
-                    "query": unquote(request.query_string.decode("utf-8", "replace")),
-                    "args": request.args.to_dict(),
-                    "body": body,
-                    "time": rfc3339(world.clock.wall(now)),
-                    "scenario_time": now,
-                    "status": response.status_code,
-                }
-            )
+            record_call(call_log, world, response)
         return response
 
     @app.route("/<version>/<path:path>", methods=["GET", "POST", "DELETE", "PATCH"])
@@ -355,18 +377,7 @@ def create_app(
     def control_body() -> dict:
         return _request_json()
 
-    @app.get("/_fake/health")
-    def _health():
-        return _json_response({"ok": True, "scenario_time": world.clock.now()})
-
-    @app.get("/_fake/calls")
-    def _calls():
-        return _json_response({"calls": call_log.snapshot()})
-
-    @app.delete("/_fake/calls")
-    def _clear_calls():
-        call_log.clear()
-        return _json_response({})
+    add_log_routes(app, world, call_log)
 
     @app.post("/_fake/preempt")
     def _preempt():

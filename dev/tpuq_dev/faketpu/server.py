@@ -28,6 +28,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .api import CallLog, create_app
 from tpuq.capacitymodel.clock import Clock, ScaledClock
+from .googleapis import create_google_apis_app
 from .hosts import WorkerHost, WorkerHostManager, parse_ssh_keys_metadata
 from tpuq.capacitymodel.model import TPU_RUNTIME_PORT, Endpoint, FakeTpuWorld, GuestAttribute, NodeRecord
 from tpuq.capacitymodel.scenario import Scenario, load_scenario, parse_scenario
@@ -79,8 +80,11 @@ class FakeTpuServer:
         worker_hosts: bool = True,
         tick_seconds: float = 0.02,
         ssh_reachable: str | None = None,
+        google_apis_port: int = 0,
     ) -> None:
-        """ssh_reachable: "internal" | "external" overrides the scenario's network.ssh_reachable."""
+        """ssh_reachable: "internal" | "external" overrides the scenario's network.ssh_reachable.
+
+        google_apis_port: where the Cloud Quotas and Cloud Billing stand-ins listen (`google_apis_url`)."""
         if isinstance(scenario, Scenario):
             self.scenario = scenario
         elif isinstance(scenario, dict):
@@ -97,7 +101,11 @@ class FakeTpuServer:
         self.worker_hosts = worker_hosts
         self.host_manager = WorkerHostManager(self.state_dir / "hosts")
         self.call_log = CallLog()
+        self.google_apis_call_log = CallLog()  # Cloud Quotas and Cloud Billing calls, apart from the TPU API's
         self._bind = (host, port)
+        self._google_apis_port = google_apis_port
+        self._google_http = None
+        self.google_apis_url: str | None = None
         self._tick_seconds = tick_seconds
         self._hosts: dict[str, list[WorkerHost]] = {}  # node name -> its running hosts
         self._starting: set[str] = set()
@@ -123,12 +131,20 @@ class FakeTpuServer:
         )
         host, port = self._http.server_address[:2]
         self.url = f"http://{host}:{port}"
+        self._google_http = make_server(
+            self._bind[0], self._google_apis_port, create_google_apis_app(self.world, self.google_apis_call_log),
+            threaded=True, request_handler=_QuietRequestHandler,
+        )
+        ghost, gport = self._google_http.server_address[:2]
+        self.google_apis_url = f"http://{ghost}:{gport}"
         _live_servers.add(self)
         serve = threading.Thread(
             target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, name="faketpu-http", daemon=True
         )
+        serve_google = threading.Thread(target=self._google_http.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="faketpu-googleapis-http", daemon=True)
         ticker = threading.Thread(target=self._tick_loop, name="faketpu-ticker", daemon=True)
-        self._threads = [serve, ticker]
+        self._threads = [serve, serve_google, ticker]
         for t in self._threads:
             t.start()
         return self.url
@@ -138,9 +154,10 @@ class FakeTpuServer:
             return
         self._stop.set()
         self._wake.set()
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+        for http in (self._http, self._google_http):
+            if http is not None:
+                http.shutdown()
+                http.server_close()
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=10)

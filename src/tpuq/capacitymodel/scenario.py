@@ -73,12 +73,13 @@ class ZoneScenario(_Strict):
     quota: dict[str, FamilyQuota] = Field(default_factory=dict)
     stockouts: list[Stockout] = Field(default_factory=list)
 
-    @field_validator("quota")
-    @classmethod
-    def _families(cls, value: dict[str, FamilyQuota]) -> dict[str, FamilyQuota]:
-        for family in value:
-            _check_family(family)
-        return value
+    _families = field_validator("quota")(lambda value: _check_families(value))
+
+
+def _check_families(value: dict[str, FamilyQuota]) -> dict[str, FamilyQuota]:
+    for family in value:
+        _check_family(family)
+    return value
 
 
 class Delays(_Strict):
@@ -127,6 +128,17 @@ class Preemption(_Strict):
 class Billing(_Strict):
     disabled: bool = False
     disabled_windows: list[Window] = Field(default_factory=list)
+    # The Cloud Billing API refuses to say (403 PERMISSION_DENIED), as for a caller without a role on it.
+    permission_denied: bool = False
+
+
+class CloudQuotas(_Strict):
+    """How the fake Cloud Quotas API answers besides the scenario's quota (which it always reports)."""
+
+    # Quota IDs it answers 404 NOT_FOUND for, as if renamed (the quickstart: IDs change between versions).
+    unknown_ids: list[str] = Field(default_factory=list)
+    # Every read refused with 403 PERMISSION_DENIED, as for a caller without roles/cloudquotas.viewer.
+    permission_denied: bool = False
 
 
 class Network(_Strict):
@@ -144,6 +156,10 @@ class Network(_Strict):
 class Scenario(_Strict):
     seed: int = 0
     zones: dict[str, ZoneScenario] = Field(default_factory=dict)
+    # The quota of every scenario zone that does not list the family on its own (the Cloud Quotas entry with no
+    # zone key). A zone that lists the family, even with 0 for a tier, keeps its own value.
+    default_quota: dict[str, FamilyQuota] = Field(default_factory=dict)
+    cloud_quotas: CloudQuotas = Field(default_factory=CloudQuotas)
     delays: Delays = Field(default_factory=Delays)
     preemption: Preemption = Field(default_factory=Preemption)
     billing: Billing = Field(default_factory=Billing)
@@ -158,14 +174,20 @@ class Scenario(_Strict):
                 raise ValueError(f"not a zone name: {zone!r} (expected e.g. us-central2-b)")
         return value
 
+    _default_families = field_validator("default_quota")(lambda value: _check_families(value))
+
     # -- evaluation ----------------------------------------------------------
 
     def has_zone(self, zone: str) -> bool:
         return zone in self.zones
 
     def quota_limit(self, zone: str, family: str, tier: Tier) -> int:
-        quota = self.zones.get(zone, ZoneScenario()).quota.get(family)
-        return getattr(quota, tier) if quota else 0
+        """Chips; the zone's own entry for the family, else the default entry (scenario zones only), else 0."""
+        own = self.zones.get(zone, ZoneScenario()).quota
+        if family in own:
+            return getattr(own[family], tier)
+        default = self.default_quota.get(family) if zone in self.zones else None
+        return getattr(default, tier) if default else 0
 
     def stockout_at(
         self, zone: str, family: str, t: float, overrides: dict[tuple[str, str | None], Stockout | None] | None = None

@@ -5,7 +5,8 @@ No I/O, no clock, no global randomness: the handler loads `ClaimState`, calls
 
 Fan-out. Every open request races in each compatible zone: one queued resource
 per (request, zone), of the first of the request's types that zone can take now:
-not dropped, not backed off, with declared quota left for the family and tier,
+not dropped, not backed off, with quota left for the family and tier (the effective
+quota in `state.prechecks`: declared, else the Cloud Quotas API's),
 under the entry's max_slices, and with no other pending queued resource of that
 type in that zone (from any request). Pending queued resources count against
 quota and max_slices, so even if every racer wins the fleet's limits hold.
@@ -51,6 +52,7 @@ from tpuq.claimer.model import (
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetEntry
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
+from tpuq.quota import billing_block_reason, declared_quota
 from tpuq.tputypes import canonical_name, zone_region
 
 _ANNOUNCED = {
@@ -113,6 +115,8 @@ class _Decision:
         self.qrs = {k: q for k, q in state.qrs.items() if q.live}
         self.targets = dict(state.targets)
         self.status = state.status
+        self.prechecks = state.prechecks
+        self.quota = state.prechecks.quota if state.prechecks else declared_quota(state.fleet)
         self.effects = Effects()
 
     # ------------------------------------------------------------ helpers
@@ -297,6 +301,11 @@ class _Decision:
 
     # ------------------------------------------------------------ fan-out
     def plan_all(self) -> None:
+        if self.prechecks is not None and self.prechecks.billing.disabled and not self.blocked:
+            self.status = FleetStatus(fleet=self.fleet.name, blocked=billing_block_reason(self.fleet.project),
+                                      blocked_version=self.version, blocked_message="billingEnabled: false",
+                                      blocked_at=self.now)
+            self.effects.status = self.status
         open_requests = sorted(
             (r for r in self.requests.values() if r.open and r.fleet == self.fleet.name),
             key=lambda r: (r.created_at or self.now, r.request_id),
@@ -358,7 +367,7 @@ class _Decision:
 
     def quota_allows(self, zone: str, entry: FleetEntry) -> bool:
         accel = entry.accelerator
-        declared = self.fleet.zone_quota_chips(zone, accel.family, entry.provisioning_model)
+        declared = self.quota.chips(zone, accel.family, entry.provisioning_model)
         if declared is None:
             return True
         used = 0

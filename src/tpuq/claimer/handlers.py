@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from tpuq import store
+from tpuq.cloudchecks import PrecheckCache, cache_from_settings
 from tpuq.claimer import statestore
 from tpuq.claimer.decide import decide, fast_watch_targets
 from tpuq.claimer.model import ClaimState, CreateQr, Effects, Event, Observed, QrRecord, RequestReceived
@@ -48,6 +49,7 @@ class Claimer:
     tpu: TpuApi
     public_key: PublicKeyProvider
     sleep: Callable[[float], None] = time.sleep
+    prechecks: PrecheckCache | None = None  # quota and billing, read before deciding (None: declared quota only)
     writer: statestore.StateWriter = field(init=False)
     transient_failure: bool = False  # a create still failed after retries: ask Pub/Sub to redeliver
 
@@ -55,7 +57,13 @@ class Claimer:
         self.writer = statestore.StateWriter(self.ctx.clients.firestore)
 
     def load(self, *request_ids: str) -> ClaimState:
-        return statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids))
+        state = statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids))
+        if self.prechecks is None:
+            return state
+        checks = self.prechecks.get(self.fleet, self.ctx.now())
+        for line in checks.problems:
+            log.warning("fleet %s pre-check: %s", self.fleet.name, line)
+        return replace(state, prechecks=checks)
 
     def step(self, state: ClaimState, event: Event) -> ClaimState:
         """decide → apply, until nothing is left to do. A create's answer from the API is the next event.
@@ -118,12 +126,22 @@ def _tpu(ctx: Context) -> TpuApi:
 
 
 def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[float], None] = time.sleep,
-                  tpu_factory: Callable[[Context], TpuApi] = _tpu):
+                  tpu_factory: Callable[[Context], TpuApi] = _tpu,
+                  prechecks_factory: Callable[[Context], PrecheckCache | None] | None = None):
     provider = public_key or default_provider()
+    caches: dict[int, PrecheckCache | None] = {}  # one TTL cache per Clients, made on the first message
+
+    def prechecks(ctx: Context) -> PrecheckCache | None:
+        key = id(ctx.clients)
+        if key not in caches:
+            settings = getattr(ctx.clients, "settings", None)  # in-memory test clients have none: nothing to read
+            caches[key] = (prechecks_factory(ctx) if prechecks_factory
+                           else cache_from_settings(settings) if settings is not None else None)
+        return caches[key]
 
     def on_capacity(request: CapacityRequest, ctx: Context) -> None:
         fleet = load_fleet(ctx.clients.firestore, request.fleet)
-        claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep)
+        claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep, prechecks(ctx))
         state = claimer.step(claimer.load(request.request_id), RequestReceived(request))
         pause = fleet.claim.watch_interval_seconds / FAST_WATCH_PASSES
         for _ in range(FAST_WATCH_PASSES):
@@ -140,7 +158,7 @@ def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[
         for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
             with fleets.part(f"fleet {snap.id}"):
                 fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
-                claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep)
+                claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep, prechecks(ctx))
                 claimer.watch(claimer.load())
         fleets.raise_if_any()
 

@@ -25,6 +25,7 @@ from tpuq.documents import (
 from tpuq.documents import QueuedResourceState as _Qr
 from tpuq.fleet import FleetEntry, FleetFile
 from tpuq.messages import FailureClass, FleetEvent, WorkerEndpoint
+from tpuq.quota import Prechecks
 
 # The claimer's own states for a stored queued resource (the API never reports them), and the racing ones.
 REQUESTED, GONE = ClaimerQrState.REQUESTED, ClaimerQrState.GONE
@@ -66,6 +67,9 @@ class ClaimState:
     qrs: dict[str, QrRecord] = field(default_factory=dict)  # live ones, by qr id
     targets: dict[tuple[str, str], TargetRecord] = field(default_factory=dict)  # (zone, type) -> record
     status: FleetStatus | None = None
+    # Quota by (zone, family, tier) and billing, read by the handler before deciding (tpuq.quota). None: only
+    # the fleet file's declared quota is known (unit tests, tools).
+    prechecks: Prechecks | None = None
 
     def target(self, zone: str, tpu_type: str) -> TargetRecord:
         return self.targets.get((zone, tpu_type)) or TargetRecord(self.fleet.name, zone, tpu_type)

@@ -21,10 +21,11 @@ def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fle
         return
     from datetime import datetime, timezone
 
+    from tpuq.cloudchecks import reader_from_settings
     from tpuq.fleetreport import fleet_view
 
     clients = cli_clients()
-    view = fleet_view(clients.firestore, name, datetime.now(timezone.utc))
+    view = fleet_view(clients.firestore, name, datetime.now(timezone.utc), reader_from_settings(clients.settings))
     if as_json:
         print(json.dumps(view, default=json_default, indent=2))
         return

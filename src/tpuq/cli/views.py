@@ -79,6 +79,12 @@ def print_fleet(view: dict) -> None:
     out.print(f"fleet [bold]{view['fleet']}[/bold]")
     for reason in view.get("blocked", []):
         out.print(f"[red]blocked:[/red] {reason}")
+    if "billing" in view:
+        out.print(f"billing: {view['billing']}", highlight=False, markup=False)
+    for line in view.get("precheck_problems", []):
+        out.print(f"pre-check: {line}", highlight=False, markup=False)
+    for q in view.get("quota", []):
+        out.print(f"quota {q['zone']} {q['type']}: {q['note']}", highlight=False, markup=False)
     qrs = Table("queued resource", "zone", "type", "state", "note", title="queued resources", title_justify="left")
     for q in view.get("queued_resources", []):
         qrs.add_row(q.get("name", ""), q.get("zone", ""), q.get("type", ""), q.get("state", ""), q.get("note", ""))

@@ -77,6 +77,11 @@ def run_deploy(fleet: FleetFile, console, *, dry_run: bool, region: str, firesto
         _print_requests(actions)
         return 0
     print_plan(console, actions, notes, state, dry_run)
+    if state.billing_enabled is False:
+        console.print(f"[red]error:[/red] billing is disabled on project {fleet.project} (Cloud Billing: "
+                      "billingEnabled false): Cloud Run and the TPU API refuse to work without it; enable billing, "
+                      "then run `tpuq deploy` again", highlight=False)
+        return 1
     if dry_run:
         return 0
     if not state.project_number:

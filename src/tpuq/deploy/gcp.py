@@ -17,6 +17,7 @@ import requests
 
 from tpuq.deploy import job_buckets, network
 from tpuq.deploy.infra import Infra
+from tpuq.quota import parse_billing_info
 from tpuq.deploy.plan import NETWORK, Action, IamResource, NetworkFacts, ProjectState, Request, Target, \
     iam_resource, large_slice_regions
 
@@ -35,8 +36,9 @@ BASE_URLS = {
     "secretmanager": "https://secretmanager.googleapis.com/v1/",
     "compute": "https://compute.googleapis.com/compute/v1/",
     "cloudbuild": "https://cloudbuild.googleapis.com/v1/",
+    "cloudbilling": "https://cloudbilling.googleapis.com/v1/",  # read only: is billing on (Cloud Run needs it too)
 }
-READ_ONLY_APIS = {"compute"}  # network settings are the project owner's: tpuq only reads them
+READ_ONLY_APIS = {"compute", "cloudbilling"}  # network and billing settings are the owner's: tpuq only reads them
 
 
 class ApiError(RuntimeError):
@@ -47,7 +49,7 @@ class ApiError(RuntimeError):
 
 
 class NetworkChangeRefused(RuntimeError):
-    """A request that would change network settings: tpuq never sends one."""
+    """A request that would change network (or billing) settings: tpuq never sends one."""
 
 
 class RestApi:
@@ -61,7 +63,7 @@ class RestApi:
 
     def call(self, method: str, path: str, params: dict | None = None, body: Any = None) -> dict:
         if self.name in READ_ONLY_APIS and method != "GET":
-            raise NetworkChangeRefused(f"refused {method} {path}: tpuq never changes network settings")
+            raise NetworkChangeRefused(f"refused {method} {path}: tpuq never changes {self.name} settings")
         r = self.session.request(method, self.base_url + path, params=params, json=body, timeout=60)
         if r.status_code >= 400:
             try:
@@ -224,6 +226,9 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
         s.networks[region] = _tolerant(lambda: read_network(a["compute"], p, region, target.fleet.network,
                                                             target.fleet.subnetwork), NetworkFacts(), notes,
                                        f"network in {region}")
+    if "cloudbilling" in a:
+        billing = _tolerant(lambda: a["cloudbilling"].call("GET", f"projects/{p}/billingInfo"), None, notes, "billing")
+        s.billing_enabled = None if billing is None else parse_billing_info(billing).enabled
     s.vpc = network.read_vpc_facts(a, target, lambda read, what: _tolerant(read, None, notes, what))
     s.missing_buckets = job_buckets.read_missing(a["storage"], target,
                                                  lambda read, what: _tolerant(read, None, notes, what))

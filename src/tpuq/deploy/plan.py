@@ -130,6 +130,7 @@ class ProjectState:
     vpc: VpcFacts = field(default_factory=VpcFacts)
     missing_buckets: set[str] = field(default_factory=set)  # the fleet's job_buckets read and not found
     cloud_build_account: str | None = None  # who builds that name no account run as (None: not read)
+    billing_enabled: bool | None = None  # Cloud Billing's billingEnabled (None: not read)
     # The REST resources behind some of the sets above: their labels and descriptions say what deploy created.
     topic_resources: dict[str, dict] = field(default_factory=dict)
     service_account_resources: dict[str, dict] = field(default_factory=dict)  # email -> resource

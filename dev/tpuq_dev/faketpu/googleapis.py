@@ -1,0 +1,142 @@
+"""The fake's other Google APIs: Cloud Quotas (TPU quota by zone) and Cloud Billing, on their own URL.
+
+Served by a second listening server of `FakeTpuServer` (`google_apis_url`), as cloudquotas.googleapis.com and
+cloudbilling.googleapis.com are other hosts than tpu.googleapis.com. Both answer from the same world as the TPU
+API: the scenario's quota and its billing state (with `/_fake/billing` overrides), so what the pre-check reads is
+what the TPU API enforces.
+
+- Cloud Quotas, `v1` (client libraries, REST) and `v1beta` (`gcloud beta quotas`), the same shape:
+  `GET /{v}/projects/P/locations/global/services/tpu.googleapis.com/quotaInfos/ID` → a QuotaInfo;
+  `GET /{v}/projects/P/locations/global/services/tpu.googleapis.com/quotaInfos` → `{quotaInfos: [...]}`.
+  Values are in the quota's unit, which is the unit the family's type names count in: TensorCores for v2, v3, v4
+  and v5p (2 per chip), chips for v5e and v6e. `details.value` is an int64, so a JSON string, and a zero is
+  left out (`details: {}`), as proto3 JSON does.
+- Cloud Billing, `v1`: `GET /v1/projects/P/billingInfo` → `{name, projectId, billingAccountName,
+  billingEnabled}`; `billingEnabled` and the account are left out when billing is off (proto3 JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from tpuq.tputypes import _FAMILIES
+
+from .api import CallLog, add_log_routes, record_call
+from tpuq.capacitymodel.errors import ApiError, quota_id
+from tpuq.capacitymodel.model import FakeTpuWorld
+
+QUOTA_VERSIONS = ("v1", "v1beta")
+TPU_SERVICE = "tpu.googleapis.com"
+_TIERS = (("on_demand", False), ("spot", True))
+FAKE_BILLING_ACCOUNT = "billingAccounts/000000-FAKE00-000000"
+
+
+def quota_ids() -> dict[str, tuple[str, str]]:
+    """Every per-zone TPU quota ID the fake knows -> (family, tier)."""
+    return {quota_id(family, spot): (family, tier) for family in _FAMILIES for tier, spot in _TIERS}
+
+
+def quota_units(family: str) -> tuple[int, str]:
+    """(units per chip, unit name): the unit the family's type names count in."""
+    counts_cores = _FAMILIES[family][0]
+    return (2, "TensorCores") if counts_cores else (1, "chips")
+
+
+def _details(value: int) -> dict:
+    return {"value": str(value)} if value else {}  # proto3 JSON: int64 as a string, zero left out
+
+
+def render_quota_info(world: FakeTpuWorld, project: str, qid: str) -> dict:
+    family, tier = quota_ids()[qid]
+    per_chip, _ = quota_units(family)
+    scenario = world.scenario
+    zones = sorted(scenario.zones)
+    infos = []
+    for zone in zones:  # most specific first: the zones that list the family on their own
+        own = scenario.zones[zone].quota.get(family)
+        if own is not None:
+            infos.append({"dimensions": {"zone": zone}, "details": _details(getattr(own, tier) * per_chip),
+                          "applicableLocations": [zone]})
+    default = scenario.default_quota.get(family)
+    infos.append({"details": _details((getattr(default, tier) if default else 0) * per_chip),
+                  "applicableLocations": zones})
+    return {
+        "name": f"projects/{project}/locations/global/services/{TPU_SERVICE}/quotaInfos/{qid}",
+        "quotaId": qid,
+        "service": TPU_SERVICE,
+        "containerType": "PROJECT",
+        "dimensions": ["zone"],
+        "isPrecise": True,
+        "dimensionsInfos": infos,
+    }
+
+
+def render_billing_info(world: FakeTpuWorld, project: str) -> dict:
+    body = {"name": f"projects/{project}/billingInfo", "projectId": project}
+    if not world.billing_disabled(project):
+        body.update(billingAccountName=FAKE_BILLING_ACCOUNT, billingEnabled=True)
+    return body
+
+
+def _json(body: dict, status: int = 200) -> Response:
+    return Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+_QUOTA_PATH = re.compile(rf"^projects/([^/]+)/locations/global/services/([^/]+)/quotaInfos(?:/([^/]+))?$")
+
+
+def create_google_apis_app(world: FakeTpuWorld, call_log: CallLog) -> Flask:
+    app = Flask("tpuq_dev.faketpu.googleapis")
+
+    @app.errorhandler(ApiError)
+    def _api_error(err: ApiError):
+        return _json(err.to_json(), err.http_status)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(err: HTTPException):
+        status = {404: "NOT_FOUND", 405: "UNIMPLEMENTED"}.get(err.code or 500, "INVALID_ARGUMENT")
+        return _json({"error": {"code": err.code, "message": err.description, "status": status}}, err.code or 500)
+
+    @app.after_request
+    def _record(response: Response):
+        if not request.path.startswith("/_fake/"):
+            record_call(call_log, world, response)
+        return response
+
+    @app.get("/<version>/<path:path>")
+    def _quotas(version: str, path: str):
+        if version not in QUOTA_VERSIONS:
+            raise ApiError("NOT_FOUND", f"Unknown API version {version!r}")
+        billing = re.fullmatch(r"projects/([^/]+)/billingInfo", path)
+        if billing and version == "v1":
+            return _json(billing_info(world, billing.group(1)))
+        m = _QUOTA_PATH.match(path)
+        if not m:
+            raise ApiError("NOT_FOUND", f"The requested URL /{version}/{path} was not found.")
+        project, service, qid = m.groups()
+        scenario = world.scenario
+        if scenario.cloud_quotas.permission_denied:
+            raise ApiError("PERMISSION_DENIED", f"Permission 'cloudquotas.quotas.get' denied on resource "
+                                                f"'projects/{project}' (or it may not exist).")
+        if service != TPU_SERVICE:
+            raise ApiError("NOT_FOUND", f"Service {service!r} is not served by this fake (only {TPU_SERVICE}).")
+        known = {q: fam for q, fam in quota_ids().items() if q not in scenario.cloud_quotas.unknown_ids}
+        if qid is None:
+            return _json({"quotaInfos": [render_quota_info(world, project, q) for q in sorted(known)]})
+        if qid not in known:
+            raise ApiError("NOT_FOUND", f"QuotaInfo 'projects/{project}/locations/global/services/{service}/"
+                                        f"quotaInfos/{qid}' was not found.")
+        return _json(render_quota_info(world, project, qid))
+
+    add_log_routes(app, world, call_log)
+    return app
+
+
+def billing_info(world: FakeTpuWorld, project: str) -> dict:
+    if world.scenario.billing.permission_denied:
+        raise ApiError("PERMISSION_DENIED", "The caller does not have permission")
+    return render_billing_info(world, project)

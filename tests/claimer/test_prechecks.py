@@ -1,0 +1,99 @@
+"""Quota and billing before queueing: the claimer's handler reads the fake's Cloud Quotas and Cloud Billing
+stand-ins, and the fake TPU's call log shows where it created."""
+
+from __future__ import annotations
+
+from tpuq.fleetreport import fleet_report
+from tpuq.messages import CapacityRequest, Tick
+
+from .conftest import fleet_data, scenario_data
+
+ZONES = ["us-central2-a", "us-central2-b", "us-central2-c"]
+
+
+def request(rid="job-1", types=("v4-32",), count=1) -> CapacityRequest:
+    return CapacityRequest(request_id=rid, fleet="race", types=list(types), count=count)
+
+
+def on_api_quota(**extra) -> dict:
+    """The fleet declares no quota: every number comes from the Cloud Quotas API."""
+    data = fleet_data(ZONES, **extra)
+    data.pop("quota")
+    return data
+
+
+def test_a_zone_the_quota_api_gives_nothing_is_never_queued_in(claimer):
+    scenario = scenario_data(ZONES, provisioning=1e6)
+    scenario["zones"][ZONES[1]]["quota"] = {"v4": {"spot": 0}}  # listed with 0: `details: {}`
+    scenario["zones"][ZONES[2]]["quota"] = {}  # not listed, no default: no quota either
+    h = claimer(scenario)
+    h.fleet(on_api_quota())
+    h.push("/push/capacity", request())
+    for seq in range(2):
+        h.push("/push/ticks", Tick(seq=seq))
+    assert [len(h.creates(z)) for z in ZONES] == [1, 0, 0]
+    reads = [c["path"] for c in h.control.__class__(h.fake.google_apis_url).calls()]
+    assert reads[0].endswith("/quotaInfos/TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI")
+    assert reads[0].startswith("/v1/projects/tpuq-test/locations/global/services/tpu.googleapis.com/")
+    assert "/v1/projects/tpuq-test/billingInfo" in reads
+    # TTL cache: one read of each for the request and both ticks.
+    assert len(reads) == 2
+
+
+def test_the_quota_is_counted_in_its_unit(claimer):
+    """8 chips of v4 spot are 16 TensorCores in the API: less than one v4-32 (16 chips, 32 TensorCores). Read as
+    chips, the 16 would let a request in that the TPU API then fails."""
+    scenario = scenario_data(ZONES[:2], provisioning=1e6)
+    scenario["zones"][ZONES[0]]["quota"] = {"v4": {"spot": 8}}
+    h = claimer(scenario)
+    h.fleet({**on_api_quota(), "tpus": [{"id": "v4", "type": "v4-32", "zones": ZONES[:2], "count": 5}]})
+    h.push("/push/capacity", request())
+    assert [len(h.creates(z)) for z in ZONES[:2]] == [0, 1]
+
+
+def test_billing_off_stops_every_create_before_the_first(claimer):
+    h = claimer(scenario_data(ZONES, billing={"disabled": True}))
+    h.fleet(fleet_data(ZONES))
+    h.push("/push/capacity", request())
+    h.push("/push/ticks", Tick(seq=1))
+    assert h.creates() == []
+    assert fleet_report(h.clients.firestore, "race")["blocked"].startswith(
+        "billing is disabled on project tpuq-test (Cloud Billing: billingEnabled false)")
+
+
+def test_a_pre_check_that_fails_never_stops_the_race(claimer):
+    scenario = scenario_data(ZONES, provisioning=1e6, cloud_quotas={"permission_denied": True},
+                             billing={"permission_denied": True})
+    h = claimer(scenario)
+    h.fleet(on_api_quota())
+    h.push("/push/capacity", request())
+    assert [len(h.creates(z)) for z in ZONES] == [1, 1, 1]
+    assert fleet_report(h.clients.firestore, "race")["blocked"] is None
+
+
+def test_an_unknown_quota_id_is_one_line_in_tpuq_fleet_and_the_declared_quota_is_used(claimer):
+    import os
+    import subprocess
+
+    quota_id = "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI"
+    h = claimer(scenario_data(ZONES, provisioning=1e6, cloud_quotas={"unknown_ids": [quota_id]}))
+    data = on_api_quota()
+    data["quota"] = {ZONES[0]: {"v4": {"spot": 8}}}  # declared: less than one v4-32, so never queued in
+    h.fleet(data)
+    h.push("/push/capacity", request())
+    assert [len(h.creates(z)) for z in ZONES] == [0, 1, 1]  # the others: not checked, raced
+
+    env = {**os.environ, **{k: v for k, v in h.clients.settings.emulator_env.items() if v},
+           "GOOGLE_CLOUD_PROJECT": h.clients.settings.project, "COLUMNS": "400",
+           "TPUQ_CLOUDQUOTAS_API_ENDPOINT": h.fake.google_apis_url,
+           "TPUQ_CLOUDBILLING_API_ENDPOINT": h.fake.google_apis_url}
+    shown = subprocess.run(["tpuq", "fleet", "--name", "race"], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    problems = [line for line in shown.stdout.splitlines() if line.startswith("pre-check:")]
+    assert problems == [f"pre-check: quota {quota_id}: HTTP 404 NOT_FOUND: QuotaInfo 'projects/tpuq-test/locations/"
+                        f"global/services/tpu.googleapis.com/quotaInfos/{quota_id}' was not found.; "
+                        "using the declared quota"]
+    assert f"quota {ZONES[0]} v4-32: 8 chips (declared in the fleet file)" in shown.stdout
+    assert f"zone {ZONES[0]} v4-32: skipped: no quota: 8 chips < 16 for one v4-32" in shown.stdout
+    assert f"quota {ZONES[1]} v4-32: not checked ({quota_id} unreadable, none declared)" in shown.stdout
+    assert "billing: enabled" in shown.stdout
