@@ -1,24 +1,38 @@
-"""`tpuq fleet`: the claimer's view (queued resources, back-offs, drops, blocked) plus the TPUs the scheduler holds.
+"""`tpuq fleet`: the claimer's view (queued resources, back-offs, drops, blocked) plus the TPUs the scheduler holds,
+per zone and type (quota and its source, racers, back-off in local time, drop), the brakes (paused, the day's
+VM-hours against the budget, the grant's days left, a drain), and what holds each waiting job.
 
 Read-only, through the documents' typed views (`tpuq.documents`): nothing here imports a service.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import documents, store
-from tpuq.documents import QueuedResourceState, RequestStatus, TpuState, short_node_name
-from tpuq.fleetstore import load_fleet
+from tpuq.brakes import DayUse, claim_stop_reason, day_start, day_use, grant_days_left
+from tpuq.documents import QR_STATES_RACING, JobState, QueuedResourceState, RequestStatus, TpuState, short_node_name
+from tpuq.fleet import FleetFile
+from tpuq.fleetstore import FleetControl, load_control, load_fleet
 from tpuq.queries import age
+from tpuq.tputypes import canonical_name, zone_region
 
 
-def fleet_view(db, name: str | None, now: datetime) -> dict[str, Any]:
+def fleet_view(db, name: str | None, now: datetime, tz: tzinfo | None = None) -> dict[str, Any]:
+    """`tpuq fleet`'s view model (also its --json): read Firestore, then `build_view`."""
     fleet = load_fleet(db, name)
     report = fleet_report(db, fleet.name, now)
+    tpus = [s.to_dict() for s in db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", fleet.name))
+            .stream()]
+    return build_view(fleet, report, tpus, load_control(db, fleet.name), now, tz or timezone.utc)
+
+
+def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str, Any]], control: FleetControl,
+               now: datetime, tz: tzinfo) -> dict[str, Any]:
+    """Pure: the view model of one fleet. `tz`: the zone times are shown in (the machine's local one)."""
     notes = {}
     for q in report["queued_resources"]:
         note = q.get("failure_class") or ""
@@ -26,27 +40,164 @@ def fleet_view(db, name: str | None, now: datetime) -> dict[str, Any]:
             note = (note + " delete requested").strip()
         notes[q["name"]] = note
     tpus = []
-    for snap in db.collection(store.TPUS).where("fleet", "==", fleet.name).stream():
-        t = snap.to_dict()
+    for t in tpu_docs:
         if t.get("state") == TpuState.gone:
             continue
+        t = dict(t)
         t["idle_for"] = age(t.get("idle_since"), now) if t.get("state") == TpuState.idle else ""
         tpus.append(t)
-    zones = [{"key": f"{b['zone']} {b['type']}", "note": f"backing off until {b['until']:%H:%M:%S} "
-              f"after {b['failures']} capacity failure(s)"} for b in report["backoffs"]]
-    zones += [{"key": f"{d['zone']} {d['type']}", "note": f"dropped: {d['reason']}"} for d in report["dropped"]]
+    targets = target_rows(fleet, report, now, tz)
+    zones = [{"key": f"{r['zone']} {r['type']}", "note": r["note"]} for r in targets if r["note"]]
     return {
         "fleet": fleet.name,
         "version": report["version"],
         "blocked": [report["blocked"]] if report["blocked"] else [],
+        "brakes": brakes_view(fleet, control, day_use(tpu_docs, fleet.name, now), now, tz),
         "requests": report["requests"],
         "queued_resources": [
             {**q, "name": short_node_name(q["name"]), "note": notes.get(q["name"], "")}
             for q in report["queued_resources"]
         ],
         "tpus": sorted(tpus, key=lambda t: t.get("short", "")),
+        "targets": targets,
         "zones": zones,
     }
+
+
+def all_fleet_views(db, now: datetime, tz: tzinfo) -> list[dict[str, Any]]:
+    """The view of every stored fleet (a fleet file that no longer validates is left out)."""
+    views = []
+    for snap in db.collection(store.FLEETS).stream():
+        try:
+            views.append(fleet_view(db, snap.id, now, tz))
+        except ValueError:
+            continue
+    return views
+
+
+def annotate_waiting(db, jobs: list[dict[str, Any]], now: datetime, tz: tzinfo) -> None:
+    """Set `waiting` on each pending job: what holds it (`tpuq status`, `tpuq list`)."""
+    if not any(j.get("state") == JobState.pending for j in jobs):
+        return
+    views = all_fleet_views(db, now, tz)
+    for j in jobs:
+        reason = waiting_reason(j, views, now, tz)
+        if reason:
+            j["waiting"] = reason
+
+
+def local_time(when: datetime, tz: tzinfo, now: datetime) -> str:
+    """`14:03 CET`; with the day when it is not today there (`Wed 02 Dec 14:03 CET`)."""
+    local = when.astimezone(tz)
+    if local.date() != now.astimezone(tz).date():
+        return local.strftime("%a %d %b %H:%M %Z")
+    return local.strftime("%H:%M %Z")
+
+
+def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzinfo) -> list[dict[str, Any]]:
+    """One row per zone and type the fleet may claim: quota and its source, racers, back-off, drop.
+
+    `quota_source` says where `quota_chips` came from: "fleet file" (the `quota:` block) or None (not checked).
+    `skipped` is why the claimer does not queue there at all (None: it may)."""
+    backoffs = {(b["zone"], b["type"]): b for b in report["backoffs"]}
+    dropped = {(d["zone"], d["type"]): d for d in report["dropped"]}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry in fleet.tpus:
+        if entry.existing:
+            continue  # a node the user brought: never claimed
+        for zone in entry.zones:
+            key = (zone, entry.type)
+            if key in rows:
+                continue
+            declared = fleet.zone_quota_chips(zone, entry.accelerator.family, entry.provisioning_model)
+            racing = sorted(short_node_name(q["name"]) for q in report["queued_resources"]
+                            if q["zone"] == zone and q["type"] == entry.type and q["state"] in QR_STATES_RACING)
+            b, d = backoffs.get(key), dropped.get(key)
+            row: dict[str, Any] = {
+                "zone": zone, "type": entry.type, "tier": entry.provisioning_model.value,
+                "quota_chips": declared,
+                "quota_source": "fleet file" if declared is not None else None,
+                "skipped": (f"no {entry.provisioning_model.value} {entry.accelerator.family} quota declared "
+                            "in the fleet file") if declared is not None and declared < entry.accelerator.chips
+                else None,
+                "racing": racing,
+                "backoff_until": b["until"] if b else None,
+                "backoff_until_local": local_time(b["until"], tz, now) if b else None,
+                "capacity_failures": b["failures"] if b else 0,
+                "last_error": b["reason"] if b else None,
+                "dropped": d["reason"] if d else None,
+            }
+            row["note"] = target_note(row)
+            rows[key] = row
+    return list(rows.values())
+
+
+def target_note(row: dict[str, Any]) -> str:
+    """What holds one zone and type, for people; "" when nothing does."""
+    if row["dropped"]:
+        return f"dropped: {row['dropped']}"
+    if row["skipped"]:
+        return f"skipped: {row['skipped']}"
+    if row["backoff_until"]:
+        return f"backed off until {row['backoff_until_local']} after {row['capacity_failures']} capacity failure(s)"
+    return ""
+
+
+def brakes_view(fleet: FleetFile, control: FleetControl, use: DayUse, now: datetime, tz: tzinfo) -> dict[str, Any]:
+    """Paused, the day's VM-hours against the budget, the grant's days left, and the drain."""
+    stop = claim_stop_reason(fleet, control.paused, use, now, 0)
+    return {
+        "claiming": "stopped" if stop else "on",
+        "stopped": stop,
+        "paused": control.paused,
+        "paused_at": control.paused_at,
+        "budget": None if fleet.budget is None else {
+            "vm_hours_per_day": fleet.budget.vm_hours_per_day, "used_today": round(use.vm_hours, 2),
+            "alive_hosts": use.alive_hosts, "day": day_start(now).date().isoformat()},
+        "grant": None if fleet.grant_expires is None else {
+            "expires": fleet.grant_expires.isoformat(), "days_left": max(grant_days_left(fleet, now) or 0, 0)},
+        "drain": None if not control.drain_id else {
+            "id": control.drain_id, "requested_at": control.drain_requested_at,
+            "done": not control.drain_pending, "deleted": list(control.drain_deleted)},
+        "tz": now.astimezone(tz).strftime("%Z"),
+    }
+
+
+def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: datetime, tz: tzinfo) -> str | None:
+    """What holds a pending job, from the fleet views: "waiting: v4-8 in us-central2-b backed off until 14:03 CET;
+    europe-west4-a dropped: no quota: ...". None when nothing does (it is racing, or about to be matched)."""
+    if job.get("state") != JobState.pending:
+        return None
+    spec = job.get("spec") or {}
+    types = {canonical_name(t) for t in spec.get("tpu") or []}
+    zone = spec.get("zone")
+    region = job.get("pinned_region")
+    held: list[str] = []
+    racing: list[str] = []
+    for view in views:
+        rows = [r for r in view.get("targets", []) if r["type"] in types and (not zone or r["zone"] == zone)
+                and (not region or zone_region(r["zone"]) == region)]
+        if not rows:
+            continue
+        brakes = view.get("brakes") or {}
+        if brakes.get("stopped"):
+            held.append(f"claiming stopped: {brakes['stopped']}")
+        held += [f"blocked: {b}" for b in view.get("blocked", [])]
+        for r in rows:
+            if r["racing"]:
+                racing.append(f"{r['type']} in {r['zone']}")
+            elif r["dropped"]:
+                held.append(f"{r['zone']} dropped: {r['dropped']}")
+            elif r["skipped"]:
+                held.append(f"{r['zone']} skipped: {r['skipped']}")
+            elif r["backoff_until"]:
+                held.append(f"{r['type']} in {r['zone']} backed off until {r['backoff_until_local']}")
+    not_before = job.get("not_before")
+    if isinstance(not_before, datetime) and not_before > now:
+        held.append(f"retry not before {local_time(not_before, tz, now)}")
+    if racing:
+        held.insert(0, "racing " + ", ".join(racing))
+    return "waiting: " + "; ".join(held) if held else None
 
 
 def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, Any]:

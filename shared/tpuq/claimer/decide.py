@@ -16,6 +16,9 @@ while demand remains), FAILED (-> classify, act, delete), PROVISIONING and
 WAITING_FOR_RESOURCES (informational), GONE (NOT_FOUND). A failed read
 concludes nothing.
 
+Brakes. `claim_gate` (paused, the grant ended, the day's VM-hour budget: `tpuq.brakes`) is asked before any
+create is planned or a recorded one finished; a stopped fleet still watches, cancels and deletes.
+
 Satisfied (ACTIVE >= count) or withdrawn requests cancel their pending racers
 in deletable states. PROVISIONING is never deleted; ACTIVE never by the
 claimer (once claimed a slice belongs to the scheduler and the janitor).
@@ -24,9 +27,11 @@ claimer (once claimed a slice belongs to the scheduler and the janitor).
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from tpuq.brakes import claim_stop_reason
 from tpuq.claimer.classify import classify, project_block_reason
 from tpuq.claimer.model import (
     DELETABLE_STATES,
@@ -51,7 +56,7 @@ from tpuq.claimer.model import (
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetEntry
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
-from tpuq.tputypes import canonical_name, zone_region
+from tpuq.tputypes import canonical_name, parse_accelerator_type, zone_region
 
 _ANNOUNCED = {
     Qr.ACTIVE: FleetEventKind.active,
@@ -73,6 +78,24 @@ def decide(state: ClaimState, event: Event, now: datetime, rng: random.Random) -
     else:  # pragma: no cover - the Event union is closed
         raise TypeError(f"unknown event {event!r}")
     return decision.effects
+
+
+def claim_gate(state: ClaimState, request_id: str, types: tuple[str, ...], qrs: Iterable[QrRecord],
+               now: datetime) -> str | None:
+    """The brakes, as one gate before creates: why request `request_id` may not create now, or None.
+
+    Paused, past `grant_expires`, or over `budget.vm_hours_per_day`. Against the budget the request counts as one
+    slice of the smallest of its types, and so does every other request still racing (one of its racers may
+    win), on top of the slices alive."""
+    def hosts(tpu_types) -> int:
+        return min((parse_accelerator_type(t).hosts for t in tpu_types), default=1)
+
+    racing: dict[str, set[str]] = {}
+    for q in qrs:
+        if q.pending and q.request_id != request_id:
+            racing.setdefault(q.request_id, set()).add(q.type)
+    new_hosts = hosts(types) + sum(hosts(t) for t in racing.values())
+    return claim_stop_reason(state.fleet, state.paused, state.day_use, now, new_hosts)
 
 
 def fast_watch_targets(state: ClaimState, request_id: str) -> list[QrRecord]:
@@ -113,6 +136,7 @@ class _Decision:
         self.qrs = {k: q for k, q in state.qrs.items() if q.live}
         self.targets = dict(state.targets)
         self.status = state.status
+        self.state = state
         self.effects = Effects()
 
     # ------------------------------------------------------------ helpers
@@ -230,8 +254,9 @@ class _Decision:
         request = self.requests.get(qr.request_id)
         target = self.target(qr.zone, qr.type)
         # An entry removed from the fleet since this create was recorded can never be built again.
-        return (request is not None and request.open and not self.blocked and not target.dropped(self.version)
-                and not target.backed_off(self.now) and self.fleet.entry(qr.entry_id) is not None)
+        return (request is not None and request.open and not self.blocked
+                and claim_gate(self.state, qr.request_id, (qr.type,), self.qrs.values(), self.now) is None
+                and not target.dropped(self.version) and not target.backed_off(self.now) and self.fleet.entry(qr.entry_id) is not None)
 
     def on_found(self, qr: QrRecord, obs: Observation) -> None:
         state = obs.state
@@ -312,7 +337,8 @@ class _Decision:
                 if qr.pending and not qr.delete_requested:
                     self.request_delete(qr, force=False, reason="request satisfied: cancel the losers")
             return
-        if self.blocked:
+        if self.blocked or claim_gate(self.state, request.request_id, request.types, self.qrs.values(),
+                                        self.now) is not None:
             return
         racing_zones = {q.zone for q in mine if q.pending}
         for zone in self.candidate_zones(request):

@@ -55,7 +55,7 @@ class Claimer:
         self.writer = statestore.StateWriter(self.ctx.clients.firestore)
 
     def load(self, *request_ids: str) -> ClaimState:
-        return statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids))
+        return statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids), self.ctx.now())
 
     def step(self, state: ClaimState, event: Event) -> ClaimState:
         """decide → apply, until nothing is left to do. A create's answer from the API is the next event.

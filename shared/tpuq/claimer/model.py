@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tpuq.brakes import DayUse
 from tpuq.documents import (
     QR_STATES_RACING,
     ClaimerQrState,
@@ -66,6 +67,8 @@ class ClaimState:
     qrs: dict[str, QrRecord] = field(default_factory=dict)  # live ones, by qr id
     targets: dict[tuple[str, str], TargetRecord] = field(default_factory=dict)  # (zone, type) -> record
     status: FleetStatus | None = None
+    paused: bool = False  # fleet_control/{fleet}.paused: no new creates (`tpuq fleet pause`)
+    day_use: DayUse = field(default_factory=DayUse)  # the day's VM-hours, for the fleet's budget
 
     def target(self, zone: str, tpu_type: str) -> TargetRecord:
         return self.targets.get((zone, tpu_type)) or TargetRecord(self.fleet.name, zone, tpu_type)
