@@ -17,6 +17,10 @@ retry:
 claim:
   valid_until_seconds: 43200    # a queued request expires by itself after this
   unknown_error_retries: 3
+budget:
+  vm_hours_per_day: 200         # claiming stops for the (UTC) day once the day's VM-hours (hosts x hours alive),
+                                # plus one more hour of every slice alive and of the new one, would pass this
+grant_expires: 2026-12-31       # your TRC grant's last day (UTC; grants last about 30 days): nothing is claimed after it
 quota:                          # chips per zone and family, as your TRC email grants them;
   us-central2-b:                # when this section exists, a zone or family missing here has no quota
     v4: {spot: 64}

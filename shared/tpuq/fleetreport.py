@@ -145,7 +145,8 @@ def target_note(row: dict[str, Any]) -> str:
 
 def brakes_view(fleet: FleetFile, control: FleetControl, use: DayUse, now: datetime, tz: tzinfo) -> dict[str, Any]:
     """Paused, the day's VM-hours against the budget, the grant's days left, and the drain."""
-    stop = claim_stop_reason(fleet, control.paused, use, now, 0)
+    smallest = min((e.accelerator.hosts for e in fleet.tpus if not e.existing), default=1)
+    stop = claim_stop_reason(fleet, control.paused, use, now, smallest)  # stopped: not even the smallest slice
     return {
         "claiming": "stopped" if stop else "on",
         "stopped": stop,
@@ -164,8 +165,8 @@ def brakes_view(fleet: FleetFile, control: FleetControl, use: DayUse, now: datet
 
 
 def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: datetime, tz: tzinfo) -> str | None:
-    """What holds a pending job, from the fleet views: "waiting: v4-8 in us-central2-b backed off until 14:03 CET;
-    europe-west4-a dropped: no quota: ...". None when nothing does (it is racing, or about to be matched)."""
+    """What holds a pending job, from the fleet views: "v4-8 in us-central2-b backed off until 14:03 CET;
+    europe-west4-a dropped: no quota: ...", led by the zones it races in. None when nothing is known to hold it."""
     if job.get("state") != JobState.pending:
         return None
     spec = job.get("spec") or {}
@@ -197,7 +198,7 @@ def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: dateti
         held.append(f"retry not before {local_time(not_before, tz, now)}")
     if racing:
         held.insert(0, "racing " + ", ".join(racing))
-    return "waiting: " + "; ".join(held) if held else None
+    return "; ".join(held) if held else None
 
 
 def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, Any]:

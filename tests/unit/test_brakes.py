@@ -15,7 +15,7 @@ from tpuq.brakes import DayUse, claim_stop_reason, day_use, grant_days_left
 from tpuq.claimer.decide import claim_gate, decide
 from tpuq.claimer.model import REQUESTED, ClaimState, Observation, Observed, QrRecord, RequestReceived
 from tpuq.documents import TpuDoc
-from tpuq.fleet import FleetFile
+from tpuq.fleet import Budget, FleetFile
 from tpuq.fleetreport import build_view, local_time, waiting_reason
 from tpuq.fleetstore import FleetControl
 from tpuq.janitor import decide as jd
@@ -219,11 +219,16 @@ def test_view_per_zone_and_type_and_the_waiting_job():
 
     job = {"state": "pending", "spec": {"tpu": ["v4-8"]}}
     held = waiting_reason(job, [view], NOW, PARIS)
-    assert held.startswith("waiting: racing v4-8 in us-central2-b; ")
+    assert held.startswith("racing v4-8 in us-central2-b; ")
     assert "v4-8 in us-central2-a backed off until 14:03 CET" in held and "europe-west4-a skipped" in held
     assert waiting_reason({**job, "spec": {"tpu": ["v4-8"], "zone": "us-central2-a"}}, [view], NOW, PARIS) == \
-        "waiting: v4-8 in us-central2-a backed off until 14:03 CET"
+        "v4-8 in us-central2-a backed off until 14:03 CET"
     assert waiting_reason({**job, "state": "running"}, [view], NOW, PARIS) is None
+
+    spent = build_view(f.model_copy(update={"budget": Budget(vm_hours_per_day=2.5)}), r, [tpu(2, tpu_type="v4-8")],
+                       FleetControl("f1"), NOW, PARIS)
+    assert "over budget for today" in spent["brakes"]["stopped"]  # 2 used + 1 h of the slice alive + 1 h of a new one
+    assert "over budget" in waiting_reason(job, [spent], NOW, PARIS)
 
     paused = build_view(f, r, [], FleetControl("f1", paused=True), NOW, PARIS)
     assert paused["brakes"]["claiming"] == "stopped"

@@ -47,7 +47,7 @@ def print_job_table(rows, now) -> None:
     for j in rows:
         table.add_row(j.get("id", ""), state_style(j.get("state")), j.get("priority") or "",
                       ",".join((j.get("spec") or {}).get("tpu", [])), age(j.get("submit_time"), now),
-                      j.get("waiting") or (j.get("reason") or j.get("blocked") or "")[:60])
+                      f"waiting: {j['waiting']}" if j.get("waiting") else (j.get("reason") or j.get("blocked") or "")[:60])
     out.print(table)
 
 
