@@ -39,7 +39,8 @@ def day_start(now: datetime) -> datetime:
     return datetime.combine(now.astimezone(timezone.utc).date(), time(0), tzinfo=timezone.utc)
 
 
-def _hosts(tpu_type: str | None) -> int:
+def hosts_of(tpu_type: str | None) -> int:
+    """The VMs (hosts) of one slice of this type."""
     try:
         return parse_accelerator_type(tpu_type or "").hosts
     except UnknownAcceleratorType:
@@ -54,7 +55,7 @@ def day_use(tpus: Iterable[Mapping[str, Any]], fleet_name: str, now: datetime) -
     for t in tpus:
         if t.get("fleet") not in (None, fleet_name) or not isinstance(t.get("created_at"), datetime):
             continue
-        hosts = _hosts(t.get("type"))
+        hosts = hosts_of(t.get("type"))
         gone = t.get("state") == TpuState.gone
         end = (t.get("gone_at") or t.get("updated_at")) if gone else now
         if not isinstance(end, datetime):

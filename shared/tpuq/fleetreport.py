@@ -98,8 +98,10 @@ def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzi
     """One row per zone and type the fleet may claim: quota and its source, racers, back-off, drop.
 
     `quota_source` says where `quota_chips` came from: "fleet file" (the `quota:` block) or None (not checked).
-    `skipped` is why the claimer does not queue there at all (None: it may)."""
+    `skipped` is why the claimer does not queue there at all (None: it may). `last_error`: the API's text of the
+    last failure there, as the claimer recorded it."""
     backoffs = {(b["zone"], b["type"]): b for b in report["backoffs"]}
+    failures = {(f["zone"], f["type"]): f for f in report.get("last_failures", [])}
     dropped = {(d["zone"], d["type"]): d for d in report["dropped"]}
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for entry in fleet.tpus:
@@ -124,7 +126,7 @@ def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzi
                 "backoff_until": b["until"] if b else None,
                 "backoff_until_local": local_time(b["until"], tz, now) if b else None,
                 "capacity_failures": b["failures"] if b else 0,
-                "last_error": b["reason"] if b else None,
+                "last_error": failures[key]["message"] if key in failures else None,
                 "dropped": d["reason"] if d else None,
             }
             row["note"] = target_note(row)
@@ -260,6 +262,10 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
              "reason": t.last_failure_message}
             for t in sorted(targets, key=lambda t: (t.zone, t.type))
             if t.backoff_until is not None and t.backoff_until > now
+        ],
+        "last_failures": [
+            {"zone": t.zone, "type": t.type, "class": t.last_failure_class, "message": t.last_failure_message}
+            for t in sorted(targets, key=lambda t: (t.zone, t.type)) if t.last_failure_message
         ],
         "dropped": [
             {"zone": t.zone, "type": t.type, "reason": t.dropped_reason}

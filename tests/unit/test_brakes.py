@@ -206,12 +206,15 @@ def test_view_per_zone_and_type_and_the_waiting_job():
     until = datetime(2026, 12, 1, 13, 3, tzinfo=timezone.utc)
     r = report(backoffs=[{"zone": "us-central2-a", "type": "v4-8", "until": until, "failures": 2,
                           "reason": "no more capacity"}],
+               last_failures=[{"zone": "us-central2-a", "type": "v4-8", "class": "capacity",
+                               "message": "no more capacity"}],
                queued_resources=[{"name": "projects/p/locations/us-central2-b/queuedResources/tq-r1-us-central2-b",
                                   "zone": "us-central2-b", "type": "v4-8", "state": "WAITING_FOR_RESOURCES"}])
     view = build_view(f, r, [tpu(2, tpu_type="v4-8")], FleetControl("f1"), NOW, PARIS)
     rows = {row["zone"]: row for row in view["targets"]}
     assert rows["us-central2-a"]["quota_chips"] == 64 and rows["us-central2-a"]["quota_source"] == "fleet file"
     assert rows["us-central2-a"]["backoff_until_local"] == "14:03 CET"
+    assert rows["us-central2-a"]["last_error"] == "no more capacity" and rows["us-central2-b"]["last_error"] is None
     assert rows["us-central2-b"]["racing"] == ["tq-r1-us-central2-b"] and rows["us-central2-b"]["quota_chips"] == 0
     assert "no spot v4 quota declared" in rows["europe-west4-a"]["skipped"]
     assert view["brakes"]["budget"]["used_today"] == 2 and view["brakes"]["grant"]["days_left"] == 10

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from tpuq.brakes import claim_stop_reason
+from tpuq.brakes import claim_stop_reason, hosts_of
 from tpuq.claimer.classify import classify, project_block_reason
 from tpuq.claimer.model import (
     DELETABLE_STATES,
@@ -56,7 +56,7 @@ from tpuq.claimer.model import (
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetEntry
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
-from tpuq.tputypes import canonical_name, parse_accelerator_type, zone_region
+from tpuq.tputypes import canonical_name, zone_region
 
 _ANNOUNCED = {
     Qr.ACTIVE: FleetEventKind.active,
@@ -88,7 +88,7 @@ def claim_gate(state: ClaimState, request_id: str, types: tuple[str, ...], qrs: 
     slice of the smallest of its types, and so does every other request still racing (one of its racers may
     win), on top of the slices alive."""
     def hosts(tpu_types) -> int:
-        return min((parse_accelerator_type(t).hosts for t in tpu_types), default=1)
+        return min((hosts_of(t) for t in tpu_types), default=1)
 
     racing: dict[str, set[str]] = {}
     for q in qrs:
