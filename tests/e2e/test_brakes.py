@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -147,12 +148,14 @@ def test_pause_deletes_idle_tpus_creates_nothing_and_resume_claims_again(world):
     human = world.tpuq("fleet").stdout
     assert f"backed off until {rows[(STOCKED_OUT, 'v4-8')]['backoff_until_local']}" in human
 
+    started = time.monotonic()
     paused = world.tpuq("fleet", "pause")
     assert "paused" in paused.stdout
     mark = len(world.control.calls())
     # Idle TPUs go at once (its idle timeout is an hour).
     wait_until(lambda: world.clients.firestore.collection(store.TPUS).document(tpu_id).get().to_dict()["state"]
                == "gone", timeout=DEADLINE, what="the idle TPU deleted on pause")
+    print(f"tpuq fleet pause -> idle TPU recorded gone: {time.monotonic() - started:.1f} s (idle timeout 3600 s)")
     assert tpu_id in world.deleted_ids()
 
     second = world.submit("echo two")
@@ -165,9 +168,12 @@ def test_pause_deletes_idle_tpus_creates_nothing_and_resume_claims_again(world):
     after_pause = world.control.calls()[mark:]
     assert not [c for c in after_pause if c["method"] == "POST" and c["path"].endswith("/queuedResources")]
 
+    paused_creates = len(world.creates())
     world.tpuq("fleet", "resume")
     world.wait_state(second, "succeeded")
-    assert world.creates(), "resumed: the claimer creates again"
+    assert len(world.creates()) > paused_creates, "resumed: the claimer creates again"
+    print(f"while paused: {len(after_pause)} API calls, 0 creates; after resume: "
+          f"{len(world.creates()) - paused_creates} create(s)")
 
 
 def test_drain_now_cancels_running_jobs_and_deletes_only_what_tpuq_owns(world):
@@ -179,7 +185,9 @@ def test_drain_now_cancels_running_jobs_and_deletes_only_what_tpuq_owns(world):
     owned_before = {n for n in world.listed() if n.rsplit("/", 1)[-1].startswith("tpuq-") and "tpuq-by-hand" not in n}
     assert owned_before  # the running job's queued resource and node
 
+    started = time.monotonic()
     drained = world.tpuq("fleet", "drain", "--now")
+    print(f"tpuq fleet drain --now: {time.monotonic() - started:.1f} s, {drained.stdout.count('deleted ')} deleted")
     assert f"cancelled job {running}" in drained.stdout and "drained and paused" in drained.stdout
     printed = {line.split(" ", 1)[1] for line in drained.stdout.splitlines() if line.startswith("deleted ")}
     assert printed and all("/queuedResources/tpuq-" in n or "/nodes/tpuq-" in n for n in printed)

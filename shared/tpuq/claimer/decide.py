@@ -254,9 +254,9 @@ class _Decision:
         request = self.requests.get(qr.request_id)
         target = self.target(qr.zone, qr.type)
         # An entry removed from the fleet since this create was recorded can never be built again.
-        return (request is not None and request.open and not self.blocked
-                and claim_gate(self.state, qr.request_id, (qr.type,), self.qrs.values(), self.now) is None
-                and not target.dropped(self.version) and not target.backed_off(self.now) and self.fleet.entry(qr.entry_id) is not None)
+        return (request is not None and request.open and not self.blocked and not target.dropped(self.version)
+                and not target.backed_off(self.now) and self.fleet.entry(qr.entry_id) is not None
+                and claim_gate(self.state, qr.request_id, (qr.type,), self.qrs.values(), self.now) is None)
 
     def on_found(self, qr: QrRecord, obs: Observation) -> None:
         state = obs.state

@@ -62,6 +62,7 @@ class Janitor:
     fleet: FleetFile
     api: DeleteAdapter
     report: Report = field(default_factory=Report)
+    paused: bool = False  # fleet_control/{fleet}.paused: idle TPUs go at once
 
     @property
     def db(self):
@@ -193,8 +194,8 @@ class Janitor:
             self.mark_gone(tpu_id, "deleted by the janitor")
         self.delete(decision.resend)
 
-    def reap_idle(self, tpus: list[d.TpuDoc], paused: bool = False) -> None:
-        now = self.ctx.now()
+    def reap_idle(self, tpus: list[d.TpuDoc]) -> None:
+        now, paused = self.ctx.now(), self.paused
         reason = "idle while the fleet is paused" if paused else None
         for t in d.decide_idle(tpus, self.fleet, now, paused):
             marked = self.mark_deleting(
@@ -305,7 +306,8 @@ def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_ada
                     janitor.drain(control, tpus)
                     tpus = janitor.tpu_docs()
                 janitor.sweep(tpus)
-                janitor.reap_idle(tpus, control.paused)
+                janitor.paused = control.paused
+                janitor.reap_idle(tpus)
                 janitor.scan_orphans(scan_every)
         fleets.raise_if_any()
 
