@@ -236,3 +236,18 @@ def test_view_per_zone_and_type_and_the_waiting_job():
     paused = build_view(f, r, [], FleetControl("f1", paused=True), NOW, PARIS)
     assert paused["brakes"]["claiming"] == "stopped"
     assert "claiming stopped: fleet f1 is paused" in waiting_reason(job, [paused], NOW, PARIS)
+
+
+@pytest.mark.parametrize("cancel_requested, state", [(False, "pending"), (True, "cancelled")])
+def test_a_job_whose_cancel_was_asked_is_not_requeued_when_its_tpu_goes_first(cancel_requested, state):
+    """A drain cancels the running jobs and deletes their TPUs: whichever the executor sees first, the job ends."""
+    from tpuq.fleet import RetryBudgets
+    from tpuq.messages import AttemptOutcome
+    from tpuq.scheduler.lifecycle import attempt_ended
+
+    job = {"id": "j1", "state": "running", "attempt": 1, "spec": {"tpu": ["v4-8"], "command": "x"},
+           "cancel_requested": cancel_requested, "cancel_reason": "tpuq fleet drain --now"}
+    end = attempt_ended(job, 1, AttemptOutcome.preempted, "node gone", RetryBudgets(), NOW, random.Random(1))
+    assert end.job["state"] == state
+    if cancel_requested:
+        assert end.job["reason"] == "tpuq fleet drain --now"
