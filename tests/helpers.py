@@ -69,7 +69,8 @@ def push_envelope(message: BaseModel | dict | bytes, message_id: str, subscripti
 
 def fleets_only_context(fleets: dict):
     """A handler context whose Firestore holds only `fleets/{name}`: name -> a FleetFile, or a raw dict stored as
-    the fleet file (one that does not validate, say), for a tick's loop over the fleets."""
+    the fleet file (one that does not validate, say), for a tick's loop over the fleets. Any other document
+    reads as absent."""
     from types import SimpleNamespace
 
     docs = {name: {"fleet": f if isinstance(f, dict) else f.model_dump(mode="json")} for name, f in fleets.items()}
@@ -77,5 +78,8 @@ def fleets_only_context(fleets: dict):
     class Fleets:
         def stream(self):
             return iter(SimpleNamespace(id=name, to_dict=lambda doc=doc: doc) for name, doc in docs.items())
+
+        def document(self, _id):  # any other document (fleet_control/, say) does not exist
+            return SimpleNamespace(get=lambda: SimpleNamespace(exists=False, to_dict=lambda: None))
 
     return SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _name: Fleets())))

@@ -17,6 +17,10 @@ retry:
 claim:
   valid_until_seconds: 43200    # a queued request expires by itself after this
   unknown_error_retries: 3
+budget:
+  vm_hours_per_day: 200         # claiming stops for the (UTC) day once the day's VM-hours (hosts x hours alive),
+                                # plus one more hour of every slice alive and of the new one, would pass this
+grant_expires: 2026-12-31       # your TRC grant's last day (UTC; grants last about 30 days): nothing is claimed after it
 quota:                          # optional override, in chips: before queueing, tpuq reads each zone's quota
                                 # from the Cloud Quotas API (and skips zones without); a value here wins over it.
                                 # Declare v2, v3, on-demand v4 and v5p here: their quota IDs are not known to tpuq.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import date
 from enum import Enum
 from typing import Annotated, Any
 
@@ -198,6 +199,14 @@ class ClaimPolicy(StrictModel):
     orphan_grace_seconds: float = Field(default=600.0, ge=0)
 
 
+class Budget(StrictModel):
+    """How many VM-hours the fleet may use a day. A VM-hour is one TPU VM host for one hour (a v4-32 slice has 4
+    hosts: 4 VM-hours an hour), the unit a TRC user's cost is counted in. The day is the UTC day."""
+
+    vm_hours_per_day: float = Field(gt=0, description="Claiming stops for the (UTC) day once the day's use plus "
+                                    "one more hour of every slice alive, the new one included, would pass this")
+
+
 class FleetFile(StrictModel):
     name: str
     project: str
@@ -233,6 +242,21 @@ class FleetFile(StrictModel):
         "Cloud Quotas API's per-zone quota; a declared value wins, anything not declared is read from the API",
     )
     tpus: list[FleetEntry] = Field(min_length=1)
+    budget: Budget | None = Field(default=None, description="A daily VM-hour cap on claiming (absent: none)")
+    grant_expires: date | None = Field(
+        default=None, description="The last day (UTC) of the grant, YYYY-MM-DD: nothing is claimed after it")
+
+    @field_validator("grant_expires", mode="before")
+    @classmethod
+    def _grant_date(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return date.fromisoformat(value.strip())
+            except ValueError:
+                raise ValueError(f"{value!r} is not a date like 2026-12-31") from None
+        if value is not None and not isinstance(value, date):
+            raise ValueError(f"{value!r} is not a date like 2026-12-31")
+        return value
 
     @field_validator("name")
     @classmethod

@@ -1,25 +1,41 @@
-"""`tpuq fleet`: the claimer's view (queued resources, back-offs, drops, blocked) plus the TPUs the scheduler holds.
+"""`tpuq fleet`: the claimer's view (queued resources, back-offs, drops, blocked) plus the TPUs the scheduler holds,
+per zone and type (quota and its source, racers, back-off in local time, drop), the brakes (paused, the day's
+VM-hours against the budget, the grant's days left, a drain), and what holds each waiting job.
 
 Read-only, through the documents' typed views (`tpuq.documents`): nothing here imports a service.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import documents, store
-from tpuq.documents import QueuedResourceState, RequestStatus, TpuState, short_node_name
-from tpuq.fleetstore import load_fleet
+from tpuq.brakes import DayUse, claim_stop_reason, day_start, day_use, grant_days_left
+from tpuq.documents import QR_STATES_RACING, JobState, QueuedResourceState, RequestStatus, TpuState, short_node_name
+from tpuq.fleet import FleetFile
+from tpuq.fleetstore import FleetControl, load_control, load_fleet
 from tpuq.queries import age
+from tpuq.tputypes import canonical_name, zone_region
 
 
-def fleet_view(db, name: str | None, now: datetime, prechecks_reader=None) -> dict[str, Any]:
-    """prechecks_reader: a `tpuq.cloudchecks.PrecheckReader` (quota and billing, read now), or None: not shown."""
+def fleet_view(db, name: str | None, now: datetime, tz: tzinfo | None = None, prechecks_reader=None) -> dict[str, Any]:
+    """`tpuq fleet`'s view model (also its --json): read Firestore (and, with a `tpuq.cloudchecks.PrecheckReader`,
+    quota and billing now), then `build_view`."""
     fleet = load_fleet(db, name)
     report = fleet_report(db, fleet.name, now)
+    tpus = [s.to_dict() for s in db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", fleet.name))
+            .stream()]
+    prechecks = prechecks_reader.read(fleet, now) if prechecks_reader is not None else None
+    return build_view(fleet, report, tpus, load_control(db, fleet.name), now, tz or timezone.utc, prechecks)
+
+
+def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str, Any]], control: FleetControl,
+               now: datetime, tz: tzinfo, prechecks=None) -> dict[str, Any]:
+    """Pure: the view model of one fleet. `tz`: the zone times are shown in (the machine's local one);
+    `prechecks`: a `tpuq.quota.Prechecks` (billing, quota from the Cloud Quotas API), or None: not shown."""
     notes = {}
     for q in report["queued_resources"]:
         note = q.get("failure_class") or ""
@@ -27,17 +43,15 @@ def fleet_view(db, name: str | None, now: datetime, prechecks_reader=None) -> di
             note = (note + " delete requested").strip()
         notes[q["name"]] = note
     tpus = []
-    for snap in db.collection(store.TPUS).where("fleet", "==", fleet.name).stream():
-        t = snap.to_dict()
+    for t in tpu_docs:
         if t.get("state") == TpuState.gone:
             continue
+        t = dict(t)
         t["idle_for"] = age(t.get("idle_since"), now) if t.get("state") == TpuState.idle else ""
         tpus.append(t)
-    zones = [{"key": f"{b['zone']} {b['type']}", "note": f"backing off until {b['until']:%H:%M:%S} "
-              f"after {b['failures']} capacity failure(s)"} for b in report["backoffs"]]
-    zones += [{"key": f"{d['zone']} {d['type']}", "note": f"dropped: {d['reason']}"} for d in report["dropped"]]
-    checks = precheck_view(fleet, prechecks_reader.read(fleet, now)) if prechecks_reader is not None else {}
-    zones += checks.pop("skipped", [])
+    checks = precheck_view(fleet, prechecks) if prechecks is not None else {}
+    targets = target_rows(fleet, report, now, tz, prechecks.quota if prechecks is not None else None)
+    zones = [{"key": f"{r['zone']} {r['type']}", "note": r["note"]} for r in targets if r["note"]]
     blocked = [report["blocked"]] if report["blocked"] else []
     if checks.get("billing_block") and not any(b.startswith("billing is disabled") for b in blocked):
         blocked.append(checks["billing_block"])
@@ -47,19 +61,21 @@ def fleet_view(db, name: str | None, now: datetime, prechecks_reader=None) -> di
         "fleet": fleet.name,
         "version": report["version"],
         "blocked": blocked,
+        "brakes": brakes_view(fleet, control, day_use(tpu_docs, fleet.name, now), now, tz),
         "requests": report["requests"],
         "queued_resources": [
             {**q, "name": short_node_name(q["name"]), "note": notes.get(q["name"], "")}
             for q in report["queued_resources"]
         ],
         "tpus": sorted(tpus, key=lambda t: t.get("short", "")),
+        "targets": targets,
         "zones": zones,
     }
 
 
 def precheck_view(fleet, prechecks) -> dict[str, Any]:
     """The pre-checks' lines for `tpuq fleet`: billing, quota per zone and type with its source, skipped zones."""
-    from tpuq.quota import billing_block_reason, skipped_zones
+    from tpuq.quota import billing_block_reason
 
     billing = prechecks.billing
     quota = []
@@ -76,9 +92,161 @@ def precheck_view(fleet, prechecks) -> dict[str, Any]:
         "billing_block": billing_block_reason(fleet.project) if billing.disabled else None,
         "quota": quota,
         "precheck_problems": prechecks.problems,
-        "skipped": [{"key": f"{s['zone']} {s['type']}", "note": f"skipped: {s['reason']}"}
-                    for s in skipped_zones(fleet, prechecks.quota)],
     }
+
+
+def all_fleet_views(db, now: datetime, tz: tzinfo) -> list[dict[str, Any]]:
+    """The view of every stored fleet (a fleet file that no longer validates is left out)."""
+    views = []
+    for snap in db.collection(store.FLEETS).stream():
+        try:
+            views.append(fleet_view(db, snap.id, now, tz))
+        except ValueError:
+            continue
+    return views
+
+
+def annotate_waiting(db, jobs: list[dict[str, Any]], now: datetime, tz: tzinfo) -> None:
+    """Set `waiting` on each pending job: what holds it (`tpuq status`, `tpuq list`)."""
+    if not any(j.get("state") == JobState.pending for j in jobs):
+        return
+    views = all_fleet_views(db, now, tz)
+    for j in jobs:
+        reason = waiting_reason(j, views, now, tz)
+        if reason:
+            j["waiting"] = reason
+
+
+def local_time(when: datetime, tz: tzinfo, now: datetime) -> str:
+    """`14:03 CET`; with the day when it is not today there (`Wed 02 Dec 14:03 CET`)."""
+    local = when.astimezone(tz)
+    if local.date() != now.astimezone(tz).date():
+        return local.strftime("%a %d %b %H:%M %Z")
+    return local.strftime("%H:%M %Z")
+
+
+def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzinfo,
+                quota=None) -> list[dict[str, Any]]:
+    """One row per zone and type the fleet may claim: quota and its source, racers, back-off, drop.
+
+    `quota`: the claimer's effective quota (`tpuq.quota.EffectiveQuota`); None: the fleet file's declarations.
+    `quota_source` says where `quota_chips` came from: "fleet file" (the `quota:` block), "Cloud Quotas API", or
+    None (not checked).
+    `skipped` is why the claimer does not queue there at all (None: it may). `last_error`: the API's text of the
+    last failure there, as the claimer recorded it."""
+    from tpuq.quota import declared_quota, skipped_zones
+
+    quota = quota if quota is not None else declared_quota(fleet)
+    skipped = {(z["zone"], z["type"]): z["reason"] for z in skipped_zones(fleet, quota)}
+    backoffs = {(b["zone"], b["type"]): b for b in report["backoffs"]}
+    failures = {(f["zone"], f["type"]): f for f in report.get("last_failures", [])}
+    dropped = {(d["zone"], d["type"]): d for d in report["dropped"]}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry in fleet.tpus:
+        if entry.existing:
+            continue  # a node the user brought: never claimed
+        for zone in entry.zones:
+            key = (zone, entry.type)
+            if key in rows:
+                continue
+            q = quota.get(zone, entry.accelerator.family, entry.provisioning_model)
+            racing = sorted(short_node_name(q["name"]) for q in report["queued_resources"]
+                            if q["zone"] == zone and q["type"] == entry.type and q["state"] in QR_STATES_RACING)
+            b, d = backoffs.get(key), dropped.get(key)
+            row: dict[str, Any] = {
+                "zone": zone, "type": entry.type, "tier": entry.provisioning_model.value,
+                "quota_chips": q.chips if q else None,
+                "quota_source": quota_source(q),
+                "quota_detail": q.detail if q else None,
+                "skipped": skipped.get(key),
+                "racing": racing,
+                "backoff_until": b["until"] if b else None,
+                "backoff_until_local": local_time(b["until"], tz, now) if b else None,
+                "capacity_failures": b["failures"] if b else 0,
+                "last_error": failures[key]["message"] if key in failures else None,
+                "dropped": d["reason"] if d else None,
+            }
+            row["note"] = target_note(row)
+            rows[key] = row
+    return list(rows.values())
+
+
+def quota_source(q) -> str | None:
+    """Where one zone's quota number came from, for people; None when nothing was checked."""
+    from tpuq.quota import QuotaSource
+
+    if q is None or q.chips is None:
+        return None
+    return "Cloud Quotas API" if q.source is QuotaSource.api else "fleet file"
+
+
+def target_note(row: dict[str, Any]) -> str:
+    """What holds one zone and type, for people; "" when nothing does."""
+    if row["dropped"]:
+        return f"dropped: {row['dropped']}"
+    if row["skipped"]:
+        return f"skipped: {row['skipped']}"
+    if row["backoff_until"]:
+        return f"backed off until {row['backoff_until_local']} after {row['capacity_failures']} capacity failure(s)"
+    return ""
+
+
+def brakes_view(fleet: FleetFile, control: FleetControl, use: DayUse, now: datetime, tz: tzinfo) -> dict[str, Any]:
+    """Paused, the day's VM-hours against the budget, the grant's days left, and the drain."""
+    smallest = min((e.accelerator.hosts for e in fleet.tpus if not e.existing), default=1)
+    stop = claim_stop_reason(fleet, control.paused, use, now, smallest)  # stopped: not even the smallest slice
+    return {
+        "claiming": "stopped" if stop else "on",
+        "stopped": stop,
+        "paused": control.paused,
+        "paused_at": control.paused_at,
+        "budget": None if fleet.budget is None else {
+            "vm_hours_per_day": fleet.budget.vm_hours_per_day, "used_today": round(use.vm_hours, 2),
+            "alive_hosts": use.alive_hosts, "day": day_start(now).date().isoformat()},
+        "grant": None if fleet.grant_expires is None else {
+            "expires": fleet.grant_expires.isoformat(), "days_left": max(grant_days_left(fleet, now) or 0, 0)},
+        "drain": None if not control.drain_id else {
+            "id": control.drain_id, "requested_at": control.drain_requested_at,
+            "done": not control.drain_pending, "deleted": list(control.drain_deleted)},
+        "tz": now.astimezone(tz).strftime("%Z"),
+    }
+
+
+def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: datetime, tz: tzinfo) -> str | None:
+    """What holds a pending job, from the fleet views: "v4-8 in us-central2-b backed off until 14:03 CET;
+    europe-west4-a dropped: no quota: ...", led by the zones it races in. None when nothing is known to hold it."""
+    if job.get("state") != JobState.pending:
+        return None
+    spec = job.get("spec") or {}
+    types = {canonical_name(t) for t in spec.get("tpu") or []}
+    zone = spec.get("zone")
+    region = job.get("pinned_region")
+    held: list[str] = []
+    racing: list[str] = []
+    for view in views:
+        rows = [r for r in view.get("targets", []) if r["type"] in types and (not zone or r["zone"] == zone)
+                and (not region or zone_region(r["zone"]) == region)]
+        if not rows:
+            continue
+        brakes = view.get("brakes") or {}
+        if brakes.get("stopped"):
+            held.append(f"claiming stopped: {brakes['stopped']}")
+        held += [f"blocked: {b}" for b in view.get("blocked", [])]
+        for r in rows:
+            if r["racing"]:
+                racing.append(f"{r['type']} in {r['zone']}")
+            elif r["dropped"]:
+                held.append(f"{r['zone']} dropped: {r['dropped']}")
+            elif r["skipped"]:
+                held.append(f"{r['zone']} skipped: {r['skipped']}")
+            elif r["backoff_until"]:
+                held.append(f"{r['type']} in {r['zone']} backed off until {r['backoff_until_local']}")
+    not_before = job.get("not_before")
+    if isinstance(not_before, datetime) and not_before > now:
+        held.append(f"retry not before {local_time(not_before, tz, now)}")
+    if racing:
+        held.insert(0, "racing " + ", ".join(racing))
+    return "; ".join(held) if held else None
 
 
 def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, Any]:
@@ -140,6 +308,10 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
              "reason": t.last_failure_message}
             for t in sorted(targets, key=lambda t: (t.zone, t.type))
             if t.backoff_until is not None and t.backoff_until > now
+        ],
+        "last_failures": [
+            {"zone": t.zone, "type": t.type, "class": t.last_failure_class, "message": t.last_failure_message}
+            for t in sorted(targets, key=lambda t: (t.zone, t.type)) if t.last_failure_message
         ],
         "dropped": [
             {"zone": t.zone, "type": t.type, "reason": t.dropped_reason}

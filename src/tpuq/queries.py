@@ -39,6 +39,21 @@ def attempts(db, job_id: str) -> list[dict[str, Any]]:
     return sorted((d.to_dict() for d in col.stream()), key=lambda a: a.get("attempt", 0))
 
 
+def jobs_on_fleet(db, fleet: str) -> list[str]:
+    """The jobs assigned to or running on a TPU of the fleet (the scheduler's tpus/ and jobs/ documents)."""
+    from google.cloud import firestore
+
+    from tpuq.documents import JOB_STATES_ON_A_TPU
+
+    nodes = {d.get("name") for d in (s.to_dict() for s in db.collection(store.TPUS)
+                                     .where(filter=firestore.FieldFilter("fleet", "==", fleet)).stream())}
+    out = []
+    for state in sorted(JOB_STATES_ON_A_TPU):
+        q = db.collection(store.JOBS).where(filter=firestore.FieldFilter("state", "==", state))
+        out += [s.id for s in q.stream() if (s.to_dict() or {}).get("tpu") in nodes]
+    return sorted(out)
+
+
 @dataclass
 class LogChunk:
     worker: int

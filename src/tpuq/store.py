@@ -12,6 +12,7 @@ Documents are small and per-entity so that none is hot (the emulator stalls
 - zones/{fleet}:{zone}:{type}        back-off / dropped state of one race target   (claimer)
 - fleet_status/{fleet}               a project-level block ("billing is disabled") (claimer)
 - fleets/{name}                      the fleet file in force                       (tpuq fleet apply / dev up / deploy)
+- fleet_control/{name}               paused, and a drain asked for and done        (tpuq fleet pause/resume/drain; janitor)
 - executions/{job}:{attempt}         the assignment an executor runs, and whether its end was published (executor)
 - janitor/{fleet}                    when the last orphan scan ran                 (janitor)
 - dead_letters/{id}                  messages that could never be processed        (every service)
@@ -32,10 +33,11 @@ EXECUTIONS = "executions"
 JANITOR = "janitor"
 ZONES = "zones"
 FLEETS = "fleets"
+FLEET_CONTROL = "fleet_control"
 DEAD_LETTERS = "dead_letters"
 DELIVERIES = "deliveries"
 
-ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, FLEETS, EXECUTIONS, JANITOR,
+ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, FLEETS, FLEET_CONTROL, EXECUTIONS, JANITOR,
                    DEAD_LETTERS, DELIVERIES)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")

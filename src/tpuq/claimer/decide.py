@@ -17,6 +17,9 @@ while demand remains), FAILED (-> classify, act, delete), PROVISIONING and
 WAITING_FOR_RESOURCES (informational), GONE (NOT_FOUND). A failed read
 concludes nothing.
 
+Brakes. `claim_gate` (paused, the grant ended, the day's VM-hour budget: `tpuq.brakes`) is asked before any
+create is planned or a recorded one finished; a stopped fleet still watches, cancels and deletes.
+
 Satisfied (ACTIVE >= count) or withdrawn requests cancel their pending racers
 in deletable states. PROVISIONING is never deleted; ACTIVE never by the
 claimer (once claimed a slice belongs to the scheduler and the janitor).
@@ -25,9 +28,11 @@ claimer (once claimed a slice belongs to the scheduler and the janitor).
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from tpuq.brakes import claim_stop_reason, hosts_of
 from tpuq.claimer.classify import classify, project_block_reason
 from tpuq.claimer.model import (
     DELETABLE_STATES,
@@ -77,6 +82,24 @@ def decide(state: ClaimState, event: Event, now: datetime, rng: random.Random) -
     return decision.effects
 
 
+def claim_gate(state: ClaimState, request_id: str, types: tuple[str, ...], qrs: Iterable[QrRecord],
+               now: datetime) -> str | None:
+    """The brakes, as one gate before creates: why request `request_id` may not create now, or None.
+
+    Paused, past `grant_expires`, or over `budget.vm_hours_per_day`. Against the budget the request counts as one
+    slice of the smallest of its types, and so does every other request still racing (one of its racers may
+    win), on top of the slices alive."""
+    def hosts(tpu_types) -> int:
+        return min((hosts_of(t) for t in tpu_types), default=1)
+
+    racing: dict[str, set[str]] = {}
+    for q in qrs:
+        if q.pending and q.request_id != request_id:
+            racing.setdefault(q.request_id, set()).add(q.type)
+    new_hosts = hosts(types) + sum(hosts(t) for t in racing.values())
+    return claim_stop_reason(state.fleet, state.paused, state.day_use, now, new_hosts)
+
+
 def fast_watch_targets(state: ClaimState, request_id: str) -> list[QrRecord]:
     """The request's queued resources still worth a quick re-read right after its creates: not yet ACTIVE."""
     return [q for q in state.qrs.values() if q.request_id == request_id and q.state != Qr.ACTIVE]
@@ -117,6 +140,7 @@ class _Decision:
         self.status = state.status
         self.prechecks = state.prechecks
         self.quota = state.prechecks.quota if state.prechecks else declared_quota(state.fleet)
+        self.state = state
         self.effects = Effects()
 
     # ------------------------------------------------------------ helpers
@@ -235,7 +259,8 @@ class _Decision:
         target = self.target(qr.zone, qr.type)
         # An entry removed from the fleet since this create was recorded can never be built again.
         return (request is not None and request.open and not self.blocked and not target.dropped(self.version)
-                and not target.backed_off(self.now) and self.fleet.entry(qr.entry_id) is not None)
+                and not target.backed_off(self.now) and self.fleet.entry(qr.entry_id) is not None
+                and claim_gate(self.state, qr.request_id, (qr.type,), self.qrs.values(), self.now) is None)
 
     def on_found(self, qr: QrRecord, obs: Observation) -> None:
         state = obs.state
@@ -321,7 +346,8 @@ class _Decision:
                 if qr.pending and not qr.delete_requested:
                     self.request_delete(qr, force=False, reason="request satisfied: cancel the losers")
             return
-        if self.blocked:
+        if self.blocked or claim_gate(self.state, request.request_id, request.types, self.qrs.values(),
+                                        self.now) is not None:
             return
         racing_zones = {q.zone for q in mine if q.pending}
         for zone in self.candidate_zones(request):

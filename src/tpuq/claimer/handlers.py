@@ -57,7 +57,7 @@ class Claimer:
         self.writer = statestore.StateWriter(self.ctx.clients.firestore)
 
     def load(self, *request_ids: str) -> ClaimState:
-        state = statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids))
+        state = statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids), self.ctx.now())
         if self.prechecks is None:
             return state
         checks = self.prechecks.get(self.fleet, self.ctx.now())

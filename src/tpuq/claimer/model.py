@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tpuq.brakes import DayUse
 from tpuq.documents import (
     QR_STATES_RACING,
     ClaimerQrState,
@@ -70,6 +71,8 @@ class ClaimState:
     # Quota by (zone, family, tier) and billing, read by the handler before deciding (tpuq.quota). None: only
     # the fleet file's declared quota is known (unit tests, tools).
     prechecks: Prechecks | None = None
+    paused: bool = False  # fleet_control/{fleet}.paused: no new creates (`tpuq fleet pause`)
+    day_use: DayUse = field(default_factory=DayUse)  # the day's VM-hours, for the fleet's budget
 
     def target(self, zone: str, tpu_type: str) -> TargetRecord:
         return self.targets.get((zone, tpu_type)) or TargetRecord(self.fleet.name, zone, tpu_type)

@@ -7,10 +7,12 @@ Documents (none hot: each is written only when its own entity changes):
 - queued_resources/{qr_id}         one queued resource we created, with the last state seen (`live` until GONE)
 - zones/{fleet}:{zone}:{type}      a race target: back-off, drop (keyed on fleet version), unknown-error count
 - fleet_status/{fleet}             `blocked`: why the fleet may not create anywhere (billing, permission)
+- fleet_control/{fleet}, tpus/     read only: paused, and the day's VM-hours for the budget (`tpuq.brakes`)
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -18,6 +20,7 @@ from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import store
+from tpuq.brakes import DayUse, day_use
 from tpuq.claimer.model import REQUEST_OPEN, ClaimState
 from tpuq.documents import (
     FleetStatus,
@@ -34,6 +37,7 @@ from tpuq.documents import (
     target_to_doc,
 )
 from tpuq.fleet import FleetFile
+from tpuq.fleetstore import load_control
 
 QUEUED_RESOURCES = store.QUEUED_RESOURCES
 FLEET_STATUS = store.FLEET_STATUS
@@ -45,7 +49,7 @@ def target_doc_id(fleet: str, zone: str, tpu_type: str) -> str:
 
 # ------------------------------------------------------------ load
 
-def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = ()) -> ClaimState:
+def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: datetime | None = None) -> ClaimState:
     """The fleet's targets, live queued resources, open requests (+ the named ones, whatever their status).
 
     Targets are read before queued resources: a zone claim conditioned on the target's version then
@@ -71,7 +75,18 @@ def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = ()) -> Claim
             requests[rid] = request_from_doc(snap.to_dict())
     status_snap = db.collection(FLEET_STATUS).document(fleet.name).get()
     status = status_from_doc(status_snap.to_dict()) if status_snap.exists else None
-    return ClaimState(fleet=fleet, requests=requests, qrs=qrs, targets=targets, status=status)
+    paused, use = load_brakes(db, fleet, now)
+    return ClaimState(fleet=fleet, requests=requests, qrs=qrs, targets=targets, status=status, paused=paused,
+                      day_use=use)
+
+
+def load_brakes(db, fleet: FleetFile, now: datetime | None) -> tuple[bool, DayUse]:
+    """Paused (fleet_control/), and the day's VM-hours from tpus/ (read only when the fleet has a budget)."""
+    paused = load_control(db, fleet.name).paused
+    if fleet.budget is None or now is None:
+        return paused, DayUse()
+    tpus = (s.to_dict() for s in db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", fleet.name)).stream())
+    return paused, day_use(tpus, fleet.name, now)
 
 
 # ------------------------------------------------------------ write

@@ -49,6 +49,8 @@ COMMANDS = (
     (app, "submit", jobs.submit), (app, "status", jobs.status), (app, "list", jobs.list_),
     (app, "cancel", jobs.cancel), (app, "logs", jobs.logs), (app, "watch", jobs.watch),
     (fleet_app, "unblock", fleet.fleet_unblock), (fleet_app, "apply", fleet.fleet_apply),
+    (fleet_app, "pause", fleet.fleet_pause), (fleet_app, "resume", fleet.fleet_resume),
+    (fleet_app, "drain", fleet.fleet_drain),
     (app, "deploy", deploy.deploy), (app, "undeploy", deploy.undeploy),
 )
 for group, name, command in COMMANDS:

@@ -1,4 +1,6 @@
-"""The fleet commands: the fleet view, `fleet unblock`, `fleet apply`."""
+"""The fleet commands: the fleet view, `fleet unblock`, `fleet apply`, and the brakes: `fleet pause`, `resume`,
+`drain --now`. The brakes write `fleet_control/{fleet}` (`tpuq.fleetstore`) and publish a tick so the services act
+at once; the janitor does every delete of a drain, and this command reports what it deleted."""
 
 from __future__ import annotations
 
@@ -25,11 +27,110 @@ def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fle
     from tpuq.fleetreport import fleet_view
 
     clients = cli_clients()
-    view = fleet_view(clients.firestore, name, datetime.now(timezone.utc), reader_from_settings(clients.settings))
+    view = fleet_view(clients.firestore, name, datetime.now(timezone.utc), local_zone(),
+                      reader_from_settings(clients.settings))
     if as_json:
         print(json.dumps(view, default=json_default, indent=2))
         return
     print_fleet(view)
+
+
+def local_zone():
+    """The machine's local time zone: `tpuq fleet` and waiting jobs show times in it (`14:03 CET`)."""
+    from datetime import datetime
+
+    return datetime.now().astimezone().tzinfo
+
+
+def _nudge(clients, source: str) -> None:
+    """A tick now, so that every service applies the change at once instead of at the next scheduled tick."""
+    from datetime import datetime, timezone
+
+    from tpuq.messages import Tick
+
+    clients.publish("ticks", Tick(at=datetime.now(timezone.utc), source=source))
+
+
+def fleet_pause(name: Optional[str] = typer.Argument(None, metavar="FLEET", help="Fleet name (default: the only one)")) -> None:
+    """No new claims. Running jobs finish; idle TPUs are deleted at once. `tpuq fleet resume` undoes it."""
+    import os
+    from datetime import datetime, timezone
+
+    from tpuq.fleetstore import load_fleet, set_paused
+
+    clients = cli_clients()
+    fleet_name = load_fleet(clients.firestore, name).name
+    set_paused(clients.firestore, fleet_name, True, datetime.now(timezone.utc), os.environ.get("USER"))
+    _nudge(clients, "pause")
+    out.print(f"fleet {fleet_name!r} paused: nothing new is claimed or started; running jobs finish; idle TPUs "
+              "are deleted now (tpuq fleet resume undoes it)")
+
+
+def fleet_resume(name: Optional[str] = typer.Argument(None, metavar="FLEET", help="Fleet name (default: the only one)")) -> None:
+    """Claim and start jobs again after `tpuq fleet pause` or `drain`."""
+    from datetime import datetime, timezone
+
+    from tpuq.fleetstore import load_control, load_fleet, set_paused
+
+    clients = cli_clients()
+    fleet_name = load_fleet(clients.firestore, name).name
+    if not load_control(clients.firestore, fleet_name).paused:
+        out.print(f"fleet {fleet_name!r} is not paused")
+        return
+    set_paused(clients.firestore, fleet_name, False, datetime.now(timezone.utc))
+    _nudge(clients, "resume")
+    out.print(f"fleet {fleet_name!r} resumed: claiming again")
+
+
+def fleet_drain(name: Optional[str] = typer.Argument(None, metavar="FLEET", help="Fleet name (default: the only one)"),
+                now_: bool = typer.Option(False, "--now", help="Required: cancel running jobs and delete now"),
+                timeout: float = typer.Option(300.0, min=1, help="Seconds to wait for the janitor's deletes")) -> None:
+    """Cancel running jobs, then delete every queued resource and TPU tpuq owns in the fleet; leaves it paused."""
+    import os
+    import time
+    import uuid
+    from datetime import datetime, timezone
+
+    from tpuq.cli.console import CliError, err
+    from tpuq.fleetstore import load_control, load_fleet, request_drain, set_paused
+    from tpuq.messages import CancelRequest
+    from tpuq.queries import jobs_on_fleet
+
+    if not now_:
+        raise CliError("drain: add --now (it cancels the running jobs and deletes every queued resource and TPU "
+                       "tpuq owns in the fleet; `tpuq fleet pause` only stops new claims)")
+    clients = cli_clients()
+    db = clients.firestore
+    fleet_name = load_fleet(db, name).name
+    user = os.environ.get("USER")
+    set_paused(db, fleet_name, True, datetime.now(timezone.utc), user)  # first: nothing new starts meanwhile
+    for job_id in jobs_on_fleet(db, fleet_name):
+        clients.publish("cancels", CancelRequest(job_id=job_id, reason="tpuq fleet drain --now", requested_by=user))
+        out.print(f"cancelled job {job_id}")
+    drain_id = uuid.uuid4().hex[:12]
+    request_drain(db, fleet_name, drain_id, datetime.now(timezone.utc), user)
+    deadline = time.monotonic() + timeout
+    nudged = 0.0
+    with err.status("the janitor is deleting what tpuq owns..."):
+        while True:
+            control = load_control(db, fleet_name)
+            if control.drain_id != drain_id or not control.drain_pending or time.monotonic() > deadline:
+                break
+            if time.monotonic() - nudged > 5:
+                _nudge(clients, "drain")
+                nudged = time.monotonic()
+            time.sleep(0.5)
+    for deleted in control.drain_deleted:
+        out.print(f"deleted {deleted}")
+    if control.drain_id != drain_id:
+        raise CliError(f"another drain of {fleet_name!r} was asked for meanwhile ({control.drain_id})")
+    if control.drain_pending:
+        raise CliError(f"drain of {fleet_name!r} not finished after {timeout:.0f}s (a PROVISIONING request can only "
+                       "be deleted once it leaves PROVISIONING); the janitor goes on at every tick: run it again "
+                       "to see the rest")
+    if not control.drain_deleted:
+        out.print("nothing of tpuq's was left to delete")
+    out.print(f"fleet {fleet_name!r} drained and paused (tpuq fleet resume to claim again)")
 
 
 def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (default: the only one)")) -> None:

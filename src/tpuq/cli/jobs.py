@@ -88,6 +88,7 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
     db = clients.firestore
     if job_id is None:
         rows = list_jobs(db, limit=20)
+        _annotate_waiting(db, rows)
         blocks = _fleet_blocks(db)
         for row in rows:
             if row.get("state") == JobState.pending and blocks and not row.get("blocked"):
@@ -99,10 +100,21 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         return
     job = job_or_fail(db, job_id)
     job["attempt_history"] = attempts(db, job_id)
+    _annotate_waiting(db, [job])
     if as_json:
         print(json.dumps(job, default=json_default, indent=2))
         return
     print_job(job_id, job, _fleet_blocks(db) if job.get("state") == JobState.pending else [])
+
+def _annotate_waiting(db, jobs: list[dict]) -> None:
+    """`waiting` on each pending job: what holds it (brakes, back-offs, drops), times in the local zone."""
+    from datetime import datetime, timezone
+
+    from tpuq.cli.fleet import local_zone
+    from tpuq.fleetreport import annotate_waiting
+
+    annotate_waiting(db, jobs, datetime.now(timezone.utc), local_zone())
+
 
 def _fleet_blocks(db) -> list[str]:
     """Project-level blocks the claimer recorded (billing, permission): every waiting job is held by them."""
@@ -118,7 +130,10 @@ def list_(state: Optional[str] = typer.Option(None, help="Only jobs in this stat
 
     from tpuq.queries import list_jobs
 
-    print_job_table(list_jobs(cli_clients().firestore, limit=limit, state=state), datetime.now(timezone.utc))
+    db = cli_clients().firestore
+    rows = list_jobs(db, limit=limit, state=state)
+    _annotate_waiting(db, rows)
+    print_job_table(rows, datetime.now(timezone.utc))
 
 
 def cancel(job_id: str = typer.Argument(...), reason: str = typer.Option("cancelled by user")) -> None:

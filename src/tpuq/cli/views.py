@@ -27,7 +27,7 @@ def print_job(job_id: str, job: dict, blocks: list[str]) -> None:
               f"source: {job.get('source')}")
     if spec:
         out.print(f"  tpu: {', '.join(spec.get('tpu', []))}   command: {spec.get('command')}")
-    for key in ("reason", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
+    for key in ("reason", "waiting", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
         if job.get(key):
             out.print(f"  {key}: {job[key]}")
     for reason in blocks:
@@ -47,7 +47,7 @@ def print_job_table(rows, now) -> None:
     for j in rows:
         table.add_row(j.get("id", ""), state_style(j.get("state")), j.get("priority") or "",
                       ",".join((j.get("spec") or {}).get("tpu", [])), age(j.get("submit_time"), now),
-                      (j.get("reason") or j.get("blocked") or "")[:60])
+                      f"waiting: {j['waiting']}" if j.get("waiting") else (j.get("reason") or j.get("blocked") or "")[:60])
     out.print(table)
 
 
@@ -75,10 +75,26 @@ def watch_view(job: dict, statuses: dict) -> Table:
     return table
 
 
+def print_brakes(brakes: dict) -> None:
+    """Claiming on or stopped (and why), the day's VM-hours against the budget, the grant's days left, a drain."""
+    if brakes.get("stopped"):
+        out.print(f"[red]claiming stopped:[/red] {brakes['stopped']}", highlight=False)
+    budget, grant, drain = brakes.get("budget"), brakes.get("grant"), brakes.get("drain")
+    if budget:
+        out.print(f"budget: {budget['used_today']:.1f} of {budget['vm_hours_per_day']:g} VM-hours used today "
+                  f"({budget['day']} UTC), {budget['alive_hosts']} host(s) alive", highlight=False)
+    if grant:
+        out.print(f"grant: expires {grant['expires']}, {grant['days_left']} day(s) left", highlight=False)
+    if drain:
+        state = "done" if drain["done"] else "in progress"
+        out.print(f"drain {drain['id']}: {state}, {len(drain['deleted'])} deleted", highlight=False)
+
+
 def print_fleet(view: dict) -> None:
     out.print(f"fleet [bold]{view['fleet']}[/bold]")
     for reason in view.get("blocked", []):
         out.print(f"[red]blocked:[/red] {reason}")
+    print_brakes(view.get("brakes") or {})
     if "billing" in view:
         out.print(f"billing: {view['billing']}", highlight=False, markup=False)
     for line in view.get("precheck_problems", []):
@@ -94,5 +110,9 @@ def print_fleet(view: dict) -> None:
         tpus.add_row(t.get("short", ""), t.get("zone", ""), t.get("type", ""), t.get("state", ""), t.get("job_id") or "",
                      t.get("idle_for", ""))
     out.print(tpus)
-    for z in view.get("zones", []):
-        out.print(f"zone {z.get('key')}: {z.get('note')}")
+    targets = Table("zone", "type", "quota (chips)", "racing", "held by", title="zones and types",
+                    title_justify="left")
+    for r in view.get("targets", []):
+        quota = "not checked" if r.get("quota_chips") is None else f"{r['quota_chips']} ({r.get('quota_source')})"
+        targets.add_row(r["zone"], r["type"], quota, ", ".join(r.get("racing") or []) or "-", r.get("note") or "")
+    out.print(targets)

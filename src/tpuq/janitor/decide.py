@@ -18,6 +18,9 @@ Rules (the module docstring of `tpuq.janitor` explains the why):
 - dead: SUSPENDED and FAILED queued resources and PREEMPTED nodes are deleted.
 - orphans: owned resources Firestore does not know, seen by the janitor for
   longer than `claim.orphan_grace_seconds`.
+- paused (`tpuq fleet pause`): an idle TPU is deleted at once, whatever its timeout and `keep_warm_count`.
+- drain (`tpuq fleet drain --now`): every owned queued resource and node the zones list is deleted (force);
+  PROVISIONING ones once they leave it. Done when a list shows nothing owned left but what is DELETING.
 """
 
 from __future__ import annotations
@@ -184,23 +187,24 @@ def decide_finish_deletes(tpus: Iterable["TpuDoc"], resource_of: Mapping[str, st
 # ---------------------------------------------------------------- idle
 
 
-def idle_expired(tpu: TpuDoc, fleet: FleetFile, now: datetime) -> bool:
-    """Idle (never busy), of this fleet, and idle for longer than its entry's timeout. Also the
-    transaction's precondition, re-checked on the freshly read document."""
+def idle_expired(tpu: TpuDoc, fleet: FleetFile, now: datetime, paused: bool = False) -> bool:
+    """Idle (never busy), of this fleet, and idle for longer than its entry's timeout (paused: at all). Also
+    the transaction's precondition, re-checked on the freshly read document."""
     if tpu.state != TpuState.idle or tpu.idle_since is None or tpu.fleet not in (None, fleet.name):
         return False
     entry = fleet.entry(tpu.entry_id) if tpu.entry_id else None
     if entry is not None and entry.existing:
         return False  # a node the user brought: never deleted
-    if tpu.quarantined:
-        return True  # the scheduler will not use it again: keeping it only costs money
+    if tpu.quarantined or paused:
+        return True  # the scheduler will not use it again (quarantined, or its fleet paused): it only costs money
     return now - tpu.idle_since >= timedelta(seconds=fleet.idle_timeout_for(tpu.entry_id))
 
 
-def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime) -> list[TpuDoc]:
+def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime, paused: bool = False) -> list[TpuDoc]:
     """Expired idle TPUs to delete, longest idle first, keeping `keep_warm_count` live TPUs per entry.
 
     Busy TPUs count as live (the pool never shrinks below keep_warm_count by idleness) and are never chosen.
+    Paused: every idle TPU, keep_warm_count aside.
     """
     by_entry: dict[str | None, list[TpuDoc]] = defaultdict(list)
     for t in tpus:
@@ -210,9 +214,10 @@ def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime) -> list
     chosen: list[TpuDoc] = []
     for entry_id, pool in by_entry.items():
         entry = fleet.entry(entry_id) if entry_id else None
-        keep = entry.keep_warm_count if entry else 0
+        keep = entry.keep_warm_count if entry and not paused else 0
         healthy = [t for t in pool if not t.quarantined]
-        expired = sorted((t for t in healthy if idle_expired(t, fleet, now)), key=lambda t: (t.idle_since, t.id))
+        expired = sorted((t for t in healthy if idle_expired(t, fleet, now, paused)),
+                         key=lambda t: (t.idle_since, t.id))
         room = max(len(healthy) - keep, 0)
         chosen.extend(expired[:room])
     return quarantined + chosen
@@ -235,6 +240,45 @@ def decide_dead(resources: Iterable[Any], fleet: FleetFile) -> list[Delete]:
         elif not is_queued_resource(r) and state in DEAD_NODE_STATES and _node_back_reference(r) not in read_qrs:
             out.append(Delete(r, name, force=True, reason=f"dead node ({state}): holds quota"))
     return out
+
+
+# ---------------------------------------------------------------- drain
+
+
+@dataclass
+class DrainDecision:
+    deletes: list[Delete] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # PROVISIONING, CREATING, SUSPENDING: deleted on a later pass
+
+    @property
+    def done(self) -> bool:
+        return not self.deletes and not self.waiting
+
+
+DRAIN_WAIT_STATES = frozenset({Qr.PROVISIONING, Qr.CREATING, Qr.SUSPENDING, TpuNodeState.CREATING})
+DRAIN_DONE_STATES = frozenset({Qr.DELETING, TpuNodeState.DELETING})
+
+
+def decide_drain(listed: Iterable[Any], fleet: FleetFile) -> DrainDecision:
+    """`tpuq fleet drain --now`: every owned queued resource and node the zones list, Firestore or not.
+
+    Only `is_ours` resources are even looked at. A node whose queued resource is listed goes with it (force)."""
+    listed = [r for r in listed if r is not None and is_ours(r, fleet)]
+    qr_names = {name_and_labels(r)[0] for r in listed if is_queued_resource(r)}
+    qr_node_ids = {node for r in listed if is_queued_resource(r) for node in _node_ids_of(r)}
+    decision = DrainDecision()
+    for r in listed:
+        name, state = name_and_labels(r)[0], state_of(r)
+        if state in DRAIN_DONE_STATES:
+            continue
+        if not is_queued_resource(r) and (_node_back_reference(r) in qr_names
+                                          or short_node_name(name) in qr_node_ids):
+            continue  # deleted with its queued resource
+        if state in DRAIN_WAIT_STATES:
+            decision.waiting.append(name)
+        else:
+            decision.deletes.append(Delete(r, name, force=True, reason="drain: tpuq fleet drain --now"))
+    return decision
 
 
 # ---------------------------------------------------------------- orphans

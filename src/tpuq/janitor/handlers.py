@@ -5,6 +5,8 @@
 - /push/ticks: per fleet, a sweep by exact GET of every live queued resource
   Firestore knows (dead ones, losers that left PROVISIONING, stuck deletes),
   the idle rule, and (rate-limited, per-fleet doc `janitor/{fleet}`) the orphan scan.
+- /push/ticks also applies `fleet_control/{fleet}`: paused deletes idle TPUs at once; a drain asked for
+  (`tpuq fleet drain --now`) deletes every owned resource the zones list, and is recorded done.
 - /push/attempt-events: an attempt that ended preempted / infra_failed: the
   TPU's queued resource and node are read and deleted if dead.
 
@@ -27,9 +29,9 @@ from tpuq.documents import JobState, RequestStatus, TpuState, short_node_name
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import TpuqError
 from tpuq.fleet import FleetFile
-from tpuq.fleetstore import load_fleet
+from tpuq.fleetstore import FleetControl, load_control, load_fleet, record_drain_progress
 from tpuq.janitor import decide as d
-from tpuq.janitor.deleter import DeleteAdapter, DeleteOutcome, NotOurs
+from tpuq.janitor.deleter import ACCEPTED, DeleteAdapter, DeleteOutcome, NotOurs
 from tpuq.isolation import Isolated
 from tpuq.messages import AttemptEvent, FleetEvent, FleetEventKind, Tick
 from tpuq.ownership import is_ours
@@ -60,6 +62,7 @@ class Janitor:
     fleet: FleetFile
     api: DeleteAdapter
     report: Report = field(default_factory=Report)
+    paused: bool = False  # fleet_control/{fleet}.paused: idle TPUs go at once
 
     @property
     def db(self):
@@ -192,12 +195,13 @@ class Janitor:
         self.delete(decision.resend)
 
     def reap_idle(self, tpus: list[d.TpuDoc]) -> None:
-        now = self.ctx.now()
-        for t in d.decide_idle(tpus, self.fleet, now):
+        now, paused = self.ctx.now(), self.paused
+        reason = "idle while the fleet is paused" if paused else None
+        for t in d.decide_idle(tpus, self.fleet, now, paused):
             marked = self.mark_deleting(
                 t.id, lambda doc: doc is not None and d.idle_expired(d.TpuDoc.from_doc(t.id, doc), self.fleet,
-                                                                     self.ctx.now()),
-                f"idle longer than {self.fleet.idle_timeout_for(t.entry_id)} s")
+                                                                     self.ctx.now(), paused),
+                reason or f"idle longer than {self.fleet.idle_timeout_for(t.entry_id)} s")
             if not marked:
                 continue
             name = t.queued_resource or t.name
@@ -209,6 +213,40 @@ class Janitor:
                 self.mark_gone(t.id, "no longer carries this fleet's owner marks: left alone, not deleted")
                 continue
             self.delete([d.Delete(resource, name, force=True, reason="idle timeout")])
+
+    def list_fleet_zones(self) -> tuple[list[Any], bool]:
+        """Every queued resource and node in the fleet's zones; False when a zone could not be listed."""
+        listed: list[Any] = []
+        complete = True
+        for zone in dict.fromkeys(z for entry in self.fleet.tpus for z in entry.zones):
+            try:
+                listed += self.api.list_zone(zone)
+            except TpuqError as e:
+                complete = False
+                log.warning("cannot list %s (%s); the next pass tries again", zone, e)
+        return listed, complete
+
+    def drain(self, control: FleetControl, tpus: list[d.TpuDoc]) -> None:
+        """`tpuq fleet drain --now`: delete every owned queued resource and node of the fleet's zones, then list
+        again; the drain is recorded done once a list shows nothing owned left but what is DELETING. Idempotent:
+        a redelivered tick lists again, and a delete of what is gone is 'already gone'."""
+        assert control.drain_id
+        for t in tpus:  # the scheduler must not hand out what is about to go
+            if t.state in (TpuState.idle, TpuState.busy):
+                self.mark_deleting(t.id, lambda doc: doc is not None and doc.get("state") in
+                                   (TpuState.idle, TpuState.busy), "drain: tpuq fleet drain --now")
+        listed, complete = self.list_fleet_zones()
+        decision = d.decide_drain(listed, self.fleet)
+        before = len(self.report.deleted)
+        self.delete(decision.deletes)
+        if decision.deletes:
+            listed, complete = self.list_fleet_zones()
+            decision = d.decide_drain(listed, self.fleet)
+        deleted = [o.name for o in self.report.deleted[before:] if o.result == ACCEPTED]
+        if decision.waiting:
+            log.info("drain %s: waiting for %s to leave PROVISIONING", control.drain_id, decision.waiting)
+        record_drain_progress(self.db, self.fleet.name, control.drain_id, deleted,
+                              complete and decision.done, self.ctx.now())
 
     def scan_orphans(self, interval_seconds: float) -> bool:
         """At most once per `interval_seconds` per fleet (a conditional write on janitor/{fleet} elects one
@@ -226,12 +264,7 @@ class Janitor:
                 ref.create({"fleet": self.fleet.name, "orphan_scan_at": now, "orphan_first_seen": []})
         except _LOST:
             return False  # another tick handler is scanning
-        listed: list[Any] = []
-        for zone in dict.fromkeys(z for entry in self.fleet.tpus for z in entry.zones):
-            try:
-                listed += self.api.list_zone(zone)
-            except TpuqError as e:
-                log.warning("orphan scan: cannot list %s (%s); the next scan tries again", zone, e)
+        listed, _ = self.list_fleet_zones()
         known = d.known_ids(self.claimer_docs(), self.tpu_docs())
         first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
         decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
@@ -267,8 +300,13 @@ def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_ada
             with fleets.part(f"fleet {snap.id}"):
                 fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
                 janitor = janitor_for(ctx, fleet)
+                control = load_control(ctx.clients.firestore, fleet.name)
                 tpus = janitor.tpu_docs()
+                if control.drain_pending:
+                    janitor.drain(control, tpus)
+                    tpus = janitor.tpu_docs()
                 janitor.sweep(tpus)
+                janitor.paused = control.paused
                 janitor.reap_idle(tpus)
                 janitor.scan_orphans(scan_every)
         fleets.raise_if_any()

@@ -285,6 +285,9 @@ def attempt_ended(
         now,
         rng,
     )
+    if job.get("cancel_requested") and decision.next_state is JobState.pending:
+        # Its cancel was asked (`tpuq cancel`, `tpuq fleet drain --now`), and the TPU went first: never run it again.
+        decision = RetryDecision(JobState.cancelled, None, job.get("cancel_reason") or "cancelled")
     try:
         state = transition(job["state"], decision.event)
     except IllegalTransition:

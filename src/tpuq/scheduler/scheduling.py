@@ -40,6 +40,7 @@ from tpuq.documents import (
     short_node_name,
 )
 from tpuq.fleet import FleetFile
+from tpuq.fleetstore import paused_fleets
 from tpuq.guarded import WriteSet, commit_if_unchanged
 from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
                            FleetEventKind, WorkerEndpoint)
@@ -115,7 +116,8 @@ def open_requests_of(db, entry_id: str) -> int:
 def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
                   full: bool) -> tuple[PassSnapshot, dict, dict]:
     """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against."""
-    tpu_snaps = idle_tpu_snapshots(db)
+    paused = paused_fleets(db)  # `tpuq fleet pause`: its idle TPUs take no new job (the janitor deletes them)
+    tpu_snaps = [s for s in idle_tpu_snapshots(db) if (s.to_dict() or {}).get("fleet") not in paused]
     if trigger_job_ids and not full:
         job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if (s.to_dict() or {}).get("state") == JobState.pending]
     else:
