@@ -183,8 +183,17 @@ _QUOTA_OR_CAPACITY = re.compile(r"Limit:? \d+ in zone|no more capacity|STOCKOUT|
                                 r"Quota limit '|Quota '[^']+' exhausted|PerProjectPerZone|PerProjectPerRegion", re.I)
 
 
-def _is_rate_limit(message: str) -> bool:
-    """A 429 is a rate limit unless its text names a zone's quota or capacity."""
+def _is_rate_limit(exc: BaseException) -> bool:
+    """A 429 is a rate limit unless it names a zone's quota or capacity. Structure first: Service
+    Infrastructure's RATE_LIMIT_EXCEEDED is one; a QuotaFailure (what the TPU API sends with a zone's quota) or
+    RESOURCE_QUOTA_EXCEEDED is not, unless it counts requests per unit of time. Then the text."""
+    info = error_info_of(exc)
+    if info is not None:
+        if info.reason == "RATE_LIMIT_EXCEEDED":
+            return True
+        if info.reason == "RESOURCE_QUOTA_EXCEEDED" or info.quota_violations:
+            return bool(_RATE_LIMIT.search(" ".join(info.quota_violations)))
+    message = str(exc)
     return bool(_RATE_LIMIT.search(message)) or not _QUOTA_OR_CAPACITY.search(message)
 
 
@@ -198,7 +207,7 @@ def from_api_error(exc: BaseException) -> TpuqError:
         return NotFound(str(exc))
     if isinstance(exc, (gexc.AlreadyExists, gexc.Conflict)):
         return AlreadyExists(str(exc))
-    if isinstance(exc, (gexc.TooManyRequests, gexc.ResourceExhausted)) and not _is_rate_limit(str(exc)):
+    if isinstance(exc, (gexc.TooManyRequests, gexc.ResourceExhausted)) and not _is_rate_limit(exc):
         # Over REST a synchronous RESOURCE_EXHAUSTED arrives as HTTP 429. When it names a zone's quota or
         # capacity it is not a rate limit: retrying cannot help; the claimer's classifier decides from the text.
         return Permanent(str(exc))

@@ -12,6 +12,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import documents, store
 from tpuq.documents import QueuedResourceState, RequestStatus, TpuState, short_node_name
+from tpuq.messages import FailureClass
 from tpuq.fleetstore import load_fleet
 from tpuq.queries import age
 
@@ -32,8 +33,7 @@ def fleet_view(db, name: str | None, now: datetime) -> dict[str, Any]:
             continue
         t["idle_for"] = age(t.get("idle_since"), now) if t.get("state") == TpuState.idle else ""
         tpus.append(t)
-    zones = [{"key": f"{b['zone']} {b['type']}", "note": f"backing off until {b['until']:%H:%M:%S} "
-              f"after {b['failures']} capacity failure(s)"} for b in report["backoffs"]]
+    zones = [{"key": f"{b['zone']} {b['type']}", "note": _backoff_note(b)} for b in report["backoffs"]]
     zones += [{"key": f"{d['zone']} {d['type']}", "note": f"dropped: {d['reason']}"} for d in report["dropped"]]
     return {
         "fleet": fleet.name,
@@ -47,6 +47,14 @@ def fleet_view(db, name: str | None, now: datetime) -> dict[str, Any]:
         "tpus": sorted(tpus, key=lambda t: t.get("short", "")),
         "zones": zones,
     }
+
+
+def _backoff_note(b: dict[str, Any]) -> str:
+    """A capacity back-off says how many stockouts; a stopped target (unknown error, external IP quota) shows
+    the API's raw error, which says what to do."""
+    if b.get("failure_class") in (FailureClass.unknown, FailureClass.external_ip_quota):
+        return f"stopped until {b['until']:%H:%M:%S} after {b['unknown_failures']} failure(s): {b['reason']}"
+    return f"backing off until {b['until']:%H:%M:%S} after {b['failures']} capacity failure(s)"
 
 
 def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, Any]:
@@ -105,6 +113,7 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
         ],
         "backoffs": [
             {"zone": t.zone, "type": t.type, "until": t.backoff_until, "failures": t.capacity_failures,
+             "unknown_failures": t.unknown_failures, "failure_class": t.last_failure_class,
              "reason": t.last_failure_message}
             for t in sorted(targets, key=lambda t: (t.zone, t.type))
             if t.backoff_until is not None and t.backoff_until > now

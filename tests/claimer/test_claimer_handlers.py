@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.fleetreport import fleet_report
+from tpuq.fleetreport import fleet_report, fleet_view
+from tpuq.service import utcnow
 from tpuq.devstack.stack import wait_for
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, Tick
 
@@ -123,8 +124,6 @@ def _target_doc(h, zone: str, tpu_type: str = "v4-32") -> dict:
 def _stopped(h, zone: str, hours: float = 0.5) -> bool:
     from datetime import timedelta
 
-    from tpuq.service import utcnow
-
     until = _target_doc(h, zone).get("backoff_until")
     return until is not None and until > utcnow() + timedelta(hours=hours)
 
@@ -166,6 +165,9 @@ def test_unknown_or_external_ip_zone_is_retried_once_after_a_backoff_then_stoppe
     failures = [e for e in h.pull_events() if e.kind is FleetEventKind.failed]
     assert [e.failure_class.value for e in failures] == [
         "unknown" if failing == "unknown" else "external_ip_quota"] * 2
+    # `tpuq fleet` shows the raw error on the stopped zone.
+    [note] = [z["note"] for z in fleet_view(h.clients.firestore, "race", utcnow())["zones"] if z["key"].startswith(zone)]
+    assert note.startswith("stopped until ") and "after 2 failure(s): " in note and backoff["reason"] in note
     if failing == "unknown":
         assert "An internal error has occurred" in backoff["reason"] and "[code 13]" in backoff["reason"]
     else:

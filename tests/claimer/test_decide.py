@@ -316,3 +316,39 @@ def test_long_names_stay_within_api_limits_and_deterministic():
     name = queued_resource_id("owner-prefix-twenty", rid, "northamerica-northeast1-a", 12)
     assert len(name) <= 63 and name.startswith("owner-prefix-twenty-") and name.endswith("-a-12")
     assert name == queued_resource_id("owner-prefix-twenty", rid, "northamerica-northeast1-a", 12)
+
+
+@pytest.mark.parametrize("claim,field", [
+    ({"unknown_error_backoff_seconds": -1}, "claim.unknown_error_backoff_seconds"),
+    ({"unknown_error_backoff_seconds": "soon"}, "claim.unknown_error_backoff_seconds"),
+    ({"unknown_error_retries": -1}, "claim.unknown_error_retries"),
+])
+def test_unknown_error_settings_are_validated_with_the_field_named(claim, field):
+    from pydantic import ValidationError
+
+    from tpuq.errors import describe_validation_error
+
+    with pytest.raises(ValidationError) as e:
+        make_fleet(claim=claim)
+    assert describe_validation_error(e.value)[0] == field
+
+
+def test_unknown_error_settings_default_as_the_quickstart_says_and_the_example_fleet_sets_them():
+    import yaml
+
+    from tpuq.examples import EXAMPLE_FLEET
+
+    claim = make_fleet().claim
+    assert (claim.unknown_error_retries, claim.unknown_error_backoff_seconds) == (1, 3600)
+    example = FleetFile.model_validate(yaml.safe_load(EXAMPLE_FLEET)).claim
+    assert (example.unknown_error_retries, example.unknown_error_backoff_seconds) == (1, 3600)
+
+
+def test_a_shorter_unknown_error_backoff_is_used():
+    fleet = make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": [ZONES[0]]}],
+                       claim={"unknown_error_retries": 0, "unknown_error_backoff_seconds": 120})
+    state, _ = run(ClaimState(fleet), RequestReceived(request()))
+    [qr] = state.qrs.values()
+    state, _ = run(state, Observed({qr.qr_id: Observation("create_failed", error_code=13,
+                                                          error_message=UNKNOWN_TEXT)}))
+    assert state.target(ZONES[0], "v4-32").backoff_until == NOW + timedelta(seconds=120)
