@@ -47,6 +47,9 @@ class NotFound(TpuqError):
 
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 QUOTA_FAILURE_TYPE = "type.googleapis.com/google.rpc.QuotaFailure"
+# Service Infrastructure's quota reasons (google.api.ErrorReason, domain googleapis.com).
+REASON_RATE_LIMIT_EXCEEDED = "RATE_LIMIT_EXCEEDED"
+REASON_RESOURCE_QUOTA_EXCEEDED = "RESOURCE_QUOTA_EXCEEDED"
 
 
 @dataclass(frozen=True)
@@ -189,9 +192,9 @@ def _is_rate_limit(exc: BaseException) -> bool:
     RESOURCE_QUOTA_EXCEEDED is not, unless it counts requests per unit of time. Then the text."""
     info = error_info_of(exc)
     if info is not None:
-        if info.reason == "RATE_LIMIT_EXCEEDED":
+        if info.reason == REASON_RATE_LIMIT_EXCEEDED:
             return True
-        if info.reason == "RESOURCE_QUOTA_EXCEEDED" or info.quota_violations:
+        if info.reason == REASON_RESOURCE_QUOTA_EXCEEDED or info.quota_violations:
             return bool(_RATE_LIMIT.search(" ".join(info.quota_violations)))
     message = str(exc)
     return bool(_RATE_LIMIT.search(message)) or not _QUOTA_OR_CAPACITY.search(message)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from tpuq.errors import ErrorInfo
+from tpuq.errors import REASON_RESOURCE_QUOTA_EXCEEDED, ErrorInfo
 from tpuq.fleet import FleetFile, SshTransport
 from tpuq.messages import FailureClass
 
@@ -48,7 +48,7 @@ _PROJECT_REASONS = frozenset({
 _SERVICE_INFRA_DOMAIN = "googleapis.com"
 # Reasons services send under their own domain (IAM's from iam.googleapis.com or the called service's).
 _PERMISSION_REASONS = frozenset({"IAM_PERMISSION_DENIED", "PERMISSION_DENIED"})
-_QUOTA_REASONS = frozenset({"RESOURCE_QUOTA_EXCEEDED", "QUOTA_EXCEEDED"})
+_QUOTA_REASONS = frozenset({REASON_RESOURCE_QUOTA_EXCEEDED, "QUOTA_EXCEEDED"})
 _CAPACITY_REASONS = frozenset({"STOCKOUT", "GCE_STOCKOUT", "ZONE_RESOURCE_POOL_EXHAUSTED", "RESOURCE_POOL_EXHAUSTED"})
 
 _PROJECT = re.compile(

@@ -7,6 +7,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from tpuq.errors import ERROR_INFO_TYPE, QUOTA_FAILURE_TYPE  # the detail types the claimer reads, spelled once
+
 # google.rpc.Code values
 RPC_CODES = {
     "OK": 0,
@@ -43,7 +45,6 @@ HTTP_STATUS = {
     "UNAVAILABLE": 503,
     "DEADLINE_EXCEEDED": 504,
 }
-ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,6 @@ def invalid(message: str, field_name: str | None = None) -> ApiError:
 # record shows details, so the fake sends none: the claimer must classify them by their text.
 
 ERROR_CLASSES = ("capacity", "quota", "reserved", "billing", "permission", "external_ips", "expired", "unknown")
-QUOTA_FAILURE_TYPE = "type.googleapis.com/google.rpc.QuotaFailure"
 
 
 def _eid(rng: random.Random) -> str:
