@@ -16,7 +16,9 @@ retry:
   infra_failures: 2             # retries after infrastructure failures (per job)
 claim:
   valid_until_seconds: 43200    # a queued request expires by itself after this
-  unknown_error_retries: 3
+  unknown_error_retries: 1      # an unknown error (or the region's external IP quota) is retried once after a
+                                # back-off, then that zone and type stop for unknown_error_backoff_seconds
+  unknown_error_backoff_seconds: 3600
 budget:
   vm_hours_per_day: 200         # claiming stops for the (UTC) day once the day's VM-hours (hosts x hours alive),
                                 # plus one more hour of every slice alive and of the new one, would pass this

@@ -192,7 +192,13 @@ class RetryBudgets(StrictModel):
 
 class ClaimPolicy(StrictModel):
     valid_until_seconds: int = Field(default=12 * 3600, ge=60, description="Queued requests expire after this")
-    unknown_error_retries: int = Field(default=3, ge=0, le=20)
+    unknown_error_retries: int = Field(
+        default=1, ge=0, le=20,
+        description="Retries (each after a capacity-style back-off) of a zone and type after an unknown error or an "
+        "external IP quota error; then that target is stopped for unknown_error_backoff_seconds")
+    unknown_error_backoff_seconds: float = Field(
+        default=3600.0, ge=0, le=7 * 86400,
+        description="How long a target stays stopped once its unknown-error retries are spent; then it is tried again")
     capacity_backoff_base_seconds: float = Field(default=60.0, ge=0)
     capacity_backoff_max_seconds: float = Field(default=1800.0, ge=0)
     watch_interval_seconds: float = Field(default=5.0, gt=0, description="Fast watch after a create")

@@ -16,9 +16,14 @@ from tpuq import documents, store
 from tpuq.brakes import DayUse, claim_stop_reason, day_start, day_use, grant_days_left
 from tpuq.documents import QR_STATES_RACING, JobState, QueuedResourceState, RequestStatus, TpuState, short_node_name
 from tpuq.fleet import FleetFile
+from tpuq.messages import FailureClass
 from tpuq.fleetstore import FleetControl, load_control, load_fleet
 from tpuq.queries import age
 from tpuq.tputypes import canonical_name, zone_region
+
+
+# Failures after which the claimer stops a zone and type for a long back-off rather than a capacity one.
+STOPPING_FAILURES = (FailureClass.unknown, FailureClass.external_ip_quota)
 
 
 def fleet_view(db, name: str | None, now: datetime, tz: tzinfo | None = None, prechecks_reader=None) -> dict[str, Any]:
@@ -163,6 +168,9 @@ def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzi
                 "backoff_until": b["until"] if b else None,
                 "backoff_until_local": local_time(b["until"], tz, now) if b else None,
                 "capacity_failures": b["failures"] if b else 0,
+                # a stopped target (unknown error, external IP quota): its failures and the API's raw error
+                "stopped_after": b["unknown_failures"] if b and b.get("failure_class") in STOPPING_FAILURES else 0,
+                "stopped_error": b["reason"] if b and b.get("failure_class") in STOPPING_FAILURES else None,
                 "last_error": failures[key]["message"] if key in failures else None,
                 "dropped": d["reason"] if d else None,
             }
@@ -186,6 +194,9 @@ def target_note(row: dict[str, Any]) -> str:
         return f"dropped: {row['dropped']}"
     if row["skipped"]:
         return f"skipped: {row['skipped']}"
+    if row["backoff_until"] and row["stopped_error"]:
+        return (f"stopped until {row['backoff_until_local']} after {row['stopped_after']} failure(s): "
+                f"{row['stopped_error']}")
     if row["backoff_until"]:
         return f"backed off until {row['backoff_until_local']} after {row['capacity_failures']} capacity failure(s)"
     return ""
@@ -305,6 +316,7 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
         ],
         "backoffs": [
             {"zone": t.zone, "type": t.type, "until": t.backoff_until, "failures": t.capacity_failures,
+             "unknown_failures": t.unknown_failures, "failure_class": t.last_failure_class,
              "reason": t.last_failure_message}
             for t in sorted(targets, key=lambda t: (t.zone, t.type))
             if t.backoff_until is not None and t.backoff_until > now

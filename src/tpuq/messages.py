@@ -51,10 +51,14 @@ class FleetEventKind(str, Enum):
 
 
 class FailureClass(str, Enum):
-    capacity = "capacity"
-    zone_quota = "zone_quota"
-    project = "project"
-    unknown = "unknown"
+    """Why a queued resource failed, as `tpuq.claimer.classify` reads it; `tpuq.claimer.decide` acts on it."""
+
+    capacity = "capacity"  # stocked out: back off that zone, race elsewhere
+    zone_quota = "zone_quota"  # no quota for that type there: drop the zone until the fleet file changes
+    external_ip_quota = "external_ip_quota"  # the region's IN_USE_ADDRESSES quota: one retry, then stop (use vpc)
+    expired = "expired"  # validUntil reached while queued: request again in the same zone, no penalty
+    project = "project"  # billing, permission, API disabled: stop everywhere until a person acts
+    unknown = "unknown"  # anything else: one retry after a back-off, then stop that target for a long back-off
 
 
 class FleetEvent(StrictModel):

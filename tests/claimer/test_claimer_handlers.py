@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tpuq.fleetreport import fleet_report
+import pytest
+
+from tpuq.fleetreport import fleet_report, fleet_view
+from tpuq.service import utcnow
 from tpuq_dev.devstack.stack import wait_for
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, Tick
 
@@ -114,21 +117,106 @@ def test_quota_limit_zero_drops_that_zone_after_one_failure(claimer):
     assert states[ZONES[0]] != "GONE" and states[ZONES[1]] != "GONE"
 
 
-def test_unknown_error_is_retried_exactly_three_times(claimer):
+def _target_doc(h, zone: str, tpu_type: str = "v4-32") -> dict:
+    snaps = [s.to_dict() for s in h.clients.firestore.collection("zones").stream()]
+    return next((d for d in snaps if d.get("zone") == zone and d.get("type") == tpu_type), {})
+
+
+def _stopped(h, zone: str, hours: float = 0.5) -> bool:
+    from datetime import timedelta
+
+    until = _target_doc(h, zone).get("backoff_until")
+    return until is not None and until > utcnow() + timedelta(hours=hours)
+
+
+def _tick_until(h, predicate, what: str, timeout: float = 30.0):
+    seq = iter(range(10_000, 1_000_000))
+
+    def step():
+        h.push("/push/ticks", Tick(seq=next(seq)))
+        return predicate()
+
+    return wait_for(step, timeout=timeout, interval=0.2, what=what)
+
+
+@pytest.mark.parametrize("failing", ["unknown", "external_ips"])
+def test_unknown_or_external_ip_zone_is_retried_once_after_a_backoff_then_stopped(claimer, failing):
+    """The call log shows exactly two creates in the zone: the first, and one retry after the back-off; then the
+    zone and type stay stopped (the long back-off) however many ticks come."""
     zone = ZONES[0]
-    h = claimer(scenario_data([zone], provisioning=1e6))
-    h.fleet(fleet_data([zone]))
+    scenario = scenario_data([zone], provisioning=1e6)
+    if failing == "unknown":  # every request there fails with the API's internal error
+        scenario["zones"][zone]["failures"] = [{"error": "unknown"}]
+    else:  # the region's external IP quota holds fewer addresses than a v4-32 has hosts (4)
+        scenario["network"] = {"external_ip_quota": {"us-central2": 2}}
+    h = claimer(scenario)
+    fleet = fleet_data([zone])
+    fleet["claim"].update(capacity_backoff_base_seconds=1, capacity_backoff_max_seconds=1)
+    h.fleet(fleet)
     h.push("/push/capacity", request())
-    for attempt in range(1, 8):
-        if len(h.creates(zone)) < attempt:
-            break
-        suffix = f"-{attempt - 1}" if attempt > 1 else ""
-        name = f"projects/tpuq-test/locations/{zone}/queuedResources/tq-job-1-{zone}{suffix}"
-        h.control.fail(name, "unknown")
-        h.push("/push/ticks", Tick(seq=attempt))
-    assert len(h.creates(zone)) == 4  # the first try and exactly 3 retries
+    assert len(h.creates(zone)) == 1
+    _tick_until(h, lambda: len(h.creates(zone)) == 2, "the one retry after the back-off")
+    _tick_until(h, lambda: _stopped(h, zone), "the zone stopped after its retry failed")
+    for seq in range(5):
+        h.push("/push/ticks", Tick(seq=100 + seq))
+    assert len(h.creates(zone)) == 2
     report = fleet_report(h.clients.firestore, "race")
-    assert [d["zone"] for d in report["dropped"]] == [zone]
+    assert report["dropped"] == []  # stopped for a while, not dropped until the fleet file changes
+    [backoff] = [b for b in report["backoffs"] if b["zone"] == zone]
+    failures = [e for e in h.pull_events() if e.kind is FleetEventKind.failed]
+    assert [e.failure_class.value for e in failures] == [
+        "unknown" if failing == "unknown" else "external_ip_quota"] * 2
+    # `tpuq fleet` shows the raw error on the stopped zone.
+    [note] = [z["note"] for z in fleet_view(h.clients.firestore, "race", utcnow())["zones"] if z["key"].startswith(zone)]
+    assert note.startswith("stopped until ") and "after 2 failure(s): " in note and backoff["reason"] in note
+    if failing == "unknown":
+        assert "An internal error has occurred" in backoff["reason"] and "[code 13]" in backoff["reason"]
+    else:
+        assert "IN_USE_ADDRESSES" in backoff["reason"] and "worker_external_ips: false" in backoff["reason"]
+        assert "IN_USE_ADDRESSES" in failures[-1].failure_message  # what the waiting job shows
+
+
+def test_expired_request_is_requested_again_in_the_same_zone_without_penalty(claimer):
+    zone = ZONES[0]
+    scenario = scenario_data([zone], provisioning=1e6)
+    scenario["zones"][zone]["stockouts"] = [{"effect": "wait"}]  # waits until validUntil passes
+    h = claimer(scenario)
+    fleet = fleet_data([zone])
+    fleet["claim"]["valid_until_seconds"] = 60  # 60 scenario seconds: 0.1 s at the fake's time scale
+    h.fleet(fleet)
+    h.push("/push/capacity", request())
+    expired = h.wait_event(lambda e: e.kind is FleetEventKind.failed, "the request's expiry")
+    assert expired.failure_class is FailureClass.expired and expired.zone == zone
+    _tick_until(h, lambda: len(h.creates(zone)) >= 2, "the request made again in the same zone")
+    again = h.creates(zone)[1]
+    assert again["args"]["queuedResourceId"] == f"tq-job-1-{zone}-1"
+    target = _target_doc(h, zone)
+    assert not target.get("capacity_failures") and not target.get("unknown_failures")
+    assert target.get("dropped_version") is None
+
+
+def test_error_info_decides_a_synchronous_refusal_whatever_its_words(claimer):
+    """The fake answers the create with the real billing refusal's ErrorInfo (BILLING_DISABLED) under a message
+    that names nothing: the claimer blocks the project from the structure alone."""
+    h = claimer(scenario_data(ZONES, provisioning=1e6))
+    h.fleet(fleet_data(ZONES))
+    h.control.inject_fault(error_class="billing", message="Request refused.", method="POST", count=1)
+    h.push("/push/capacity", request())
+    assert len(h.creates()) == 1  # the first refusal stops the rest of the fan-out
+    report = fleet_report(h.clients.firestore, "race")
+    assert report["blocked"] and "reason BILLING_DISABLED (googleapis.com)" in report["blocked"]
+
+
+def test_a_synchronous_quota_429_drops_the_zone_from_its_quota_failure(claimer):
+    a, b = ZONES[:2]
+    h = claimer(scenario_data([a, b], provisioning=1e6))
+    h.fleet(fleet_data([a, b]))
+    h.control.inject_fault(error_class="quota", message="Request refused.", method="POST",
+                           path_contains=f"/locations/{a}/", count=1)
+    h.push("/push/capacity", request())
+    assert [c["status"] for c in h.creates(a)] == [429] and [c["status"] for c in h.creates(b)] == [200]
+    report = fleet_report(h.clients.firestore, "race")
+    assert [d["zone"] for d in report["dropped"]] == [a]
 
 
 def test_provisioning_is_never_sent_a_delete(claimer):

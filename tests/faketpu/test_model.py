@@ -339,6 +339,9 @@ def test_multislice_is_unimplemented_not_invalid():
         ("reserved", "FAILED_PRECONDITION", 9, "Insufficient reserved capacity."),
         ("billing", "PERMISSION_DENIED", 7, f"Billing account for project '{P}' is not found."),
         ("unknown", "INTERNAL", 13, "An internal error has occurred."),
+        ("permission", "PERMISSION_DENIED", 7, "Permission 'tpu.queuedResources.create' denied on resource"),
+        ("external_ips", "RESOURCE_EXHAUSTED", 8, "Quota 'IN_USE_ADDRESSES' exceeded. Limit: 8.0 in region"),
+        ("expired", "DEADLINE_EXCEEDED", 4, "The queued resource request expired"),
     ],
 )
 def test_failing_a_request_by_class_writes_that_class_s_error(error_class, status, code, starts_with):
@@ -355,7 +358,7 @@ def test_failing_a_request_with_an_unknown_class_is_invalid_argument():
     create(w)
     with pytest.raises(ApiError) as e:
         w.fail_queued_resource(P, Z, "qr1", "meteor")
-    assert e.value.rpc.status == "INVALID_ARGUMENT" and "capacity, quota, reserved, billing, unknown" in str(e.value)
+    assert e.value.rpc.status == "INVALID_ARGUMENT" and "capacity, quota, reserved, billing" in str(e.value)
     assert state(w) == QrState.ACCEPTED
 
 
@@ -430,3 +433,89 @@ def test_the_state_machine_imports_without_the_http_server_or_the_worker_hosts()
     forbidden = ("tpuq_dev.faketpu.server", "tpuq_dev.faketpu.api", "tpuq_dev.faketpu.hosts", "tpuq_dev.faketpu.control",
                  "tpuq_dev.faketpu.measure", "flask", "werkzeug", "paramiko", "requests")
     assert [m for m in modules if m.split(".")[0] in forbidden or m in forbidden] == []
+
+
+# ---- scripted failures, the external IP quota, and which errors carry details
+
+
+def _info_reasons(error) -> list[str]:
+    return [d.get("reason") for d in error.details if d.get("@type", "").endswith("google.rpc.ErrorInfo")]
+
+
+@pytest.mark.parametrize("error_class", ["unknown", "external_ips", "permission", "capacity"])
+def test_a_scripted_failure_fails_requests_at_the_capacity_check_in_its_window(error_class):
+    w, clock = world(**{Z: {"quota": {"v4": {"spot": 64}},
+                            "failures": [{"start": 0, "end": 100, "family": "v4", "error": error_class}]}})
+    create(w)
+    clock.advance(10)
+    assert state(w) == QrState.FAILED
+    expected = w._error_of_class(w.queued_resources[f"projects/{P}/locations/{Z}/queuedResources/qr1"],
+                                 error_class, 6)
+    got = w.queued_resources[f"projects/{P}/locations/{Z}/queuedResources/qr1"].failed_error
+    assert (got.status, got.message[:40]) == (expected.status, expected.message[:40])
+    # After the window, requests go through.
+    clock.advance(100)
+    create(w, "qr2", node_id="n2")
+    clock.advance(10)
+    assert state(w, "qr2") == QrState.PROVISIONING
+
+
+def test_scripted_failure_error_class_is_validated():
+    from tpuq.capacitymodel.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match="unknown error class 'meteor'"):
+        parse_scenario({"zones": {Z: {"failures": [{"error": "meteor"}]}}})
+    with pytest.raises(ScenarioError, match="not a region name"):
+        parse_scenario({"network": {"external_ip_quota": {Z: 8}}})
+
+
+def _with_external_ips(b: dict) -> dict:
+    b["tpu"]["nodeSpec"][0]["node"]["networkConfig"] = {"enableExternalIps": True}
+    return b
+
+
+def test_nodes_with_external_ips_fail_past_the_regions_in_use_addresses_quota():
+    region = Z.rsplit("-", 1)[0]
+    other = f"{region}-x"  # another zone of the same region
+    w, clock = world({"network": {"external_ip_quota": {region: 6}}},
+                     **{Z: {"quota": {"v4": {"spot": 64}}}, other: {"quota": {"v4": {"spot": 64}}}})
+
+    def create_in(zone, qr_id, external=True):
+        b = body(f"n-{qr_id}")
+        b["tpu"]["nodeSpec"][0]["parent"] = f"projects/{P}/locations/{zone}"
+        w.create_queued_resource(P, zone, qr_id, _with_external_ips(b) if external else b, None)
+        clock.advance(10)
+        return w.get_queued_resource(P, zone, qr_id)
+
+    # One v4-32 (4 hosts) with external IPs fits in 6 addresses; a second in the same region does not.
+    assert create_in(Z, "qr1").state == QrState.PROVISIONING
+    failed = create_in(other, "qr2")
+    assert failed.state == QrState.FAILED and (failed.failed_error.code, failed.failed_error.details) == (8, ())
+    assert "IN_USE_ADDRESSES" in failed.failed_error.message and f"region {region}" in failed.failed_error.message
+    # Internal IPs only: no address quota taken.
+    assert create_in(other, "qr3", external=False).state == QrState.PROVISIONING
+
+
+def test_which_failures_carry_an_error_info():
+    """As the real API: billing and permission refusals carry one; stockouts, quota, external IPs, expiry and
+    internal errors do not (README, 'Errors and their details')."""
+    w, _ = world()
+    create(w)
+    qr = w.queued_resources[f"projects/{P}/locations/{Z}/queuedResources/qr1"]
+    reasons = {c: _info_reasons(w._error_of_class(qr, c, 0)) for c in
+               ("capacity", "quota", "reserved", "billing", "permission", "external_ips", "expired", "unknown")}
+    assert reasons == {"capacity": [], "quota": [], "reserved": [], "billing": ["BILLING_DISABLED"],
+                       "permission": ["IAM_PERMISSION_DENIED"], "external_ips": [], "expired": [], "unknown": []}
+
+
+def test_a_synchronous_quota_fault_is_the_real_429_with_a_quota_failure():
+    from tpuq.capacitymodel.model import ApiCallFault
+
+    w, _ = world()
+    w.add_fault(ApiCallFault(status="UNAVAILABLE", message="", error_class="quota"))
+    with pytest.raises(ApiError) as e:
+        w.check_call(P, Z, "POST", f"/v2/projects/{P}/locations/{Z}/queuedResources")
+    assert (e.value.rpc.status, e.value.http_status) == ("RESOURCE_EXHAUSTED", 429)
+    [detail] = e.value.rpc.details
+    assert detail["@type"] == "type.googleapis.com/google.rpc.QuotaFailure"
+    assert "Limit 0 in zone" in detail["violations"][0]["description"]

@@ -30,6 +30,27 @@ def test_mapping(exc, expected):
     assert type(from_api_error(exc)) is expected
 
 
+def _info(reason):
+    return {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com"}
+
+
+_QUOTA_FAILURE = {"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                  "violations": [{"subject": "project:1", "description": "Quota 'X' exhausted. Limit 4 in zone z"}]}
+
+
+@pytest.mark.parametrize("details,error_info,expected", [
+    # the TPU API's zone quota 429: a QuotaFailure, whatever the words say
+    ([_QUOTA_FAILURE], None, Permanent),
+    # Service Infrastructure's rate limit: retried, even when the words read like quota
+    ([_info("RATE_LIMIT_EXCEEDED")], _info("RATE_LIMIT_EXCEEDED"), Retryable),
+    ([], None, Retryable),  # nothing structured, nothing quota-like in the words: a rate limit
+])
+def test_a_429_is_told_apart_by_its_details_first(details, error_info, expected):
+    exc = g.TooManyRequests("Request refused. Limit: 4 in zone z" if error_info else "Request refused.",
+                            details=details, error_info=error_info)
+    assert type(from_api_error(exc)) is expected
+
+
 def test_the_taxonomy_holds_only_classes_something_raises_and_something_acts_on():
     """A class nobody raises (or nobody catches) is a promise the code does not keep: it must not exist."""
     classes = {name for name, value in vars(errors).items()

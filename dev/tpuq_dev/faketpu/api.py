@@ -20,7 +20,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from tpuq.capacitymodel.clock import rfc3339
-from tpuq.capacitymodel.errors import HTTP_STATUS, ApiError, invalid
+from tpuq.capacitymodel.errors import ERROR_CLASSES, HTTP_STATUS, ApiError, invalid
 from tpuq.capacitymodel.model import (
     ApiCallFault,
     FakeTpuWorld,
@@ -398,15 +398,23 @@ def create_app(
     def _faults():
         body = control_body()
         status = str(body.get("status", "UNAVAILABLE"))
+        error_class = body.get("error_class") or None
+        if error_class is not None and error_class not in ERROR_CLASSES:
+            raise invalid(f"unknown error class {error_class!r}; expected one of {', '.join(ERROR_CLASSES)}",
+                          "error_class")
         if status not in HTTP_STATUS:
             raise invalid(f"unknown status {status!r}; expected one of {', '.join(HTTP_STATUS)}", "status")
         world.add_fault(
             ApiCallFault(
                 status=status,
-                message=str(body.get("message") or f"The service is currently unavailable ({status}, injected)."),
+                # With an error class, a message given replaces the class's text only (its details stay): a test
+                # can so show that the claimer reads the ErrorInfo, not the words.
+                message=str(body.get("message") or ("" if error_class else
+                                                     f"The service is currently unavailable ({status}, injected).")),
                 method=(body.get("method") or None) and str(body["method"]).upper(),
                 path_contains=body.get("path_contains"),
                 remaining=int(body.get("count", 1)),
+                error_class=error_class,
             )
         )
         return _json_response({})

@@ -42,7 +42,8 @@ class FakeTpuControl:
         return self._call("POST", "preempt", json={"name": node_name})
 
     def fail(self, queued_resource_name: str, error_class: str) -> dict:
-        """Fail a queued resource now with a real error text of that class: capacity|quota|reserved|billing|unknown."""
+        """Fail a queued resource now with a real error of that class (errors.ERROR_CLASSES): capacity|quota|reserved|
+        billing|permission|external_ips|expired|unknown."""
         return self._call("POST", "fail", json={"name": queued_resource_name, "error_class": error_class})
 
     def inject_fault(
@@ -53,12 +54,16 @@ class FakeTpuControl:
         method: str | None = None,
         path_contains: str | None = None,
         count: int = 1,
+        error_class: str | None = None,
     ) -> None:
-        """Fail the next `count` matching API calls with an HTTP error of that canonical status."""
+        """Fail the next `count` matching API calls with an HTTP error of that canonical status; or, with
+        `error_class` (see errors.ERROR_CLASSES), with that class's real refusal for the call's project and zone,
+        its details included (quota: the real 429 with a google.rpc.QuotaFailure)."""
         self._call(
             "POST",
             "faults",
-            json={"status": status, "message": message, "method": method, "path_contains": path_contains, "count": count},
+            json={"status": status, "message": message, "method": method, "path_contains": path_contains, "count": count,
+                  "error_class": error_class},
         )
 
     def set_stockout(self, zone: str, family: str | None, stockout: bool | None, effect: str = "fail") -> None:

@@ -7,6 +7,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from tpuq.errors import ERROR_INFO_TYPE, QUOTA_FAILURE_TYPE  # the detail types the claimer reads, spelled once
+
 # google.rpc.Code values
 RPC_CODES = {
     "OK": 0,
@@ -43,7 +45,6 @@ HTTP_STATUS = {
     "UNAVAILABLE": 503,
     "DEADLINE_EXCEEDED": 504,
 }
-ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,13 @@ def invalid(message: str, field_name: str | None = None) -> ApiError:
 
 
 # -- failure classes (failedData.error texts as the real API writes them) -------------------
+# Which of them carry a google.rpc.ErrorInfo, and why (sources in README.md, "Errors and their details"):
+# billing and permission refusals do (Service Infrastructure's BILLING_DISABLED, IAM's IAM_PERMISSION_DENIED);
+# a synchronous quota 429 carries a google.rpc.QuotaFailure and no ErrorInfo; a stockout's failedData.error
+# has code and message only. For the rest (failedData quota, external IPs, expiry, internal errors) no public
+# record shows details, so the fake sends none: the claimer must classify them by their text.
 
-ERROR_CLASSES = ("capacity", "quota", "reserved", "billing", "unknown")
+ERROR_CLASSES = ("capacity", "quota", "reserved", "billing", "permission", "external_ips", "expired", "unknown")
 
 
 def _eid(rng: random.Random) -> str:
@@ -142,6 +148,30 @@ def quota_error(zone: str, family: str, spot: bool, limit: int) -> RpcStatus:
     )
 
 
+def quota_api_error(zone: str, family: str, spot: bool, limit: int, project_number: str = "0") -> ApiError:
+    """A synchronous quota refusal as the real API sends it: HTTP 429 RESOURCE_EXHAUSTED with a QuotaFailure."""
+    rpc = quota_error(zone, family, spot, limit)
+    violation = {"subject": f"project:{project_number}",
+                 "description": f"Quota '{quota_id(family, spot)}' exhausted. Limit {limit} in zone {zone}"}
+    return ApiError(rpc.status, rpc.message, ({"@type": QUOTA_FAILURE_TYPE, "violations": [violation]},))
+
+
+def external_ip_error(region: str, limit: int) -> RpcStatus:
+    """The region's in-use external IP quota (Compute Engine's IN_USE_ADDRESSES), as its quota texts read; the
+    TPU API's own wording and code for it are not on record (README), so the class rests on the text."""
+    return RpcStatus("RESOURCE_EXHAUSTED", f"Quota 'IN_USE_ADDRESSES' exceeded. Limit: {float(limit)} in region {region}.")
+
+
+def permission_error(project: str, zone: str, permission: str = "tpu.queuedResources.create") -> RpcStatus:
+    return RpcStatus(
+        "PERMISSION_DENIED",
+        f"Permission '{permission}' denied on resource '//tpu.googleapis.com/projects/{project}/locations/{zone}' "
+        f"(or it may not exist).",
+        (error_info("IAM_PERMISSION_DENIED", "tpu.googleapis.com",
+                    resource=f"projects/{project}/locations/{zone}", permission=permission),),
+    )
+
+
 def reserved_error(rng: random.Random) -> RpcStatus:
     return RpcStatus("FAILED_PRECONDITION", f"Insufficient reserved capacity. {_eid(rng)}")
 
@@ -167,14 +197,17 @@ def unknown_error(rng: random.Random) -> RpcStatus:
 
 
 def expired_error(valid_until_wall: str) -> RpcStatus:
-    # The real text is not in our references; the class (not capacity, not quota) is what matters.
+    # The real text is not on record (the API reference only says a FAILED request may be "due to unavailability
+    # of resources within the constraints of the request (e.g., the 'valid until' start timing constraint
+    # expired)"). The claimer therefore also reads expiry from its own clock, never from this text alone.
     return RpcStatus(
         "DEADLINE_EXCEEDED",
         f"The queued resource request expired before it could be provisioned (validUntilTime {valid_until_wall}).",
     )
 
 
-def failure_for_class(error_class: str, *, project: str, zone: str, family: str, spot: bool, rng) -> RpcStatus:
+def failure_for_class(error_class: str, *, project: str, zone: str, family: str, spot: bool, rng,
+                      wall: str = "", external_ip_limit: int = 8) -> RpcStatus:
     if error_class == "capacity":
         return capacity_error(zone, rng)
     if error_class == "quota":
@@ -183,6 +216,12 @@ def failure_for_class(error_class: str, *, project: str, zone: str, family: str,
         return reserved_error(rng)
     if error_class == "billing":
         return billing_error(project)
+    if error_class == "permission":
+        return permission_error(project, zone)
+    if error_class == "external_ips":
+        return external_ip_error(zone.rsplit("-", 1)[0], external_ip_limit)
+    if error_class == "expired":
+        return expired_error(wall)
     if error_class == "unknown":
         return unknown_error(rng)
     raise ValueError(f"unknown error class {error_class!r}; expected one of {', '.join(ERROR_CLASSES)}")

@@ -35,7 +35,7 @@ import uuid
 from dataclasses import dataclass
 
 from tpuq.documents import QueuedResourceState, TpuNodeState
-from tpuq.tputypes import AcceleratorType
+from tpuq.tputypes import AcceleratorType, zone_region
 
 from .clock import Clock
 from .errors import (
@@ -44,8 +44,10 @@ from .errors import (
     billing_error,
     capacity_error,
     expired_error,
+    external_ip_error,
     failure_for_class,
     invalid,
+    quota_api_error,
     quota_error,
 )
 from .scenario import Scenario, Stockout
@@ -185,6 +187,7 @@ class ApiCallFault:
     path_contains: str | None = None
     remaining: int = 1
     details: tuple[dict, ...] = ()
+    error_class: str | None = None  # render that class's real refusal (errors.ERROR_CLASSES) for the call's project
 
 
 # -- the world ------------------------------------------------------------------------------
@@ -219,6 +222,9 @@ class FakeTpuWorld:
                     fault.path_contains is None or fault.path_contains in path
                 ):
                     fault.remaining -= 1
+                    if fault.error_class:
+                        rpc = self.sync_error_of_class(fault.error_class, project, zone or "-")
+                        raise ApiError(rpc.status, fault.message or rpc.message, rpc.details)
                     raise ApiError(fault.status, fault.message, fault.details)
             self.faults = [f for f in self.faults if f.remaining > 0]
             if self.billing_disabled(project):
@@ -526,6 +532,10 @@ class FakeTpuWorld:
 
     def _capacity_check(self, qr: QueuedResourceRecord, at: float, horizon: float) -> bool:
         """True when the request moved on by `horizon`; False when it is still waiting for capacity."""
+        scripted = self.scenario.failure_at(qr.zone, qr.accelerator.family, at)
+        if scripted is not None:
+            self._fail(qr, self._error_of_class(qr, scripted.error, at), at)
+            return True
         while True:
             stockout = self.scenario.stockout_at(qr.zone, qr.accelerator.family, at, self.stockout_overrides)
             if stockout is None:
@@ -536,6 +546,10 @@ class FakeTpuWorld:
             if stockout.end is None or stockout.end > horizon:
                 return False
             at = stockout.end  # the window closed while nobody looked: provisioning began then
+        if self._external_ips_short(qr):
+            region = zone_region(qr.zone)
+            self._fail(qr, external_ip_error(region, self.scenario.external_ip_limit(region) or 0), at)
+            return True
         qr.set_state(QrState.PROVISIONING, at)
         node = NodeRecord(
             project=qr.project,
@@ -551,6 +565,24 @@ class FakeTpuWorld:
         qr.node = node
         self.nodes[node.name] = node
         return True
+
+    def _external_ips_short(self, qr: QueuedResourceRecord) -> bool:
+        """Would this request's node pass its region's in-use external IP quota (one address per host)?"""
+        if not (qr.node_spec.get("networkConfig") or {}).get("enableExternalIps"):
+            return False
+        region = zone_region(qr.zone)
+        limit = self.scenario.external_ip_limit(region)
+        if limit is None:
+            return False
+        held = sum(n.accelerator.hosts for n in self.nodes.values()
+                   if n.project == qr.project and zone_region(n.zone) == region and n.enable_external_ips)
+        return held + qr.accelerator.hosts > limit
+
+    def _error_of_class(self, qr: QueuedResourceRecord, error_class: str, at: float) -> RpcStatus:
+        return failure_for_class(
+            error_class, project=qr.project, zone=qr.zone, family=qr.accelerator.family, spot=qr.spot, rng=self.rng,
+            wall=self.clock.wall(at).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            external_ip_limit=self.scenario.external_ip_limit(zone_region(qr.zone)) or 8)
 
     def _fail(self, qr: QueuedResourceRecord, error: RpcStatus, at: float) -> None:
         qr.failed_error = error
@@ -692,13 +724,19 @@ class FakeTpuWorld:
             if qr.state in (QrState.FAILED, QrState.DELETING, QrState.SUSPENDED, QrState.SUSPENDING):
                 raise ApiError("FAILED_PRECONDITION", f"{qr.name} is {qr.state.value}: too late to fail it")
             try:
-                error = failure_for_class(
-                    error_class, project=project, zone=zone, family=qr.accelerator.family, spot=qr.spot, rng=self.rng
-                )
+                error = self._error_of_class(qr, error_class, self.clock.now())
             except ValueError as e:
                 raise invalid(str(e)) from None
             self._fail(qr, error, self.clock.now())
             return qr
+
+    def sync_error_of_class(self, error_class: str, project: str, zone: str) -> RpcStatus:
+        """A synchronous refusal of that class for a call on (project, zone). quota is the real 429 with its
+        QuotaFailure (a create over quota); the others are that class's failedData error, details included."""
+        if error_class == "quota":
+            return quota_api_error(zone, "v4", True, 0).rpc
+        return failure_for_class(error_class, project=project, zone=zone, family="v4", spot=True, rng=self.rng,
+                                 wall=self.clock.wall(self.clock.now()).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     def set_stockout(self, zone: str, family: str | None, stocked_out: bool | None, effect: str = "fail") -> None:
         """True: no capacity; False: capacity regardless of the scenario; None: back to the scenario."""

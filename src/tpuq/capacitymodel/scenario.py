@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tpuq.tputypes import _FAMILIES, zone_region
 
+from .errors import ERROR_CLASSES
+
 FAMILIES = tuple(_FAMILIES)
 Tier = Literal["spot", "on_demand"]
 
@@ -69,9 +71,27 @@ class Stockout(Window):
     _family = field_validator("family")(_check_family)
 
 
+class ScriptedFailure(Window):
+    """Requests for `family` (all families if omitted) that reach the capacity check during [start, end) fail
+    with the real error of class `error` (see errors.ERROR_CLASSES), as the real API writes it in failedData."""
+
+    family: str | None = None
+    error: str = "unknown"
+
+    _family = field_validator("family")(_check_family)
+
+    @field_validator("error")
+    @classmethod
+    def _error_class(cls, value: str) -> str:
+        if value not in ERROR_CLASSES:
+            raise ValueError(f"unknown error class {value!r}; expected one of {', '.join(ERROR_CLASSES)}")
+        return value
+
+
 class ZoneScenario(_Strict):
     quota: dict[str, FamilyQuota] = Field(default_factory=dict)
     stockouts: list[Stockout] = Field(default_factory=list)
+    failures: list[ScriptedFailure] = Field(default_factory=list)
 
     _families = field_validator("quota")(lambda value: _check_families(value))
 
@@ -151,6 +171,21 @@ class Network(_Strict):
     """
 
     ssh_reachable: Literal["internal", "external"] = "internal"
+    # In-use external IP addresses a project may hold per region (Compute Engine's IN_USE_ADDRESSES; 8 by default
+    # in a real project). A node created with enableExternalIps holds one per host from PROVISIONING until it is
+    # deleted; a request that would pass the limit FAILs at the capacity check with the IN_USE_ADDRESSES text.
+    # A region not listed here has no limit (the default scenario lists none).
+    external_ip_quota: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("external_ip_quota")
+    @classmethod
+    def _regions(cls, value: dict[str, int]) -> dict[str, int]:
+        for region, limit in value.items():
+            if not re.fullmatch(r"[a-z]+-[a-z]+\d+", region):
+                raise ValueError(f"not a region name: {region!r} (expected e.g. us-central2)")
+            if limit < 0:
+                raise ValueError(f"{region}: the external IP quota must be 0 or more, got {limit}")
+        return value
 
 
 class Scenario(_Strict):
@@ -205,6 +240,16 @@ class Scenario(_Strict):
             if (window.family is None or window.family == family) and window.contains(t):
                 return window
         return None
+
+    def failure_at(self, zone: str, family: str, t: float) -> ScriptedFailure | None:
+        """The scripted failure in force for (zone, family) at time t, if any."""
+        for window in self.zones.get(zone, ZoneScenario()).failures:
+            if (window.family is None or window.family == family) and window.contains(t):
+                return window
+        return None
+
+    def external_ip_limit(self, region: str) -> int | None:
+        return self.network.external_ip_quota.get(region)
 
     def billing_disabled_at(self, t: float) -> bool:
         return self.billing.disabled or any(w.contains(t) for w in self.billing.disabled_windows)

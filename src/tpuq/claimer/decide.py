@@ -33,7 +33,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from tpuq.brakes import claim_stop_reason, hosts_of
-from tpuq.claimer.classify import classify, project_block_reason
+from tpuq.claimer.classify import classify, describe_failure, project_block_reason
 from tpuq.claimer.model import (
     DELETABLE_STATES,
     GONE,
@@ -235,12 +235,12 @@ class _Decision:
             if obs.kind == "not_found":
                 self.on_not_found(qr)
             elif obs.kind == "create_failed":
-                failure = classify(obs.error_code, obs.error_message)
-                self.on_failure(qr, failure, obs.error_message)
-                self.announce(qr, FleetEventKind.failed, failure, obs.error_message)
+                failure, message = self.classify(qr, obs)
+                self.on_failure(qr, failure, message)
+                self.announce(qr, FleetEventKind.failed, failure, message)
                 # It never existed: nothing to delete, and the zone slot is free again.
                 self.put_qr(replace(qr, state=GONE, failure_class=failure.value,
-                                    failure_message=obs.error_message, updated_at=self.now))
+                                    failure_message=message, updated_at=self.now))
             elif obs.state is not None:
                 self.on_found(qr, obs)
 
@@ -279,10 +279,10 @@ class _Decision:
             if target.capacity_failures or target.unknown_failures:
                 self.put_target(replace(target, capacity_failures=0, unknown_failures=0))
         elif state == Qr.FAILED:
-            failure = classify(obs.error_code, obs.error_message)
-            qr = self.put_qr(replace(qr, failure_class=failure.value, failure_message=obs.error_message))
-            self.on_failure(qr, failure, obs.error_message)
-            self.announce(qr, FleetEventKind.failed, failure, obs.error_message)
+            failure, message = self.classify(qr, obs)
+            qr = self.put_qr(replace(qr, failure_class=failure.value, failure_message=message))
+            self.on_failure(qr, failure, message)
+            self.announce(qr, FleetEventKind.failed, failure, message)
             self.request_delete(qr, force=False, reason=f"failed ({failure.value})", resource=obs.resource)
         elif state == Qr.SUSPENDED:
             qr = self.put_qr(qr)
@@ -294,6 +294,13 @@ class _Decision:
                 self.announce(qr, kind)
             if qr.delete_requested and state in DELETABLE_STATES:
                 self.request_delete(qr, force=False, reason="delete requested earlier", resource=obs.resource)
+
+    def classify(self, qr: QrRecord, obs: Observation) -> tuple[FailureClass, str]:
+        """The failure class (ErrorInfo first, then the text, then the code) and the sentence people are shown."""
+        lived = (self.now - qr.created_at).total_seconds() >= self.fleet.claim.valid_until_seconds
+        failure = classify(obs.error_code, obs.error_message, obs.error_info, past_valid_until=lived)
+        return failure, describe_failure(failure, obs.error_code, obs.error_message, obs.error_info,
+                                         self.fleet, zone_region(qr.zone))
 
     def on_failure(self, qr: QrRecord, failure: FailureClass, message: str | None) -> None:
         claim = self.fleet.claim
@@ -316,12 +323,17 @@ class _Decision:
                     blocked_at=self.now,
                 )
                 self.effects.status = self.status
-        else:
+        elif failure is FailureClass.expired:
+            pass  # validUntil reached while queued: no penalty, the next plan requests again in this zone
+        else:  # unknown, external_ip_quota: `unknown_error_retries` retries after a back-off, then stopped a long time
             failures = target.unknown_count(self.version) + 1
-            target = replace(target, unknown_failures=failures, unknown_version=self.version)
             if failures > claim.unknown_error_retries:
-                target = replace(target, dropped_version=self.version,
-                                 dropped_reason=f"unknown error {failures} times, dropped like quota: {message}")
+                delay = claim.unknown_error_backoff_seconds
+            else:
+                delay = capacity_backoff_seconds(failures, claim.capacity_backoff_base_seconds,
+                                                 claim.capacity_backoff_max_seconds, self.rng)
+            target = replace(target, unknown_failures=failures, unknown_version=self.version,
+                             backoff_until=self.now + timedelta(seconds=delay))
         self.put_target(target)
 
     # ------------------------------------------------------------ fan-out

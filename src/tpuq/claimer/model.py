@@ -24,6 +24,7 @@ from tpuq.documents import (
     TargetRecord,
 )
 from tpuq.documents import QueuedResourceState as _Qr
+from tpuq.errors import ErrorInfo
 from tpuq.fleet import FleetEntry, FleetFile
 from tpuq.messages import FailureClass, FleetEvent, WorkerEndpoint
 from tpuq.quota import Prechecks
@@ -107,6 +108,7 @@ class Observation:
     state: str | None = None
     error_code: int | None = None
     error_message: str | None = None
+    error_info: ErrorInfo | None = None  # the error's google.rpc.ErrorInfo / QuotaFailure, when the API sent one
     node: NodeInfo | None = None
     resource: Any = field(default=None, compare=False)  # the API object, for the ownership check on delete
 

@@ -19,7 +19,7 @@ from google.protobuf import duration_pb2
 from tpuq.claimer.model import NodeInfo, Observation, QrRecord, create_request_id
 from tpuq.claimer.sshkeys import ssh_keys_metadata
 from tpuq.documents import QueuedResourceState as Qr
-from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, call_api
+from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, call_api, error_info_of, status_error_info
 from tpuq.fleet import FleetFile, worker_network_tag
 from tpuq.messages import WorkerEndpoint
 from tpuq.ownership import is_ours, owner_labels
@@ -88,8 +88,10 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
     return resource
 
 
-def _keep_rpc_code(mapped: TpuqError, original: BaseException) -> None:
+def _keep_error_details(mapped: TpuqError, original: BaseException) -> None:
+    """Keep what the classifier reads first: the RPC code and the error's ErrorInfo (reason, domain, metadata)."""
     mapped.rpc_code = rpc_code(original)  # type: ignore[attr-defined]
+    mapped.error_info = error_info_of(original)  # type: ignore[attr-defined]
 
 
 class TpuApi:
@@ -104,7 +106,7 @@ class TpuApi:
     def _call(self, fn, **kwargs):
         """Call the API; transient errors retried with backoff; raises a taxonomy error (original as __cause__)."""
         return call_api(fn, attempts=self.attempts, initial_wait=self.initial_wait, max_wait=self.max_wait,
-                        annotate=_keep_rpc_code, **kwargs)
+                        annotate=_keep_error_details, **kwargs)
 
     # ------------------------------------------------------------ create
     def create(self, qr: QrRecord, fleet: FleetFile, public_key: str) -> Observation:
@@ -125,7 +127,8 @@ class TpuApi:
             log.warning("create %s still failing after %d tries: %s", qr.name, self.attempts, e)
             return Observation("unknown", error_message=str(e))
         except TpuqError as e:
-            return Observation("create_failed", error_code=getattr(e, "rpc_code", None), error_message=str(e))
+            return Observation("create_failed", error_code=getattr(e, "rpc_code", None), error_message=str(e),
+                               error_info=getattr(e, "error_info", None))
         return Observation.found(Qr.CREATING)
 
     # ------------------------------------------------------------ watch
@@ -139,7 +142,8 @@ class TpuApi:
         state = resource.state.state.name
         if state == Qr.FAILED:
             error = resource.state.failed_data.error
-            return Observation.found(state, error_code=error.code, error_message=error.message, resource=resource)
+            return Observation.found(state, error_code=error.code, error_message=error.message,
+                                     error_info=status_error_info(error), resource=resource)
         node = None
         if state == Qr.ACTIVE and (qr.state != Qr.ACTIVE or not qr.node):
             node = self._node_info(resource, qr)
