@@ -313,3 +313,19 @@ def test_single_slot_type_is_not_raced_alongside_other_types(types):
                                                                       error_message=CAPACITY_TEXT)}))
         state, _ = run(state, Observed({c.qr.qr_id: Observation("not_found")}))
     assert sorted((q.type, q.zone) for q in state.qrs.values() if q.pending) == [("v6e-8", ZONES[0])]
+
+
+@pytest.mark.parametrize("tpu_type, setting, single", [
+    ("v6e-8", None, True), ("v6e-64", None, True), ("v4-32", None, False), ("v5litepod-8", None, False),
+    ("v6e-8", False, False), ("v4-32", True, True),
+])
+def test_single_slot_setting_defaults_on_for_v6e_only(tpu_type, setting, single):
+    entry = {"id": "e", "type": tpu_type, "zones": [ZONES[0]]}
+    if setting is not None:
+        entry["single_slot"] = setting
+    assert make_fleet(quota=None, tpus=[entry]).tpus[0].is_single_slot is single
+
+
+def test_single_slot_setting_is_validated():
+    with pytest.raises(ValueError, match="single_slot"):
+        make_fleet(tpus=[{"id": "e", "type": "v6e-8", "zones": [ZONES[0]], "single_slot": "maybe"}])
