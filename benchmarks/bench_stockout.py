@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))  # the stack the tests use
 from tests.integration.claimstack import PROJECT, ClaimStack  # noqa: E402
 from tpuq.fleet import ClaimPolicy  # noqa: E402
 from tpuq.inmemory import MemoryFirestore  # noqa: E402
+from tpuq.messages import FleetEventKind  # noqa: E402
 
 HEALTHY, STOCKED_OUT = "us-central2-a", "us-central2-b"
 
@@ -61,7 +62,7 @@ def run(minutes: float, tick: float, janitor_first: bool, tmp: Path) -> dict:
             s.tick(tick)
             ticks += 1
         creates = [c for c in s.creates(STOCKED_OUT) if c["scenario_time"] < window]
-        failed = [e for e in s.events if e.zone == STOCKED_OUT and e.kind.value == "FAILED"]
+        failed = [e for e in s.events if e.zone == STOCKED_OUT and e.kind is FleetEventKind.failed]
         classified = sum(1 for e in failed if e.failure_class is not None)
         healthy = len(s.creates(HEALTHY))
     finally:

@@ -86,7 +86,7 @@ class ClaimStack:
         return self.clock.now()
 
     # ---- messages
-    def _post_twice(self, app, path: str, subscription: str, data: bytes | dict | Any) -> None:
+    def post_twice(self, app, path: str, subscription: str, data: bytes | dict | Any) -> None:
         body = push_envelope(data, f"m-{next(self._ids)}", subscription)
         codes = [app.post(path, json=body).status_code for _ in range(2)]
         assert codes == [204, 204], (path, codes)
@@ -98,7 +98,7 @@ class ClaimStack:
         what it publishes is routed by the `route` already running."""
         message = CapacityRequest(request_id=request_id, fleet=self.fleet.name, types=list(types), count=count,
                                   action=action, job_ids=list(job_ids or (request_id,)), at=self.now())
-        self._post_twice(self.claimer, "/push/capacity", "claimer-capacity", message)
+        self.post_twice(self.claimer, "/push/capacity", "claimer-capacity", message)
         if route:
             self.route()
 
@@ -111,7 +111,7 @@ class ClaimStack:
         tick = Tick(seq=next(self._ids))
         order = (self.janitor, self.claimer) if self.janitor_first else (self.claimer, self.janitor)
         for app in order:
-            self._post_twice(app, "/push/ticks", "claimer-ticks" if app is self.claimer else "janitor-ticks", tick)
+            self.post_twice(app, "/push/ticks", "claimer-ticks" if app is self.claimer else "janitor-ticks", tick)
             self.route()
 
     def route(self) -> None:
@@ -126,7 +126,7 @@ class ClaimStack:
                 self.events.append(event)
                 if self.on_event is not None:
                     self.on_event(event)
-                self._post_twice(self.janitor, "/push/fleet-events", "janitor-fleet-events", m.data)
+                self.post_twice(self.janitor, "/push/fleet-events", "janitor-fleet-events", m.data)
 
     # ---- the scheduler's documents, when a test plays the scheduler
     def record_tpu(self, event: FleetEvent, state: str, job_id: str | None = None) -> None:

@@ -90,12 +90,12 @@ def test_a_preempted_slice_is_deleted_within_the_attempt_event_and_by_nobody_els
     s.control.preempt(active.node)
     s.clock.advance(31)  # SUSPENDING -> SUSPENDED
     # The claimer's watch sees it SUSPENDED first: it announces it and deletes nothing (the janitor owns it).
-    s._post_twice(s.claimer, "/push/ticks", "claimer-ticks", Tick(seq=99))
+    s.post_twice(s.claimer, "/push/ticks", "claimer-ticks", Tick(seq=99))
     assert s.calls("DELETE") == []
     assert s.qr_doc(f"tq-r1-{A}")["state"] == "SUSPENDED"
     event = AttemptEvent(kind=AttemptEventKind.ended, job_id="j1", attempt=1, attempt_id="j1-1", node=active.node,
                          outcome=AttemptOutcome.preempted, at=s.now())
-    s._post_twice(s.janitor, "/push/attempt-events", "janitor-attempt-events", event)
+    s.post_twice(s.janitor, "/push/attempt-events", "janitor-attempt-events", event)
     assert s.deleted_ids() == [f"tq-r1-{A}"]  # within the attempt event, as before
     s.route()  # the SUSPENDED announcement reaches the janitor: done already, nothing more
     ticks_until(s, s.scenario_time + 3 * TICK)
