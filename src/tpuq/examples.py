@@ -37,7 +37,8 @@ tpus:
   - id: v4-spot
     type: v4-32                 # 4 hosts, 16 chips
     zones: [us-central2-b]
-    count: 2                    # at most 2 slices at once
+    count: 2                    # at most 2 slices held at once (PROVISIONING or ACTIVE); every zone
+                                # with quota is raced meanwhile, and the losers are cancelled
     keep_warm_count: 0          # slices kept even when idle
     provisioning_model: spot    # spot | on_demand
   - id: v5e-spot
@@ -48,6 +49,8 @@ tpus:
     type: v6e-64
     zones: [us-east1-d]
     count: 1
+    single_slot: true           # one request at a time, never raced alongside other types (scarce types
+                                # fill one slot at a time); unset: true for v6e, false for the others
 """
 
 EXAMPLE_JOB = """\

@@ -92,6 +92,10 @@ def worker_service_account(project: str) -> str:
     return f"{WORKER_ACCOUNT_ID}@{project}.iam.gserviceaccount.com"
 
 
+# Families the quickstart found "single-slot": queue one request at a time and it fills; spreading them
+# over zones alongside other types' races does not help. `FleetEntry.single_slot` overrides it per entry.
+SINGLE_SLOT_FAMILIES = frozenset({"v6e"})
+
 # A region's default external IP quota (IN_USE_ADDRESSES); a slice with external IPs takes one per host.
 DEFAULT_REGION_EXTERNAL_IPS = 8
 
@@ -109,6 +113,11 @@ class FleetEntry(StrictModel):
     provisioning_model: Annotated[ProvisioningModel, BeforeValidator(_provisioning_alias)] = ProvisioningModel.spot
     existing: str | None = Field(default=None, description="An existing node to use; never deleted")
     idle_timeout_seconds: int | None = Field(default=None, ge=0)
+    single_slot: bool | None = Field(
+        default=None,
+        description="Claim this type one request at a time, never fanned out over zones nor raced alongside other "
+        "types (the quickstart's rule for scarce models). Unset: on for v6e, off otherwise",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -160,6 +169,13 @@ class FleetEntry(StrictModel):
     @property
     def spot(self) -> bool:
         return self.provisioning_model is ProvisioningModel.spot
+
+    @property
+    def is_single_slot(self) -> bool:
+        """`single_slot` as written, else the default: scarce families (v6e) are single-slot."""
+        if self.single_slot is not None:
+            return self.single_slot
+        return self.accelerator.family in SINGLE_SLOT_FAMILIES
 
     @property
     def max_slices(self) -> int:

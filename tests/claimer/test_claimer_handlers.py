@@ -240,7 +240,10 @@ def test_watch_pass_makes_one_exact_get_per_owned_resource(claimer):
     zones = [f"us-test{n}-a" for n in range(1, 21)]
     types = ("v4-32", "v5litepod-8", "v6e-8")
     h = claimer(scenario_data(zones, families=("v4", "v5litepod", "v6e"), provisioning=1e6, waiting=1e6))
-    h.fleet(fleet_data(zones, types=types, count=20))
+    data = fleet_data(zones, types=types, count=20)
+    for entry in data["tpus"]:
+        entry["single_slot"] = False  # fan every type out, v6e too: 60 racers to watch
+    h.fleet(data)
     for t in types:
         h.push("/push/capacity", request(f"job-{t.replace('-', '')}", types=(t,)))
     assert len(h.creates()) == 60

@@ -13,6 +13,7 @@ from tpuq.claimer.model import (
     REQUESTED,
     ClaimState,
     Effects,
+    QrRecord,
     NodeInfo,
     Observation,
     Observed,
@@ -78,10 +79,31 @@ def test_zone_without_quota_and_dropped_zone_are_skipped():
     assert [c.qr.zone for c in eff.creates] == [ZONES[0]]
 
 
-def test_max_slices_and_chip_quota_bound_the_race():
-    fleet = make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": ZONES, "count": 2}])
-    _, eff = run(ClaimState(fleet), RequestReceived(request()))
-    assert len(eff.creates) == 2
+def test_count_caps_slices_held_not_racers_so_count_one_races_every_zone():
+    fleet = make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": ZONES, "count": 1}])
+    state, eff = run(ClaimState(fleet), RequestReceived(request()))
+    assert sorted(c.qr.zone for c in eff.creates) == ZONES  # one racer per zone with quota, whatever count says
+
+
+@pytest.mark.parametrize("held, creates", [
+    ({}, 3),                                          # nothing held: every zone races
+    ({ZONES[0]: "PROVISIONING"}, 0),                  # PROVISIONING holds a slice: count 1 is full
+    ({ZONES[0]: "ACTIVE"}, 0),                        # so does ACTIVE
+    ({ZONES[0]: "WAITING_FOR_RESOURCES"}, 2),         # a racer of another request holds none: the other zones race
+    ({ZONES[0]: "FAILED"}, 3),                        # dead ones hold no slice (their zone's quota, which has room)
+])
+def test_slices_held_by_other_requests_fill_count(held, creates):
+    fleet = make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": ZONES, "count": 1}])
+    qrs = {}
+    for zone, st in held.items():
+        qr = QrRecord(qr_id=f"tq-old-{zone}", fleet="f1", project="p", request_id="old", entry_id="v4", zone=zone,
+                      type="v4-32", spot=True, generation=0, state=st, created_at=NOW, updated_at=NOW)
+        qrs[qr.qr_id] = qr
+    _, eff = run(ClaimState(fleet, qrs=qrs), RequestReceived(request()))
+    assert len(eff.creates) == creates
+
+
+def test_chip_quota_bounds_the_race():
     fleet = make_fleet(quota={z: {"v4": {"spot": 16}} for z in ZONES})  # one v4-32 (16 chips) per zone
     state, eff = run(ClaimState(fleet), RequestReceived(request()))
     _, eff2 = run(state, RequestReceived(request("r2")))
@@ -283,7 +305,7 @@ def test_requested_but_not_found_finishes_the_create_without_a_new_claim():
     assert [(c.qr.qr_id, c.claim) for c in eff.creates] == [(qa, False)]
 
 
-def test_suspended_is_deleted_with_force_and_requested_again():
+def test_suspended_is_announced_and_left_to_the_janitor_then_requested_again():
     fleet = make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": [ZONES[0]], "count": 1}])
     state, _ = run(ClaimState(fleet), RequestReceived(request()))
     qa = f"tq-r1-{ZONES[0]}"
@@ -291,10 +313,21 @@ def test_suspended_is_deleted_with_force_and_requested_again():
     state, _ = run(state, Observed({qa: Observation.found("ACTIVE", node=node)}))
     state, eff = run(state, Observed({qa: Observation.found("SUSPENDED")}))
     assert [e.kind for e in eff.events] == [FleetEventKind.suspended]
-    assert [(d.qr.qr_id, d.force) for d in eff.deletes] == [(qa, True)]
-    assert eff.creates == []  # max_slices 1: the suspended one still holds its slot until gone
-    state, eff = run(state, Observed({qa: Observation("not_found")}))
+    assert eff.deletes == []  # one owner: the janitor deletes a SUSPENDED one (within the event it gets)
+    # It holds no slice any more (count caps PROVISIONING and ACTIVE): the open request races again at once.
     assert [c.qr.qr_id for c in eff.creates] == [f"{qa}-1"]
+    state, eff = run(state, Observed({qa: Observation.found("SUSPENDED")}))
+    assert eff.deletes == [] and eff.events == [] and eff.creates == []
+    state, eff = run(state, Observed({qa: Observation("not_found")}))
+    assert [e.kind for e in eff.events] == [FleetEventKind.gone] and eff.creates == []
+
+
+def test_withdraw_never_deletes_a_suspended_one():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    qa = f"tq-r1-{ZONES[0]}"
+    state, _ = run(state, Observed({qa: Observation.found("SUSPENDED")}))
+    _, eff = run(state, RequestReceived(request(action=CapacityAction.withdraw)))
+    assert qa not in [d.qr.qr_id for d in eff.deletes]
 
 
 def test_withdraw_deletes_waiting_but_not_active_or_provisioning():
@@ -352,3 +385,76 @@ def test_a_shorter_unknown_error_backoff_is_used():
     state, _ = run(state, Observed({qr.qr_id: Observation("create_failed", error_code=13,
                                                           error_message=UNKNOWN_TEXT)}))
     assert state.target(ZONES[0], "v4-32").backoff_until == NOW + timedelta(seconds=120)
+
+
+def test_failed_is_classified_and_its_class_recorded_before_the_claimer_deletes_it():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    qa = f"tq-r1-{ZONES[0]}"
+    _, eff = run(state, Observed({qa: Observation.found("FAILED", error_code=8, error_message=CAPACITY_TEXT)}))
+    # The record written with this decision is the janitor's licence to delete it too (tpuq.janitor.decide).
+    assert (eff.qrs[qa].state, eff.qrs[qa].failure_class) == ("FAILED", "capacity")
+    assert [d.qr.qr_id for d in eff.deletes] == [qa] and eff.deletes[0].qr.failure_class == "capacity"
+
+
+# ------------------------------------------------------------ single-slot types
+
+def single_slot_fleet(**v6e) -> FleetFile:
+    return make_fleet(
+        quota={z: {"v4": {"spot": 64}, "v6e": {"spot": 64}} for z in ZONES},
+        tpus=[{"id": "v4", "type": "v4-32", "zones": ZONES[:2], "count": 10},
+              {"id": "v6e", "type": "v6e-8", "zones": ZONES, "count": 10, **v6e}])
+
+
+def typed(rid: str, *types: str, **kw) -> CapacityRequest:
+    return CapacityRequest(request_id=rid, fleet="f1", types=list(types), count=1, **kw)
+
+
+@pytest.mark.parametrize("v6e, creates", [
+    ({}, [("v6e-8", ZONES[0])]),                                   # default: v6e is single-slot
+    ({"single_slot": True}, [("v6e-8", ZONES[0])]),
+    ({"single_slot": False}, [("v6e-8", z) for z in ZONES]),       # turned off: fans out like any type
+])
+def test_single_slot_type_is_requested_one_at_a_time(v6e, creates):
+    state, eff = run(ClaimState(single_slot_fleet(**v6e)), RequestReceived(typed("r1", "v6e-8")))
+    assert sorted((c.qr.type, c.qr.zone) for c in eff.creates) == creates
+
+
+def test_single_slot_one_request_in_the_whole_fleet_then_the_next_zone_after_a_stockout():
+    state, eff = run(ClaimState(single_slot_fleet()), RequestReceived(typed("r1", "v6e-8")))
+    [first] = eff.creates
+    state, eff = run(state, RequestReceived(typed("r2", "v6e-8")))
+    assert eff.creates == []  # another request's single-slot racer is out: wait for it
+    state, eff = run(state, Observed({first.qr.qr_id: Observation.found("FAILED", error_code=8,
+                                                                         error_message=CAPACITY_TEXT)}))
+    # The stocked-out zone backs off; the one racer moves to the next zone at once (the oldest request first).
+    assert [(c.qr.request_id, c.qr.zone) for c in eff.creates] == [("r1", ZONES[1])]
+    state, eff = run(state, Observed({first.qr.qr_id: Observation("not_found")}))
+    assert eff.creates == []
+
+
+@pytest.mark.parametrize("types", [("v4-32", "v6e-8"), ("v6e-8", "v4-32")])
+def test_single_slot_type_is_not_raced_alongside_other_types(types):
+    state, eff = run(ClaimState(single_slot_fleet()), RequestReceived(typed("r1", *types)))
+    assert sorted((c.qr.type, c.qr.zone) for c in eff.creates) == [("v4-32", ZONES[0]), ("v4-32", ZONES[1])]
+    # Both v4 zones stocked out and backed off: now the v6e gets its one racer, alone.
+    for c in eff.creates:
+        state, _ = run(state, Observed({c.qr.qr_id: Observation.found("FAILED", error_code=8,
+                                                                      error_message=CAPACITY_TEXT)}))
+        state, _ = run(state, Observed({c.qr.qr_id: Observation("not_found")}))
+    assert sorted((q.type, q.zone) for q in state.qrs.values() if q.pending) == [("v6e-8", ZONES[0])]
+
+
+@pytest.mark.parametrize("tpu_type, setting, single", [
+    ("v6e-8", None, True), ("v6e-64", None, True), ("v4-32", None, False), ("v5litepod-8", None, False),
+    ("v6e-8", False, False), ("v4-32", True, True),
+])
+def test_single_slot_setting_defaults_on_for_v6e_only(tpu_type, setting, single):
+    entry = {"id": "e", "type": tpu_type, "zones": [ZONES[0]]}
+    if setting is not None:
+        entry["single_slot"] = setting
+    assert make_fleet(quota=None, tpus=[entry]).tpus[0].is_single_slot is single
+
+
+def test_single_slot_setting_is_validated():
+    with pytest.raises(ValueError, match="single_slot"):
+        make_fleet(tpus=[{"id": "e", "type": "v6e-8", "zones": [ZONES[0]], "single_slot": "maybe"}])

@@ -26,13 +26,13 @@ def names(deletes):
 class TestLosers:
     def test_no_winner_no_loser(self):
         race = [member("tpuq-r1-a", "WAITING_FOR_RESOURCES"), member("tpuq-r1-b", "ACCEPTED")]
-        assert d.decide_losers(race, F, 1, True, False).deletes == []
+        assert d.decide_losers(race, F, 1, False).deletes == []
 
     def test_pending_racers_lose_at_once_and_provisioning_waits(self):
         race = [member("tpuq-r1-a", "ACTIVE", "idle"), member("tpuq-r1-b", "WAITING_FOR_RESOURCES"),
                 member("tpuq-r1-c", "ACCEPTED"), member("tpuq-r1-d", "PROVISIONING"),
                 member("tpuq-r1-e", "DELETING"), member("tpuq-r1-f", "CREATING")]
-        decision = d.decide_losers(race, F, 1, True, False)
+        decision = d.decide_losers(race, F, 1, False)
         assert names(decision.deletes) == ["tpuq-r1-b", "tpuq-r1-c"]
         assert all(not x.force for x in decision.deletes)  # no node yet: no force needed
         assert [d.short_node_name(n) for n in decision.waiting] == ["tpuq-r1-d"]
@@ -40,27 +40,38 @@ class TestLosers:
 
     def test_demand_not_met_keeps_every_racer(self):
         race = [member("tpuq-r1-a", "ACTIVE"), member("tpuq-r1-b", "WAITING_FOR_RESOURCES")]
-        assert d.decide_losers(race, F, 2, True, False).deletes == []
+        assert d.decide_losers(race, F, 2, False).deletes == []
 
-    def test_late_winner_is_surplus_unless_busy_or_jobs_pending(self):
+    def test_late_winner_is_surplus_unless_busy_or_other_jobs_pending(self):
         race = [member("tpuq-r1-a", "ACTIVE", "idle", NOW), member("tpuq-r1-b", "ACTIVE", None)]
-        assert [d.short_node_name(m.name) for m in d.decide_losers(race, F, 1, True, False).surplus] == ["tpuq-r1-b"]
-        assert d.decide_losers(race, F, 1, True, jobs_pending=True).surplus == []
-        assert d.decide_losers(race, F, 2, True, False).surplus == []  # demand grew: both needed
+        assert [d.short_node_name(m.name) for m in d.decide_losers(race, F, 1, False).surplus] == ["tpuq-r1-b"]
+        assert d.decide_losers(race, F, 1, other_jobs_pending=True).surplus == []
+        assert d.decide_losers(race, F, 2, False).surplus == []  # demand grew: both needed
         busy_late = [member("tpuq-r1-a", "ACTIVE", "idle", NOW), member("tpuq-r1-b", "ACTIVE", "busy", NOW)]
-        assert [d.short_node_name(m.name) for m in d.decide_losers(busy_late, F, 1, True, False).surplus] == ["tpuq-r1-a"]
+        assert [d.short_node_name(m.name) for m in d.decide_losers(busy_late, F, 1, False).surplus] == ["tpuq-r1-a"]
         both_busy = [member("tpuq-r1-a", "ACTIVE", "busy", NOW), member("tpuq-r1-b", "ACTIVE", "busy", NOW)]
-        assert d.decide_losers(both_busy, F, 1, True, False).surplus == []
+        assert d.decide_losers(both_busy, F, 1, False).surplus == []
 
-    def test_withdrawn_request_active_slices_are_plain_tpus(self):
-        race = [member("tpuq-r1-a", "ACTIVE"), member("tpuq-r1-b", "ACTIVE"), member("tpuq-r1-c", "ACCEPTED")]
-        decision = d.decide_losers(race, F, 1, False, False)
-        assert decision.surplus == [] and names(decision.deletes) == ["tpuq-r1-c"]
+    def test_count_still_caps_a_withdrawn_requests_race(self):
+        # The scheduler withdraws a request on its first ACTIVE event; a second that won in the same instant is
+        # surplus all the same, and the one serving the job stays.
+        race = [member("tpuq-r1-a", "ACTIVE", "idle", NOW), member("tpuq-r1-b", "ACTIVE", "busy", NOW),
+                member("tpuq-r1-c", "ACCEPTED")]
+        decision = d.decide_losers(race, F, 1, False)
+        assert [d.short_node_name(m.name) for m in decision.surplus] == ["tpuq-r1-a"]
+        assert names(decision.deletes) == ["tpuq-r1-c"]
+
+    @pytest.mark.parametrize("classified, deleted", [(False, ["tpuq-r1-c"]), (True, ["tpuq-r1-c", "tpuq-r1-f"])])
+    def test_failed_loser_waits_for_the_claimers_classification(self, classified, deleted):
+        race = [member("tpuq-r1-a", "ACTIVE", "busy", NOW), member("tpuq-r1-c", "SUSPENDED"),
+                member("tpuq-r1-f", "FAILED")]
+        names_ = {race[2].name} if classified else set()
+        assert names(d.decide_losers(race, F, 1, False, names_).deletes) == deleted
 
     def test_foreign_racer_is_never_a_loser(self):
         race = [member("tpuq-r1-a", "ACTIVE"), member("tpuq-r1-b", "ACCEPTED", labels={}),
                 member("other-r1-c", "ACCEPTED")]
-        assert d.decide_losers(race, F, 1, True, False).deletes == []
+        assert d.decide_losers(race, F, 1, False).deletes == []
 
 
 def tpu(tid, state, idle_for=None, entry="v4pool", fleet_name="f1"):
@@ -106,11 +117,22 @@ class TestIdle:
 
 
 class TestDead:
-    @pytest.mark.parametrize("state,dead", [("SUSPENDED", True), ("FAILED", True), ("ACTIVE", False),
-                                            ("PROVISIONING", False), ("DELETING", False), ("ACCEPTED", False)])
-    def test_queued_resource_states(self, state, dead):
-        got = d.decide_dead([qr("tpuq-r1-a", state, labels=ours(F))], F)
+    @pytest.mark.parametrize("state,classified,dead", [
+        ("SUSPENDED", False, True),      # the janitor's own: deleted at once
+        ("FAILED", True, True),          # the claimer recorded its class: the janitor may delete it too
+        ("FAILED", False, False),        # not classified yet: the claimer's, never deleted under its feet
+        ("ACTIVE", False, False), ("PROVISIONING", False, False), ("DELETING", False, False),
+        ("ACCEPTED", False, False)])
+    def test_queued_resource_states(self, state, classified, dead):
+        resource = qr("tpuq-r1-a", state, labels=ours(F))
+        got = d.decide_dead([resource], F, {resource.name} if classified else set())
         assert bool(got) is dead and all(x.force for x in got)
+
+    def test_classified_failures_are_failed_records_with_a_class(self):
+        docs = [{"name": "a", "state": "FAILED", "failure_class": "capacity"}, {"name": "b", "state": "FAILED"},
+                {"name": "c", "state": "WAITING_FOR_RESOURCES", "failure_class": "capacity"},
+                {"name": "d", "state": "GONE", "failure_class": "zone_quota"}]
+        assert d.classified_failures(docs) == {"a"}
 
     def test_preempted_node(self):
         got = d.decide_dead([node("tpuq-r1-a", "PREEMPTED", labels=ours(F)), node("tpuq-r1-b", "READY",

@@ -141,12 +141,20 @@ def test_suspended_queued_resource_is_gone_within_one_tick_and_its_quota_is_free
     assert s.control.quota(s.fleet.project, WIN_ZONE, "v4", "spot")["used"] == held - 4  # a v4-8 is 4 chips
 
 
-def test_failed_queued_resource_is_deleted_on_its_fleet_event(janitor_stack):
+@pytest.mark.parametrize("classified", [False, True])
+def test_failed_queued_resource_is_deleted_only_once_the_claimer_classified_it(janitor_stack, classified):
     s = janitor_stack
     qr = s.create_owned("r9", WIN_ZONE)
     s.control.fail(qr, "unknown")
+    if classified:  # the claimer read the failure, backed off or dropped the zone, and recorded the class
+        s.db.collection("queued_resources").document(qr.rsplit("/", 1)[-1]).update(
+            {"state": "FAILED", "failure_class": "unknown"})
     s.fleet_event("FAILED", qr, "r9")
-    assert s.deleted_ids() == [qr.rsplit("/", 1)[-1]] and s.state(qr) is None
+    s.tick()
+    if classified:
+        assert s.deleted_ids() == [qr.rsplit("/", 1)[-1]] and s.state(qr) is None
+    else:  # the claimer's to read first: neither the event nor the tick deletes it
+        assert s.deletes() == [] and s.state(qr) == "FAILED"
 
 
 def test_preempted_attempt_gets_its_tpu_deleted(janitor_stack):

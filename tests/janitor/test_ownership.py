@@ -102,15 +102,15 @@ def _foreign_names(resources_, f):
 
 @settings(max_examples=300, deadline=None)
 @given(f=fleets(), listed=st.lists(resources(), max_size=12, unique_by=lambda r: r.name),
-       count=st.integers(0, 3), open_=st.booleans(),
+       count=st.integers(0, 3),
        pending=st.booleans(), known=st.sets(st.sampled_from(["tpuq-r1-0", "tpu-r2-1", "other-r1-2"])))
-def test_decide_functions_never_select_a_foreign_resource(f, listed, count, open_, pending, known):
+def test_decide_functions_never_select_a_foreign_resource(f, listed, count, pending, known):
     foreign = _foreign_names(listed, f)
-    chosen = list(d.decide_dead(listed, f))
+    chosen = list(d.decide_dead(listed, f, {r.name for r in listed}))
     chosen += d.decide_orphans(listed, known, {r.name: NOW - timedelta(hours=1) for r in listed}, f, NOW).deletes
     qrs = [r for r in listed if d.is_queued_resource(r)]
     race = [d.RaceMember(r.name, r, "idle") for r in qrs]
-    losers = d.decide_losers(race, f, count, open_, pending)
+    losers = d.decide_losers(race, f, count, pending, {r.name for r in qrs})
     chosen += losers.deletes
     assert not {x.name for x in chosen} & foreign
     assert not {m.name for m in losers.surplus} & foreign

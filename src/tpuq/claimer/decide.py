@@ -3,17 +3,29 @@
 No I/O, no clock, no global randomness: the handler loads `ClaimState`, calls
 `decide`, and applies the effects. Rules (see docs in `tpuq.claimer`):
 
-Fan-out. Every open request races in each compatible zone: one queued resource
-per (request, zone), of the first of the request's types that zone can take now:
-not dropped, not backed off, with quota left for the family and tier (the effective
-quota in `state.prechecks`: declared, else the Cloud Quotas API's),
-under the entry's max_slices, and with no other pending queued resource of that
-type in that zone (from any request). Pending queued resources count against
-quota and max_slices, so even if every racer wins the fleet's limits hold.
+Fan-out. Every open request races in each compatible zone that has quota: one
+queued resource per (request, zone), of the first of the request's types that
+zone can take now: not dropped, not backed off, with quota left for the family
+and tier (`quota_allows`, the one place that says so: the effective quota in
+`state.prechecks`, declared, else the Cloud Quotas API's), with the entry holding
+fewer than `max_slices` slices, and with no other pending queued resource of
+that type in that zone (from any request). `count` (max_slices) caps the slices
+HELD (PROVISIONING or ACTIVE, `HELD_STATES`), not the racers: an entry with
+count 1 and three zones races all three; the first to win is kept and the rest
+are cancelled at once (below, and the janitor on the ACTIVE event). Every live
+queued resource holds quota in its zone, racers included.
+
+Single-slot entries (`FleetEntry.is_single_slot`, v6e by default): at most one
+racer of that type in the whole fleet, and never alongside other types' racers
+of the same request. A request races its other types first; a single-slot type
+gets one racer, in the first zone that can take it, only when nothing else of
+that request races.
 
 Watch. A state change publishes one fleet event; the last seen state is kept.
-ACTIVE (with node and endpoints), SUSPENDED (-> delete with force, race again
-while demand remains), FAILED (-> classify, act, delete), PROVISIONING and
+ACTIVE (with node and endpoints), SUSPENDED (announced; the janitor deletes it:
+`tpuq.claimer.model` says who owns which dead state), FAILED (-> classify, record
+the class, back off or drop, then delete: the claimer owns FAILED, and the
+janitor deletes a FAILED one only once its class is recorded), PROVISIONING and
 WAITING_FOR_RESOURCES (informational), GONE (NOT_FOUND). A failed read
 concludes nothing.
 
@@ -37,6 +49,7 @@ from tpuq.claimer.classify import classify, describe_failure, project_block_reas
 from tpuq.claimer.model import (
     DELETABLE_STATES,
     GONE,
+    HELD_STATES,
     REQUEST_OPEN,
     REQUEST_WITHDRAWN,
     REQUESTED,
@@ -197,8 +210,7 @@ class _Decision:
         if not qr.delete_requested:
             qr = self.put_qr(replace(qr, delete_requested=True, updated_at=self.now))
         if qr.state in DELETABLE_STATES and not any(d.qr.qr_id == qr.qr_id for d in self.effects.deletes):
-            self.effects.deletes.append(DeleteQr(qr, force=force or qr.state == Qr.SUSPENDED, reason=reason,
-                                                 resource=resource))
+            self.effects.deletes.append(DeleteQr(qr, force=force, reason=reason, resource=resource))
         return qr
 
     # ------------------------------------------------------------ requests
@@ -285,9 +297,10 @@ class _Decision:
             self.announce(qr, FleetEventKind.failed, failure, message)
             self.request_delete(qr, force=False, reason=f"failed ({failure.value})", resource=obs.resource)
         elif state == Qr.SUSPENDED:
+            # Preempted: nothing to classify. The janitor owns the delete (on this announcement, the attempt
+            # event or a tick); the slot frees once it reads NOT_FOUND, and the race goes on while demand remains.
             qr = self.put_qr(qr)
             self.announce(qr, FleetEventKind.suspended)
-            self.request_delete(qr, force=True, reason="suspended (preempted)", resource=obs.resource)
         else:
             qr = self.put_qr(qr)
             if kind is not None:
@@ -361,13 +374,29 @@ class _Decision:
         if self.blocked or claim_gate(self.state, request.request_id, request.types, self.qrs.values(),
                                         self.now) is not None:
             return
-        racing_zones = {q.zone for q in mine if q.pending}
-        for zone in self.candidate_zones(request):
+        racing = [q for q in mine if q.pending]
+        if any(self.single_slot(q) for q in racing):
+            return  # a single-slot racer races alone
+        racing_zones = {q.zone for q in racing}
+        zones = self.candidate_zones(request)
+        for zone in zones:
             if zone in racing_zones:
                 continue
-            entry = self.pick_entry(request, zone)
+            entry = self.pick_entry(request, zone, single_slot=False)
             if entry is not None:
                 request = self.create(request, zone, entry)
+                racing_zones.add(zone)
+        if racing_zones:
+            return  # other types race for this request: no single-slot type alongside them
+        for zone in zones:  # nothing races for it: one single-slot racer, in the first zone that takes one
+            entry = self.pick_entry(request, zone, single_slot=True)
+            if entry is not None:
+                self.create(request, zone, entry)
+                return
+
+    def single_slot(self, qr: QrRecord) -> bool:
+        entry = self.fleet.entry(qr.entry_id)
+        return entry is not None and entry.is_single_slot
 
     def candidate_zones(self, request: RequestRecord) -> list[str]:
         types = set(request.types)
@@ -383,7 +412,9 @@ class _Decision:
                 zones[zone] = None
         return list(zones)
 
-    def pick_entry(self, request: RequestRecord, zone: str) -> FleetEntry | None:
+    def pick_entry(self, request: RequestRecord, zone: str, single_slot: bool) -> FleetEntry | None:
+        """The entry of the first of the request's types this zone can race now, among single-slot entries
+        or among the others."""
         for tpu_type in request.types:
             target = self.target(zone, tpu_type)
             if target.dropped(self.version) or target.backed_off(self.now):
@@ -393,6 +424,10 @@ class _Decision:
             for entry in self.fleet.tpus:
                 if entry.type != tpu_type or zone not in entry.zones or entry.existing:
                     continue
+                if entry.is_single_slot != single_slot:
+                    continue
+                if single_slot and any(q.pending and q.type == tpu_type for q in self.qrs.values()):
+                    continue  # one request at a time for a single-slot type, in the whole fleet
                 if self.slices_of(entry) >= entry.max_slices:
                     continue
                 if not self.quota_allows(zone, entry):
@@ -401,9 +436,13 @@ class _Decision:
         return None
 
     def slices_of(self, entry: FleetEntry) -> int:
-        return sum(1 for q in self.qrs.values() if q.entry_id == entry.id)
+        """Slices the entry holds (PROVISIONING or ACTIVE): what `count` caps. Racers still queued hold none."""
+        return sum(1 for q in self.qrs.values() if q.entry_id == entry.id and q.state in HELD_STATES)
 
     def quota_allows(self, zone: str, entry: FleetEntry) -> bool:
+        """Whether `zone` has quota left for one more slice of `entry`: the claimer's one notion of "this zone
+        has quota", from the effective quota (declared in the fleet file, else the Cloud Quotas API's; None: not
+        checked, so yes)."""
         accel = entry.accelerator
         declared = self.quota.chips(zone, accel.family, entry.provisioning_model)
         if declared is None:

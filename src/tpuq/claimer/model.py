@@ -32,9 +32,19 @@ from tpuq.quota import Prechecks
 # The claimer's own states for a stored queued resource (the API never reports them), and the racing ones.
 REQUESTED, GONE = ClaimerQrState.REQUESTED, ClaimerQrState.GONE
 PENDING_STATES = QR_STATES_RACING
-# States a delete is accepted in. Never PROVISIONING (the API refuses, and it may still win);
-# never ACTIVE (a claimed slice is the scheduler's and the janitor's business).
-DELETABLE_STATES = frozenset({_Qr.ACCEPTED, _Qr.WAITING_FOR_RESOURCES, _Qr.FAILED, _Qr.SUSPENDED})
+# Who deletes a dead queued resource (one owner each, so nothing deletes what another has yet to read):
+# - FAILED: the claimer. It classifies the failure, records the class on queued_resources/{id}
+#   (`failure_class`: the janitor's licence to delete it too), applies back-off or drop, then deletes it.
+# - SUSPENDED: the janitor (on the attempt event, the fleet event, or a tick). A preemption has nothing
+#   to classify (no back-off, no drop); the claimer announces it and leaves the delete to the janitor.
+# States the claimer sends a delete in: ones the API accepts it in, minus the janitor's SUSPENDED. Never
+# PROVISIONING (the API refuses, and it may still win); never ACTIVE (a claimed slice is the scheduler's and
+# the janitor's business).
+DELETABLE_STATES = frozenset({_Qr.ACCEPTED, _Qr.WAITING_FOR_RESOURCES, _Qr.FAILED})
+
+# Slices an entry holds: what its `count` (max_slices) caps. Racers waiting in the queue hold no slice, so an
+# entry with count 1 still races every zone with quota; the first to win is kept and the rest are cancelled.
+HELD_STATES = frozenset({_Qr.PROVISIONING, _Qr.ACTIVE})
 
 MAX_RESOURCE_ID = 63
 REQUEST_OPEN, REQUEST_WITHDRAWN = RequestStatus.open, RequestStatus.withdrawn

@@ -7,15 +7,23 @@ even proposed (the property tests check both layers).
 
 Rules (the module docstring of `tpuq.janitor` explains the why):
 - losers: once a request has `count` ACTIVE winners, its other queued resources
-  are losers. ACCEPTED / WAITING_FOR_RESOURCES are deleted at once; FAILED /
-  SUSPENDED too (with force); PROVISIONING (and CREATING) are left alone and
-  looked at again on the next event or tick. A racer that turns ACTIVE after
-  the request was satisfied is *surplus*: deleted at once, unless the request's
-  count has grown to cover it, a job is pending (the scheduler can use it; if
-  it does not, the idle rule removes it later), or the scheduler made it busy.
+  are losers. ACCEPTED / WAITING_FOR_RESOURCES are deleted at once; SUSPENDED
+  too (with force), and FAILED once the claimer has classified it (below);
+  PROVISIONING (and CREATING) are left alone and looked at again on the next
+  event or tick. A racer that turns ACTIVE beyond the request's `count` (open or
+  withdrawn: the request asked for `count`) is *surplus*: deleted at once,
+  unless the scheduler made it busy (it serves a job) or a job other than the
+  request's own is pending (the scheduler can use it; if it does not, the idle
+  rule removes it later). Of two that win in the same instant, the one serving
+  the job stays.
 - idle: an owned TPU idle longer than its entry's idle timeout is deleted,
   longest idle first, while its entry keeps `keep_warm_count` live TPUs.
-- dead: SUSPENDED and FAILED queued resources and PREEMPTED nodes are deleted.
+- dead: SUSPENDED queued resources and PREEMPTED nodes are deleted at once (the
+  janitor owns them). A FAILED queued resource is the claimer's until it has
+  classified it (back-off or drop first, then its own delete): the janitor
+  deletes one only when queued_resources/{id} records its failure class
+  (`classified_failures`), as a backstop; FAILED ones Firestore does not know
+  at all are orphans.
 - orphans: owned resources Firestore does not know, seen by the janitor for
   longer than `claim.orphan_grace_seconds`.
 - paused (`tpuq fleet pause`): an idle TPU is deleted at once, whatever its timeout and `keep_warm_count`.
@@ -26,7 +34,7 @@ Rules (the module docstring of `tpuq.janitor` explains the why):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,8 +47,6 @@ from tpuq.ownership import LABEL_REQUEST, is_ours, name_and_labels
 
 # A pending racer can be deleted without force: it has no node yet.
 CANCELLABLE_STATES = frozenset({Qr.ACCEPTED, Qr.WAITING_FOR_RESOURCES})
-# Dead: they hold quota until deleted (force: a SUSPENDED one may still have its node).
-DEAD_QR_STATES = frozenset({Qr.SUSPENDED, Qr.FAILED})
 DEAD_NODE_STATES = frozenset({TpuNodeState.PREEMPTED, TpuNodeState.TERMINATED})
 # The API refuses deletes here, or one is already under way: never send one.
 NEVER_DELETE_STATES = frozenset({Qr.PROVISIONING, Qr.CREATING, Qr.DELETING, Qr.SUSPENDING})
@@ -96,21 +102,24 @@ class LoserDecision:
 
 
 def decide_losers(
-    members: Iterable[RaceMember], fleet: FleetFile, request_count: int, request_open: bool, jobs_pending: bool
+    members: Iterable[RaceMember], fleet: FleetFile, request_count: int, other_jobs_pending: bool,
+    classified: Collection[str] = frozenset(),
 ) -> LoserDecision:
-    """The losers of one request's race. `request_count`: slices the request wants now."""
+    """The losers of one request's race. `request_count`: slices the request asked for (open or withdrawn: a
+    withdrawn request's count still caps its race). `other_jobs_pending`: a job other than the request's own
+    waits, which a surplus slice could serve. `classified`: FAILED ones the claimer has classified."""
     members = [m for m in members if m.resource is not None and is_ours(m.resource, fleet)]
     decision = LoserDecision()
     active = [m for m in members if m.state == Qr.ACTIVE]
     if not active:
         return decision  # no winner yet: the race goes on
-    needed = request_count if request_open else len(active)  # a withdrawn request's slices are plain TPUs
+    needed = max(request_count, 1)
     if len(active) < needed:
         return decision  # demand not met: every racer may still be needed
     for m in members:
         if m.state in CANCELLABLE_STATES:
             decision.deletes.append(Delete(m.resource, m.name, force=False, reason="race lost"))
-        elif m.state in DEAD_QR_STATES:
+        elif dead_and_ours_to_delete(m.resource, m.name, classified):
             decision.deletes.append(Delete(m.resource, m.name, force=True, reason=f"race lost ({m.state})"))
         elif m.state == Qr.PROVISIONING:
             decision.waiting.append(m.name)
@@ -121,8 +130,8 @@ def decide_losers(
         created = m.tpu_created_at.replace(tzinfo=None) if m.tpu_created_at else far_future
         return (m.tpu_state != TpuState.busy, created, m.name)
 
-    surplus = sorted(active, key=rank)[max(needed, 1):]
-    if not jobs_pending:
+    surplus = sorted(active, key=rank)[needed:]
+    if not other_jobs_pending:
         decision.surplus = [m for m in surplus if m.tpu_state in (None, TpuState.idle)]
     return decision
 
@@ -226,8 +235,23 @@ def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime, paused:
 # ---------------------------------------------------------------- dead
 
 
-def decide_dead(resources: Iterable[Any], fleet: FleetFile) -> list[Delete]:
-    """SUSPENDED / FAILED queued resources and PREEMPTED nodes: they hold quota until deleted."""
+def classified_failures(claimer_docs: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Names of the FAILED queued resources whose failure the claimer has classified (and acted on): the
+    class it recorded on queued_resources/{id} is the janitor's licence to delete them too."""
+    return {doc["name"] for doc in claimer_docs
+            if doc.get("name") and doc.get("state") == Qr.FAILED and doc.get("failure_class")}
+
+
+def dead_and_ours_to_delete(resource: Any, name: str, classified: Collection[str]) -> bool:
+    """A dead queued resource the janitor deletes: SUSPENDED (the janitor's), or FAILED once classified."""
+    state = state_of(resource)
+    return state == Qr.SUSPENDED or (state == Qr.FAILED and name in classified)
+
+
+def decide_dead(resources: Iterable[Any], fleet: FleetFile, classified: Collection[str] = frozenset()
+                ) -> list[Delete]:
+    """SUSPENDED queued resources, FAILED ones the claimer has classified (`classified`, names), and
+    PREEMPTED nodes: they hold quota until deleted. An unclassified FAILED one is left to the claimer."""
     out: list[Delete] = []
     resources = [r for r in resources if r is not None and is_ours(r, fleet)]
     # A node whose queued resource was read too goes with it (force): one delete, not two.
@@ -235,7 +259,7 @@ def decide_dead(resources: Iterable[Any], fleet: FleetFile) -> list[Delete]:
     for r in resources:
         name = name_and_labels(r)[0]
         state = state_of(r)
-        if is_queued_resource(r) and state in DEAD_QR_STATES:
+        if is_queued_resource(r) and dead_and_ours_to_delete(r, name, classified):
             out.append(Delete(r, name, force=True, reason=f"dead ({state}): holds quota"))
         elif not is_queued_resource(r) and state in DEAD_NODE_STATES and _node_back_reference(r) not in read_qrs:
             out.append(Delete(r, name, force=True, reason=f"dead node ({state}): holds quota"))

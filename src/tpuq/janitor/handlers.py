@@ -25,7 +25,7 @@ from typing import Any
 from google.cloud.firestore import FieldFilter
 
 from tpuq import guarded, store
-from tpuq.documents import JobState, RequestStatus, TpuState, short_node_name
+from tpuq.documents import JobState, TpuState, short_node_name
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import TpuqError
 from tpuq.fleet import FleetFile
@@ -79,14 +79,16 @@ class Janitor:
         q = self.db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", self.fleet.name))
         return [d.TpuDoc.from_doc(s.id, s.to_dict()) for s in q.stream()]
 
-    def request_demand(self, request_id: str) -> tuple[int, bool]:
+    def request_demand(self, request_id: str) -> tuple[int, set[str]]:
+        """The slices the request asked for, and the jobs it asks for."""
         snap = self.db.collection(store.REQUESTS).document(request_id).get()
         doc = snap.to_dict() if snap.exists else {}
-        return int(doc.get("count", 1)), doc.get("status", RequestStatus.open) == RequestStatus.open
+        return int(doc.get("count", 1)), set(doc.get("job_ids") or ())
 
-    def jobs_pending(self) -> bool:
-        q = self.db.collection(store.JOBS).where(filter=FieldFilter("state", "==", JobState.pending)).limit(1)
-        return any(True for _ in q.stream())
+    def jobs_pending(self, besides: set[str]) -> bool:
+        """Whether a job other than `besides` is pending (a surplus slice could serve it)."""
+        q = self.db.collection(store.JOBS).where(filter=FieldFilter("state", "==", JobState.pending))
+        return any(s.id not in besides for s in q.limit(len(besides) + 1).stream())
 
     # ------------------------------------------------------------ API reads
     def read_all(self, names: list[str]) -> dict[str, Any]:
@@ -138,18 +140,17 @@ class Janitor:
             {"state": TpuState.gone, "gone_at": now, "gone_reason": reason, "updated_at": now}, merge=True)
 
     # ------------------------------------------------------------ races and dead ones
-    def settle(self, observed: dict[str, Any], request_of: dict[str, str]) -> None:
-        """Dead resources, then each request's losers, among what was just read."""
+    def settle(self, observed: dict[str, Any], request_of: dict[str, str], classified: set[str]) -> None:
+        """Dead resources, then each request's losers, among what was just read. `classified`: the FAILED
+        queued resources the claimer has classified (`d.classified_failures`); other FAILED ones are its."""
         present = {n: r for n, r in observed.items() if r is not None}
-        deletes = d.decide_dead(present.values(), self.fleet)
-        races = d.races_to_settle(present, request_of)
-        jobs_pending = self.jobs_pending() if races else False  # read once, before any race is decided
-        for rid, names in races.items():
-            deletes += self.settle_race(rid, {n: present[n] for n in names}, jobs_pending)
+        deletes = d.decide_dead(present.values(), self.fleet, classified)
+        for rid, names in d.races_to_settle(present, request_of).items():
+            deletes += self.settle_race(rid, {n: present[n] for n in names}, classified)
         self.delete(deletes)
 
-    def settle_race(self, request_id: str, members: dict[str, Any], jobs_pending: bool) -> list[d.Delete]:
-        count, open_ = self.request_demand(request_id)
+    def settle_race(self, request_id: str, members: dict[str, Any], classified: set[str]) -> list[d.Delete]:
+        count, job_ids = self.request_demand(request_id)
         tpu_ids = {n: d.node_id_of(r) for n, r in members.items() if d.state_of(r) == Qr.ACTIVE}
         snaps = {s.id: s for s in self.db.get_all([self.db.collection(store.TPUS).document(i)
                                                    for i in set(tpu_ids.values())])}
@@ -158,7 +159,9 @@ class Janitor:
             snap = snaps.get(tpu_ids.get(name, ""))
             doc = snap.to_dict() if snap is not None and snap.exists else {}
             race.append(d.RaceMember(name, resource, doc.get("state"), doc.get("created_at")))
-        decision = d.decide_losers(race, self.fleet, count, open_, jobs_pending)
+        surplus_possible = sum(1 for m in race if m.state == Qr.ACTIVE) > count
+        other_jobs_pending = self.jobs_pending(job_ids) if surplus_possible else False
+        decision = d.decide_losers(race, self.fleet, count, other_jobs_pending, classified)
         self.report.waiting += decision.waiting
         deletes = list(decision.deletes)
         for m in decision.surplus:
@@ -173,18 +176,20 @@ class Janitor:
     def on_fleet_event(self, event: FleetEvent) -> None:
         claimer = self.claimer_docs(request_id=event.request_id) if event.request_id else []
         names = d.race_names(event.queued_resource, event.request_id, claimer)
-        self.settle(self.read_all(list(names)), {n: r for n, r in names.items() if r})
+        self.settle(self.read_all(list(names)), {n: r for n, r in names.items() if r},
+                    d.classified_failures(claimer))
 
     # ------------------------------------------------------------ ticks
     def sweep(self, tpus: list[d.TpuDoc]) -> None:
         """Exact GETs of every live queued resource Firestore knows for the fleet (no list call)."""
         request_of: dict[str, str] = {}
-        for doc in self.claimer_docs(live=True):
+        docs = self.claimer_docs(live=True)
+        for doc in docs:
             if doc.get("name"):
                 request_of[doc["name"]] = doc.get("request_id") or ""
         tpu_resource = {t.id: t.queued_resource or t.name for t in tpus if t.state != TpuState.gone}
         observed = self.read_all([*request_of, *filter(None, tpu_resource.values())])
-        self.settle(observed, request_of)
+        self.settle(observed, request_of, d.classified_failures(docs))
         self.finish_deletes(tpus, tpu_resource, observed)
 
     def finish_deletes(self, tpus: list[d.TpuDoc], tpu_resource: dict[str, str | None], observed: dict) -> None:
@@ -321,7 +326,8 @@ def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_ada
         fleet = load_fleet(ctx.clients.firestore, doc["fleet"])
         janitor = janitor_for(ctx, fleet)
         names = [n for n in (doc.get("queued_resource"), event.node) if n]
-        janitor.settle(janitor.read_all(names), {})
+        # A preempted slice's queued resource is SUSPENDED: the janitor's own to delete, here and now.
+        janitor.settle(janitor.read_all(names), {}, set())
 
     return {"/push/fleet-events": on_fleet_event, "/push/ticks": on_tick, "/push/attempt-events": on_attempt_event}
 
