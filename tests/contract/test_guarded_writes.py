@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from tpuq import store
-from tpuq.guarded import WriteSet, commit_if_unchanged, read_decide_commit
+from tpuq.guarded import Seen, WriteSet, commit_guarded, commit_if_unchanged, read_decide_commit
 from tpuq.janitor.handlers import Janitor
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -94,3 +94,19 @@ def test_read_decide_commit_decides_again_on_fresh_reads(db, col):
 
     assert read_decide_commit(db, [ref], decide) == 10
     assert decided_on == [0, 10] and ref.get().to_dict() == {"n": 11}
+
+
+def test_a_kept_version_guards_like_a_snapshot_and_a_replaced_record_lands_only_with_it(db, col):
+    """The claimer's slot claim: `Seen(ref, version)` loses once the slot changed; the queued resource's record
+    written in the same commit then never lands. Absent (`Seen(ref)`): a create, which loses once it exists."""
+    slot, record = col.document("zone~type"), col.document("qr-1")
+    [first] = commit_guarded(db, WriteSet().update(Seen(slot), {"last_claim": "qr-0"}))
+    assert commit_guarded(db, WriteSet().update(Seen(slot), {"last_claim": "again"})) is None  # it exists now
+    won = commit_guarded(db, WriteSet().update(Seen(slot, first.update_time), {"last_claim": "qr-1"})
+                         .replace(record, {"state": "REQUESTED"}))
+    assert won is not None and record.get().to_dict() == {"state": "REQUESTED"}
+    lost = WriteSet().update(Seen(slot, first.update_time), {"last_claim": "qr-2"}).replace(
+        col.document("qr-2"), {"state": "REQUESTED"})
+    assert commit_guarded(db, lost) is None  # decided from the old version
+    assert slot.get().to_dict() == {"last_claim": "qr-1"} and not col.document("qr-2").get().exists
+    assert won[0].update_time == slot.get().update_time  # the new version, for the next claim

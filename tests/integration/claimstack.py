@@ -54,7 +54,11 @@ class ClaimStack:
         self.fake = FakeTpuServer(scenario, clock=self.clock, state_dir=state_dir, worker_hosts=False)
         self.fake.start()
         self.control = FakeTpuControl(self.fake.url)
-        self.clients = Clients(Settings(project=PROJECT, tpu_endpoint=self.fake.url))
+        # The fake answers Cloud Quotas and Cloud Billing too, from the same scenario: the claimer's pre-checks
+        # read it, never Google.
+        self.clients = Clients(Settings(project=PROJECT, tpu_endpoint=self.fake.url,
+                                        quotas_endpoint=self.fake.google_apis_url,
+                                        billing_endpoint=self.fake.google_apis_url))
         self.clients.__dict__["firestore"] = db  # what Clients.firestore would have created
         self.publisher = MemoryPublisher()
         self.clients.__dict__["publisher"] = self.publisher

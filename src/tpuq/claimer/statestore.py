@@ -15,11 +15,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from google.api_core import exceptions as gexc
-
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from tpuq import store
+from tpuq import guarded, store
 from tpuq.brakes import DayUse, day_use
 from tpuq.claimer.model import REQUEST_OPEN, ClaimState
 from tpuq.documents import (
@@ -119,16 +117,12 @@ class StateWriter:
         target = state.target(qr.zone, qr.type)
         version = self.target_versions.get(key, target.update_time)
         ref = self.db.collection(store.ZONES).document(target_doc_id(qr.fleet, qr.zone, qr.type))
-        batch = self.db.batch()
         claim = {"last_claim": qr.qr_id, "last_claim_at": qr.created_at}
-        if version is None:
-            batch.create(ref, {**target_to_doc(target), **claim})
-        else:
-            batch.update(ref, claim, option=self.db.write_option(last_update_time=version))
-        batch.set(self.db.collection(QUEUED_RESOURCES).document(qr.qr_id), qr_to_doc(qr))
-        try:
-            results = batch.commit()
-        except (gexc.FailedPrecondition, gexc.AlreadyExists, gexc.Conflict, gexc.NotFound, gexc.Aborted):
+        writes = guarded.WriteSet().update(guarded.Seen(ref, version),
+                                           claim if version is not None else {**target_to_doc(target), **claim})
+        writes.replace(self.db.collection(QUEUED_RESOURCES).document(qr.qr_id), qr_to_doc(qr))
+        results = guarded.commit_guarded(self.db, writes)
+        if results is None:
             return False
         self.target_versions[key] = results[0].update_time
         return True

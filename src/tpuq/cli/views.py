@@ -114,5 +114,9 @@ def print_fleet(view: dict) -> None:
                     title_justify="left")
     for r in view.get("targets", []):
         quota = "not checked" if r.get("quota_chips") is None else f"{r['quota_chips']} ({r.get('quota_source')})"
-        targets.add_row(r["zone"], r["type"], quota, ", ".join(r.get("racing") or []) or "-", r.get("note") or "")
+        targets.add_row(r["zone"], r["type"], quota, ", ".join(r.get("racing") or []) or "-",
+                        "see below" if r.get("note") else "")
     out.print(targets)
+    # What holds a zone, in full on its own line: a raw API error or a quota detail is too long for a cell.
+    for z in view.get("zones", []):
+        out.print(f"zone {z['key']}: {z['note']}", highlight=False, markup=False)

@@ -45,7 +45,6 @@ CLAIMER_QUEUED_RESOURCES = store.QUEUED_RESOURCES
 JANITOR = store.JANITOR
 ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"
 DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
-_LOST = guarded.LOST_RACE  # the orphan-scan election below loses the same way a guarded write does
 
 
 @dataclass
@@ -262,12 +261,9 @@ class Janitor:
         doc = snap.to_dict() if snap.exists else {}
         if not d.orphan_scan_due(doc.get("orphan_scan_at"), now, interval_seconds):
             return False
-        try:
-            if snap.exists:
-                ref.update({"orphan_scan_at": now}, option=self.db.write_option(last_update_time=snap.update_time))
-            else:
-                ref.create({"fleet": self.fleet.name, "orphan_scan_at": now, "orphan_first_seen": []})
-        except _LOST:
+        election = guarded.WriteSet().update(snap, {"orphan_scan_at": now} if snap.exists else
+                                             {"fleet": self.fleet.name, "orphan_scan_at": now, "orphan_first_seen": []})
+        if not guarded.commit_if_unchanged(self.db, election):
             return False  # another tick handler is scanning
         listed, _ = self.list_fleet_zones()
         known = d.known_ids(self.claimer_docs(), self.tpu_docs())
