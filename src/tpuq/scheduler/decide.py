@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tpuq.documents import JobDoc
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec
-from tpuq.jobstate import JobEvent, JobState, transition
+from tpuq.jobstate import JobEvent, transition
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan
 
@@ -65,12 +66,13 @@ class PassDecision:
 
 
 def pending_job(doc: Doc) -> PendingJob:
+    job = JobDoc.from_doc(doc)
     return PendingJob.from_spec(
-        JobSpec.model_validate(doc["spec"]),
-        doc["submit_time"],
-        job_id=doc["id"],
-        pinned_region=doc.get("pinned_region"),
-        not_before=doc.get("not_before"),
+        JobSpec.model_validate(job.spec),
+        job.submit_time,
+        job_id=job.id,
+        pinned_region=job.pinned_region,
+        not_before=job.not_before,
     )
 
 
@@ -80,7 +82,7 @@ def idle_tpu(doc: Doc) -> IdleTpu:
 
 def may_ask(doc: Doc, job: PendingJob) -> bool:
     """A job that names no TPU and holds no open request may ask the claimer for one."""
-    return job.tpu_name is None and not doc.get("capacity_request")
+    return job.tpu_name is None and not JobDoc.from_doc(doc).capacity_request
 
 
 def queue_of(jobs: list[tuple[str, Doc]]) -> Queue:
@@ -118,15 +120,15 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
         except ValueError as e:
             # This job can never be assigned (e.g. no bucket and no runner bucket): the table's
             # pending --reject--> rejected edge, and the pass goes on for the others.
-            state = transition(JobState(job["state"]), JobEvent.reject).value
+            state = transition(JobDoc.from_doc(job).state, JobEvent.reject)
             decision.unassignable.append(
-                (match.job_id, match.tpu_name, {"state": state, "reason": f"cannot run: {e}", "updated_at": now}))
+                (match.job_id, match.tpu_name, JobDoc.fields(state=state, reason=f"cannot run: {e}", updated_at=now)))
             continue
         if writes is None:
             decision.unassignable.append((match.job_id, match.tpu_name, None))
             continue
         decision.assignments.append(PlannedAssignment(match.job_id, match.tpu_name, writes))
-        served = (job.get("capacity_request") or {}).get("entry_id")
+        served = JobDoc.from_doc(job).capacity_request_entry
         if served in open_requests:  # the assignment closes the job's open request
             open_requests[served] -= 1
 
@@ -135,7 +137,7 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
         return decision
     room = capacity.room_per_entry(fleet, snapshot.live_tpus, open_requests)
     decision.asks, blocked = capacity.ask_for_capacity(
-        [(pj, int(doc.get("capacity_requests") or 0)) for doc, pj in waiting], fleet, room, now)
+        [(pj, JobDoc.from_doc(doc).capacity_requests) for doc, pj in waiting], fleet, room, now)
     decision.blocked = {job_id: reason for job_id, reason in blocked.items()
-                        if jobs[job_id][0].get("blocked") != reason}
+                        if JobDoc.from_doc(jobs[job_id][0]).blocked != reason}
     return decision
