@@ -22,7 +22,7 @@ Nothing here does I/O: the views convert to and from the dicts Firestore stores.
 
 The job and attempt views declare their documents' field names once. A reader turns a stored dict into the
 view (`JobDoc.from_doc`: every field but `state` is optional, fields it does not know are ignored, and a state
-that is not a member of its enum raises `InvalidDocument` naming the document and the value). A writer never
+that is not a member of its enum raises `tpuq.errors.Permanent` (field `state`) naming the document and the value). A writer never
 writes the whole view: guarded updates and merges write only the fields they change, built with
 `JobDoc.fields(...)` / `AttemptDoc.fields(...)`, which refuse a name the view does not declare. Queries name
 their fields with `JobDoc.field(...)`, checked the same way.
@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from tpuq import store
-from tpuq.errors import InvalidDocument
+from tpuq.errors import Permanent
 from tpuq.jobspec import StrictModel
 
 
@@ -129,8 +129,8 @@ def _state(enum: type[StrEnum], doc: Mapping[str, Any], where: str) -> Any:
     try:
         return enum(value)
     except ValueError:
-        raise InvalidDocument(f"{where}: state {value!r} is not one of {', '.join(m.value for m in enum)}",
-                              field="state") from None
+        raise Permanent(f"{where}: state {value!r} is not one of {', '.join(m.value for m in enum)}",
+                        field="state") from None
 
 
 @dataclass(frozen=True)

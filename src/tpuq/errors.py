@@ -4,7 +4,6 @@ Each class is raised somewhere and acted on somewhere:
 - `Retryable`: try again later (`call_api`'s retry loop, then Pub/Sub redelivery). May carry a delay.
 - `Permanent`: will never succeed; record it and stop (the handler adapter dead-letters the message). Carries
   the field when input was bad.
-  `InvalidDocument` is the Permanent of a stored document that does not match its view (`tpuq.documents`).
 - `NotFound`: the resource is gone (a delete is done; a watched queued resource is GONE).
 - `AlreadyExists`: a create found its resource (a redelivered create of the same deterministic name).
 
@@ -36,11 +35,6 @@ class Permanent(TpuqError):
     def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.field = field
-
-
-class InvalidDocument(Permanent):
-    """A stored document does not match its view in `tpuq.documents` (e.g. a state no enum has): a handler
-    dead-letters the message that read it, the scheduling pass skips the job, the CLI prints the one line."""
 
 
 class NotFound(TpuqError):

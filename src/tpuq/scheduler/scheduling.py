@@ -40,7 +40,7 @@ from tpuq.documents import (
     execution_doc_id,
     short_node_name,
 )
-from tpuq.errors import InvalidDocument
+from tpuq.errors import Permanent
 from tpuq.fleet import FleetFile
 from tpuq.guarded import WriteSet, commit_if_unchanged
 from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
@@ -143,7 +143,7 @@ def _is_pending(snap) -> bool:
     """A triggering job still pending; one whose stored state no enum has is not (logged, as the pass skips it)."""
     try:
         return JobDoc.from_doc(snap.to_dict() or {}, snap.id).state is JobState.pending
-    except InvalidDocument as e:
+    except Permanent as e:
         log.error("%s", e)
         return False
 
