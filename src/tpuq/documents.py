@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from enum import Enum, StrEnum
+from functools import cache
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -93,7 +94,7 @@ class _View:
 
     @classmethod
     def field_names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+        return _declared(cls)[0]
 
     @classmethod
     def field(cls, name: str, *nested: str) -> str:
@@ -116,12 +117,18 @@ class _View:
         """The view of `doc`: the `known` fields as given, every other declared field as stored, or its default
         when the document lacks it (or stores null). Fields the view does not declare are ignored."""
         values = dict(known)
-        for f in fields(cls):  # type: ignore[arg-type]
-            value = doc.get(f.name)
-            if f.name in known or value is None:
-                continue
-            values[f.name] = tuple(value) if isinstance(f.default, tuple) else value
+        for name, as_tuple in _declared(cls)[1]:
+            value = doc.get(name)
+            if value is not None and name not in known:
+                values[name] = tuple(value) if as_tuple else value
         return cls(**values)
+
+
+@cache
+def _declared(cls: type) -> tuple[frozenset[str], tuple[tuple[str, bool], ...]]:
+    """A view's field names, and for each whether it is stored as a list but viewed as a tuple (read once)."""
+    declared = fields(cls)
+    return frozenset(f.name for f in declared), tuple((f.name, isinstance(f.default, tuple)) for f in declared)
 
 
 def _state(enum: type[StrEnum], doc: Mapping[str, Any], where: str) -> Any:
