@@ -22,10 +22,10 @@ Nothing here does I/O: the views convert to and from the dicts Firestore stores.
 
 The job and attempt views declare their documents' field names once. A reader turns a stored dict into the
 view (`JobDoc.from_doc`: every field but `state` is optional, fields it does not know are ignored, and a state
-that is not a member of its enum raises `tpuq.errors.Permanent` (field `state`) naming the document and the value). A writer never
-writes the whole view: guarded updates and merges write only the fields they change, built with
-`JobDoc.fields(...)` / `AttemptDoc.fields(...)`, which refuse a name the view does not declare. Queries name
-their fields with `JobDoc.field(...)`, checked the same way.
+that is not a member of its enum raises `tpuq.errors.Permanent`, field `state`, naming the document and the
+value). A writer never writes the whole view: guarded updates and merges write only the fields they change,
+built with `JobDoc.fields(...)` / `AttemptDoc.fields(...)`, which refuse a name the view does not declare.
+Queries name their fields with `JobDoc.field(...)`, checked the same way.
 """
 
 from __future__ import annotations
