@@ -28,7 +28,7 @@ from rich.table import Table
 from tpuq import store
 from tpuq.clients import Clients, Settings
 from tpuq_dev.devstack.stack import DEMO_DIR, DevStack
-from tpuq.documents import TERMINAL_JOB_STATES, JobState, TpuState, short_node_name
+from tpuq.documents import AttemptDoc, JobDoc, JobState, TpuState, short_node_name
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq.jobspec import JobFile
 from tpuq.submit import prepare, submit_prepared
@@ -64,21 +64,29 @@ class DemoResult:
     lines: list[str] = field(default_factory=list)
 
 
-def _job_docs(db, ids: list[str]) -> dict[str, dict]:
-    out = {}
+NOT_STORED = "submitted"  # what the demo shows for a job the scheduler has not stored yet
+
+
+def _job_docs(db, ids: list[str]) -> dict[str, JobDoc | None]:
+    """job id -> its view; None while it is not stored."""
+    out: dict[str, JobDoc | None] = {}
     for job_id in ids:
         snap = db.collection(store.JOBS).document(job_id).get()
-        out[job_id] = snap.to_dict() if snap.exists else {"id": job_id, "state": "submitted"}
+        out[job_id] = JobDoc.from_doc(snap.to_dict(), job_id) if snap.exists else None
     return out
 
 
-def _progress(jobs: dict[str, dict], fleet_tpus: list[dict], started: float) -> Table:
+def _state(job: JobDoc | None) -> str:
+    return job.state.value if job else NOT_STORED
+
+
+def _progress(jobs: dict[str, JobDoc | None], fleet_tpus: list[dict], started: float) -> Table:
     table = Table(title=f"tpuq demo — {time.monotonic() - started:.0f}s", title_justify="left")
     for col in ("job", "priority", "state", "attempt", "TPU", "zone"):
         table.add_column(col)
     for job_id, j in jobs.items():
-        table.add_row(job_id, j.get("priority", ""), j.get("state", ""), str(j.get("attempt") or ""),
-                      short_node_name(j.get("tpu") or ""), j.get("zone") or "")
+        table.add_row(job_id, (j and j.priority) or "", _state(j), str((j and j.attempt) or ""),
+                      short_node_name((j and j.tpu) or ""), (j and j.zone) or "")
     tpus = Table(title="TPUs", title_justify="left")
     for col in ("node", "type", "zone", "state", "job"):
         tpus.add_column(col)
@@ -91,9 +99,9 @@ def _tpu_docs(db) -> list[dict]:
     return sorted((d.to_dict() for d in db.collection(store.TPUS).stream()), key=lambda t: t.get("short", ""))
 
 
-def _attempts(db, job_id: str) -> list[dict]:
+def _attempts(db, job_id: str) -> list[AttemptDoc]:
     col = db.collection(store.JOBS).document(job_id).collection(store.ATTEMPTS)
-    return sorted((d.to_dict() for d in col.stream()), key=lambda a: a.get("attempt", 0))
+    return sorted((AttemptDoc.from_doc(d.to_dict() or {}, d.id) for d in col.stream()), key=lambda a: a.attempt)
 
 
 def _status_objects(storage, job_id: str, bucket: str) -> dict[int, list[dict]]:
@@ -120,14 +128,14 @@ def summarize(clients: Clients, control: FakeTpuControl, job_ids: list[str]) -> 
         attempts = _attempts(db, job_id)
         statuses = _status_objects(clients.storage, job_id, clients.settings.runner_bucket)
         summary["jobs"][job_id] = {
-            "state": job.get("state"),
-            "priority": job.get("priority"),
-            "attempts": [{"attempt": a.get("attempt"), "outcome": a.get("outcome") or a.get("state"),
-                          "zone": a.get("zone"), "region": a.get("region"),
-                          "checkpoint_gcs_dir": a.get("checkpoint_gcs_dir")} for a in attempts],
+            "state": _state(job),
+            "priority": job.priority if job else None,
+            "attempts": [{"attempt": a.attempt, "outcome": a.outcome or a.state.value, "zone": a.zone,
+                          "region": a.region} for a in attempts],
             "workers_exit_0": {n: sum(1 for s in st if s.get("exit_code") == 0) for n, st in statuses.items()},
-            "preemptions": job.get("preemptions", 0),
-            "pinned_region": job.get("pinned_region"),
+            "preemptions": job.preemptions if job else 0,
+            "pinned_region": job.pinned_region if job else None,
+            "checkpoint_gcs_dir": job.checkpoint_gcs_dir if job else None,
         }
     summary["race_losers_deleted"] = sorted(deleted - ever_active)
     summary["used_tpus_deleted"] = sorted(deleted & ever_active)
@@ -177,18 +185,19 @@ def run(console: Console | None = None, state_dir: Path | None = None, keep_stac
                                       started))
                 long_job = jobs[long_id]
                 # The scripted spot preemption: once the long job runs, its TPU is preempted.
-                if preempted_node is None and long_job.get("state") == JobState.running and long_job.get("tpu"):
-                    preempted_node = long_job["tpu"]
+                if preempted_node is None and long_job and long_job.state is JobState.running and long_job.tpu:
+                    preempted_node = long_job.tpu
                     control.preempt(preempted_node)
                     live.console.print(f"⚡ spot preemption of {preempted_node.rsplit('/', 1)[-1]} "
                                        f"while {long_id} runs on it")
-                if all(j.get("state") in TERMINAL_JOB_STATES for j in jobs.values()):
+                if all(j and j.terminal for j in jobs.values()):
                     break
                 time.sleep(0.25)
         jobs = _job_docs(clients.firestore, ids)
         for job_id, j in jobs.items():
-            console.print(f"{'[green]✓' if j.get('state') == JobState.succeeded else '[red]✗'}[/] {job_id}: {j.get('state')}"
-                          f" after {j.get('attempt') or 0} attempt(s)")
+            ok = j is not None and j.state is JobState.succeeded
+            console.print(f"{'[green]✓' if ok else '[red]✗'}[/] {job_id}: {_state(j)} after {(j and j.attempt) or 0} "
+                          "attempt(s)")
         with console.status("waiting for the janitor to delete the idle TPUs..."):
             while time.monotonic() < deadline and any(
                     t.get("state") != TpuState.gone for t in _tpu_docs(clients.firestore)):
@@ -217,9 +226,9 @@ def _print_summary(console: Console, s: dict[str, Any], long_id: str) -> bool:
     long_job = s["jobs"].get(long_id, {})
     attempts = long_job.get("attempts", [])
     regions = {a.get("region") for a in attempts}
-    ckpts = {a.get("checkpoint_gcs_dir") for a in attempts}
+    # One checkpoint dir per job (jobs/{id}.checkpoint_gcs_dir, kept by a retry in its pinned region).
     retried = (len(attempts) >= 2 and attempts[0].get("outcome") == "preempted" and len(regions) == 1
-               and len(ckpts) == 1)
+               and bool(long_job.get("checkpoint_gcs_dir")))
     checks.append((retried, f"the preempted job was retried in its region: "
                             f"{' → '.join(str(a.get('outcome')) + '@' + str(a.get('zone')) for a in attempts)} "
                             f"(region {', '.join(sorted(r for r in regions if r))}, same checkpoint dir)"))

@@ -9,8 +9,8 @@ GCS, in `tpuq.gcslayout`.
 
 | collection                   | state field            | typed view                     |
 |------------------------------|------------------------|--------------------------------|
-| jobs/{job_id}                | `state`: JobState      | (dicts; `tpuq.jobstate` moves the state) |
-| jobs/{job_id}/attempts/{n}   | `state`: AttemptState  | (dicts)                        |
+| jobs/{job_id}                | `state`: JobState      | `JobDoc` (`tpuq.jobstate` moves the state) |
+| jobs/{job_id}/attempts/{n}   | `state`: AttemptState  | `AttemptDoc`                   |
 | tpus/{node}                  | `state`: TpuState      | `TpuDoc`                       |
 | requests/{request_id}        | `status`: RequestStatus| `RequestRecord`                |
 | queued_resources/{qr_id}     | `state`: QueuedResourceState or ClaimerQrState | `QrRecord` |
@@ -19,19 +19,28 @@ GCS, in `tpuq.gcslayout`.
 | executions/{job}:{attempt}   | `state`: ExecutionState| `ExecutionEnd` (its end)       |
 
 Nothing here does I/O: the views convert to and from the dicts Firestore stores.
+
+The job and attempt views declare their documents' field names once. A reader turns a stored dict into the
+view (`JobDoc.from_doc`: every field but `state` is optional, fields it does not know are ignored, and a state
+that is not a member of its enum raises `tpuq.errors.Permanent`, field `state`, naming the document and the
+value). A writer never writes the whole view: guarded updates and merges write only the fields they change,
+built with `JobDoc.fields(...)` / `AttemptDoc.fields(...)`, which refuse a name the view does not declare.
+Queries name their fields with `JobDoc.field(...)`, checked the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
-from enum import StrEnum
-from typing import Any
+from enum import Enum, StrEnum
+from functools import cache
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from tpuq import store
+from tpuq.errors import Permanent
 from tpuq.jobspec import StrictModel
 
 
@@ -76,6 +85,153 @@ class AttemptState(StrEnum):
     assigned = "assigned"
     running = "running"
     ended = "ended"
+
+
+class _View:
+    """What the job and attempt views share: their declared field names, and partial writes checked against them."""
+
+    COLLECTION: ClassVar[str]
+
+    @classmethod
+    def field_names(cls) -> frozenset[str]:
+        return _declared(cls)[0]
+
+    @classmethod
+    def field(cls, name: str, *nested: str) -> str:
+        """A declared field's name (for a query), or a path into a map field: `field("capacity_request", "id")`."""
+        if name not in cls.field_names():
+            raise AttributeError(f"{cls.COLLECTION} documents have no field {name!r}")
+        return ".".join((name, *nested))
+
+    @classmethod
+    def fields(cls, **values: Any) -> dict[str, Any]:
+        """The fields a partial write (update, merge, create) stores: exactly those given, enum members as their
+        values. A name the view does not declare is a bug in the writer: TypeError."""
+        unknown = sorted(set(values) - cls.field_names())
+        if unknown:
+            raise TypeError(f"{cls.COLLECTION} documents have no field {', '.join(map(repr, unknown))}")
+        return {k: v.value if isinstance(v, Enum) else v for k, v in values.items()}
+
+    @classmethod
+    def _from_stored(cls, doc: Mapping[str, Any], **known: Any):
+        """The view of `doc`: the `known` fields as given, every other declared field as stored, or its default
+        when the document lacks it (or stores null). Fields the view does not declare are ignored."""
+        values = dict(known)
+        for name, as_tuple in _declared(cls)[1]:
+            value = doc.get(name)
+            if value is not None and name not in known:
+                values[name] = tuple(value) if as_tuple else value
+        return cls(**values)
+
+
+@cache
+def _declared(cls: type) -> tuple[frozenset[str], tuple[tuple[str, bool], ...]]:
+    """A view's field names, and for each whether it is stored as a list but viewed as a tuple (read once)."""
+    declared = fields(cls)
+    return frozenset(f.name for f in declared), tuple((f.name, isinstance(f.default, tuple)) for f in declared)
+
+
+def _state(enum: type[StrEnum], doc: Mapping[str, Any], where: str) -> Any:
+    value = doc.get("state")
+    try:
+        return enum(value)
+    except ValueError:
+        raise Permanent(f"{where}: state {value!r} is not one of {', '.join(m.value for m in enum)}",
+                        field="state") from None
+
+
+@dataclass(frozen=True)
+class JobDoc(_View):
+    """jobs/{job_id}: one job. Written by the scheduler (intake, the pass, the lifecycle) and, for a submission
+    refused before intake, by the push adapter (stored `rejected`); read by the CLI and the demo."""
+
+    COLLECTION: ClassVar[str] = store.JOBS
+
+    id: str
+    state: JobState
+    spec: Mapping[str, Any] | None = None  # the PublishedJob as stored; absent on a job rejected at intake
+    priority: str | None = None
+    priority_rank: int | None = None
+    types: tuple[str, ...] = ()
+    source: str | None = None  # cli, pubsub or gcs
+    message_id: str | None = None
+    submit_time: datetime | None = None
+    updated_at: datetime | None = None
+    # The current attempt (0 before the first), and how many were ever made.
+    attempt: int = 0
+    attempts: int = 0
+    attempt_id: str | None = None
+    tpu: str | None = None  # the node's full name while assigned or running
+    zone: str | None = None
+    region: str | None = None
+    job_bucket: str | None = None
+    attempt_gcs_dir: str | None = None
+    checkpoint_gcs_dir: str | None = None
+    pinned_region: str | None = None  # set once an attempt started: retries stay where its checkpoints are
+    assigned_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    not_before: datetime | None = None  # the retry back-off
+    preemptions: int = 0
+    infra_failures: int = 0
+    reason: str | None = None
+    blocked: str | None = None  # why a pending job cannot get a TPU now
+    capacity_request: Mapping[str, Any] | None = None  # the open request: {id, n, entry_id, at}
+    capacity_requests: int = 0  # requests made so far (the next request's number)
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    assignment_republished_at: datetime | None = None
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any], doc_id: str | None = None) -> "JobDoc":
+        """The view of a stored job; `doc_id` (the snapshot's id) stands in for a missing `id`."""
+        job_id = doc.get("id") or doc_id or ""
+        return cls._from_stored(doc, id=job_id, state=_state(JobState, doc, f"{store.JOBS}/{job_id}"))
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    @property
+    def capacity_request_id(self) -> str | None:
+        return (self.capacity_request or {}).get("id")
+
+    @property
+    def capacity_request_entry(self) -> str | None:
+        return (self.capacity_request or {}).get("entry_id")
+
+    @property
+    def spec_tpu(self) -> list[str]:
+        """The TPU types the job asked for, as stored in its spec."""
+        return list((self.spec or {}).get("tpu") or [])
+
+
+@dataclass(frozen=True)
+class AttemptDoc(_View):
+    """jobs/{job_id}/attempts/{n}: one attempt of a job (the scheduler writes it; the CLI and the demo read it)."""
+
+    COLLECTION: ClassVar[str] = f"{store.JOBS}/{{job_id}}/{store.ATTEMPTS}"
+
+    attempt: int
+    state: AttemptState
+    attempt_id: str | None = None
+    tpu: str | None = None
+    zone: str | None = None
+    region: str | None = None
+    outcome: str | None = None  # a tpuq.messages.AttemptOutcome value, once ended
+    detail: str | None = None
+    assigned_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any], doc_id: str | None = None) -> "AttemptDoc":
+        """The view of a stored attempt; `doc_id` (its number, the snapshot's id) stands in for `attempt`."""
+        n = doc.get("attempt")
+        if n is None and doc_id and doc_id.isdigit():
+            n = int(doc_id)
+        where = f"{store.JOBS}/.../{store.ATTEMPTS}/{doc_id or n}"
+        return cls._from_stored(doc, attempt=int(n or 0), state=_state(AttemptState, doc, where))
 
 
 # ------------------------------------------------------------------ tpus

@@ -7,17 +7,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from tpuq import store
 from tpuq import gcslayout
+from tpuq.documents import AttemptDoc, JobDoc
 from tpuq.jobspec import split_gs_uri
 
 class UnknownJob(LookupError):
     pass
 
 
+def as_job(job: JobDoc | Mapping[str, Any]) -> JobDoc:
+    """A job's view, from the view or from its stored document."""
+    return job if isinstance(job, JobDoc) else JobDoc.from_doc(job)
+
+
 def get_job(db, job_id: str) -> dict[str, Any]:
+    """The stored document (as `status --json` prints it); `as_job` reads it."""
     snap = db.collection(store.JOBS).document(job_id).get()
     if not snap.exists:
         raise UnknownJob(f"no job {job_id!r} (tpuq list shows the recent ones)")
@@ -29,14 +36,17 @@ def list_jobs(db, limit: int = 50, state: str | None = None) -> list[dict[str, A
 
     query = db.collection(store.JOBS)
     if state:
-        query = query.where(filter=firestore.FieldFilter("state", "==", state))
-    docs = [d.to_dict() for d in query.order_by("submit_time", direction=firestore.Query.DESCENDING).limit(limit).stream()]
+        query = query.where(filter=firestore.FieldFilter(JobDoc.field("state"), "==", state))
+    query = query.order_by(JobDoc.field("submit_time"), direction=firestore.Query.DESCENDING)
+    docs = [d.to_dict() for d in query.limit(limit).stream()]
     return docs
 
 
 def attempts(db, job_id: str) -> list[dict[str, Any]]:
+    """The job's stored attempts, in order (`AttemptDoc.from_doc` reads each)."""
     col = db.collection(store.JOBS).document(job_id).collection(store.ATTEMPTS)
-    return sorted((d.to_dict() for d in col.stream()), key=lambda a: a.get("attempt", 0))
+    stored = [(AttemptDoc.from_doc(d.to_dict() or {}, d.id).attempt, d.to_dict()) for d in col.stream()]
+    return [doc for _, doc in sorted(stored, key=lambda pair: pair[0])]
 
 
 def jobs_on_fleet(db, fleet: str) -> list[str]:
@@ -61,28 +71,28 @@ class LogChunk:
     text: str
 
 
-def _log_location(job: dict[str, Any], attempt: int | None) -> tuple[str, int] | None:
-    bucket = job.get("job_bucket")
-    n = attempt or job.get("attempt")
-    if not bucket or not n:
+def _log_location(job: JobDoc, attempt: int | None) -> tuple[str, int] | None:
+    n = attempt or job.attempt
+    if not job.job_bucket or not n:
         return None
-    return split_gs_uri(bucket)[0], int(n)
+    return split_gs_uri(job.job_bucket)[0], int(n)
 
 
-def worker_log_chunks(storage, job: dict[str, Any], attempt: int | None = None, worker: int | None = None,
-                      after: dict[int, int] | None = None) -> Iterator[LogChunk]:
+def worker_log_chunks(storage, stored: JobDoc | Mapping[str, Any], attempt: int | None = None,
+                      worker: int | None = None, after: dict[int, int] | None = None) -> Iterator[LogChunk]:
     """Log chunks in order (per worker, by sequence), skipping those already seen in `after`."""
+    job = as_job(stored)
     where = _log_location(job, attempt)
     if where is None:
         return
     bucket, n = where
-    prefix = gcslayout.attempt_logs_prefix(job["id"], n)
+    prefix = gcslayout.attempt_logs_prefix(job.id, n)
     if worker is not None:
-        prefix = gcslayout.worker_log_prefix(job["id"], n, worker)
+        prefix = gcslayout.worker_log_prefix(job.id, n, worker)
     after = after or {}
     found = []
     for blob in storage.list_blobs(bucket, prefix=prefix):
-        chunk = gcslayout.parse_log_chunk_name(job["id"], n, blob.name)
+        chunk = gcslayout.parse_log_chunk_name(job.id, n, blob.name)
         if chunk is None:
             continue
         w, seq = chunk
@@ -92,11 +102,12 @@ def worker_log_chunks(storage, job: dict[str, Any], attempt: int | None = None, 
         yield LogChunk(w, seq, blob.download_as_bytes().decode("utf-8", errors="replace"))
 
 
-def worker_statuses(storage, job: dict[str, Any], attempt: int | None = None,
+def worker_statuses(storage, stored: JobDoc | Mapping[str, Any], attempt: int | None = None,
                     status_bucket: str | None = None) -> dict[int, dict[str, Any]]:
     """The workers' status objects: in the runner bucket (`status_bucket`), else in the job's bucket."""
     import json
 
+    job = as_job(stored)
     where = _log_location(job, attempt)
     if where is None:
         return {}
@@ -104,7 +115,7 @@ def worker_statuses(storage, job: dict[str, Any], attempt: int | None = None,
     if status_bucket:
         bucket = split_gs_uri(status_bucket if status_bucket.startswith("gs://") else f"gs://{status_bucket}")[0]
     out = {}
-    for blob in storage.list_blobs(bucket, prefix=gcslayout.status_prefix(job["id"], n)):
+    for blob in storage.list_blobs(bucket, prefix=gcslayout.status_prefix(job.id, n)):
         ref = gcslayout.parse_status_object_name(blob.name)
         if ref and ref.worker_id is not None:
             try:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ValidationError
 from tpuq import store, topology
 from tpuq.auth import PushAuth, PushAuthConfigError
 from tpuq.clients import Clients
-from tpuq.documents import JobState
+from tpuq.documents import JobDoc, JobState
 from tpuq.errors import Permanent, Retryable, from_validation_error
 from tpuq.logs import TRACE_FIELD, log_context, trace_resource
 
@@ -308,15 +308,15 @@ def _store_rejected_job(db, job_id: str, reason: str, field_name: str | None, ms
 
     try:
         db.collection(store.JOBS).document(job_id).create(
-            {
-                "id": job_id,
-                "state": JobState.rejected.value,
-                "reason": f"{field_name}: {reason}" if field_name and not reason.startswith(field_name) else reason,
-                "source": msg.attributes.get("source", "pubsub"),
-                "message_id": msg.message_id,
-                "submit_time": now,
-                "updated_at": now,
-            }
+            JobDoc.fields(
+                id=job_id,
+                state=JobState.rejected,
+                reason=f"{field_name}: {reason}" if field_name and not reason.startswith(field_name) else reason,
+                source=msg.attributes.get("source", "pubsub"),
+                message_id=msg.message_id,
+                submit_time=now,
+                updated_at=now,
+            )
         )
     except AlreadyExists:
         pass

@@ -207,3 +207,144 @@ def test_an_execution_s_end_is_read_only_once_published():
     assert D.ExecutionEnd.from_doc({"state": D.ExecutionState.started.value, "ended": False}) is None
     assert D.ExecutionEnd.from_doc(None) is None
     assert D.execution_doc_id("job-1", 3) == "job-1:3"
+
+
+# ------------------------------------------------------------------ the job and attempt views
+
+
+JOB_ONLY_FIELDS = {"capacity_request", "capacity_requests", "cancel_requested", "cancel_reason", "priority_rank",
+                   "infra_failures", "not_before", "submit_time", "assignment_republished_at", "assigned_at",
+                   "finished_at"}  # names no other document, message or file uses: a literal of one is the job's
+
+
+def job_field_literals(source: str) -> list[tuple[int, str]]:
+    """(line, literal) of a job-only field name read or written as a string: `x["not_before"]`,
+    `x.get("cancel_requested")`, `{"submit_time": ...}`, `FieldFilter("capacity_request.id", ...)`."""
+    def named(node) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+            node.value.split(".", 1)[0] in JOB_ONLY_FIELDS
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        keys: list = []
+        if isinstance(node, ast.Subscript):
+            keys = [node.slice]
+        elif isinstance(node, ast.Dict):
+            keys = [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.Call) and node.args and getattr(node.func, "attr", None) != "field":
+            keys = [node.args[0]]  # (JobDoc.field("submit_time") is the checked way to name one)
+        found.update((k.lineno, k.value) for k in keys if named(k))
+    return sorted(found)
+
+
+def test_job_only_fields_are_the_job_view_s():
+    from dataclasses import fields
+
+    assert JOB_ONLY_FIELDS <= {f.name for f in fields(D.JobDoc)}
+
+
+def test_no_job_field_literal_outside_the_contracts():
+    offences = [f"{path.relative_to(PACKAGE.parents[1])}:{line}: {value!r}"
+                for path in _sources() for line, value in job_field_literals(path.read_text())]
+    assert offences == [], "read jobs through JobDoc.from_doc, write them with JobDoc.fields:\n" + "\n".join(offences)
+
+
+@pytest.mark.parametrize("source", [
+    'x = job["not_before"]',
+    'if job.get("cancel_requested"): pass',
+    'fields = {"submit_time": now}',
+    'q.where(filter=FieldFilter("capacity_request.id", "==", r))',
+    'q.order_by("priority_rank")',
+])
+def test_the_job_field_scan_finds_each_kind(source):
+    assert job_field_literals(source), source
+
+
+def test_the_job_field_scan_leaves_keywords_and_other_words_alone():
+    assert job_field_literals('JobDoc.fields(not_before=None, cancel_requested=False)\nx = d["zone"]\n'
+                              'q.order_by(JobDoc.field("submit_time"))') == []
+
+
+def _now():
+    from datetime import datetime, timezone
+
+    return datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+def test_a_stored_job_reads_back_as_its_view():
+    from tpuq.jobspec import PublishedJob
+    from tpuq.scheduler.intake import job_document
+
+    stored = job_document(PublishedJob.model_validate({"id": "j1", "tpu": ["v4-8"], "command": "x"}), "j1", "cli",
+                          "m1", _now())
+    job = D.JobDoc.from_doc(stored)
+    assert job.state is D.JobState.pending and job.id == "j1" and job.submit_time == _now()
+    assert job.types == ("v4-8",) and job.spec_tpu == ["v4-8"] and job.attempt == 0 and not job.terminal
+    # Writing the view's fields back gives the same document: nothing renamed, nothing added.
+    assert D.JobDoc.fields(**{k: getattr(job, k) for k in stored}) == {**stored, "types": ("v4-8",)}
+
+
+@pytest.mark.parametrize("doc, expected", [
+    # rejected at intake: no spec, no counters
+    ({"id": "j", "state": "rejected", "reason": "tpu: unknown"},
+     {"spec": None, "attempt": 0, "preemptions": 0, "capacity_request": None, "cancel_requested": False,
+      "types": (), "capacity_request_id": None, "terminal": True}),
+    # nulls read as the defaults
+    ({"id": "j", "state": "pending", "attempt": None, "capacity_requests": None, "cancel_requested": None},
+     {"attempt": 0, "capacity_requests": 0, "cancel_requested": False}),
+    # an open request, and a field the view does not know (ignored)
+    ({"id": "j", "state": "pending", "capacity_request": {"id": "r-j-1", "entry_id": "e"}, "later": 1},
+     {"capacity_request_id": "r-j-1", "capacity_request_entry": "e"}),
+])
+def test_a_job_view_tolerates_what_real_documents_lack(doc, expected):
+    job = D.JobDoc.from_doc(doc)
+    assert {k: getattr(job, k) for k in expected} == expected
+
+
+def test_a_job_without_an_id_takes_its_document_s():
+    assert D.JobDoc.from_doc({"state": "pending"}, "j7").id == "j7"
+
+
+@pytest.mark.parametrize("view, doc, words", [
+    (D.JobDoc, {"id": "j1", "state": "paused"}, ["jobs/j1", "'paused'", "pending"]),
+    (D.JobDoc, {"id": "j1"}, ["jobs/j1", "None"]),
+    (D.AttemptDoc, {"attempt": 2, "state": "lost"}, ["attempts/2", "'lost'", "ended"]),
+])
+def test_an_unknown_state_is_a_clear_error(view, doc, words):
+    from tpuq.errors import Permanent
+
+    with pytest.raises(Permanent) as e:
+        view.from_doc(doc)
+    assert e.value.field == "state"
+    assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_partial_writes_name_only_declared_fields_and_store_plain_values():
+    fields = D.JobDoc.fields(state=D.JobState.cancelled, cancel_requested=False)
+    assert fields == {"state": "cancelled", "cancel_requested": False}
+    assert type(fields["state"]) is str  # the enum's value, as the writers stored it before the views
+    with pytest.raises(TypeError, match="'cancelled_at'"):
+        D.JobDoc.fields(cancelled_at=None)
+    with pytest.raises(TypeError, match="'exit_code'"):
+        D.AttemptDoc.fields(exit_code=0)
+
+
+def test_query_field_names_are_checked():
+    assert D.JobDoc.field("submit_time") == "submit_time"
+    assert D.JobDoc.field("capacity_request", "entry_id") == "capacity_request.entry_id"
+    with pytest.raises(AttributeError, match="'submitted_at'"):
+        D.JobDoc.field("submitted_at")
+
+
+def test_an_attempt_reads_back_as_its_view():
+    from tpuq.messages import AttemptOutcome
+
+    stored = D.AttemptDoc.fields(attempt=2, attempt_id="j1-2", tpu="n1", state=D.AttemptState.assigned,
+                                 outcome=None, assigned_at=_now())
+    ended = {**stored, **D.AttemptDoc.fields(state=D.AttemptState.ended, outcome=AttemptOutcome.preempted,
+                                             detail="node preempted", ended_at=_now())}
+    attempt = D.AttemptDoc.from_doc(ended, "2")
+    assert (attempt.attempt, attempt.state, attempt.outcome, attempt.detail) == (
+        2, D.AttemptState.ended, "preempted", "node preempted")
+    assert D.AttemptDoc.fields(**{k: getattr(attempt, k) for k in ended}) == ended
+    assert D.AttemptDoc.from_doc({"state": "running"}, "3").attempt == 3  # its number from its document id

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from tpuq import store
 from tpuq.cli.connecting import cli_clients, job_or_fail
 from tpuq.cli.console import CliError, err, out
 from tpuq.cli.files import load_yaml_file, validate_data
 from tpuq.cli.views import json_default, print_job, print_job_table, watch_view
-from tpuq.documents import TERMINAL_JOB_STATES, JobState
+from tpuq.documents import JobDoc, JobState
 
 
 def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
@@ -64,11 +65,11 @@ def _wait_for_jobs(clients, ids: list[str], timeout: float) -> int:
             for job_id in ids:
                 if job_id in final:
                     continue
-                snap = clients.firestore.collection("jobs").document(job_id).get()
-                state = (snap.to_dict() or {}).get("state") if snap.exists else "submitted"
-                if state in TERMINAL_JOB_STATES:
-                    final[job_id] = state
-                    out.print(f"{job_id}: {state}")
+                snap = clients.firestore.collection(store.JOBS).document(job_id).get()
+                job = JobDoc.from_doc(snap.to_dict(), job_id) if snap.exists else None
+                if job is not None and job.terminal:
+                    final[job_id] = job.state
+                    out.print(f"{job_id}: {job.state}")
             status.update(f"waiting: {len(ids) - len(final)} of {len(ids)} jobs still running...")
             if deadline and time.monotonic() > deadline:
                 err.print(f"gave up waiting after {timeout:.0f}s")
@@ -104,7 +105,7 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
     if as_json:
         print(json.dumps(job, default=json_default, indent=2))
         return
-    print_job(job_id, job, _fleet_blocks(db) if job.get("state") == JobState.pending else [])
+    print_job(job_id, job, _fleet_blocks(db) if JobDoc.from_doc(job, job_id).state is JobState.pending else [])
 
 def _annotate_waiting(db, jobs: list[dict]) -> None:
     """`waiting` on each pending job: what holds it (brakes, back-offs, drops), times in the local zone."""
@@ -141,12 +142,12 @@ def cancel(job_id: str = typer.Argument(...), reason: str = typer.Option("cancel
     from tpuq.messages import CancelRequest
 
     clients = cli_clients()
-    job = job_or_fail(clients.firestore, job_id)
-    if job.get("state") in TERMINAL_JOB_STATES:
-        out.print(f"{job_id} already ended: {job.get('state')}")
+    job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
+    if job.terminal:
+        out.print(f"{job_id} already ended: {job.state}")
         return
     clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=os.environ.get("USER")))
-    out.print(f"cancel requested for {job_id} (state was {job.get('state')})")
+    out.print(f"cancel requested for {job_id} (state was {job.state})")
 
 
 def logs(job_id: str = typer.Argument(...),
@@ -162,7 +163,7 @@ def logs(job_id: str = typer.Argument(...),
     seen: dict[int, int] = {}
     partial: dict[int, str] = {}
     while True:
-        job = job_or_fail(clients.firestore, job_id)
+        job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
         for chunk in worker_log_chunks(clients.storage, job, attempt, worker, after=seen):
             seen[chunk.worker] = chunk.seq
             text = partial.pop(chunk.worker, "") + chunk.text
@@ -170,14 +171,14 @@ def logs(job_id: str = typer.Argument(...),
             partial[chunk.worker] = lines.pop()  # an unfinished line waits for the next chunk
             for line in lines:
                 print(f"[w{chunk.worker}] {line}", flush=True)
-        if not follow or job.get("state") in TERMINAL_JOB_STATES:
+        if not follow or job.terminal:
             break
         time.sleep(1.0)
     for w, rest in sorted(partial.items()):
         if rest:
             print(f"[w{w}] {rest}")
     if not seen and not follow:
-        err.print(f"no logs yet for {job_id} (state {job.get('state')})")
+        err.print(f"no logs yet for {job_id} (state {job.state})")
 
 
 def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0, min=0.2)) -> None:
@@ -195,9 +196,9 @@ def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0,
                 job = job_or_fail(clients.firestore, job_id)
                 statuses = worker_statuses(clients.storage, job, status_bucket=clients.settings.runner_bucket)
                 live.update(watch_view(job, statuses))
-                if job.get("state") in TERMINAL_JOB_STATES:
+                if JobDoc.from_doc(job, job_id).terminal:
                     break
                 time.sleep(interval)
     except KeyboardInterrupt:
         raise typer.Exit(130)
-    raise typer.Exit(0 if job.get("state") == JobState.succeeded else 1)
+    raise typer.Exit(0 if JobDoc.from_doc(job, job_id).state is JobState.succeeded else 1)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from tpuq.cli.console import out
-from tpuq.documents import JOB_STATES_ON_A_TPU, JobState
+from tpuq.documents import JOB_STATES_ON_A_TPU, AttemptDoc, JobDoc, JobState
+from tpuq.errors import Permanent
 
 
 def json_default(value):
@@ -20,21 +21,24 @@ def state_style(state) -> str:
     return f"[{colour}]{state}[/{colour}]"
 
 
-def print_job(job_id: str, job: dict, blocks: list[str]) -> None:
+def print_job(job_id: str, stored: dict, blocks: list[str]) -> None:
     """One job: its state, spec, reasons, the fleet's blocks (for a pending job) and every attempt."""
-    spec = job.get("spec") or {}
-    out.print(f"[bold]{job_id}[/bold]  state: {state_style(job.get('state'))}  priority: {job.get('priority')}  "
-              f"source: {job.get('source')}")
+    job = JobDoc.from_doc(stored, job_id)
+    spec = job.spec or {}
+    out.print(f"[bold]{job_id}[/bold]  state: {state_style(job.state)}  priority: {job.priority}  "
+              f"source: {job.source}")
     if spec:
-        out.print(f"  tpu: {', '.join(spec.get('tpu', []))}   command: {spec.get('command')}")
+        out.print(f"  tpu: {', '.join(job.spec_tpu)}   command: {spec.get('command')}")
     for key in ("reason", "waiting", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
-        if job.get(key):
-            out.print(f"  {key}: {job[key]}")
+        # `waiting` is not stored: the CLI adds what holds a pending job (tpuq.fleetreport.annotate_waiting)
+        value = stored.get("waiting") if key == "waiting" else getattr(job, JobDoc.field(key))
+        if value:
+            out.print(f"  {key}: {value}")
     for reason in blocks:
         out.print(f"  [red]blocked:[/red] {reason}")
-    for a in job["attempt_history"]:
-        out.print(f"  attempt {a.get('attempt')}: {a.get('state') or ''} {a.get('outcome') or ''} on "
-                  f"{a.get('tpu') or '?'} {('- ' + a['detail'][:200]) if a.get('detail') else ''}")
+    for a in (AttemptDoc.from_doc(doc) for doc in stored["attempt_history"]):
+        out.print(f"  attempt {a.attempt}: {a.state} {a.outcome or ''} on "
+                  f"{a.tpu or '?'} {('- ' + a.detail[:200]) if a.detail else ''}")
 
 
 def print_job_table(rows, now) -> None:
@@ -44,34 +48,33 @@ def print_job_table(rows, now) -> None:
         out.print("no jobs yet (tpuq submit job.yaml)")
         return
     table = Table("job", "state", "priority", "tpu", "age", "reason")
-    for j in rows:
-        table.add_row(j.get("id", ""), state_style(j.get("state")), j.get("priority") or "",
-                      ",".join((j.get("spec") or {}).get("tpu", [])), age(j.get("submit_time"), now),
-                      f"waiting: {j['waiting']}" if j.get("waiting") else (j.get("reason") or j.get("blocked") or "")[:60])
+    for row in rows:
+        try:
+            j = JobDoc.from_doc(row)
+        except Permanent as e:  # one unreadable job is shown as stored, not the end of the list
+            table.add_row(row.get("id", ""), state_style(row.get("state")), "", "", "", str(e)[:60])
+            continue
+        table.add_row(j.id, state_style(j.state), j.priority or "", ",".join(j.spec_tpu), age(j.submit_time, now),
+                      f"waiting: {row['waiting']}" if row.get("waiting") else (j.reason or j.blocked or "")[:60])
     out.print(table)
 
 
-def watch_view(job: dict, statuses: dict) -> Table:
-    from tpuq.tputypes import parse_accelerator_type
-
-    table = Table(title=f"{job['id']}: {job.get('state')}  attempt {job.get('attempt') or 0}  "
-                        f"{job.get('tpu') or ''}", title_justify="left")
+def watch_view(stored: dict, statuses: dict) -> Table:
+    job = JobDoc.from_doc(stored)
+    table = Table(title=f"{job.id}: {job.state}  attempt {job.attempt}  {job.tpu or ''}", title_justify="left")
     table.add_column("worker")
     table.add_column("state")
     table.add_column("exit")
-    hosts = 0
-    if job.get("tpu_type"):
-        hosts = parse_accelerator_type(job["tpu_type"]).hosts
-    hosts = max(hosts, len(statuses), 1 if job.get("state") in JOB_STATES_ON_A_TPU else 0)
+    hosts = max(len(statuses), 1 if job.state in JOB_STATES_ON_A_TPU else 0)
     for w in range(hosts):
         st = statuses.get(w)
         if st is not None:
             code = st.get("exit_code")
             table.add_row(str(w), "[green]exited[/green]" if code == 0 else "[red]exited[/red]", str(code))
         else:
-            table.add_row(str(w), job.get("state") or "", "")
-    if job.get("reason"):
-        table.caption = job["reason"]
+            table.add_row(str(w), job.state, "")
+    if job.reason:
+        table.caption = job.reason
     return table
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
+from tpuq.documents import JobDoc
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec
-from tpuq.jobstate import JobEvent, JobState, transition
+from tpuq.jobstate import JobEvent, transition
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan
 
@@ -29,11 +30,17 @@ Doc = dict[str, Any]
 log = logging.getLogger("tpuq.scheduler")
 
 
+class Queued(NamedTuple):
+    stored: Doc  # the document as read (the lifecycle's input)
+    view: JobDoc
+    pending: PendingJob
+
+
 @dataclass(frozen=True)
 class Queue:
-    """Stored pending jobs, in queue order, each parsed once."""
+    """Stored pending jobs, in queue order, each read and parsed once."""
 
-    jobs: dict[str, tuple[Doc, PendingJob]] = field(default_factory=dict)  # job id -> (stored job, parsed)
+    jobs: dict[str, Queued] = field(default_factory=dict)  # job id -> the stored job, its view, parsed
     unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its stored spec is skipped
 
 
@@ -64,13 +71,13 @@ class PassDecision:
     unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its stored spec is skipped
 
 
-def pending_job(doc: Doc) -> PendingJob:
+def pending_job(job: JobDoc) -> PendingJob:
     return PendingJob.from_spec(
-        JobSpec.model_validate(doc["spec"]),
-        doc["submit_time"],
-        job_id=doc["id"],
-        pinned_region=doc.get("pinned_region"),
-        not_before=doc.get("not_before"),
+        JobSpec.model_validate(job.spec),
+        job.submit_time,
+        job_id=job.id,
+        pinned_region=job.pinned_region,
+        not_before=job.not_before,
     )
 
 
@@ -78,9 +85,9 @@ def idle_tpu(doc: Doc) -> IdleTpu:
     return IdleTpu(doc["name"], doc["type"], doc["zone"], doc.get("region") or "", doc.get("entry_id"))
 
 
-def may_ask(doc: Doc, job: PendingJob) -> bool:
+def may_ask(queued: Queued) -> bool:
     """A job that names no TPU and holds no open request may ask the claimer for one."""
-    return job.tpu_name is None and not doc.get("capacity_request")
+    return queued.pending.tpu_name is None and not queued.view.capacity_request
 
 
 def queue_of(jobs: list[tuple[str, Doc]]) -> Queue:
@@ -88,7 +95,8 @@ def queue_of(jobs: list[tuple[str, Doc]]) -> Queue:
     queue = Queue()
     for job_id, doc in jobs:
         try:
-            queue.jobs[job_id] = (doc, pending_job(doc))
+            view = JobDoc.from_doc(doc, job_id)
+            queue.jobs[job_id] = Queued(doc, view, pending_job(view))
         except Exception as e:  # noqa: BLE001 - one bad stored job must not stop the queue
             queue.unreadable[job_id] = f"its stored spec does not validate: {e}"
     return queue
@@ -98,7 +106,7 @@ def entries_to_count(queue: Queue, fleet: FleetFile | None) -> list[str]:
     """The fleet entries whose room the pass may need: those of every job that may ask for capacity."""
     if fleet is None:
         return []
-    return sorted({e.id for doc, pj in queue.jobs.values() if may_ask(doc, pj) for e in eligible_entries(pj, fleet)})
+    return sorted({e.id for q in queue.jobs.values() if may_ask(q) for e in eligible_entries(q.pending, fleet)})
 
 
 def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: str | None,
@@ -108,34 +116,33 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
     decision = PassDecision(unreadable=dict(snapshot.queue.unreadable))
     # A quarantined TPU (its last attempt was preempted or could not reach it) is never assigned again.
     tpus = {doc.get("name"): doc for doc in snapshot.idle_tpus if not doc.get("quarantined")}
-    result = plan([pj for _, pj in jobs.values()], [idle_tpu(doc) for doc in tpus.values()], fleet, now)
+    result = plan([q.pending for q in jobs.values()], [idle_tpu(doc) for doc in tpus.values()], fleet, now)
 
     open_requests = dict(snapshot.open_requests)
     for match in result.matches:
-        job = jobs[match.job_id][0]
+        job = jobs[match.job_id]
         try:
-            writes = lifecycle.assignment(job, tpus[match.tpu_name], match, runner_bucket, now)
+            writes = lifecycle.assignment(job.stored, tpus[match.tpu_name], match, runner_bucket, now)
         except ValueError as e:
             # This job can never be assigned (e.g. no bucket and no runner bucket): the table's
             # pending --reject--> rejected edge, and the pass goes on for the others.
-            state = transition(JobState(job["state"]), JobEvent.reject).value
+            state = transition(job.view.state, JobEvent.reject)
             decision.unassignable.append(
-                (match.job_id, match.tpu_name, {"state": state, "reason": f"cannot run: {e}", "updated_at": now}))
+                (match.job_id, match.tpu_name, JobDoc.fields(state=state, reason=f"cannot run: {e}", updated_at=now)))
             continue
         if writes is None:
             decision.unassignable.append((match.job_id, match.tpu_name, None))
             continue
         decision.assignments.append(PlannedAssignment(match.job_id, match.tpu_name, writes))
-        served = (job.get("capacity_request") or {}).get("entry_id")
+        served = job.view.capacity_request_entry
         if served in open_requests:  # the assignment closes the job's open request
             open_requests[served] -= 1
 
-    waiting = [jobs[j] for j in result.unmatched_job_ids if may_ask(*jobs[j])]
+    waiting = [jobs[j] for j in result.unmatched_job_ids if may_ask(jobs[j])]
     if not waiting or fleet is None:  # without a fleet there is nothing to claim from
         return decision
     room = capacity.room_per_entry(fleet, snapshot.live_tpus, open_requests)
     decision.asks, blocked = capacity.ask_for_capacity(
-        [(pj, int(doc.get("capacity_requests") or 0)) for doc, pj in waiting], fleet, room, now)
-    decision.blocked = {job_id: reason for job_id, reason in blocked.items()
-                        if jobs[job_id][0].get("blocked") != reason}
+        [(q.pending, q.view.capacity_requests) for q in waiting], fleet, room, now)
+    decision.blocked = {job_id: reason for job_id, reason in blocked.items() if jobs[job_id].view.blocked != reason}
     return decision

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from tpuq import store
-from tpuq.documents import JobState, short_node_name
+from tpuq.documents import JobDoc, JobState, short_node_name
 from tpuq.errors import Permanent, Retryable
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.fleetstore import load_fleet
@@ -111,14 +111,20 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
             lost = lifecycle.node_lost(tpu_snap.to_dict(), holder, job, event, _budgets(fleet), ctx.now(), ctx.rng)
             writes = WriteSet().update(tpu_snap, lost.tpu)
             if lost.end:
-                attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(job["attempt"]))
+                attempt = JobDoc.from_doc(job, job_snap.id).attempt
+                attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(attempt))
                 writes.update(job_snap, lost.end.job).merge(attempt_ref, lost.end.attempt)
             return writes, lost
 
         lost = read_decide_commit(db, refs, decide)
         if not lost.job_moved:
-            return bool(lost.end and lost.end.job and lost.end.job["state"] == JobState.pending)
+            return bool(lost.end and lost.end.job and _requeued(lost.end.job))
     raise Retryable(f"TPU {event.node} keeps changing hands")
+
+
+def _requeued(job_fields: dict) -> bool:
+    """The job's writes send it back to the queue."""
+    return job_fields.get(JobDoc.field("state")) == JobState.pending
 
 
 # ---------------------------------------------------------- attempt events
@@ -153,8 +159,8 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
 
     end, freed = read_decide_commit(db, [job_ref, tpu_ref], decide_ended)
     log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,
-             end.job["state"] if end.job else "unchanged", "freed" if freed else "unchanged")
-    if freed or (end.job and end.job["state"] == JobState.pending):
+             end.job[JobDoc.field("state")] if end.job else "unchanged", "freed" if freed else "unchanged")
+    if freed or (end.job and _requeued(end.job)):
         scheduling_pass(ctx, fleet)
 
 

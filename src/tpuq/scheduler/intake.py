@@ -13,7 +13,7 @@ from typing import Any
 from google.api_core.exceptions import AlreadyExists
 
 from tpuq import store
-from tpuq.documents import JobState
+from tpuq.documents import JobDoc, JobState
 from tpuq.errors import Permanent
 from tpuq.jobspec import PublishedJob
 
@@ -28,23 +28,23 @@ def job_id_for(job: PublishedJob, message_id: str) -> str:
 def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, now: datetime) -> dict[str, Any]:
     spec = job.model_dump(mode="json", exclude_none=True)
     spec["id"] = job_id
-    return {
-        "id": job_id,
-        "state": JobState.pending.value,
-        "spec": spec,
-        "priority": job.priority.value,
-        "priority_rank": job.priority.rank,
-        "types": list(job.tpu),
-        "submit_time": now,
-        "updated_at": now,
-        "source": source if source in SOURCES else "pubsub",
-        "message_id": message_id,
-        "attempts": 0,
-        "preemptions": 0,
-        "infra_failures": 0,
-        "pinned_region": None,
-        "reason": None,
-    }
+    return JobDoc.fields(
+        id=job_id,
+        state=JobState.pending,
+        spec=spec,
+        priority=job.priority.value,
+        priority_rank=job.priority.rank,
+        types=list(job.tpu),
+        submit_time=now,
+        updated_at=now,
+        source=source if source in SOURCES else "pubsub",
+        message_id=message_id,
+        attempts=0,
+        preemptions=0,
+        infra_failures=0,
+        pinned_region=None,
+        reason=None,
+    )
 
 
 def store_job(db, job: PublishedJob, source: str, message_id: str, now: datetime) -> tuple[str, bool]:
@@ -56,6 +56,6 @@ def store_job(db, job: PublishedJob, source: str, message_id: str, now: datetime
         return job_id, True
     except AlreadyExists:
         existing = ref.get().to_dict() or {}
-        if existing.get("message_id") == message_id:
+        if existing.get(JobDoc.field("message_id")) == message_id:  # (not the view: any stored state will do)
             return job_id, False  # a redelivery of the message that stored it
         raise Permanent(f"job id {job_id!r} is already used by another submission", field="id") from None

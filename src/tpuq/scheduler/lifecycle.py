@@ -2,7 +2,9 @@
 
 Every function takes plain documents (dicts as Firestore returns them, or None
 when absent), the event, and the clock / randomness, and returns the fields to
-write (None: write nothing). The handlers read the documents, call these and
+write (None: write nothing). A job or attempt is read through its view
+(`tpuq.documents.JobDoc`) and its writes are built with `JobDoc.fields` /
+`AttemptDoc.fields`, which write exactly the fields named. The handlers read the documents, call these and
 commit the result with `tpuq.guarded.commit_if_unchanged`; nothing here touches
 a client. An event that the job's state does not allow (a redelivery, a stale
 attempt) yields no writes: `jobstate.transition` is the only judge.
@@ -16,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from tpuq import gcslayout
-from tpuq.documents import AttemptState, TpuState, short_node_name
+from tpuq.documents import AttemptDoc, AttemptState, JobDoc, TpuState, short_node_name
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
 from tpuq.jobstate import IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
@@ -146,57 +148,59 @@ class AssignmentWrites:
     withdraw_request_id: str | None  # the job's capacity request, now unneeded
 
 
-def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now: datetime) -> AssignmentWrites | None:
+def assignment(stored: Doc, tpu: Doc, match: Match, runner_bucket: str | None,
+               now: datetime) -> AssignmentWrites | None:
     """Pending job + idle TPU -> assigned attempt n+1 on a busy TPU; None when either has moved on."""
     if tpu.get("state") != TpuState.idle:
         return None
+    job = JobDoc.from_doc(stored)
     try:
-        assigned = transition(job["state"], JobEvent.assign)
+        assigned = transition(job.state, JobEvent.assign)
     except IllegalTransition:
         return None
-    job_id = job["id"]
-    spec = PublishedJob.model_validate(job["spec"])
-    n = int(job.get("attempt") or 0) + 1
+    job_id = job.id
+    spec = PublishedJob.model_validate(job.spec)
+    n = job.attempt + 1
     attempt_id = attempt_id_for(job_id, n)
     bucket = job_bucket_for(spec, match.region, runner_bucket)
-    checkpoints = job.get("checkpoint_gcs_dir") if job.get("pinned_region") == match.region else None
+    checkpoints = job.checkpoint_gcs_dir if job.pinned_region == match.region else None
     checkpoints = checkpoints or checkpoint_gcs_dir(bucket, job_id)
     attempt_dir = attempt_gcs_dir(bucket, job_id, n)
     node = tpu["name"]
-    served = (job.get("capacity_request") or {}).get("id")
+    served = job.capacity_request_id
     return AssignmentWrites(
-        job={
-            "state": assigned.value,
-            "attempt": n,
-            "attempts": n,
-            "attempt_id": attempt_id,
-            "tpu": node,
-            "zone": match.zone,
-            "region": match.region,
-            "job_bucket": bucket,
-            "attempt_gcs_dir": attempt_dir,
-            "checkpoint_gcs_dir": checkpoints,
-            "assigned_at": now,
-            "not_before": None,
-            "capacity_request": None,
-            "blocked": None,
-            "cancel_requested": False,
-            "updated_at": now,
-        },
+        job=JobDoc.fields(
+            state=assigned,
+            attempt=n,
+            attempts=n,
+            attempt_id=attempt_id,
+            tpu=node,
+            zone=match.zone,
+            region=match.region,
+            job_bucket=bucket,
+            attempt_gcs_dir=attempt_dir,
+            checkpoint_gcs_dir=checkpoints,
+            assigned_at=now,
+            not_before=None,
+            capacity_request=None,
+            blocked=None,
+            cancel_requested=False,
+            updated_at=now,
+        ),
         tpu={"state": TpuState.busy.value, "job_id": job_id, "attempt_id": attempt_id, "busy_since": now, "updated_at": now},
-        attempt={
-            "attempt": n,
-            "attempt_id": attempt_id,
-            "tpu": node,
-            "zone": match.zone,
-            "region": match.region,
-            "state": AttemptState.assigned.value,
-            "outcome": None,
-            "detail": None,
-            "assigned_at": now,
-            "started_at": None,
-            "ended_at": None,
-        },
+        attempt=AttemptDoc.fields(
+            attempt=n,
+            attempt_id=attempt_id,
+            tpu=node,
+            zone=match.zone,
+            region=match.region,
+            state=AttemptState.assigned,
+            outcome=None,
+            detail=None,
+            assigned_at=now,
+            started_at=None,
+            ended_at=None,
+        ),
         message=Assignment(
             job_id=job_id,
             attempt=n,
@@ -214,21 +218,23 @@ def assignment(job: Doc, tpu: Doc, match: Match, runner_bucket: str | None, now:
     )
 
 
-def assignment_message(job: Doc, tpu_endpoints: list[Doc], now: datetime, action=AssignmentAction.assign) -> Assignment:
+def assignment_message(stored: Doc, tpu_endpoints: list[Doc], now: datetime,
+                       action=AssignmentAction.assign) -> Assignment:
     """The Assignment for the job's current attempt, rebuilt from its document (cancel, republish)."""
+    job = JobDoc.from_doc(stored)
     run = action is AssignmentAction.assign
     return Assignment(
         action=action,
-        job_id=job["id"],
-        attempt=job["attempt"],
-        attempt_id=job["attempt_id"],
-        node=job["tpu"],
-        zone=job["zone"],
+        job_id=job.id,
+        attempt=job.attempt,
+        attempt_id=job.attempt_id,
+        node=job.tpu,
+        zone=job.zone,
         endpoints=[WorkerEndpoint.model_validate(e) for e in tpu_endpoints] if run else [],
-        job=PublishedJob.model_validate(job["spec"]) if run else None,
-        job_bucket=job.get("job_bucket") if run else None,
-        attempt_gcs_dir=job.get("attempt_gcs_dir") if run else None,
-        checkpoint_gcs_dir=job.get("checkpoint_gcs_dir") if run else None,
+        job=PublishedJob.model_validate(job.spec) if run else None,
+        job_bucket=job.job_bucket if run else None,
+        attempt_gcs_dir=job.attempt_gcs_dir if run else None,
+        checkpoint_gcs_dir=job.checkpoint_gcs_dir if run else None,
         at=now,
     )
 
@@ -236,21 +242,26 @@ def assignment_message(job: Doc, tpu_endpoints: list[Doc], now: datetime, action
 # ---------------------------------------------------------------- attempts
 
 
-def _is_current(job: Doc | None, attempt: int) -> bool:
-    return job is not None and int(job.get("attempt") or 0) == attempt
+def _current(stored: Doc | None, attempt: int) -> JobDoc | None:
+    """The job's view if `attempt` is its current attempt; None for a missing job or a stale attempt."""
+    if stored is None:
+        return None
+    job = JobDoc.from_doc(stored)
+    return job if job.attempt == attempt else None
 
 
-def attempt_started(job: Doc | None, attempt: int, now: datetime) -> tuple[Doc | None, Doc | None]:
+def attempt_started(stored: Doc | None, attempt: int, now: datetime) -> tuple[Doc | None, Doc | None]:
     """(job fields, attempt fields) for `started`: assigned -> running, pinning the region."""
-    if not _is_current(job, attempt):
+    job = _current(stored, attempt)
+    if job is None:
         return None, None
     try:
-        state = transition(job["state"], JobEvent.start)
+        state = transition(job.state, JobEvent.start)
     except IllegalTransition:
         return None, None
     return (
-        {"state": state.value, "started_at": now, "pinned_region": job.get("region"), "updated_at": now},
-        {"state": AttemptState.running.value, "started_at": now},
+        JobDoc.fields(state=state, started_at=now, pinned_region=job.region, updated_at=now),
+        AttemptDoc.fields(state=AttemptState.running, started_at=now),
     )
 
 
@@ -262,7 +273,7 @@ class AttemptEnd:
 
 
 def attempt_ended(
-    job: Doc | None,
+    stored: Doc | None,
     attempt: int,
     outcome: AttemptOutcome,
     detail: str | None,
@@ -271,14 +282,14 @@ def attempt_ended(
     rng: random.Random,
 ) -> AttemptEnd:
     """The job after its attempt `attempt` ended: finished, failed, cancelled, or back to pending."""
-    if not _is_current(job, attempt):
+    job = _current(stored, attempt)
+    if job is None:
         return AttemptEnd(None, None, None)
-    assert job is not None
-    spec = job.get("spec") or {}
+    spec = job.spec or {}
     decision = retry_decision(
         outcome,
-        int(job.get("preemptions") or 0),
-        int(job.get("infra_failures") or 0),
+        job.preemptions,
+        job.infra_failures,
         budgets,
         spec.get("max_preemptions"),
         spec.get("max_infra_retries"),
@@ -289,26 +300,28 @@ def attempt_ended(
         # Its cancel was asked (`tpuq cancel`, `tpuq fleet drain --now`), and the TPU went first: never run it again.
         decision = RetryDecision(JobState.cancelled, None, job.get("cancel_reason") or "cancelled")
     try:
-        state = transition(job["state"], decision.event)
+        state = transition(job.state, decision.event)
     except IllegalTransition:
         return AttemptEnd(None, None, None)  # the attempt already ended: only the first report counts
-    fields: Doc = {"state": state.value, "updated_at": now, "cancel_requested": False}
+    fields: Doc = JobDoc.fields(state=state, updated_at=now, cancel_requested=False)
     if state is JobState.pending:
-        counter = "preemptions" if outcome is AttemptOutcome.preempted else "infra_failures"
-        fields |= {
-            counter: int(job.get(counter) or 0) + 1,
-            "not_before": decision.not_before,
+        if outcome is AttemptOutcome.preempted:
+            fields |= JobDoc.fields(preemptions=job.preemptions + 1)
+        else:
+            fields |= JobDoc.fields(infra_failures=job.infra_failures + 1)
+        fields |= JobDoc.fields(
+            not_before=decision.not_before,
             # The attempt may have written checkpoints in its region: retries stay there.
-            "pinned_region": job.get("pinned_region") or job.get("region"),
-            "reason": f"{decision.reason}: {detail}" if detail else decision.reason,
-            "tpu": None,
-        }
+            pinned_region=job.pinned_region or job.region,
+            reason=f"{decision.reason}: {detail}" if detail else decision.reason,
+            tpu=None,
+        )
     else:
         reason = detail if outcome in (AttemptOutcome.failed, AttemptOutcome.failed_setup) and detail else None
-        fields |= {"reason": reason or decision.reason, "finished_at": now}
-        if state is JobState.cancelled and job.get("cancel_reason"):
-            fields["reason"] = job["cancel_reason"]
-    attempt_fields = {"state": AttemptState.ended.value, "outcome": outcome.value, "detail": detail, "ended_at": now}
+        fields |= JobDoc.fields(reason=reason or decision.reason, finished_at=now)
+        if state is JobState.cancelled and job.cancel_reason:
+            fields |= JobDoc.fields(reason=job.cancel_reason)
+    attempt_fields = AttemptDoc.fields(state=AttemptState.ended, outcome=outcome, detail=detail, ended_at=now)
     return AttemptEnd(fields, attempt_fields, decision)
 
 
@@ -322,28 +335,23 @@ class CancelDecision:
     stop_attempt: bool = False  # tell the executor to stop the running attempt
 
 
-def cancel(job: Doc, reason: str, now: datetime) -> CancelDecision:
-    state = JobState(job["state"])
+def cancel(stored: Doc, reason: str, now: datetime) -> CancelDecision:
+    job = JobDoc.from_doc(stored)
+    state = job.state
     try:
         cancelled = transition(state, JobEvent.cancel)
     except IllegalTransition:
         return CancelDecision(None)  # already terminal
     if state is JobState.pending:
         return CancelDecision(
-            {
-                "state": cancelled.value,
-                "reason": reason,
-                "capacity_request": None,
-                "finished_at": now,
-                "updated_at": now,
-            },
-            withdraw_request_id=(job.get("capacity_request") or {}).get("id"),
+            JobDoc.fields(state=cancelled, reason=reason, capacity_request=None, finished_at=now, updated_at=now),
+            withdraw_request_id=job.capacity_request_id,
         )
     # assigned / running: the executor stops it and reports `ended cancelled`, which ends the job
     # through the same edge; until then the job keeps its state.
     fields = None
-    if not job.get("cancel_requested"):
-        fields = {"cancel_requested": True, "cancel_reason": reason, "updated_at": now}
+    if not job.cancel_requested:
+        fields = JobDoc.fields(cancel_requested=True, cancel_reason=reason, updated_at=now)
     return CancelDecision(fields, stop_attempt=True)
 
 
@@ -374,7 +382,7 @@ class NodeLost:
     job_moved: bool = False  # the TPU changed hands since it was read: read again
 
 
-def node_lost(tpu: Doc | None, holder_read: str | None, job: Doc | None, event: FleetEvent,
+def node_lost(tpu: Doc | None, holder_read: str | None, stored_job: Doc | None, event: FleetEvent,
               budgets: RetryBudgets, now: datetime, rng: random.Random) -> NodeLost:
     """SUSPENDED / GONE / FAILED for a node: the TPU is gone, and the attempt it held ends preempted (once).
 
@@ -384,9 +392,10 @@ def node_lost(tpu: Doc | None, holder_read: str | None, job: Doc | None, event: 
     if stored.get("job_id") != holder_read:
         return NodeLost(None, job_moved=True)
     gone = tpu_on_gone(tpu, event, now)
-    if not job or not stored.get("attempt_id") or job.get("attempt_id") != stored["attempt_id"]:
+    job = JobDoc.from_doc(stored_job) if stored_job else None
+    if job is None or not stored.get("attempt_id") or job.attempt_id != stored["attempt_id"]:
         return NodeLost(gone)
-    end = attempt_ended(job, int(job["attempt"]), AttemptOutcome.preempted,
+    end = attempt_ended(stored_job, job.attempt, AttemptOutcome.preempted,
                         f"TPU {stored.get('short')} {event.kind.value}", budgets, now, rng)
     return NodeLost(gone, end)
 
