@@ -25,7 +25,7 @@ install-system:
 install-python:
 	@$(SYSTEM_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check -e ./dev -e '.[dev]'
+	$(PIP) install -q --disable-pip-version-check -e '.[dev]' -e ./dev
 
 test: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
