@@ -35,7 +35,10 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
     _check_job_buckets(clients, prepared)
     ids = submit_prepared(clients, prepared)
     for p, job_id in zip(prepared, ids):
-        note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files)" if p.bundle else ""
+        note = ""
+        if p.bundle:
+            used = " and ".join(p.bundle.ignore_files) or "no ignore file"
+            note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files; ignore files used: {used})"
         out.print(f"submitted [bold]{job_id}[/bold]{note}")
     if wait:
         raise typer.Exit(_wait_for_jobs(clients, ids, timeout))
