@@ -284,6 +284,7 @@ def attempt_ended(
         spec.get("max_infra_retries"),
         now,
         rng,
+        retry_on_infrastructure_failure=spec.get("retry_on_infrastructure_failure", True),
     )
     try:
         state = transition(job["state"], decision.event)
