@@ -93,3 +93,37 @@ def test_retry_off_with_retry_budgets_is_refused():
                                           "max_preemptions": 3}]})
     with pytest.raises(ValidationError):
         JobSpec.model_validate({"tpu": "v4-8", "command": "x", "retry_on_infrastructure_failure": "no"})
+
+
+# ---- tpuq submit --job-id (tpu-runner's): select jobs of a file by id; name the one job of a file without ids
+
+def job_file(*ids) -> JobFile:
+    return JobFile.model_validate({"jobs": [{"tpu": "v4-8", "command": "x", **({"id": i} if i else {})}
+                                            for i in ids]})
+
+
+@pytest.mark.parametrize("ids, given, chosen", [
+    ((None,), ["train-1"], ["train-1"]),  # one job without an id: it takes the id
+    (("a",), ["a"], ["a"]),
+    (("a", "b", "c"), ["c", "a"], ["a", "c"]),  # file order, as tpu-runner
+    (("a", "b"), [], ["a", "b"]),
+])
+def test_select_jobs(ids, given, chosen):
+    from tpuq.submit import select_jobs
+
+    assert [j.id for j in select_jobs(job_file(*ids), given).jobs] == chosen
+
+
+@pytest.mark.parametrize("ids, given, words", [
+    (("a",), ["b"], "--job-id b: no job in the file has this id (ids in the file: a)"),
+    ((None, None), ["x"], "--job-id x: no job in the file has this id (ids in the file: none)"),
+    ((None,), ["a", "b"], "one job, and --job-id is given 2 times"),
+    (("a", "b"), ["a", "a"], "--job-id a is given twice"),
+    ((None,), ["Bad_Id"], "--job-id 'Bad_Id': must be"),
+])
+def test_select_jobs_errors(ids, given, words):
+    from tpuq.submit import select_jobs
+
+    with pytest.raises(ValueError) as e:
+        select_jobs(job_file(*ids), given)
+    assert words in str(e.value)
