@@ -226,8 +226,10 @@ def test_the_runner_example_is_not_changed_by_reading_it():
 
 def test_migrating_page_covers_every_runner_field_and_command():
     page = (REPO / "docs" / "MIGRATING.md").read_text()
-    for name in sorted(RUNNER_FIELDS | RUNNER_ENTRY_FIELDS) + ["retry_on_infrastructure_failure", "tpu_name",
-                                                              ".tpu-runnerignore"]:
+    names = sorted(RUNNER_FIELDS) + [f"tpus[].{f}" for f in sorted(RUNNER_ENTRY_FIELDS)] + [
+        "id", "tpu", "bundle", "command", "tpu_name", "zone", "buckets", "caches", "env", "priority",
+        "retry_on_infrastructure_failure", ".tpu-runnerignore"]  # tpu-runner's JOB_SPEC_FIELDS and its ignore file
+    for name in names:
         assert f"`{name}`" in page, name
     for command in ("init", "validate-fleet", "validate-jobs", "deploy", "submit", "watch", "logs", "cancel",
                     "set-priority", "interrupt-spot", "probe-adopted-device-owners", "status"):
