@@ -11,6 +11,8 @@ idle_timeout_seconds: 600       # delete a TPU that has been idle this long
 ssh_transport: direct           # vpc (the executor reaches internal IPs) | direct (external IPs) | iap (= vpc)
 worker_secrets: []              # Secret Manager secret NAMES (never values) the TPU workers may read,
                                 # e.g. `gcloud secrets versions access latest --secret=NAME` in the command
+firestore_location: nam5        # where deploy creates the Firestore database (nam5, eur3 or a region);
+                                # default: deploy's --region. It cannot change once the database exists
 retry:
   preemptions: 20               # retries after spot preemptions (per job)
   infra_failures: 2             # retries after infrastructure failures (per job)
@@ -61,7 +63,7 @@ jobs:
     buckets:                    # one bucket per region you accept; the winner's is JOB_BUCKET
       - gs://my-training-us-central2
       - gs://my-training-us-east1
-    bundle: .                   # this directory, uploaded once per bucket (.tpuqignore excludes files)
+    bundle: .                   # this directory, uploaded once per bucket (.tpuqignore and .tpu-runnerignore exclude files)
     priority: normal            # low | normal | high
     caches:                     # kept on a worker for the next job that declares the same key,
       - key: pip                # once the job touches <path>/.ready

@@ -24,6 +24,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # Compute Engine resource names (RFC 1035)
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
+_FIRESTORE_LOCATION_RE = re.compile(r"^[a-z][a-z0-9-]{1,40}[0-9]$")  # nam5, eur3, us-central1
 
 
 class ProvisioningModel(str, Enum):
@@ -251,6 +252,11 @@ class FleetFile(StrictModel):
     ssh_key_secret: str | None = Field(default=None, description="Secret Manager name of the executor's SSH key")
     worker_secrets: list[str] = Field(default_factory=list, description="Secret Manager names, never values")
     runner_bucket: str | None = None
+    firestore_location: str | None = Field(
+        default=None,
+        description="Location of the Firestore database deploy creates (a multi-region like nam5 or eur3, or a "
+        "region); deploy's --firestore-location overrides it; neither: the services' --region",
+    )
     job_buckets: list[str] = Field(
         default_factory=list,
         description="gs:// buckets jobs list under `buckets:`; deploy lets the workers' account read bundles from "
@@ -302,6 +308,13 @@ class FleetFile(StrictModel):
         if not _NETWORK_RE.match(value):
             raise ValueError(f"{value!r} must be the name of a network or subnet in the fleet's project (lowercase "
                              "letters, digits and '-'); Shared VPC networks of another project are not supported")
+        return value
+
+    @field_validator("firestore_location")
+    @classmethod
+    def _firestore_location(cls, value: str | None) -> str | None:
+        if value is not None and not _FIRESTORE_LOCATION_RE.match(value):
+            raise ValueError(f"{value!r} is not a Firestore location (e.g. nam5, eur3, us-central1)")
         return value
 
     @field_validator("worker_secrets")

@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    StrictBool,
     Field,
     field_validator,
     model_validator,
@@ -39,6 +40,8 @@ RUNNER_ENV = frozenset(
     }
 )
 RESERVED_ENV_PREFIX = "TPUQ_"
+# `tpu: any` (tpu-runner's): any TPU type the fleet offers. Stored as the one-element list ["any"].
+ANY_TPU = "any"
 
 JOB_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -165,6 +168,9 @@ class JobSpec(StrictModel):
     tpu_name: str | None = None
     max_preemptions: int | None = Field(default=None, ge=0, le=1000)
     max_infra_retries: int | None = Field(default=None, ge=0, le=100)
+    retry_on_infrastructure_failure: StrictBool = Field(
+        default=True, description="tpu-runner's: false makes a preemption or infrastructure failure end the job"
+    )
 
     @field_validator("id")
     @classmethod
@@ -176,6 +182,10 @@ class JobSpec(StrictModel):
     @field_validator("tpu")
     @classmethod
     def _tpu_types(cls, types: list[str]) -> list[str]:
+        if any(isinstance(t, str) and t.strip().lower() == ANY_TPU for t in types):
+            if len(types) > 1:
+                raise ValueError(f"{ANY_TPU!r} means every type the fleet offers: give it alone, not in a list")
+            return [ANY_TPU]
         out: list[str] = []
         for t in types:
             try:
@@ -220,6 +230,19 @@ class JobSpec(StrictModel):
         if dupes:
             raise ValueError(f"cache key {dupes[0]!r} is declared twice")
         return caches
+
+    @model_validator(mode="after")
+    def _retry_choice(self) -> "JobSpec":
+        if not self.retry_on_infrastructure_failure:
+            given = [f for f in ("max_preemptions", "max_infra_retries") if (getattr(self, f) or 0) > 0]
+            if given:
+                raise ValueError(f"retry_on_infrastructure_failure: false retries nothing, so {given[0]} cannot "
+                                 "grant retries; drop one of the two")
+        return self
+
+    @property
+    def any_tpu(self) -> bool:
+        return self.tpu == [ANY_TPU]
 
     @model_validator(mode="after")
     def _one_bucket_per_region(self) -> "JobSpec":

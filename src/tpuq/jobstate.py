@@ -132,12 +132,15 @@ def retry_decision(
     max_infra_retries: int | None,
     now: datetime,
     rng: random.Random,
+    retry_on_infrastructure_failure: bool = True,
 ) -> RetryDecision:
     """What happens to a job whose attempt ended with `outcome`.
 
     `preemptions_used` / `infra_failures_used` count the retries already granted
     for earlier attempts, not this one. The job's own `max_preemptions` /
-    `max_infra_retries` override the fleet's budgets when set. A retry goes back
+    `max_infra_retries` override the fleet's budgets when set, and its
+    `retry_on_infrastructure_failure: false` (tpu-runner's field) fails the job at
+    its first preemption or infrastructure failure. A retry goes back
     to pending with `not_before = now + backoff`; a spent budget fails the job
     with a reason that names the budget.
     """
@@ -153,6 +156,8 @@ def retry_decision(
         used, limit = infra_failures_used, budgets.infra_failures if max_infra_retries is None else max_infra_retries
         what, budget_name = "infrastructure failure", "max_infra_retries"
 
+    if not retry_on_infrastructure_failure:
+        return RetryDecision(JobState.failed, None, f"{what}: not retried (retry_on_infrastructure_failure: false)")
     if used >= limit:
         return RetryDecision(
             JobState.failed,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tpuq.bundle import Bundle, make_bundle
 from tpuq.clients import Clients
-from tpuq.jobspec import JobFile, JobSpec, PublishedJob, split_gs_uri
+from tpuq.jobspec import JOB_ID_RE, JobFile, JobSpec, PublishedJob, split_gs_uri
 
 
 @dataclass
@@ -27,6 +27,30 @@ def _slug(text: str) -> str:
 def new_job_id(spec: JobSpec, job_file: Path, rng: random.Random) -> str:
     base = _slug(spec.name or job_file.resolve().parent.name)
     return f"{base}-{rng.getrandbits(32):08x}"
+
+
+def select_jobs(jobs: JobFile, job_ids: list[str]) -> JobFile:
+    """`tpuq submit --job-id ID...`, as tpu-runner's: only the jobs with these ids. A file of one job without an
+    id takes the one id given as its id. Raises ValueError naming the id."""
+    if not job_ids:
+        return jobs
+    for job_id in job_ids:
+        if not JOB_ID_RE.match(job_id):
+            raise ValueError(f"--job-id {job_id!r}: must be 1-63 lowercase letters, digits or '-', starting with a "
+                             "letter or digit")
+    twice = sorted({i for i in job_ids if job_ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"--job-id {twice[0]} is given twice")
+    if len(jobs.jobs) == 1 and jobs.jobs[0].id is None:
+        if len(job_ids) > 1:
+            raise ValueError(f"the file has one job, and --job-id is given {len(job_ids)} times")
+        return JobFile(jobs=[jobs.jobs[0].model_copy(update={"id": job_ids[0]})])
+    known = [j.id for j in jobs.jobs if j.id]
+    missing = [i for i in job_ids if i not in known]
+    if missing:
+        ids = ", ".join(known) or "none"
+        raise ValueError(f"--job-id {missing[0]}: no job in the file has this id (ids in the file: {ids})")
+    return JobFile(jobs=[j for j in jobs.jobs if j.id in job_ids])
 
 
 def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: random.Random) -> list[PreparedJob]:

@@ -219,9 +219,9 @@ class DevStack:
         vpc/iap, external IPs for direct (the scenario decides without a fleet)."""
         if self.fleet_file is None:
             return []
-        from tpuq.fleet import FleetFile
+        from tpuq.tpurunner import read_fleet
 
-        fleet = FleetFile.model_validate(yaml.safe_load(Path(self.fleet_file).read_text()))
+        fleet = read_fleet(yaml.safe_load(Path(self.fleet_file).read_text())).fleet  # tpuq's or tpu-runner's file
         return ["--ssh-reachable", "internal" if fleet.reaches_internal_ips else "external"]
 
     def _start_fake_tpu(self) -> None:
@@ -246,11 +246,11 @@ class DevStack:
     def _store_fleet(self) -> None:
         from google.cloud import firestore
 
-        from tpuq.fleet import FleetFile
         from tpuq.fleetstore import save_fleet
         from tpuq.service import utcnow
+        from tpuq.tpurunner import read_fleet
 
-        fleet = FleetFile.model_validate(yaml.safe_load(Path(self.fleet_file).read_text()))
+        fleet = read_fleet(yaml.safe_load(Path(self.fleet_file).read_text())).fleet
         os.environ["FIRESTORE_EMULATOR_HOST"] = self.env["FIRESTORE_EMULATOR_HOST"]
         save_fleet(firestore.Client(project=self.project), fleet, utcnow())
         self.env["TPUQ_FLEET"] = fleet.name
@@ -279,11 +279,11 @@ class DevStack:
         if self._deployment is None:
             from tpuq.deploy.infra import load_infra
             from tpuq.deploy.plan import Target
-            from tpuq.fleet import FleetFile
+            from tpuq.tpurunner import read_fleet
 
             data = yaml.safe_load(Path(self.fleet_file or DEMO_DIR / "fleet.yaml").read_text())
             urls = {name: self.env[f"TPUQ_{name.upper()}_URL"] for name in self.services}
-            target = Target(fleet=FleetFile.model_validate({**data, "project": self.project}), service_urls=urls)
+            target = Target(fleet=read_fleet({**data, "project": self.project}).fleet, service_urls=urls)
             self._deployment = (target, load_infra(target.variables()))
         return self._deployment
 

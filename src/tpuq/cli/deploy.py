@@ -14,7 +14,7 @@ from tpuq.cli.files import load_yaml_file, validate_data
 def deploy(fleet_file: Path = typer.Argument(..., help="The fleet file (its project is the one deployed to)"),
            dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing"),
            region: str = typer.Option("us-central1", help="Region of the Cloud Run services, Scheduler job and images"),
-           firestore_location: Optional[str] = typer.Option(None, help="Firestore location (default: --region)"),
+           firestore_location: Optional[str] = typer.Option(None, help="Firestore location (default: the fleet file's firestore_location, else --region)"),
            image_tag: str = typer.Option("latest", help="Tag of the service images to run (cloudbuild.yaml: $BUILD_ID)"),
            skip_services: bool = typer.Option(False, "--skip-services",
                                               help="Everything but the services and what pushes to them (first pass)"),

@@ -29,35 +29,64 @@ def load_yaml_file(path: Path) -> object:
 
 
 def detect_kind(data: object) -> str:
+    """"fleet" (a tpuq fleet file or a tpu-runner deployment.yaml: `tpus:`) or "job" (`jobs:`, or one job)."""
     if isinstance(data, dict) and "tpus" in data:
         return "fleet"
-    return "job"
+    if isinstance(data, dict) and ("jobs" in data or "command" in data):
+        return "job"
+    if not isinstance(data, dict):
+        raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+    raise CliError("neither a job file nor a fleet file: a job file has `jobs:` (or one job's `command:`), a fleet "
+                   "file or a tpu-runner deployment.yaml has `tpus:`, and this file has neither")
+
+
+def read_fleet_data(data: object):
+    """The fleet of a tpuq fleet file or a tpu-runner deployment file (tpuq.tpurunner.FleetRead)."""
+    from tpuq.errors import Permanent
+    from tpuq.tpurunner import is_runner_file, read_fleet
+
+    if not isinstance(data, dict):
+        raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+    kind = "tpu-runner deployment" if is_runner_file(data) else "fleet"
+    try:
+        return read_fleet(data)
+    except ValidationError as e:
+        _, reason = describe_validation_error(e)
+        raise CliError(f"invalid {kind} file: {reason}") from None
+    except Permanent as e:
+        raise CliError(f"invalid {kind} file: {e}") from None
 
 
 def validate_data(data: object, kind: str):
-    from tpuq.fleet import FleetFile
     from tpuq.jobspec import JobFile
 
-    model = FleetFile if kind == "fleet" else JobFile
+    if kind == "fleet":
+        return read_fleet_data(data).fleet
     if not isinstance(data, dict):
         raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
     try:
-        return model.model_validate(data)
+        return JobFile.model_validate(data)
     except ValidationError as e:
         _, reason = describe_validation_error(e)
         raise CliError(f"invalid {kind} file: {reason}") from None
 
 
-def validate(file: Path = typer.Argument(..., help="A fleet file or a job.yaml")) -> None:
-    """Check a fleet or job file and say what is wrong, field by field."""
+def validate(file: Path = typer.Argument(..., help="A fleet file, a tpu-runner deployment.yaml or a job.yaml")) -> None:
+    """Check a fleet, tpu-runner deployment or job file and say what is wrong, field by field."""
     data = load_yaml_file(file)
     kind = detect_kind(data)
-    model = validate_data(data, kind)
     if kind == "fleet":
-        for note in model.transport_notes():
-            err.print(f"[yellow]warning[/yellow]: {escape(note)}", soft_wrap=True)
-        out.print(f"[green]ok[/green]: fleet {model.name!r} with {len(model.tpus)} TPU entr{'y' if len(model.tpus) == 1 else 'ies'}")
+        read = read_fleet_data(data)
+        for note in read.notes:
+            err.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
+        for warning in read.warnings:
+            err.print(f"[yellow]warning[/yellow]: {escape(warning)}", soft_wrap=True)
+        model = read.fleet
+        what = "tpu-runner deployment file, read as fleet" if read.kind == "tpu-runner" else "fleet"
+        out.print(f"[green]ok[/green]: {what} {model.name!r} with {len(model.tpus)} TPU "
+                  f"entr{'y' if len(model.tpus) == 1 else 'ies'}")
     else:
+        model = validate_data(data, kind)
         out.print(f"[green]ok[/green]: {len(model.jobs)} job{'s' if len(model.jobs) != 1 else ''}")
 
 

@@ -18,16 +18,23 @@ from tpuq.documents import JobDoc, JobState
 
 def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
            wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 if one did not succeed"),
-           timeout: float = typer.Option(0, help="With --wait: give up after this many seconds (0: never)")) -> None:
+           timeout: float = typer.Option(0, help="With --wait: give up after this many seconds (0: never)"),
+           job_ids: Optional[list[str]] = typer.Option(None, "--job-id", help="Submit only the job with this id "
+                                                       "(repeat for several); a file of one job without an id "
+                                                       "gets this id")) -> None:
     """Bundle the job directory, upload it to each candidate bucket, and publish the jobs."""
     import random
 
     from tpuq.bundle import BundleError
     from tpuq.jobspec import JobFile
-    from tpuq.submit import prepare, submit_prepared
+    from tpuq.submit import prepare, select_jobs, submit_prepared
 
     jobs = validate_data(load_yaml_file(job_file), "job")
     assert isinstance(jobs, JobFile)
+    try:
+        jobs = select_jobs(jobs, job_ids or [])
+    except ValueError as e:
+        raise CliError(str(e)) from None
     clients = cli_clients()
     try:
         prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random())
@@ -36,7 +43,10 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
     _check_job_buckets(clients, prepared)
     ids = submit_prepared(clients, prepared)
     for p, job_id in zip(prepared, ids):
-        note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files)" if p.bundle else ""
+        note = ""
+        if p.bundle:
+            used = " and ".join(p.bundle.ignore_files) or "no ignore file"
+            note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files; ignore files used: {used})"
         out.print(f"submitted [bold]{job_id}[/bold]{note}")
     if wait:
         raise typer.Exit(_wait_for_jobs(clients, ids, timeout))

@@ -30,7 +30,7 @@ class Target:
 
     fleet: FleetFile
     region: str = "us-central1"
-    firestore_location: str | None = None  # default: region
+    firestore_location: str | None = None  # --firestore-location; default: the fleet's, else region
     image_tag: str = "latest"
     project_number: str | None = None  # from the project; None in an offline plan
     service_urls: dict[str, str] | None = None  # override Cloud Run's deterministic URLs (tests)
@@ -47,7 +47,7 @@ class Target:
 
     def variables(self) -> dict[str, Any]:
         return {"project": self.project, "region": self.region,
-                "firestore_location": self.firestore_location or self.region, "image_tag": self.image_tag,
+                "firestore_location": self.firestore_location or self.fleet.firestore_location or self.region, "image_tag": self.image_tag,
                 "service": "${service}",  # expanded per service
                 "ssh_key_secret": self.fleet.ssh_key_secret, "worker_secrets": list(self.fleet.worker_secrets),
                 "job_buckets": self.fleet.job_bucket_names}

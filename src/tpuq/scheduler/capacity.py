@@ -58,7 +58,7 @@ def no_entry_reason(job: PendingJob) -> str:
     where = f" in zone {job.zone}" if job.zone else ""
     regions = {job.pinned_region} if job.pinned_region else job.regions
     where += f" in regions {', '.join(sorted(regions))}" if regions and not job.zone else ""
-    return f"no fleet entry offers {' or '.join(job.types)}{where}"
+    return f"no fleet entry offers {'a TPU' if job.any_type else ' or '.join(job.types)}{where}"
 
 
 def full_reason(entries: list[FleetEntry]) -> str:
@@ -101,7 +101,7 @@ def ask_for_capacity(
                 CapacityRequest(
                     request_id=request_id_for(job.job_id, n),
                     fleet=fleet.name,
-                    types=list(job.types),
+                    types=list(dict.fromkeys(e.type for e in entries)) if job.any_type else list(job.types),
                     regions=regions,
                     zones=[job.zone] if job.zone else [],
                     count=1,

@@ -295,6 +295,7 @@ def attempt_ended(
         spec.get("max_infra_retries"),
         now,
         rng,
+        retry_on_infrastructure_failure=spec.get("retry_on_infrastructure_failure", True),
     )
     if job.get("cancel_requested") and decision.next_state is JobState.pending:
         # Its cancel was asked (`tpuq cancel`, `tpuq fleet drain --now`), and the TPU went first: never run it again.

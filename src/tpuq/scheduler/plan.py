@@ -39,7 +39,7 @@ from typing import Callable, Iterable
 
 from tpuq.documents import short_node_name
 from tpuq.fleet import FleetEntry, FleetFile
-from tpuq.jobspec import JobSpec, Priority
+from tpuq.jobspec import ANY_TPU, JobSpec, Priority
 from tpuq.tputypes import canonical_name, zone_region
 
 
@@ -91,6 +91,14 @@ class PendingJob:
             not_before=not_before,
         )
 
+    @property
+    def any_type(self) -> bool:
+        """`tpu: any`: every type the fleet offers."""
+        return self.types == (ANY_TPU,)
+
+    def accepts(self, tpu_type: str) -> bool:
+        return self.any_type or tpu_type in self.types
+
     def region_allowed(self, region: str) -> bool:
         if self.pinned_region is not None and region != self.pinned_region:
             return False
@@ -138,7 +146,7 @@ class Plan:
 def compatible(job: PendingJob, tpu: IdleTpu) -> bool:
     """May `job` run on `tpu`? Type, zone, exact name, bucket regions and region pinning."""
     return (
-        tpu.type in job.types
+        job.accepts(tpu.type)
         and (job.zone is None or job.zone == tpu.zone)
         and (job.tpu_name is None or job.tpu_name == short_node_name(tpu.name))
         and job.region_allowed(tpu.region)
@@ -165,7 +173,7 @@ def eligible_entries(job: PendingJob, fleet: FleetFile | None) -> list[FleetEntr
     return [
         entry
         for entry in fleet.tpus
-        if entry.type in job.types
+        if job.accepts(entry.type)
         and any(
             (job.zone is None or job.zone == zone) and job.region_allowed(zone_region(zone)) for zone in entry.zones
         )
@@ -259,7 +267,8 @@ def plan(
         if job.tpu_name is not None:
             candidates = [class_by_name[job.tpu_name]] if job.tpu_name in class_by_name else []
         else:
-            candidates = [c for t in job.types for c in classes_by_type.get(t, ())]
+            types = list(classes_by_type) if job.any_type else job.types
+            candidates = [c for t in types for c in classes_by_type.get(t, ())]
         return [c for c in candidates if compatible(job, class_tpus[c][0])]
 
     compat: list[list[int] | None] = [None] * len(signatures)
