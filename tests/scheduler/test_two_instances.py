@@ -62,6 +62,8 @@ def _healthy(url: str) -> bool:
         return False
 
 
+# 1,100 deliveries on the emulators: a few minutes on a loaded 2-core machine, more than the suite-wide 300 s.
+@pytest.mark.timeout(900)
 def test_two_instances_never_assign_twice_and_lose_nothing(stack_sched, two_schedulers):
     sched = stack_sched
     rng = random.Random(5)
