@@ -14,8 +14,10 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import documents, store
 from tpuq.brakes import DayUse, claim_stop_reason, day_start, day_use, grant_days_left
-from tpuq.documents import QR_STATES_RACING, JobState, QueuedResourceState, RequestStatus, TpuState, short_node_name
+from tpuq.documents import QR_STATES_RACING, JobDoc, JobState, QueuedResourceState, RequestStatus, TpuState, short_node_name
+from tpuq.errors import Permanent
 from tpuq.fleet import FleetFile
+from tpuq.jobspec import ANY_TPU
 from tpuq.messages import FailureClass
 from tpuq.fleetstore import FleetControl, load_control, load_fleet
 from tpuq.queries import age
@@ -226,16 +228,21 @@ def brakes_view(fleet: FleetFile, control: FleetControl, use: DayUse, now: datet
 def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: datetime, tz: tzinfo) -> str | None:
     """What holds a pending job, from the fleet views: "v4-8 in us-central2-b backed off until 14:03 CET;
     europe-west4-a dropped: no quota: ...", led by the zones it races in. None when nothing is known to hold it."""
-    if job.get("state") != JobState.pending:
+    try:
+        j = JobDoc.from_doc(job)
+    except Permanent:
+        return None  # an unreadable job: `tpuq status` says so itself
+    if j.state != JobState.pending:
         return None
-    spec = job.get("spec") or {}
-    types = {canonical_name(t) for t in spec.get("tpu") or []}
+    spec = j.spec or {}
+    any_type = [t.strip().lower() for t in j.spec_tpu] == [ANY_TPU]  # `tpu: any`: every type the fleet offers
+    types = {canonical_name(t) for t in j.spec_tpu}
     zone = spec.get("zone")
-    region = job.get("pinned_region")
+    region = j.pinned_region
     held: list[str] = []
     racing: list[str] = []
     for view in views:
-        rows = [r for r in view.get("targets", []) if r["type"] in types and (not zone or r["zone"] == zone)
+        rows = [r for r in view.get("targets", []) if (any_type or r["type"] in types) and (not zone or r["zone"] == zone)
                 and (not region or zone_region(r["zone"]) == region)]
         if not rows:
             continue
@@ -252,9 +259,8 @@ def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: dateti
                 held.append(f"{r['zone']} skipped: {r['skipped']}")
             elif r["backoff_until"]:
                 held.append(f"{r['type']} in {r['zone']} backed off until {r['backoff_until_local']}")
-    not_before = job.get("not_before")
-    if isinstance(not_before, datetime) and not_before > now:
-        held.append(f"retry not before {local_time(not_before, tz, now)}")
+    if isinstance(j.not_before, datetime) and j.not_before > now:
+        held.append(f"retry not before {local_time(j.not_before, tz, now)}")
     if racing:
         held.insert(0, "racing " + ", ".join(racing))
     return "; ".join(held) if held else None
