@@ -29,6 +29,7 @@ EXPECTED_EDGES = {
     ("pending", "assign"): "assigned",
     ("pending", "cancel"): "cancelled",
     ("pending", "reject"): "rejected",
+    ("pending", "reprioritize"): "pending",
     ("assigned", "unassign"): "pending",
     ("assigned", "start"): "running",
     ("assigned", "succeed"): "succeeded",  # ended overtook started
