@@ -337,3 +337,42 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
             if t.dropped_version is not None and (version is None or t.dropped_version == version)
         ],
     }
+
+
+def job_counts(db) -> dict[str, int]:
+    """How many stored jobs are in each state (Firestore `count()` aggregations, one per state)."""
+    counts = {}
+    for state in JobState:
+        query = db.collection(store.JOBS).where(filter=FieldFilter("state", "==", state.value))
+        counts[state.value] = int(query.count().get()[0][0].value)
+    return counts
+
+
+def status_overview(db, now: datetime, tz: tzinfo) -> dict[str, Any]:
+    """`tpuq status` without a job, like tpu-runner's `status --deployment`: per stored fleet its entries, its
+    TPUs and queued resources by state and what blocks it (from `fleet_view`'s model), and the queue by state."""
+    fleets = []
+    for view in all_fleet_views(db, now, tz):
+        fleet = load_fleet(db, view["fleet"])
+        tpus: dict[str, int] = {}
+        for t in view["tpus"]:
+            tpus[t.get("state") or "unknown"] = tpus.get(t.get("state") or "unknown", 0) + 1
+        qrs: dict[str, int] = {}
+        for q in view["queued_resources"]:
+            qrs[q.get("state") or "unknown"] = qrs.get(q.get("state") or "unknown", 0) + 1
+        brakes = view["brakes"]
+        blocked = list(view["blocked"]) + ([f"claiming stopped: {brakes['stopped']}"] if brakes.get("stopped") else [])
+        fleets.append({
+            "fleet": view["fleet"],
+            "project": fleet.project,
+            "entries": [{"id": e.id, "type": e.type, "zones": list(e.zones), "count": e.count,
+                         "keep_warm_count": e.keep_warm_count, "provisioning_model": e.provisioning_model.value,
+                         "existing": e.existing} for e in fleet.tpus],
+            "tpus": dict(sorted(tpus.items())),
+            "queued_resources": dict(sorted(qrs.items())),
+            "requests_open": len(view["requests"]),
+            "blocked": blocked,
+            "zones": view["zones"],
+            "paused": brakes.get("paused", False),
+        })
+    return {"generated_at": now, "fleets": fleets, "jobs": job_counts(db)}

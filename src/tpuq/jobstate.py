@@ -5,6 +5,7 @@
        └──────requeue──────┴───────────────────┘
     pending | assigned | running ──cancel──► cancelled
     pending ──reject──► rejected   (an invalid submission; intake stores it already rejected)
+    pending ──reprioritize──► pending   (`tpuq set-priority`: only a job that has not started)
 
 The states themselves, and which are terminal, are `tpuq.documents.JobState`.
 `TRANSITIONS` is the only place that says which edges exist; `transition` refuses
@@ -20,9 +21,10 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import NamedTuple
 
-from tpuq.documents import JobState
+from tpuq.documents import JobDoc, JobState
 from tpuq.errors import Permanent
 from tpuq.fleet import RetryBudgets
+from tpuq.jobspec import Priority
 from tpuq.messages import AttemptOutcome
 
 
@@ -35,6 +37,7 @@ class JobEvent(str, Enum):
     requeue = "requeue"  # preempted or infra-failed attempt with budget left: back to the queue
     cancel = "cancel"
     reject = "reject"  # the submission is invalid
+    reprioritize = "reprioritize"  # `tpuq set-priority`: a new priority for a job that has not started
 
 
 _S, _E = JobState, JobEvent
@@ -45,6 +48,7 @@ TRANSITIONS: dict[tuple[JobState, JobEvent], JobState] = {
     (_S.pending, _E.assign): _S.assigned,
     (_S.pending, _E.cancel): _S.cancelled,
     (_S.pending, _E.reject): _S.rejected,
+    (_S.pending, _E.reprioritize): _S.pending,
     (_S.assigned, _E.unassign): _S.pending,
     (_S.assigned, _E.start): _S.running,
     (_S.assigned, _E.succeed): _S.succeeded,
@@ -79,6 +83,26 @@ def transition(state: JobState | str, event: JobEvent | str) -> JobState:
 def allowed_events(state: JobState | str) -> frozenset[JobEvent]:
     state = JobState(state)
     return frozenset(e for (s, e) in TRANSITIONS if s is state)
+
+
+def reprioritized(job: dict, priority: Priority, now: datetime) -> dict | None:
+    """The fields `tpuq set-priority` writes to a stored job: the priority the matcher reads (`spec.priority`)
+    and the one the pending query orders by (`priority_rank`). None: it has that priority already (a repeat
+    writes nothing). IllegalTransition for a job that is not pending (assigned, running, ended)."""
+    view = JobDoc.from_doc(job)
+    transition(view.state, JobEvent.reprioritize)
+    if (view.spec or {}).get("priority", view.priority) == priority.value and view.priority_rank == priority.rank:
+        return None
+    return JobDoc.fields(priority=priority.value, priority_rank=priority.rank, updated_at=now) | {
+        JobDoc.field("spec", "priority"): priority.value}
+
+
+def still_unstarted(job: dict, expected_attempt: int | None) -> bool:
+    """`tpuq cancel --if-pending`'s guard: pending, and no attempt begun since the CLI read the job when it had
+    `expected_attempt` attempts (None: any number)."""
+    if job.get("state") != JobState.pending:
+        return False
+    return expected_attempt is None or int(job.get("attempt") or 0) == expected_attempt
 
 
 class RetryDecision(NamedTuple):

@@ -146,6 +146,10 @@ class CancelRequest(StrictModel):
     reason: str = "cancelled by user"
     requested_by: str | None = None
     at: datetime | None = None
+    # `tpuq cancel --if-pending`: cancel only a job still pending at attempt `expected_attempt` (the number of
+    # attempts it had when the CLI read it): one that was assigned meanwhile, even if requeued since, is left alone.
+    if_pending: bool = False
+    expected_attempt: int | None = None
 
 
 class GcsObjectEvent(StrictModel):

@@ -49,3 +49,49 @@ def test_cancel_of_an_unknown_job_is_recorded_not_retried(sched):
     sched.deliver("cancels", CancelRequest(job_id="nope"))
     [dead] = sched.all(store.DEAD_LETTERS).values()
     assert dead["field"] == "job_id" and "nope" in dead["reason"]
+
+
+# `tpuq cancel --if-pending`: every message below is delivered twice (a redelivery), as `deliver` always does.
+
+def test_cancel_if_pending_cancels_a_job_that_has_not_started(sched):
+    sched.deliver("jobs", {"id": "j1", "tpu": "v4-8", "command": "train"})
+    sched.deliver("cancels", CancelRequest(job_id="j1", if_pending=True, expected_attempt=0))
+    assert sched.job("j1")["state"] == "cancelled"
+
+
+def test_cancel_if_pending_leaves_a_started_job_alone(sched):
+    running_job(sched)
+    before = sched.job("j1")
+    sched.deliver("cancels", CancelRequest(job_id="j1", if_pending=True, expected_attempt=0))
+    assert sched.job("j1") == before and not before.get("cancel_requested")
+    assert sched.drain("assignments") == []  # nothing is stopped
+
+
+def test_cancel_if_pending_leaves_a_job_that_ran_and_was_requeued_since(sched):
+    running_job(sched)  # the CLI read it at 0 attempts; then it ran, and was preempted back to pending
+    sched.deliver("attempt-events", ended("preempted"))
+    requeued = sched.job("j1")
+    assert requeued["state"] == "pending" and requeued["attempt"] == 1
+    sched.deliver("cancels", CancelRequest(job_id="j1", if_pending=True, expected_attempt=0))
+    assert sched.job("j1")["state"] == "pending"
+    sched.deliver("cancels", CancelRequest(job_id="j1", if_pending=True, expected_attempt=1))
+    assert sched.job("j1")["state"] == "cancelled"
+
+
+def test_set_priority_reorders_the_queue_for_the_next_pass(sched):
+    """What `tpuq set-priority` writes (`jobstate.reprioritized`), then its tick: the low job submitted first,
+    raised to high, gets the one idle TPU ahead of the normal one."""
+    from datetime import datetime, timezone
+
+    from tpuq.jobspec import Priority
+    from tpuq.jobstate import reprioritized
+    from tpuq.messages import Tick
+
+    sched.deliver("jobs", {"id": "ja", "tpu": "v4-8", "priority": "low", "command": "train"})
+    sched.deliver("jobs", {"id": "jb", "tpu": "v4-8", "command": "train"})
+    fields = reprioritized(sched.job("ja"), Priority.high, datetime.now(timezone.utc))
+    sched.db.collection(store.JOBS).document("ja").update(fields)
+    assert reprioritized(sched.job("ja"), Priority.high, datetime.now(timezone.utc)) is None  # a repeat: no write
+    sched.deliver("ticks", Tick(at=datetime.now(timezone.utc), source="set-priority"))
+    sched.deliver("fleet-events", active("n1"))
+    assert (sched.job("ja")["state"], sched.job("jb")["state"]) == ("assigned", "pending")

@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-COMMANDS = ["init", "validate", "submit", "status", "list", "watch", "logs", "cancel", "fleet", "fleet apply", "demo",
+COMMANDS = ["init", "validate", "submit", "status", "list", "watch", "logs", "cancel", "set-priority",
+            "validate-fleet", "validate-jobs", "fleet", "fleet apply", "demo",
             "dev", "dev up", "dev down", "dev env", "dev status"]
 
 

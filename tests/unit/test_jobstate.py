@@ -29,6 +29,7 @@ EXPECTED_EDGES = {
     ("pending", "assign"): "assigned",
     ("pending", "cancel"): "cancelled",
     ("pending", "reject"): "rejected",
+    ("pending", "reprioritize"): "pending",
     ("assigned", "unassign"): "pending",
     ("assigned", "start"): "running",
     ("assigned", "succeed"): "succeeded",  # ended overtook started
@@ -155,3 +156,33 @@ def test_decision_event_is_an_edge_from_running():
     for outcome in AttemptOutcome:
         decision = decide(outcome)
         assert transition(JobState.running, decision.event) is decision.next_state
+
+
+# ---- set-priority and cancel --if-pending ------------------------------------
+
+def test_reprioritized_only_a_pending_job():
+    from tpuq.jobspec import Priority
+    from tpuq.jobstate import reprioritized
+
+    job = {"state": "pending", "priority": "low", "priority_rank": 0, "spec": {"priority": "low"}}
+    assert reprioritized(job, Priority.high, NOW) == {"priority": "high", "priority_rank": 2,
+                                                      "spec.priority": "high", "updated_at": NOW}
+    assert reprioritized(job, Priority.low, NOW) is None
+    for state in ("assigned", "running", "succeeded", "cancelled"):
+        with pytest.raises(IllegalTransition):
+            reprioritized({**job, "state": state}, Priority.high, NOW)
+
+
+@pytest.mark.parametrize(("state", "attempt", "expected", "unstarted"), [
+    ("pending", 0, 0, True),
+    ("pending", 1, 1, True),
+    ("pending", 1, 0, False),  # it ran and was requeued since the CLI read it
+    ("pending", 3, None, True),
+    ("assigned", 1, 0, False),
+    ("running", 1, 1, False),
+    ("cancelled", 0, 0, False),
+])
+def test_still_unstarted(state, attempt, expected, unstarted):
+    from tpuq.jobstate import still_unstarted
+
+    assert still_unstarted({"state": state, "attempt": attempt}, expected) is unstarted

@@ -46,8 +46,9 @@ app.add_typer(fleet_app, name="fleet")
 # The command table: (group, name, function), in the order `tpuq --help` lists them.
 COMMANDS = (
     (app, "validate", files.validate), (app, "init", files.init),
+    (app, "validate-fleet", files.validate_fleet), (app, "validate-jobs", files.validate_jobs),
     (app, "submit", jobs.submit), (app, "status", jobs.status), (app, "list", jobs.list_),
-    (app, "cancel", jobs.cancel), (app, "logs", jobs.logs), (app, "watch", jobs.watch),
+    (app, "cancel", jobs.cancel), (app, "set-priority", jobs.set_priority), (app, "logs", jobs.logs), (app, "watch", jobs.watch),
     (fleet_app, "unblock", fleet.fleet_unblock), (fleet_app, "apply", fleet.fleet_apply),
     (fleet_app, "pause", fleet.fleet_pause), (fleet_app, "resume", fleet.fleet_resume),
     (fleet_app, "drain", fleet.fleet_drain),

@@ -74,7 +74,20 @@ def validate_data(data: object, kind: str):
 def validate(file: Path = typer.Argument(..., help="A fleet file, a tpu-runner deployment.yaml or a job.yaml")) -> None:
     """Check a fleet, tpu-runner deployment or job file and say what is wrong, field by field."""
     data = load_yaml_file(file)
-    kind = detect_kind(data)
+    _report_valid(data, detect_kind(data))
+
+
+def validate_fleet(file: Path = typer.Argument(Path("deployment.yaml"), help="A fleet or tpu-runner deployment file")) -> None:
+    """tpu-runner's name for `tpuq validate` on a fleet (deployment) file."""
+    _report_valid(load_yaml_file(file), "fleet")
+
+
+def validate_jobs(file: Path = typer.Argument(Path("job.yaml"), help="A job.yaml")) -> None:
+    """tpu-runner's name for `tpuq validate` on a job file."""
+    _report_valid(load_yaml_file(file), "job")
+
+
+def _report_valid(data: object, kind: str) -> None:
     if kind == "fleet":
         read = read_fleet_data(data)
         for note in read.notes:

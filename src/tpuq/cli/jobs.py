@@ -88,34 +88,40 @@ def _wait_for_jobs(clients, ids: list[str], timeout: float) -> int:
     return 0 if all(s == JobState.succeeded for s in final.values()) else 1
 
 
-def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for the recent jobs"),
+def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for the fleet overview"),
+           deployment: Optional[Path] = typer.Option(None, "--deployment", hidden=True,
+                                                     help="tpu-runner's spelling; tpuq reads the stored fleets"),
+           pretty: bool = typer.Option(False, "--pretty", hidden=True, help="tpu-runner's spelling of --json"),
            as_json: bool = typer.Option(False, "--json", help="Machine-readable output")) -> None:
-    """Show one job (state, attempts, reason) or the recent jobs."""
+    """One job (state, attempts, reason), or without one the fleet overview: entries, TPUs and queue by state,
+    blocked reasons."""
     from datetime import datetime, timezone
 
-    from tpuq.queries import attempts, list_jobs
+    from tpuq.queries import attempts
 
     clients = cli_clients()
     db = clients.firestore
     if job_id is None:
-        rows = list_jobs(db, limit=20)
-        _annotate_waiting(db, rows)
-        blocks = _fleet_blocks(db)
-        for row in rows:
-            if row.get("state") == JobState.pending and blocks and not row.get("blocked"):
-                row["blocked"] = "blocked: " + blocks[0]
-        if as_json:
-            print(json.dumps(rows, default=json_default, indent=2))
+        from tpuq.cli.fleet import local_zone
+        from tpuq.cli.views import print_overview
+        from tpuq.fleetreport import status_overview
+
+        if deployment is not None:
+            err.print(f"note: --deployment: tpuq shows the fleets stored with `tpuq fleet apply`, not {deployment}")
+        view = status_overview(db, datetime.now(timezone.utc), local_zone())
+        if as_json or pretty:
+            print(json.dumps(view, default=json_default, indent=2))
         else:
-            print_job_table(rows, datetime.now(timezone.utc))
+            print_overview(view)
         return
     job = job_or_fail(db, job_id)
     job["attempt_history"] = attempts(db, job_id)
     _annotate_waiting(db, [job])
-    if as_json:
+    if as_json or pretty:
         print(json.dumps(job, default=json_default, indent=2))
         return
     print_job(job_id, job, _fleet_blocks(db) if JobDoc.from_doc(job, job_id).state is JobState.pending else [])
+
 
 def _annotate_waiting(db, jobs: list[dict]) -> None:
     """`waiting` on each pending job: what holds it (brakes, back-offs, drops), times in the local zone."""
@@ -147,17 +153,124 @@ def list_(state: Optional[str] = typer.Option(None, help="Only jobs in this stat
     print_job_table(rows, datetime.now(timezone.utc))
 
 
-def cancel(job_id: str = typer.Argument(...), reason: str = typer.Option("cancelled by user")) -> None:
-    """Cancel a job: a pending one at once, a running one by stopping it on every worker."""
+# Exit statuses of cancel and set-priority, as tpu-runner's: 1 an unknown job, 2 a conflict (it started).
+EXIT_UNKNOWN, EXIT_CONFLICT = 1, 2
+
+
+def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One or more job ids"),
+           if_pending: bool = typer.Option(False, "--if-pending",
+                                           help="Cancel only jobs that have not started; list the others as skipped"),
+           reason: str = typer.Option("cancelled by user"),
+           timeout: float = typer.Option(60.0, min=1, help="With --if-pending: seconds to wait for the scheduler")) -> None:
+    """Cancel jobs: a pending one at once, a running one by stopping it on every worker. With --if-pending, only
+    those not started: exit 2 if one was skipped, 1 if one is unknown."""
     from tpuq.messages import CancelRequest
+    from tpuq.queries import UnknownJob, get_job
 
     clients = cli_clients()
-    job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
-    if job.terminal:
-        out.print(f"{job_id} already ended: {job.state}")
+    db = clients.firestore
+    code = 0
+    asked: dict[str, int] = {}  # job id -> its attempt count when read (--if-pending)
+    for job_id in dict.fromkeys(job_ids):
+        try:
+            job = get_job(db, job_id)
+        except UnknownJob as e:
+            err.print(f"[red]error:[/red] {e}", highlight=False)
+            code = max(code, EXIT_UNKNOWN)
+            continue
+        state = job.get("state")
+        if state in TERMINAL_JOB_STATES:
+            out.print(f"{job_id} already ended: {state}")
+            continue
+        if if_pending and state != JobState.pending:
+            out.print(f"skipped {job_id}: it has started (state {state}); tpuq cancel {job_id} stops it")
+            code = EXIT_CONFLICT
+            continue
+        attempt = int(job.get("attempt") or 0)
+        clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=os.environ.get("USER"),
+                                                 if_pending=if_pending, expected_attempt=attempt if if_pending else None))
+        if if_pending:
+            asked[job_id] = attempt
+        else:
+            out.print(f"cancel requested for {job_id} (state was {state})")
+    if asked and _confirm_if_pending(db, asked, timeout) and not code:
+        code = EXIT_CONFLICT
+    if code:
+        raise typer.Exit(code)
+
+
+def _confirm_if_pending(db, asked: dict[str, int], timeout: float) -> bool:
+    """Wait until the scheduler cancelled each job or it started first; print which. True if one was skipped
+    (or not confirmed in time)."""
+    import time
+
+    from tpuq.queries import get_job
+    from tpuq.jobstate import still_unstarted
+
+    deadline = time.monotonic() + timeout
+    skipped = False
+    while asked:
+        for job_id, attempt in list(asked.items()):
+            job = get_job(db, job_id)
+            if job.get("state") == JobState.cancelled:
+                out.print(f"cancelled {job_id}")
+            elif not still_unstarted(job, attempt):
+                out.print(f"skipped {job_id}: it started before the cancel arrived (state {job.get('state')})")
+                skipped = True
+            else:
+                continue
+            del asked[job_id]
+        if asked and time.monotonic() > deadline:
+            for job_id in asked:
+                err.print(f"{job_id}: cancel asked, not confirmed by the scheduler after {timeout:.0f}s")
+            return True
+        if asked:
+            time.sleep(0.3)
+    return skipped
+
+
+def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
+                 priority: str = typer.Argument(..., metavar="low|normal|high")) -> None:
+    """Change a pending job's priority; the scheduler re-plans at once. A job that has started keeps its
+    priority (exit 2), as in tpu-runner."""
+    from datetime import datetime, timezone
+
+    from tpuq import store
+    from tpuq.cli.fleet import _nudge
+    from tpuq.guarded import WriteSet, read_decide_commit
+    from tpuq.jobspec import Priority
+    from tpuq.jobstate import IllegalTransition, reprioritized
+
+    try:
+        wanted = Priority(priority)
+    except ValueError:
+        raise CliError(f"priority: {priority!r} is not one of low, normal, high") from None
+    clients = cli_clients()
+    db = clients.firestore
+    ref = db.collection(store.JOBS).document(job_id)
+
+    def decide(snap):
+        if not snap.exists:
+            return WriteSet(), ("unknown", None)
+        job = snap.to_dict()
+        try:
+            fields = reprioritized(job, wanted, datetime.now(timezone.utc))
+        except IllegalTransition:
+            return WriteSet(), ("conflict", job)
+        return WriteSet().update(snap, fields), ("changed" if fields else "same", job)
+
+    result, job = read_decide_commit(db, [ref], decide)
+    if result == "unknown":
+        raise CliError(f"no job {job_id!r} (tpuq list shows the recent ones)")
+    if result == "conflict":
+        err.print(f"[red]error:[/red] {job_id} is {job.get('state')}: set-priority changes only a pending job "
+                  "(its priority stays " f"{job.get('priority')})", highlight=False)
+        raise typer.Exit(EXIT_CONFLICT)
+    if result == "same":
+        out.print(f"{job_id} already has priority {wanted.value}")
         return
-    clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=os.environ.get("USER")))
-    out.print(f"cancel requested for {job_id} (state was {job.state})")
+    _nudge(clients, "set-priority")  # the scheduler's next pass, now, takes the queue in the new order
+    out.print(f"{job_id}: priority {wanted.value} (was {job.get('priority')}); the scheduler re-plans now")
 
 
 def logs(job_id: str = typer.Argument(...),

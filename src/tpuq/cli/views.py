@@ -123,3 +123,30 @@ def print_fleet(view: dict) -> None:
     # What holds a zone, in full on its own line: a raw API error or a quota detail is too long for a cell.
     for z in view.get("zones", []):
         out.print(f"zone {z['key']}: {z['note']}", highlight=False, markup=False)
+
+
+def print_overview(view: dict) -> None:
+    """`tpuq status` without a job: each fleet's entries, TPUs and queued resources by state, what blocks it,
+    then the queue by state."""
+    def counts(by_state: dict) -> str:
+        return ", ".join(f"{n} {state}" for state, n in by_state.items()) or "none"
+
+    if not view["fleets"]:
+        out.print("no fleet stored yet (tpuq fleet apply fleet.yaml)")
+    for f in view["fleets"]:
+        paused = "  [yellow]paused[/yellow]" if f["paused"] else ""
+        out.print(f"fleet [bold]{f['fleet']}[/bold] (project {f['project']}){paused}")
+        for e in f["entries"]:
+            where = f"existing {e['existing']}" if e["existing"] else f"up to {e['count']} in {', '.join(e['zones'])}"
+            warm = f", {e['keep_warm_count']} kept warm" if e["keep_warm_count"] else ""
+            out.print(f"  entry {e['id']}: {e['type']} {e['provisioning_model']}, {where}{warm}", highlight=False)
+        out.print(f"  TPUs: {counts(f['tpus'])}", highlight=False)
+        out.print(f"  queued resources: {counts(f['queued_resources'])}; open capacity requests: {f['requests_open']}",
+                  highlight=False)
+        for reason in f["blocked"]:
+            out.print(f"  [red]blocked:[/red] {reason}", highlight=False)
+        for z in f["zones"]:
+            out.print(f"  {z['key']}: {z['note']}", highlight=False)
+    jobs = {state: n for state, n in view["jobs"].items() if n}
+    out.print(f"jobs: {counts(jobs)}", highlight=False)
+    out.print("one job: tpuq status JOB; the recent ones: tpuq list; the fleet in detail: tpuq fleet")

@@ -174,7 +174,8 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
     def decide(job):
         if not job.exists:
             raise Permanent(f"no job {request.job_id!r} is stored", field="job_id")
-        decision = lifecycle.cancel(job.to_dict(), request.reason, ctx.now())
+        decision = lifecycle.cancel(job.to_dict(), request.reason, ctx.now(), request.if_pending,
+                                    request.expected_attempt)
         return WriteSet().update(job, decision.job), (decision, job.to_dict())
 
     decision, job = read_decide_commit(db, [job_ref], decide)

@@ -21,7 +21,7 @@ from tpuq import gcslayout
 from tpuq.documents import AttemptDoc, AttemptState, JobDoc, TpuState, short_node_name
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
-from tpuq.jobstate import IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
+from tpuq.jobstate import still_unstarted, IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
 from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FleetEvent, FleetEventKind, WorkerEndpoint
 from tpuq.scheduler.plan import Match
 from tpuq.tputypes import canonical_name, zone_region
@@ -336,9 +336,13 @@ class CancelDecision:
     stop_attempt: bool = False  # tell the executor to stop the running attempt
 
 
-def cancel(stored: Doc, reason: str, now: datetime) -> CancelDecision:
+def cancel(stored: Doc, reason: str, now: datetime, if_pending: bool = False,
+           expected_attempt: int | None = None) -> CancelDecision:
+    """`if_pending`: only a job still pending, and (with `expected_attempt`) never assigned since the CLI read it."""
     job = JobDoc.from_doc(stored)
     state = job.state
+    if if_pending and not still_unstarted(stored, expected_attempt):
+        return CancelDecision(None)  # it started: `tpuq cancel --if-pending` leaves it alone
     try:
         cancelled = transition(state, JobEvent.cancel)
     except IllegalTransition:
