@@ -25,7 +25,10 @@ def test_a_missing_bucket_is_one_line_and_nothing_is_sent(clean_stack, clients, 
                        "gs://tpuq-nowhere-us-central2"]}
     r = submit(tmp_path, clean_stack, job)
     assert r.returncode == 1
-    assert r.stderr.strip() == "error: bucket gs://tpuq-nowhere-us-central2 does not exist", r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith("error: bucket gs://tpuq-nowhere-us-central2 does not exist: "), line
+    assert "gcloud storage buckets create gs://tpuq-nowhere-us-central2 --location=us-central2" in line
+    assert f"the local stack has gs://{clean_stack.runner_bucket} (`tpuq dev up` makes one per region" in line
     assert "Traceback" not in r.stderr + r.stdout and "404" not in r.stderr
     assert not list(clients.storage.bucket(clean_stack.runner_bucket).list_blobs(prefix="tpuq/bundles/"))
     assert not clients.firestore.collection(store.JOBS).document("nobucket-1").get().exists
