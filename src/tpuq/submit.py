@@ -144,7 +144,9 @@ def storage_bucket_checks(storage, emulated: bool) -> tuple[Callable[[str], bool
 
 def upload_bundle(storage, bundle: Bundle, buckets: list[str]) -> str:
     """Upload to every bucket unless already there (does-not-exist precondition); returns the first copy's URI."""
-    from google.api_core.exceptions import PreconditionFailed
+    from google.api_core.exceptions import NotFound as GcsNotFound, PreconditionFailed
+
+    from tpuq.errors import NotFound
 
     for uri in buckets:
         bucket_name, _ = split_gs_uri(uri)
@@ -153,6 +155,8 @@ def upload_bundle(storage, bundle: Bundle, buckets: list[str]) -> str:
             blob.upload_from_string(bundle.data, content_type="application/gzip", if_generation_match=0)
         except PreconditionFailed:
             pass  # same content, same name: already uploaded
+        except GcsNotFound:  # deleted since check_buckets saw it: the same one line, never the raw 404
+            raise NotFound(missing_bucket_line(bucket_name, None)) from None
     return f"{buckets[0]}/{bundle.object_name}"
 
 
