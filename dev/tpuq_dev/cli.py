@@ -60,6 +60,12 @@ def dev_up(
     with err.status("starting the local stack..."):
         s.up()
     out.print(f"local stack ready in {time.monotonic() - started:.1f}s; state in {s.state_dir}")
+    from tpuq.capacitymodel.scenario import load_scenario
+    from tpuq_dev.devstack.describe import started_lines
+
+    for line in started_lines(s.load_fleet(), load_scenario(s.scenario) if s.scenario else None, s.time_scale,
+                              s.buckets):
+        out.print(line, highlight=False, markup=False)
     out.print('load its environment with:  eval "$(tpuq dev env)"')
 
 

@@ -74,3 +74,24 @@ jobs:
       python3 -m pip install -r requirements.txt && touch "$PIP_CACHE_DIR/.ready" &&
       python3 train.py --checkpoints "$CHECKPOINT_GCS_DIR"
 """
+
+LOCAL_JOB_TEMPLATE = """\
+# A tpuq job for the local stack as `tpuq dev up` starts it (its fleet offers {tpu} in us-central2; `tpuq fleet`
+# lists the entries). Submit with `tpuq submit job.yaml --wait`; follow with `tpuq watch JOB` or `tpuq logs JOB`.
+jobs:
+  - name: hello
+    tpu: {tpu}
+    buckets:                    # the job bucket `tpuq dev up` made for the fleet's region (it lists them)
+      - gs://{bucket}
+    bundle: .                   # this directory, uploaded to the bucket
+    command: >-
+      echo "hello from worker $TPU_WORKER_ID of $TPU_WORKER_COUNT on $TPU_WORKER_HOST" &&
+      ls "$JOB_DIR" && echo "JOB_BUCKET=$JOB_BUCKET"
+"""
+
+
+def local_job() -> str:
+    """`tpuq init --local`'s job.yaml: runs on the local stack's default fleet as it is."""
+    from tpuq.stackenv import LOCAL_DEFAULT_BUCKET, LOCAL_DEFAULT_TYPE
+
+    return LOCAL_JOB_TEMPLATE.format(tpu=LOCAL_DEFAULT_TYPE, bucket=LOCAL_DEFAULT_BUCKET)

@@ -67,6 +67,7 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
         **checks,
         "fleet": fleet.name,
         "version": report["version"],
+        "entries": entries_view(fleet),
         "blocked": blocked,
         "brakes": brakes_view(fleet, control, day_use(tpu_docs, fleet.name, now), now, tz),
         "requests": report["requests"],
@@ -78,6 +79,25 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
         "targets": targets,
         "zones": zones,
     }
+
+
+def entries_view(fleet: FleetFile) -> list[dict[str, Any]]:
+    """The fleet file's entries: what the fleet may hold (type, zones, at most how many slices, spot or on-demand,
+    idle timeout); shown by `tpuq fleet` and `tpuq dev up` before anything has been created."""
+    return [{"id": e.id, "type": e.type, "zones": list(e.zones), "count": e.max_slices,
+             "tier": e.provisioning_model.value, "keep_warm": e.keep_warm_count, "existing": e.existing,
+             "idle_timeout_seconds": (e.idle_timeout_seconds if e.idle_timeout_seconds is not None
+                                      else fleet.idle_timeout_seconds)}
+            for e in fleet.tpus]
+
+
+def entry_line(entry: dict[str, Any]) -> str:
+    """One entry for people: "v4-single: up to 2 x v4-8 (spot) in us-central2-a, us-central2-b; idle 8 s"."""
+    if entry.get("existing"):
+        return f"{entry['id']}: the existing node {entry['existing']} ({entry['type']}) in {', '.join(entry['zones'])}"
+    warm = f", {entry['keep_warm']} kept warm" if entry.get("keep_warm") else ""
+    return (f"{entry['id']}: up to {entry['count']} x {entry['type']} ({entry['tier']}) in {', '.join(entry['zones'])}; "
+            f"idle timeout {entry['idle_timeout_seconds']} s{warm}")
 
 
 def precheck_view(fleet, prechecks) -> dict[str, Any]:

@@ -33,3 +33,14 @@ def load_env(state_dir: Path | None = None) -> dict[str, str]:
         if key:
             env[key] = value
     return env
+
+
+def local_job_bucket(owner_prefix: str, fleet: str, region: str) -> str:
+    """The job bucket `tpuq dev up` creates for each region of its fleet (the demo's fleet: tpuq-demo-us-central2);
+    `tpuq init --local` writes a job.yaml that uses it."""
+    return f"{owner_prefix}-{fleet}-{region}"
+
+
+# What `tpuq dev up` runs by default (its demo fleet): `tpuq init --local` writes a job for it.
+LOCAL_DEFAULT_TYPE = "v4-8"
+LOCAL_DEFAULT_BUCKET = local_job_bucket("tpuq", "demo", "us-central2")

@@ -74,6 +74,21 @@ def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: rando
     return prepared
 
 
+# ------------------------------------------------------------ jobs no fleet entry can run, refused before sending
+def unrunnable_jobs(prepared: list[PreparedJob], fleet, now) -> list[str]:
+    """One line per job that no entry of `fleet` (the stored fleet file, or None: not known) can ever run, naming
+    what the fleet offers; the scheduler would keep such a job pending and blocked with the same reason."""
+    from tpuq.scheduler.capacity import unrunnable_reason
+    from tpuq.scheduler.plan import PendingJob
+
+    lines = []
+    for p in prepared:
+        reason = unrunnable_reason(PendingJob.from_spec(p.spec, now), fleet)
+        if reason:
+            lines.append(f"job {p.spec.id}: {reason}")
+    return lines
+
+
 # ------------------------------------------------------------ the job's buckets, checked before anything is sent
 # Roles that let an account create objects (logs) and read them (bundles) in a bucket.
 WRITER_ROLES = frozenset({"roles/storage.objectAdmin", "roles/storage.admin", "roles/storage.objectUser",
@@ -109,10 +124,12 @@ def check_buckets(prepared: list[PreparedJob], exists: Callable[[str], bool],
     """(errors, warnings) about the jobs' buckets: a missing bucket is an error; a bucket the workers' account
     cannot write is a warning (read_bindings None, or returning None: the policy cannot be read, say nothing)."""
     used, written = job_bucket_names(prepared)
-    errors = [f"bucket gs://{name} does not exist" for name in used if not exists(name)]
+    regions = {b.name: b.region for p in prepared for b in p.spec.buckets if b.region}
+    missing = [name for name in used if not exists(name)]
+    errors = [missing_bucket_line(name, regions.get(name)) for name in missing]
     warnings = []
     for name in written:
-        if read_bindings is None or f"bucket gs://{name} does not exist" in errors:
+        if read_bindings is None or name in missing:
             continue
         bindings = read_bindings(name)
         if bindings is not None and not may_write(bindings, worker_account):
@@ -120,6 +137,13 @@ def check_buckets(prepared: list[PreparedJob], exists: Callable[[str], bool],
                             f"buckets add-iam-policy-binding gs://{name} --member=serviceAccount:{worker_account} "
                             "--role=roles/storage.objectAdmin")
     return errors, warnings
+
+
+def missing_bucket_line(name: str, region: str | None) -> str:
+    """One missing bucket, and what to run."""
+    location = f" --location={region}" if region else " --location=REGION"
+    return (f"bucket gs://{name} does not exist: create it (gcloud storage buckets create gs://{name}{location}) "
+            "or name an existing bucket in the job's `buckets`")
 
 
 def storage_bucket_checks(storage, emulated: bool) -> tuple[Callable[[str], bool], Callable[[str], list[dict] | None] | None]:
@@ -144,7 +168,9 @@ def storage_bucket_checks(storage, emulated: bool) -> tuple[Callable[[str], bool
 
 def upload_bundle(storage, bundle: Bundle, buckets: list[str]) -> str:
     """Upload to every bucket unless already there (does-not-exist precondition); returns the first copy's URI."""
-    from google.api_core.exceptions import PreconditionFailed
+    from google.api_core.exceptions import NotFound as GcsNotFound, PreconditionFailed
+
+    from tpuq.errors import NotFound
 
     for uri in buckets:
         bucket_name, _ = split_gs_uri(uri)
@@ -153,6 +179,8 @@ def upload_bundle(storage, bundle: Bundle, buckets: list[str]) -> str:
             blob.upload_from_string(bundle.data, content_type="application/gzip", if_generation_match=0)
         except PreconditionFailed:
             pass  # same content, same name: already uploaded
+        except GcsNotFound:  # deleted since check_buckets saw it: the same one line, never the raw 404
+            raise NotFound(missing_bucket_line(bucket_name, None)) from None
     return f"{buckets[0]}/{bundle.object_name}"
 
 

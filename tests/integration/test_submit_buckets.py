@@ -25,7 +25,10 @@ def test_a_missing_bucket_is_one_line_and_nothing_is_sent(clean_stack, clients, 
                        "gs://tpuq-nowhere-us-central2"]}
     r = submit(tmp_path, clean_stack, job)
     assert r.returncode == 1
-    assert r.stderr.strip() == "error: bucket gs://tpuq-nowhere-us-central2 does not exist", r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith("error: bucket gs://tpuq-nowhere-us-central2 does not exist: "), line
+    assert "gcloud storage buckets create gs://tpuq-nowhere-us-central2 --location=us-central2" in line
+    assert f"the local stack has gs://{clean_stack.runner_bucket} (`tpuq dev up` makes one per region" in line
     assert "Traceback" not in r.stderr + r.stdout and "404" not in r.stderr
     assert not list(clients.storage.bucket(clean_stack.runner_bucket).list_blobs(prefix="tpuq/bundles/"))
     assert not clients.firestore.collection(store.JOBS).document("nobucket-1").get().exists
@@ -37,3 +40,17 @@ def test_existing_buckets_submit_without_a_policy_warning(clean_stack, tmp_path)
     r = submit(tmp_path, clean_stack, job)
     assert r.returncode == 0, r.stderr
     assert "submitted withbucket-1" in r.stdout and "warning" not in r.stderr
+
+
+def test_a_bucket_gone_between_the_check_and_the_upload_is_the_same_one_line(clean_stack, clients, tmp_path):
+    """fake-gcs-server answers an upload to a missing bucket 404, as GCS does: never shown raw."""
+    import pytest
+
+    from tpuq.bundle import make_bundle
+    from tpuq.errors import NotFound
+    from tpuq.submit import upload_bundle
+
+    (tmp_path / "run.sh").write_text("echo hi\n")
+    with pytest.raises(NotFound) as e:
+        upload_bundle(clients.storage, make_bundle(tmp_path), ["gs://tpuq-gone-us-central2"])
+    assert str(e.value).startswith("bucket gs://tpuq-gone-us-central2 does not exist: create it")

@@ -45,7 +45,7 @@ def test_requests_stop_at_the_room_left_and_say_why():
     assert [a.message.request_id for a in asks] == ["r-j0-1"]
     assert asks[0].entry_id == "v4" and asks[0].record["id"] == "r-j0-1"
     assert "max 2" in blocked["j1"] and "max 2" in blocked["j2"]
-    assert blocked["v6"] == "no fleet entry offers v6e-8"
+    assert blocked["v6"] == "no fleet entry offers v6e-8; fleet test offers v4-8 in us-central2-b"
 
 
 def test_request_carries_zone_and_pinned_region():

@@ -35,7 +35,8 @@ def test_a_missing_bucket_is_one_error_line_and_its_policy_is_not_read(tmp_path)
     read = []
     errors, warnings = check_buckets(p, lambda name: name != "gone-us-east1",
                                      lambda name: read.append(name) or [], WORKER)
-    assert errors == ["bucket gs://gone-us-east1 does not exist"]
+    assert errors == ["bucket gs://gone-us-east1 does not exist: create it (gcloud storage buckets create "
+                      "gs://gone-us-east1 --location=us-east1) or name an existing bucket in the job's `buckets`"]
     assert read == ["here-us-central2"] and warnings == [HINT.format("here-us-central2")]
 
 

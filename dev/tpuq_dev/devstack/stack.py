@@ -31,7 +31,7 @@ from tpuq import topology
 from tpuq.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.processes import ProcRecord
-from tpuq.stackenv import ENV_FILE_NAME, StackError, default_state_dir
+from tpuq.stackenv import ENV_FILE_NAME, StackError, default_state_dir, local_job_bucket
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
 DEFAULT_PROJECT = "tpuq-local"
@@ -118,6 +118,20 @@ class DevStack:
         """The local stand-in for Google's token signing key (tpuq_dev.devstack.front.LocalGoogleSigner)."""
         return self.state_dir / "google-signer.pem"
 
+    @property
+    def buckets(self) -> list[str]:
+        """What `up` creates: the runner bucket, a job bucket per region of the fleet (`job_bucket_names`), extras."""
+        names = [self.runner_bucket, *job_bucket_names(self.load_fleet()), *self.extra_buckets]
+        return list(dict.fromkeys(names))
+
+    def load_fleet(self):
+        """The fleet file `up` stores (tpuq.fleet.FleetFile), or None without one."""
+        if self.fleet_file is None:
+            return None
+        from tpuq.tpurunner import read_fleet
+
+        return read_fleet(yaml.safe_load(Path(self.fleet_file).read_text())).fleet  # tpuq's or tpu-runner's file
+
     # ------------------------------------------------------------------ up
     def up(self) -> dict[str, str]:
         if self.state_file.exists():
@@ -131,7 +145,7 @@ class DevStack:
             self._start_emulators()
             self._declare_topics()
             self._start_fake_gcs()
-            self._create_buckets([self.runner_bucket, *self.extra_buckets])
+            self._create_buckets(self.buckets)
             self._make_ssh_identity()
             if self.scenario is not None:
                 self._start_fake_tpu()
@@ -217,11 +231,9 @@ class DevStack:
     def _ssh_reachable(self) -> list[str]:
         """The fake's workers answer SSH where this fleet's executor would reach them: internal IPs for
         vpc/iap, external IPs for direct (the scenario decides without a fleet)."""
-        if self.fleet_file is None:
+        fleet = self.load_fleet()
+        if fleet is None:
             return []
-        from tpuq.tpurunner import read_fleet
-
-        fleet = read_fleet(yaml.safe_load(Path(self.fleet_file).read_text())).fleet  # tpuq's or tpu-runner's file
         return ["--ssh-reachable", "internal" if fleet.reaches_internal_ips else "external"]
 
     def _start_fake_tpu(self) -> None:
@@ -248,9 +260,8 @@ class DevStack:
 
         from tpuq.fleetstore import save_fleet
         from tpuq.service import utcnow
-        from tpuq.tpurunner import read_fleet
 
-        fleet = read_fleet(yaml.safe_load(Path(self.fleet_file).read_text())).fleet
+        fleet = self.load_fleet()
         os.environ["FIRESTORE_EMULATOR_HOST"] = self.env["FIRESTORE_EMULATOR_HOST"]
         save_fleet(firestore.Client(project=self.project), fleet, utcnow())
         self.env["TPUQ_FLEET"] = fleet.name
@@ -394,6 +405,17 @@ class DevStack:
         return [
             {"name": r.name, "pid": r.pid, "url": r.url, "alive": processes.is_alive(r), "log": r.log} for r in records
         ]
+
+
+def job_bucket_names(fleet) -> list[str]:
+    """One job bucket per region of the fleet's zones, `OWNER_PREFIX-FLEET-REGION` (the demo's fleet:
+    tpuq-demo-us-central2), so that a job listing it runs there as it does against a project."""
+    if fleet is None:
+        return []
+    from tpuq.tputypes import zone_region
+
+    regions = dict.fromkeys(zone_region(z) for entry in fleet.tpus for z in entry.zones)
+    return [local_job_bucket(fleet.owner_prefix, fleet.name, region) for region in regions]
 
 
 def declare_topics(pubsub_host: str, project: str) -> None:

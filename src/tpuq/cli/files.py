@@ -104,15 +104,20 @@ def _report_valid(data: object, kind: str) -> None:
 
 
 def init(directory: Path = typer.Argument(Path("."), help="Where to write fleet.yaml and job.yaml"),
-         force: bool = typer.Option(False, "--force", help="Overwrite existing files")) -> None:
+         force: bool = typer.Option(False, "--force", help="Overwrite existing files"),
+         local: bool = typer.Option(False, "--local", help="Only a job.yaml that runs on `tpuq dev up`'s stack as it is")) -> None:
     """Write example fleet and job files, with comments."""
-    from tpuq.examples import EXAMPLE_FLEET, EXAMPLE_JOB
+    from tpuq.examples import EXAMPLE_FLEET, EXAMPLE_JOB, local_job
 
     directory.mkdir(parents=True, exist_ok=True)
-    for name, text in (("fleet.yaml", EXAMPLE_FLEET), ("job.yaml", EXAMPLE_JOB)):
+    files = (("job.yaml", local_job()),) if local else (("fleet.yaml", EXAMPLE_FLEET), ("job.yaml", EXAMPLE_JOB))
+    for name, text in files:
         path = directory / name
         if path.exists() and not force:
             raise CliError(f"{path} already exists (use --force to overwrite)")
         path.write_text(text)
         out.print(f"wrote {path}")
+    if local:
+        out.print(f"next: `tpuq dev up` (if it is not running), then `tpuq submit {directory / 'job.yaml'} --wait`")
+        return
     out.print("next: edit them, then `tpuq validate fleet.yaml` and `tpuq submit job.yaml`")

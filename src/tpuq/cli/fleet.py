@@ -151,10 +151,21 @@ def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (def
 
 def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None:
     """Store a fleet file so that the services use it (local stack or deployed project)."""
+    import os
     from datetime import datetime, timezone
 
-    from tpuq.fleetstore import save_fleet
+    from tpuq.cli.console import CliError
+    from tpuq.fleetstore import ENV_FLEET, save_fleet
 
     model = validate_data(load_yaml_file(file), "fleet")
-    version = save_fleet(cli_clients().firestore, model, datetime.now(timezone.utc))
-    out.print(f"fleet {model.name!r} stored (version {version})")
+    clients = cli_clients()
+    # The services read the fleet named by their TPUQ_FLEET (the local stack's env, a deployed service's setting)
+    # afresh for every message: a file under that name changes what they do; under another name it would not.
+    in_use = os.environ.get(ENV_FLEET)
+    if in_use and in_use != model.name:
+        raise CliError(f"{file}: fleet {model.name!r} would not be used: the services use fleet {in_use!r} "
+                       f"({ENV_FLEET}); nothing stored. Set `name: {in_use}` in the file to change it, or start the "
+                       f"local stack with `tpuq dev up --fleet {file}` (a project: `tpuq deploy {file}`)")
+    version = save_fleet(clients.firestore, model, datetime.now(timezone.utc))
+    _nudge(clients, "fleet-apply")  # jobs blocked for want of an entry are looked at again now
+    out.print(f"fleet {model.name!r} stored (version {version}); the services use it from their next message")

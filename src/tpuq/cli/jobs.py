@@ -21,7 +21,9 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
            timeout: float = typer.Option(0, help="With --wait: give up after this many seconds (0: never)"),
            job_ids: Optional[list[str]] = typer.Option(None, "--job-id", help="Submit only the job with this id "
                                                        "(repeat for several); a file of one job without an id "
-                                                       "gets this id")) -> None:
+                                                       "gets this id"),
+           force: bool = typer.Option(False, "--force", help="Submit even a job no fleet entry can run (it waits, "
+                                                             "blocked, until a `tpuq fleet apply` offers its TPU)")) -> None:
     """Bundle the job directory, upload it to each candidate bucket, and publish the jobs."""
     import random
 
@@ -40,6 +42,7 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random())
     except (BundleError, ValueError) as e:
         raise CliError(str(e)) from None
+    _check_runnable(clients, prepared, force)
     _check_job_buckets(clients, prepared)
     ids = submit_prepared(clients, prepared)
     for p, job_id in zip(prepared, ids):
@@ -52,6 +55,27 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         raise typer.Exit(_wait_for_jobs(clients, ids, timeout))
 
 
+def _check_runnable(clients, prepared, force: bool) -> None:
+    """A job no entry of the stored fleet can run is refused (one line per job), unless --force."""
+    from datetime import datetime, timezone
+
+    from tpuq.errors import TpuqError
+    from tpuq.fleetstore import load_fleet
+    from tpuq.submit import unrunnable_jobs
+
+    try:
+        fleet = load_fleet(clients.firestore)
+    except TpuqError:
+        return  # no fleet stored (or several, none chosen): nothing to check against; the scheduler decides
+    lines = unrunnable_jobs(prepared, fleet, datetime.now(timezone.utc))
+    if lines and force:
+        for line in lines:
+            err.print(f"[yellow]warning:[/yellow] {line}; submitted anyway (--force): it waits blocked",
+                      highlight=False, markup=True)
+    elif lines:
+        raise CliError("; ".join(lines) + " (--force submits anyway)")
+
+
 def _check_job_buckets(clients, prepared) -> None:
     """Every bucket must exist (else one line and exit 1); one the workers cannot write is a warning."""
     from tpuq.fleet import worker_service_account
@@ -61,6 +85,10 @@ def _check_job_buckets(clients, prepared) -> None:
     errors, warnings = check_buckets(prepared, exists, read_bindings, worker_service_account(clients.settings.project))
     for line in warnings:
         err.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+    if errors and clients.settings.storage_emulator:
+        names = sorted(f"gs://{b.name}" for b in clients.storage.list_buckets())
+        errors.append(f"the local stack has {', '.join(names) or 'no bucket'} (`tpuq dev up` makes one per region "
+                      "of its fleet)")
     if errors:
         raise CliError("; ".join(errors))
 

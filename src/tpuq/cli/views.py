@@ -94,7 +94,11 @@ def print_brakes(brakes: dict) -> None:
 
 
 def print_fleet(view: dict) -> None:
+    from tpuq.fleetreport import entry_line
+
     out.print(f"fleet [bold]{view['fleet']}[/bold]")
+    for entry in view.get("entries", []):
+        out.print(f"  entry {entry_line(entry)}", highlight=False, markup=False)
     for reason in view.get("blocked", []):
         out.print(f"[red]blocked:[/red] {reason}")
     print_brakes(view.get("brakes") or {})

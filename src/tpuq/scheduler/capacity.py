@@ -61,6 +61,26 @@ def no_entry_reason(job: PendingJob) -> str:
     return f"no fleet entry offers {'a TPU' if job.any_type else ' or '.join(job.types)}{where}"
 
 
+def fleet_offers(fleet: FleetFile) -> str:
+    """What a fleet's entries offer, for people: "fleet demo offers v4-8 in us-central2-a, us-central2-b; v4-32 in
+    us-central2-a"."""
+    offers: dict[str, list[str]] = {}
+    for entry in fleet.tpus:
+        zones = offers.setdefault(entry.type, [])
+        zones += [z for z in entry.zones if z not in zones]
+    listed = "; ".join(f"{t} in {', '.join(zones)}" for t, zones in offers.items())
+    return f"fleet {fleet.name} offers {listed or 'nothing'}"
+
+
+def unrunnable_reason(job: PendingJob, fleet: FleetFile | None) -> str | None:
+    """Why no entry of `fleet` could ever run `job` (its types, zone and regions), naming what the fleet offers;
+    None when one could (or no fleet is stored: nothing is known). `tpuq submit` refuses such a job; the
+    scheduler's intake stores it pending and blocked with this reason (a later `fleet apply` may lift it)."""
+    if fleet is None or eligible_entries(job, fleet):
+        return None
+    return f"{no_entry_reason(job)}; {fleet_offers(fleet)}"
+
+
 def full_reason(entries: list[FleetEntry]) -> str:
     limits = ", ".join(f"{e.id} ({e.type}) max {e.max_slices}" for e in entries)
     return f"waiting for a TPU: the fleet holds or has requested its maximum of every fitting entry: {limits}"
@@ -84,7 +104,7 @@ def ask_for_capacity(
         # An `existing` entry is one node a person made: the claimer never creates for it.
         entries = [e for e in eligible_entries(job, fleet) if not e.existing]
         if not entries:
-            blocked[job.job_id] = no_entry_reason(job)
+            blocked[job.job_id] = unrunnable_reason(job, fleet) or no_entry_reason(job)
             continue
         best = max(entries, key=lambda e: room.get(e.id, 0))  # max() keeps the first of equals: fleet order
         if room.get(best.id, 0) <= 0:

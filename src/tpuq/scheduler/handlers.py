@@ -28,6 +28,7 @@ from tpuq.messages import (
     Tick,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
+from tpuq.scheduler.plan import PendingJob
 from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
 
@@ -59,10 +60,14 @@ def _tpus(ctx: Context):
 
 def on_job(job: PublishedJob, ctx: Context) -> None:
     source = ctx.attributes.get("source", "pubsub")
-    job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now())
-    log.info("job %s %s (source %s)", job_id, "stored as pending" if created else "already stored", source)
+    fleet = fleet_in_force(ctx)
+    blocked = capacity.unrunnable_reason(
+        PendingJob.from_spec(job, ctx.now(), job_id=intake.job_id_for(job, ctx.message_id)), fleet)
+    job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked)
+    log.info("job %s %s (source %s)%s", job_id, "stored as pending" if created else "already stored", source,
+             f", blocked: {blocked}" if blocked and created else "")
     # Also on a redelivery: the pass after the first delivery may not have run.
-    scheduling_pass(ctx, fleet_in_force(ctx), trigger_job_ids=[job_id])
+    scheduling_pass(ctx, fleet, trigger_job_ids=[job_id])
 
 
 # ------------------------------------------------------------ fleet events

@@ -25,7 +25,10 @@ def job_id_for(job: PublishedJob, message_id: str) -> str:
     return job.id or f"job-{message_id}".lower()[:63]
 
 
-def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, now: datetime) -> dict[str, Any]:
+def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, now: datetime,
+                 blocked: str | None = None) -> dict[str, Any]:
+    """The new job's document. `blocked`: why no fleet entry can run it (`capacity.unrunnable_reason`), set from
+    the first second; it stays pending, since a later `tpuq fleet apply` may make it runnable."""
     spec = job.model_dump(mode="json", exclude_none=True)
     spec["id"] = job_id
     return JobDoc.fields(
@@ -44,15 +47,17 @@ def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, n
         infra_failures=0,
         pinned_region=None,
         reason=None,
+        blocked=blocked,
     )
 
 
-def store_job(db, job: PublishedJob, source: str, message_id: str, now: datetime) -> tuple[str, bool]:
+def store_job(db, job: PublishedJob, source: str, message_id: str, now: datetime,
+              blocked: str | None = None) -> tuple[str, bool]:
     """Create jobs/{id}; returns (job_id, created). Idempotent per message id."""
     job_id = job_id_for(job, message_id)
     ref = db.collection(store.JOBS).document(job_id)
     try:
-        ref.create(job_document(job, job_id, source, message_id, now))
+        ref.create(job_document(job, job_id, source, message_id, now, blocked))
         return job_id, True
     except AlreadyExists:
         existing = ref.get().to_dict() or {}

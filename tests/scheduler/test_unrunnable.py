@@ -1,0 +1,35 @@
+"""A job no fleet entry can ever run: the reason `tpuq submit` refuses it with and the intake stores it blocked
+with, naming what the fleet offers (tpuq.scheduler.capacity.unrunnable_reason)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from tpuq.fleet import FleetFile
+from tpuq.scheduler.capacity import unrunnable_reason
+from tpuq.scheduler.plan import PendingJob
+
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+FLEET = FleetFile.model_validate({
+    "name": "lab", "project": "p", "tpus": [
+        {"id": "a", "type": "v4-8", "zones": ["us-central2-a", "us-central2-b"], "count": 1},
+        {"id": "b", "type": "v4-8", "zones": ["us-central2-b", "us-central2-c"], "count": 1},
+        {"id": "c", "type": "v5litepod-8", "zones": ["europe-west4-a"], "count": 1}]})
+OFFERS = "fleet lab offers v4-8 in us-central2-a, us-central2-b, us-central2-c; v5litepod-8 in europe-west4-a"
+
+
+@pytest.mark.parametrize("job, reason", [
+    (dict(types=("v4-8",)), None),
+    (dict(types=("v5e-8",), zone="europe-west4-a"), None),  # a friendly name is the canonical type
+    (dict(types=("v5p-8",)), f"no fleet entry offers v5p-8; {OFFERS}"),
+    (dict(types=("v4-8",), zone="us-east1-d"), f"no fleet entry offers v4-8 in zone us-east1-d; {OFFERS}"),
+    (dict(types=("v4-8",), regions={"europe-west4"}), f"no fleet entry offers v4-8 in regions europe-west4; {OFFERS}"),
+])
+def test_the_reason_names_what_the_fleet_offers(job, reason):
+    assert unrunnable_reason(PendingJob("j", "normal", submit_time=NOW, **job), FLEET) == reason
+
+
+def test_without_a_stored_fleet_nothing_is_known():
+    assert unrunnable_reason(PendingJob("j", "normal", ("v5p-8",), NOW), None) is None
