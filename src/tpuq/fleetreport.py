@@ -14,7 +14,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import documents, store
 from tpuq.brakes import DayUse, claim_stop_reason, day_start, day_use, grant_days_left
-from tpuq.documents import QR_STATES_RACING, JobState, QueuedResourceState, RequestStatus, TpuState, short_node_name
+from tpuq.documents import QR_STATES_RACING, JobDoc, JobState, QueuedResourceState, RequestStatus, TpuState, short_node_name
 from tpuq.fleet import FleetFile
 from tpuq.messages import FailureClass
 from tpuq.fleetstore import FleetControl, load_control, load_fleet
@@ -68,6 +68,7 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
         "fleet": fleet.name,
         "version": report["version"],
         "blocked": blocked,
+        "existing": existing,
         "brakes": brakes_view(fleet, control, day_use(tpu_docs, fleet.name, now), now, tz),
         "requests": report["requests"],
         "queued_resources": [
@@ -255,7 +256,7 @@ def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: dateti
             elif r["backoff_until"]:
                 held.append(f"{r['type']} in {r['zone']} backed off until {r['backoff_until_local']}")
     held += existing_problems(spec, views)
-    not_before = job.get("not_before")
+    not_before = JobDoc.from_doc(job).not_before
     if isinstance(not_before, datetime) and not_before > now:
         held.append(f"retry not before {local_time(not_before, tz, now)}")
     if racing:

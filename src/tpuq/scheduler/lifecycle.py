@@ -297,9 +297,9 @@ def attempt_ended(
         rng,
         retry_on_infrastructure_failure=spec.get("retry_on_infrastructure_failure", True),
     )
-    if job.get("cancel_requested") and decision.next_state is JobState.pending:
+    if job.cancel_requested and decision.next_state is JobState.pending:
         # Its cancel was asked (`tpuq cancel`, `tpuq fleet drain --now`), and the TPU went first: never run it again.
-        decision = RetryDecision(JobState.cancelled, None, job.get("cancel_reason") or "cancelled")
+        decision = RetryDecision(JobState.cancelled, None, job.cancel_reason or "cancelled")
     try:
         state = transition(job.state, decision.event)
     except IllegalTransition:
