@@ -22,7 +22,7 @@ from tpuq.tputypes import AcceleratorType, UnknownAcceleratorType, parse_acceler
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
-_NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # Compute Engine resource names (RFC 1035)
+_NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # Compute Engine resource names and TPU node ids (RFC 1035)
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 _FIRESTORE_LOCATION_RE = re.compile(r"^[a-z][a-z0-9-]{1,40}[0-9]$")  # nam5, eur3, us-central1
 
@@ -112,7 +112,10 @@ class FleetEntry(StrictModel):
     keep_warm_count: int = Field(default=0, ge=0)
     chip_limit: int | None = Field(default=None, ge=1)
     provisioning_model: Annotated[ProvisioningModel, BeforeValidator(_provisioning_alias)] = ProvisioningModel.spot
-    existing: str | None = Field(default=None, description="An existing node to use; never deleted")
+    existing: str | None = Field(
+        default=None,
+        description="The id of a TPU node tpuq did not create, in this entry's zone: tpuq runs jobs on it once it is "
+        "READY and carries the executor's key, and never creates capacity for this entry, changes or deletes it")
     idle_timeout_seconds: int | None = Field(default=None, ge=0)
     single_slot: bool | None = Field(
         default=None,
@@ -149,8 +152,18 @@ class FleetEntry(StrictModel):
             raise ValueError("a zone is listed twice")
         return zones
 
+    @field_validator("existing")
+    @classmethod
+    def _existing(cls, value: str | None) -> str | None:
+        if value is not None and not _NETWORK_RE.match(value):
+            raise ValueError(f"{value!r} is not a TPU node id (lowercase letters, digits and '-', starting with a "
+                             "letter)")
+        return value
+
     @model_validator(mode="after")
     def _limits(self) -> "FleetEntry":
+        if self.existing and len(self.zones) != 1:
+            raise ValueError(f"existing: {self.existing} is one node in one zone; give exactly one zone")
         if self.keep_warm_count > self.count:
             raise ValueError(f"keep_warm_count ({self.keep_warm_count}) exceeds count ({self.count})")
         if self.chip_limit is not None and self.chip_limit < self.accelerator.chips:

@@ -60,6 +60,8 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
     targets = target_rows(fleet, report, now, tz, prechecks.quota if prechecks is not None else None)
     zones = [{"key": f"{r['zone']} {r['type']}", "note": r["note"]} for r in targets if r["note"]]
     blocked = [report["blocked"]] if report["blocked"] else []
+    existing = [{**e, "type": entry.type, "zone": entry.zones[0]} for e in report.get("existing", [])
+                if (entry := fleet.entry(e["entry_id"])) is not None and entry.existing == e["node"]]
     if checks.get("billing_block") and not any(b.startswith("billing is disabled") for b in blocked):
         blocked.append(checks["billing_block"])
     checks.pop("billing_block", None)
@@ -69,6 +71,7 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
         "version": report["version"],
         "entries": entries_view(fleet),
         "blocked": blocked,
+        "existing": existing,
         "brakes": brakes_view(fleet, control, day_use(tpu_docs, fleet.name, now), now, tz),
         "requests": report["requests"],
         "queued_resources": [
@@ -279,11 +282,25 @@ def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: dateti
                 held.append(f"{r['zone']} skipped: {r['skipped']}")
             elif r["backoff_until"]:
                 held.append(f"{r['type']} in {r['zone']} backed off until {r['backoff_until_local']}")
+    held += existing_problems(spec, views)
     if isinstance(j.not_before, datetime) and j.not_before > now:
         held.append(f"retry not before {local_time(j.not_before, tz, now)}")
     if racing:
         held.insert(0, "racing " + ", ".join(racing))
     return "; ".join(held) if held else None
+
+
+def existing_problems(spec: dict[str, Any], views: list[dict[str, Any]]) -> list[str]:
+    """Why the `existing:` nodes a job could run on are not used, with the command that fixes each: the job's
+    `tpu_name` node, or any existing node of one of its types when it names none."""
+    types = {canonical_name(t) for t in spec.get("tpu") or []}
+    wanted = short_node_name(spec["tpu_name"]) if spec.get("tpu_name") else None
+    out = []
+    for view in views:
+        for e in view.get("existing", []):
+            if e.get("problem") and (e["node"] == wanted if wanted else e["type"] in types):
+                out.append(f"{e['problem']}" + (f"; run: {e['fix']}" if e.get("fix") else ""))
+    return out
 
 
 def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, Any]:
@@ -309,10 +326,13 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
                 .where(filter=FieldFilter("status", "==", RequestStatus.open)).stream()]
     targets = [documents.target_from_doc(s.to_dict(), s.update_time) for s in
                db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet_name)).stream()]
+    existing = sorted((s.to_dict() for s in db.collection(store.EXISTING_TPUS)
+                       .where(filter=FieldFilter("fleet", "==", fleet_name)).stream()), key=lambda e: e["entry_id"])
     return {
         "fleet": fleet_name,
         "version": version,
         "blocked": blocked,
+        "existing": [{k: e.get(k) for k in ("entry_id", "node", "usable", "problem", "fix")} for e in existing],
         "blocked_at": status.blocked_at if blocked and status else None,
         "requests": [
             {

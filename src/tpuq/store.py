@@ -11,6 +11,7 @@ Documents are small and per-entity so that none is hot (the emulator stalls
 - queued_resources/{qr_id}           one queued resource the claimer created       (claimer)
 - zones/{fleet}:{zone}:{type}        back-off / dropped state of one race target   (claimer)
 - fleet_status/{fleet}               a project-level block ("billing is disabled") (claimer)
+- existing_tpus/{fleet}:{entry}     an `existing:` node's last read: usable or why not (claimer)
 - fleets/{name}                      the fleet file in force                       (tpuq fleet apply / dev up / deploy)
 - fleet_control/{name}               paused, and a drain asked for and done        (tpuq fleet pause/resume/drain; janitor)
 - executions/{job}:{attempt}         the assignment an executor runs, and whether its end was published (executor)
@@ -29,6 +30,7 @@ TPUS = "tpus"
 REQUESTS = "requests"
 QUEUED_RESOURCES = "queued_resources"
 FLEET_STATUS = "fleet_status"
+EXISTING_TPUS = "existing_tpus"
 EXECUTIONS = "executions"
 JANITOR = "janitor"
 ZONES = "zones"
@@ -37,7 +39,7 @@ FLEET_CONTROL = "fleet_control"
 DEAD_LETTERS = "dead_letters"
 DELIVERIES = "deliveries"
 
-ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, FLEETS, FLEET_CONTROL, EXECUTIONS, JANITOR,
+ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, EXISTING_TPUS, FLEETS, FLEET_CONTROL, EXECUTIONS, JANITOR,
                    DEAD_LETTERS, DELIVERIES)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")

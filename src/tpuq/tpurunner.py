@@ -20,8 +20,9 @@ tpu-runner file onto `FleetFile`, with tpu-runner's meaning for each field:
   optional per-entry cap.)
 - `tpus[].id`: optional; when absent, tpu-runner's derived id
   `<type>-<zone>-<index>`.
-- `tpus[].existing`: refused for now, naming the field: using TPUs tpuq did not
-  create is issue 15 §2.
+- `tpus[].existing`: tpuq's `existing:` (a node tpuq uses but never creates,
+  changes or deletes). Its chip_limit is checked like any other entry's but
+  adds no quota: tpuq claims nothing for it.
 
 A tpu-runner file is recognised by a field only tpu-runner has (every file
 tpu-runner accepts has `controller_region`, which it requires). tpuq's own
@@ -55,10 +56,6 @@ RUNNER_DEFAULT_TRANSPORT = "direct"
 CONTROLLER_NOTE = (
     "{fields}: not needed: tpuq runs no controller loop to size, time out or retry; its four Cloud Run services "
     "react to Pub/Sub events and Cloud Run retries each delivery (the services' region is `tpuq deploy --region`)"
-)
-EXISTING_UNSUPPORTED = (
-    "existing: using a TPU tpuq did not create ({name!r}) is not supported yet; remove this entry (or its "
-    "existing: line) for now"
 )
 
 _SLUG_RE = re.compile(r"[^a-z0-9-]+")
@@ -125,10 +122,7 @@ def _map_runner_file(data: dict) -> tuple[dict, list[int], list[str]]:
                 entries.append(raw)  # FleetFile says what is wrong with it
                 continue
             label = _entry_label(raw, index)
-            if raw.get("existing"):
-                raise Permanent(f"{label}.{EXISTING_UNSUPPORTED.format(name=raw['existing'])}",
-                                field=f"{label}.existing")
-            entry = {k: v for k, v in raw.items() if k not in ("chip_limit", "existing")}
+            entry = {k: v for k, v in raw.items() if k != "chip_limit"}
             if not entry.get("id") and isinstance(raw.get("type"), str) and isinstance(raw.get("zone"), str):
                 entry["id"] = f"{_slug(raw['type'])}-{_slug(raw['zone'])}-{index}"  # tpu-runner's derived id
             limit = raw.get("chip_limit")
@@ -148,6 +142,8 @@ def _chip_limit_quota(fleet: FleetFile, limits: list[int]) -> tuple[dict, list[s
     given_by: dict[tuple[str, str, str], tuple[int, str]] = {}
     wanted: dict[tuple[str, str, str], int] = {}
     for entry, limit in zip(fleet.tpus, limits):
+        if entry.existing:
+            continue  # a node the user brought: nothing is claimed for it, so it needs no quota
         accel = entry.accelerator
         model = entry.provisioning_model.value
         for zone in entry.zones:

@@ -35,10 +35,6 @@ def example() -> dict:
     return yaml.safe_load(EXAMPLE.read_text())
 
 
-def without_existing(data: dict) -> dict:
-    return {**data, "tpus": [t for t in data["tpus"] if not t.get("existing")]}
-
-
 def runner_file(**over) -> dict:
     data = {"name": "r", "project": "p", "controller_region": "us-central1", "controller_timeout": "168h",
             "firestore_location": "nam5", "network": "default", "subnetwork": "default",
@@ -59,24 +55,11 @@ def test_vendored_example_is_the_one_in_the_package():
     assert digest == EXAMPLE_RECORD_SHA256
 
 
-@pytest.mark.xfail(strict=True, reason="its first entry names an existing: TPU, which tpuq does not support yet "
-                                       "(issue 15 §2); when it does, this passes and the marker must go")
 def test_example_deployment_validates_unchanged(capsys):
-    code, _, _ = cli(capsys, "validate", str(EXAMPLE))
-    assert code == 0
-
-
-def test_example_deployment_is_refused_only_for_its_existing_tpu(capsys, tmp_path):
     code, out, err = cli(capsys, "validate", str(EXAMPLE))
-    assert code == 1
-    assert err.count("\n") == 1 and "Traceback" not in err
-    assert "tpus[us-central2b-v4-ondemand].existing" in err and "not supported yet" in err
-    # Every other line of the file passes as it is.
-    rest = tmp_path / "deployment.yaml"
-    rest.write_text(yaml.safe_dump(without_existing(example())))
-    code, out, err = cli(capsys, "validate", str(rest))
     assert code == 0, err
-    assert "tpu-runner deployment file" in out and "5 TPU entries" in out
+    assert "Traceback" not in err
+    assert "tpu-runner deployment file" in out and "6 TPU entries" in out
     [note] = [line for line in err.splitlines() if line.startswith("note:")]
     assert all(f in note for f in ("controller_region", "controller_timeout", "controller_memory",
                                    "controller_max_retries")) and "not needed" in note
@@ -89,15 +72,20 @@ def test_readme_job_file_validates_unchanged(capsys):
 
 
 def test_example_fields_mean_what_they_mean_in_tpu_runner():
-    read = read_fleet(without_existing(example()))
+    read = read_fleet(example())
     fleet = read.fleet
     assert read.kind == "tpu-runner"
     assert (fleet.name, fleet.project, fleet.idle_timeout_seconds) == ("example-tpu-runner", "your-gcp-project-id", 600)
     assert (fleet.network, fleet.subnetwork, fleet.firestore_location) == ("default", "default", "nam5")
     assert fleet.ssh_transport is SshTransport.direct and fleet.worker_secrets == []
-    assert [t.id for t in fleet.tpus] == ["us-central2b-v4-spot", "us-east1d-v6e-spot", "europe-west4a-v6e-spot",
+    assert [t.id for t in fleet.tpus] == ["us-central2b-v4-ondemand", "us-central2b-v4-spot", "us-east1d-v6e-spot", "europe-west4a-v6e-spot",
                                           "us-central1a-v5e-spot", "europe-west4b-v5e-spot"]
-    first = fleet.tpus[0]
+    # tpu-runner's existing: is tpuq's: a node used, never created; its chip_limit adds no quota.
+    mine = fleet.tpus[0]
+    assert (mine.existing, mine.type, mine.zones, mine.spot) == ("your-existing-v4-tpu", "v4-64", ["us-central2-b"],
+                                                                  False)
+    assert fleet.zone_quota_chips("us-central2-b", "v4", mine.provisioning_model) == 0
+    first = fleet.tpus[1]
     assert (first.type, first.zones, first.runtime, first.count, first.keep_warm_count) == \
         ("v4-64", ["us-central2-b"], "tpu-ubuntu2204-base", 1, 0)
     # chip_limit is tpu-runner's cap per (provisioning model, family, zone): tpuq's quota, not a per-entry cap.
@@ -114,8 +102,6 @@ def test_example_fields_mean_what_they_mean_in_tpu_runner():
     ({"tpus": [{"id": "a", "type": "v4-32", "zone": "us-central2-b", "count": 1, "chip_limit": 32},
                {"id": "b", "type": "v4-8", "zone": "us-central2-b", "count": 1, "chip_limit": 16}]},
      "tpus[b].chip_limit", "disagrees with the 32 of tpus[a]"),
-    ({"tpus": [{"id": "a", "type": "v4-64", "zone": "us-central2-b", "existing": "my-tpu", "chip_limit": 32,
-                "provisioning_model": "on-demand"}]}, "tpus[a].existing", "not supported yet"),
     ({"quota": {"us-central2-b": {"v4": {"spot": 64}}}}, "quota", "chip_limit"),
     ({"bucket": "gs://a", "runner_bucket": "gs://b"}, "runner_bucket", "bucket"),
 ])
@@ -220,7 +206,7 @@ def test_a_file_with_neither_jobs_nor_tpus_says_so(capsys, tmp_path):
 def test_the_runner_example_is_not_changed_by_reading_it():
     data = example()
     before = copy.deepcopy(data)
-    read_fleet(without_existing(data))
+    read_fleet(data)
     assert data == before
 
 

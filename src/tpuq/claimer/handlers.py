@@ -21,12 +21,12 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from tpuq import store
+from tpuq import existing, store
 from tpuq.cloudchecks import PrecheckCache, cache_from_settings
 from tpuq.claimer import statestore
 from tpuq.claimer.decide import decide, fast_watch_targets
 from tpuq.claimer.model import ClaimState, CreateQr, Effects, Event, Observed, QrRecord, RequestReceived
-from tpuq.claimer.sshkeys import PublicKeyProvider, default_provider
+from tpuq.claimer.sshkeys import PublicKeyProvider, default_provider, ssh_keys_metadata
 from tpuq.claimer.tpuapi import TpuApi
 from tpuq.errors import Retryable
 from tpuq.fleet import FleetFile
@@ -115,6 +115,23 @@ class Claimer:
             return state, None
         return state, Observed({qr.qr_id: outcome}, plan=False)
 
+    def existing(self) -> None:
+        """Read every `existing:` node (getNode); register the usable ones (an ACTIVE event, as for a claimed
+        slice), and record each one's status for `tpuq fleet` and the waiting jobs. Never writes to the node."""
+        entries = [e for e in self.fleet.tpus if e.existing]
+        if not entries:
+            return
+        now = self.ctx.now()
+        key_line = ssh_keys_metadata(self.fleet.ssh_user, self.public_key(self.fleet))
+        for entry in entries:
+            read = self.tpu.read_node(existing.node_name(self.fleet, entry))
+            event, status = existing.decide_existing(self.fleet, entry, read, key_line, now)
+            if event is not None:
+                self.ctx.publish("fleet-events", event, fleet=event.fleet, kind=event.kind.value)
+            if status.problem:
+                log.warning("%s; fix: %s", status.problem, status.fix)
+            self.writer.put_existing(self.fleet.name, status, now)
+
     def watch(self, state: ClaimState, qrs: list[QrRecord] | None = None) -> ClaimState:
         """One watch pass: exact GETs of the given (default: all live) queued resources, then decide."""
         targets = list(state.qrs.values()) if qrs is None else qrs
@@ -160,6 +177,7 @@ def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[
                 fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
                 claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep, prechecks(ctx))
                 claimer.watch(claimer.load())
+                claimer.existing()
         fleets.raise_if_any()
 
     return {"/push/capacity": on_capacity, "/push/ticks": on_tick}

@@ -7,6 +7,7 @@ Documents (none hot: each is written only when its own entity changes):
 - queued_resources/{qr_id}         one queued resource we created, with the last state seen (`live` until GONE)
 - zones/{fleet}:{zone}:{type}      a race target: back-off, drop (keyed on fleet version), unknown-error count
 - fleet_status/{fleet}             `blocked`: why the fleet may not create anywhere (billing, permission)
+- existing_tpus/{fleet}:{entry}     an `existing:` node's last read: usable, or the problem and its fix
 - fleet_control/{fleet}, tpus/     read only: paused, and the day's VM-hours for the budget (`tpuq.brakes`)
 """
 
@@ -34,6 +35,7 @@ from tpuq.documents import (
     target_from_doc,
     target_to_doc,
 )
+from tpuq.existing import ExistingStatus
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_control
 
@@ -104,6 +106,10 @@ class StateWriter:
 
     def put_status(self, status: FleetStatus) -> None:
         self.db.collection(FLEET_STATUS).document(status.fleet).set(status_to_doc(status))
+
+    def put_existing(self, fleet: str, status: ExistingStatus, now: datetime) -> None:
+        ref = self.db.collection(store.EXISTING_TPUS).document(store.doc_id(fleet, status.entry_id))
+        ref.set(status.to_doc(fleet, now))
 
     def put_target(self, target: TargetRecord) -> None:
         ref = self.db.collection(store.ZONES).document(target_doc_id(target.fleet, target.zone, target.type))

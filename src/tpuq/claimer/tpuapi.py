@@ -19,6 +19,7 @@ from google.protobuf import duration_pb2
 from tpuq.claimer.model import NodeInfo, Observation, QrRecord, create_request_id
 from tpuq.claimer.sshkeys import ssh_keys_metadata
 from tpuq.documents import QueuedResourceState as Qr
+from tpuq.existing import NodeRead
 from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, call_api, error_info_of, status_error_info
 from tpuq.fleet import FleetFile, worker_network_tag
 from tpuq.messages import WorkerEndpoint
@@ -86,6 +87,14 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
     else:
         resource.guaranteed = tpu_v2.QueuedResource.Guaranteed()
     return resource
+
+
+def _endpoints(node) -> tuple[WorkerEndpoint, ...]:
+    return tuple(
+        WorkerEndpoint(worker_id=i, ip=ep.ip_address, external_ip=ep.access_config.external_ip or None,
+                       port=ep.port or None)
+        for i, ep in enumerate(node.network_endpoints)
+    )
 
 
 def _keep_error_details(mapped: TpuqError, original: BaseException) -> None:
@@ -159,12 +168,20 @@ class TpuApi:
             return None
         # Both addresses are kept; the executor picks the one its fleet's ssh_transport reaches. `port` is
         # the TPU runtime's (8470), recorded as reported and never used for SSH.
-        endpoints = tuple(
-            WorkerEndpoint(worker_id=i, ip=ep.ip_address, external_ip=ep.access_config.external_ip or None,
-                           port=ep.port or None)
-            for i, ep in enumerate(node.network_endpoints)
-        )
-        return NodeInfo(name=node.name or name, endpoints=endpoints)
+        return NodeInfo(name=node.name or name, endpoints=_endpoints(node))
+
+    def read_node(self, name: str) -> NodeRead:
+        """An exact getNode of a node tpuq did not create (`existing:`); read only, never changed."""
+        try:
+            node = self._call(self.client.get_node, name=name)
+        except NotFound:
+            return NodeRead(found=False)
+        except TpuqError as e:
+            return NodeRead(found=False, error=str(e))
+        return NodeRead(
+            found=True, state=node.state.name, accelerator_type=node.accelerator_type or None,
+            ssh_keys=dict(node.metadata).get("ssh-keys", ""), spot=bool(node.scheduling_config.spot),
+            endpoints=_endpoints(node))
 
     def observe_all(self, qrs: Iterable[QrRecord]) -> dict[str, Observation]:
         """Exact GETs of the given queued resources, concurrently."""

@@ -106,6 +106,14 @@ def print_fleet(view: dict) -> None:
         out.print(f"billing: {view['billing']}", highlight=False, markup=False)
     for line in view.get("precheck_problems", []):
         out.print(f"pre-check: {line}", highlight=False, markup=False)
+    for e in view.get("existing", []):
+        if e.get("usable"):
+            out.print(f"existing TPU {e['node']} ({e['zone']}, {e['type']}): in use by tpuq", highlight=False,
+                      markup=False)
+        else:
+            out.print(e.get("problem") or f"existing TPU {e['node']}: not usable", highlight=False, markup=False)
+            if e.get("fix"):
+                out.print(f"  run: {e['fix']}", highlight=False, markup=False, soft_wrap=True)
     for q in view.get("quota", []):
         out.print(f"quota {q['zone']} {q['type']}: {q['note']}", highlight=False, markup=False)
     qrs = Table("queued resource", "zone", "type", "state", "note", title="queued resources", title_justify="left")

@@ -102,9 +102,12 @@ def ask_for_capacity(
     blocked: dict[str, str] = {}
     for job, made in waiting:
         # An `existing` entry is one node a person made: the claimer never creates for it.
-        entries = [e for e in eligible_entries(job, fleet) if not e.existing]
+        eligible = eligible_entries(job, fleet)
+        entries = [e for e in eligible if not e.existing]
         if not entries:
-            blocked[job.job_id] = unrunnable_reason(job, fleet) or no_entry_reason(job)
+            if not eligible:
+                blocked[job.job_id] = unrunnable_reason(job, fleet) or no_entry_reason(job)
+            # else: only existing nodes fit; it waits for one of them to be idle (`tpuq status` says which ails)
             continue
         best = max(entries, key=lambda e: room.get(e.id, 0))  # max() keeps the first of equals: fleet order
         if room.get(best.id, 0) <= 0:
