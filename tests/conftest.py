@@ -45,3 +45,13 @@ def clients(clean_stack) -> Clients:
 def pytest_collection_modifyitems(config, items):
     """The end-to-end tests run last: they bring up a second, whole-system stack for the rest of the session."""
     items.sort(key=lambda item: "/tests/e2e/" in str(item.fspath))
+
+
+@pytest.fixture(autouse=True)
+def _fleet_choice_not_inherited(request, monkeypatch):
+    """TPUQ_FLEET names the fleet that in-process services load (tpuq.fleetstore.load_fleet). The whole-system
+    stack of tests/e2e (session-scoped) exports its own, `demo`, for the rest of the session; a test outside
+    tests/e2e stores a fleet of its own and must not be served `demo`'s name. The stacks' services get
+    TPUQ_FLEET from their stack's env, not from here."""
+    if "e2e" not in request.node.path.parts:
+        monkeypatch.delenv("TPUQ_FLEET", raising=False)

@@ -262,8 +262,18 @@ class DevStack:
         from tpuq.service import utcnow
 
         fleet = self.load_fleet()
+        # The client finds the emulator through the environment when it is made; this process's environment
+        # is put back at once, so that a stack stopped later never stays the emulator of other clients here.
+        previous = os.environ.get("FIRESTORE_EMULATOR_HOST")
         os.environ["FIRESTORE_EMULATOR_HOST"] = self.env["FIRESTORE_EMULATOR_HOST"]
-        save_fleet(firestore.Client(project=self.project), fleet, utcnow())
+        try:
+            db = firestore.Client(project=self.project)
+        finally:
+            if previous is None:
+                os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
+            else:
+                os.environ["FIRESTORE_EMULATOR_HOST"] = previous
+        save_fleet(db, fleet, utcnow())
         self.env["TPUQ_FLEET"] = fleet.name
 
     def restart_service(self, name: str, kill: bool = True) -> None:
@@ -362,8 +372,9 @@ class DevStack:
     def running(self):
         """Up for the duration, with this process's environment pointing at it (client libraries read it);
         then down, and the environment as it was."""
+        before = dict(os.environ)  # as it was before `up`, whatever `up` itself touches
         env = self.up()
-        saved = {k: os.environ.get(k) for k in env}
+        saved = {k: before.get(k) for k in env}
         os.environ.update(env)
         try:
             yield self
