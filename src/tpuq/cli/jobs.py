@@ -13,7 +13,7 @@ from tpuq.cli.connecting import cli_clients, job_or_fail
 from tpuq.cli.console import CliError, err, out
 from tpuq.cli.files import load_yaml_file, validate_data
 from tpuq.cli.views import json_default, print_job, print_job_table, watch_view
-from tpuq.documents import JobDoc, JobState
+from tpuq.documents import TERMINAL_JOB_STATES, JobDoc, JobState
 
 
 def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
