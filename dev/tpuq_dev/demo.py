@@ -37,11 +37,14 @@ DEMO_BUCKET = "tpuq-demo-us-central2"
 
 WORK_SH = """\
 #!/bin/sh
-# The demo's workload: say who we are, then work for a while.
+# The demo's workload: say who we are, then work for a while. A first attempt works FIRST_ATTEMPT_STEPS steps
+# if set: the long job's first attempt outlasts the demo's preemption of its TPU, however slow the machine.
 echo "worker $TPU_WORKER_ID of $TPU_WORKER_COUNT: job $JOB_ID attempt $ATTEMPT_ID on $(hostname)"
 echo "checkpoints go to $CHECKPOINT_GCS_DIR"
+steps="${STEPS:-2}"
+case "$ATTEMPT_ID" in "$JOB_ID-1") steps="${FIRST_ATTEMPT_STEPS:-$steps}" ;; esac
 i=0
-while [ $i -lt "${STEPS:-2}" ]; do i=$((i + 1)); echo "step $i"; sleep 1; done
+while [ $i -lt "$steps" ]; do i=$((i + 1)); echo "step $i"; sleep 1; done
 echo done
 """
 
@@ -52,7 +55,7 @@ def demo_jobs(run_id: str) -> dict[str, Any]:
         {**common, "id": f"pod-{run_id}", "name": "4-host slice", "tpu": "v4-32", "env": {"STEPS": "2"}},
         {**common, "id": f"urgent-{run_id}", "name": "high priority", "tpu": ["v4-8", "v4-32"], "priority": "high"},
         {**common, "id": f"long-{run_id}", "name": "preempted once", "tpu": "v4-8", "priority": "low",
-         "env": {"STEPS": "6"}},
+         "env": {"STEPS": "6", "FIRST_ATTEMPT_STEPS": "600"}},  # attempt 1 ends by the preemption
     ]}
 
 

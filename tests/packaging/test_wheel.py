@@ -259,7 +259,7 @@ def test_demo_says_what_to_install_then_runs_from_the_wheel_with_the_dev_extra(i
     pip_install(installed.venv, f"{installed.wheel}[dev]", "--find-links", str(dev_wheels), cwd=installed.work)
     result = installed.tpuq("demo", "--state-dir", str(installed.work / "demo"), timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert "every job succeeded" in result.stdout
+    assert "every job succeeded" in result.stdout and "stopped" in result.stdout
 
 
 # ---------------------------------------------------------------- Cloud Build's steps

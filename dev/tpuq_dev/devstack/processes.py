@@ -19,6 +19,11 @@ from pathlib import Path
 
 import requests
 
+# Deadlines for a stack's start-up, generous on purpose: a loaded machine (two copies of the test suite on two
+# cores, say) starts a JVM emulator in minutes, not seconds. They bound a broken start, never a healthy one.
+START_TIMEOUT = 180.0  # seconds for a process to answer its readiness check
+REQUEST_TIMEOUT = 60.0  # seconds for one set-up request (a topic, a subscription, a bucket) to be answered
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -131,7 +136,7 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def wait_http(url: str, rec: ProcRecord, timeout: float = 30.0, ok=lambda r: r.status_code < 500) -> None:
+def wait_http(url: str, rec: ProcRecord, timeout: float = START_TIMEOUT, ok=lambda r: r.status_code < 500) -> None:
     """Poll `url` until it answers, failing fast if the process died."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None

@@ -31,6 +31,7 @@ from tpuq import topology
 from tpuq.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.processes import ProcRecord
+from tpuq_dev.devstack.processes import REQUEST_TIMEOUT, START_TIMEOUT
 from tpuq.stackenv import ENV_FILE_NAME, StackError, default_state_dir, local_job_bucket
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
@@ -194,8 +195,8 @@ class DevStack:
             fs_port, f"http://127.0.0.1:{fs_port}", java_env,
         )
         # Both JVMs start in parallel; wait for both.
-        processes.wait_http(ps.url + "/", ps, timeout=60)
-        processes.wait_http(fs.url + "/", fs, timeout=60)
+        processes.wait_http(ps.url + "/", ps, timeout=START_TIMEOUT)
+        processes.wait_http(fs.url + "/", fs, timeout=START_TIMEOUT)
         self.env.update(
             {
                 "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{ps_port}",
@@ -216,7 +217,7 @@ class DevStack:
              "-event.list", "finalize", "-log-level", "warn"],
             port, url,
         )
-        processes.wait_http(url + "/storage/v1/b", rec, timeout=20)
+        processes.wait_http(url + "/storage/v1/b", rec, timeout=START_TIMEOUT)
         self.env["STORAGE_EMULATOR_HOST"] = url
 
     def _make_ssh_identity(self) -> None:
@@ -247,8 +248,8 @@ class DevStack:
             port, url,
         )
         # The fake TPU kills its worker hosts on SIGTERM; give it time to do so.
-        processes.wait_http(url + "/_fake/health", rec, timeout=30, ok=lambda r: r.status_code == 200)
-        processes.wait_http(google_url + "/_fake/health", rec, timeout=30, ok=lambda r: r.status_code == 200)
+        processes.wait_http(url + "/_fake/health", rec, timeout=START_TIMEOUT, ok=lambda r: r.status_code == 200)
+        processes.wait_http(google_url + "/_fake/health", rec, timeout=START_TIMEOUT, ok=lambda r: r.status_code == 200)
         self.env["TPUQ_TPU_API_ENDPOINT"] = url
         # Its Cloud Quotas and Cloud Billing stand-ins, on their own URL like their googleapis hosts: the claimer's
         # pre-checks and `tpuq fleet` read them (tpuq.cloudchecks), gcloud too with CLOUDSDK_API_ENDPOINT_OVERRIDES_*.
@@ -324,7 +325,7 @@ class DevStack:
             {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self._push_auth_env(name), **self.service_env},
             cwd=str(self.state_dir),  # not the caller's directory, nor a source tree an installed tpuq lacks
         )
-        processes.wait_http(url + "/", rec, timeout=30, ok=lambda r: r.status_code == 200)
+        processes.wait_http(url + "/", rec, timeout=START_TIMEOUT, ok=lambda r: r.status_code == 200)
         self.backend_urls[name] = url
 
     def _start_front(self) -> None:
@@ -343,7 +344,7 @@ class DevStack:
         rec = self._spawn("front", [sys.executable, "-m", "tpuq_dev.devstack.front", "--config", str(config_file)], None,
                           None)
         for route in routes:  # up once it refuses a caller without a token, as Cloud Run does
-            processes.wait_http(route.url + "/", rec, timeout=30, ok=lambda r: r.status_code == 401)
+            processes.wait_http(route.url + "/", rec, timeout=START_TIMEOUT, ok=lambda r: r.status_code == 401)
 
     # ------------------------------------------------------------ pubsub/gcs
     def _declare_topics(self) -> None:
@@ -364,7 +365,8 @@ class DevStack:
     def _create_buckets(self, names: Iterable[str]) -> None:
         base = self.env["STORAGE_EMULATOR_HOST"]
         for name in names:
-            r = requests.post(f"{base}/storage/v1/b", params={"project": self.project}, json={"name": name}, timeout=5)
+            r = requests.post(f"{base}/storage/v1/b", params={"project": self.project}, json={"name": name},
+                              timeout=REQUEST_TIMEOUT)
             if r.status_code not in (200, 409):
                 raise StackError(f"could not create bucket {name}: {r.status_code} {r.text}")
 
@@ -432,19 +434,19 @@ def job_bucket_names(fleet) -> list[str]:
 def declare_topics(pubsub_host: str, project: str) -> None:
     base = f"http://{pubsub_host}/v1/projects/{project}"
     for t in topology.TOPICS:
-        r = requests.put(f"{base}/topics/{t.name}", json={}, timeout=10)
+        r = requests.put(f"{base}/topics/{t.name}", json={}, timeout=REQUEST_TIMEOUT)
         if r.status_code not in (200, 409):
             raise StackError(f"could not create topic {t.name}: {r.status_code} {r.text}")
 
 
 def put_subscription(base: str, name: str, body: dict) -> None:
-    r = requests.put(f"{base}/subscriptions/{name}", json=body, timeout=10)
+    r = requests.put(f"{base}/subscriptions/{name}", json=body, timeout=REQUEST_TIMEOUT)
     if r.status_code not in (200, 409):
         raise StackError(f"could not create subscription {name}: {r.status_code} {r.text}")
 
 
 def pubsub_reset(pubsub_host: str) -> None:
-    requests.post(f"http://{pubsub_host}/reset", timeout=10)
+    requests.post(f"http://{pubsub_host}/reset", timeout=REQUEST_TIMEOUT)
 
 
 def firestore_clear(firestore_host: str, project: str) -> None:
