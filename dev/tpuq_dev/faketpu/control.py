@@ -74,6 +74,11 @@ class FakeTpuControl:
         """Enable/disable billing for one project (or all); None: back to the scenario."""
         self._call("POST", "billing", json={"project": project, "enabled": enabled})
 
+    def set_firewalls(self, project: str, firewalls: list[dict] | None) -> dict:
+        """On the Google APIs URL: the project's VPC firewall rules (compute v1 field names) that its
+        `firewalls.list` reports; None: back to the scenario's `network.firewalls`."""
+        return self._call("POST", "firewalls", json={"project": project, "firewalls": firewalls})
+
     def calls(self, method: str | None = None, path_contains: str | None = None) -> list[dict]:
         """The API call log (method, path, query, args, body, time, scenario_time, status), optionally filtered."""
         calls = self._call("GET", "calls")["calls"]
