@@ -97,6 +97,8 @@ def _json(body: dict, status: int = 200) -> Response:
 
 
 COMPUTE_URL = "https://www.googleapis.com/compute/v1/"  # the prefix of Compute Engine's selfLinks
+# Parameters every Google API takes (gcloud sends alt=json); the fake answers JSON whatever they say.
+SYSTEM_PARAMETERS = {"alt", "prettyPrint", "fields", "key", "quotaUser", "$alt", "$fields", "$prettyPrint"}
 FIREWALL_PAGE_SIZE = 500  # compute v1 list methods: maxResults defaults to 500 (and at most 500)
 
 
@@ -182,7 +184,7 @@ def create_google_apis_app(world: FakeTpuWorld, call_log: CallLog) -> Flask:
             start = int(request.args.get("pageToken") or 0)
         except ValueError:
             raise ApiError("INVALID_ARGUMENT", "Invalid value for field 'maxResults' or 'pageToken'.") from None
-        unknown = sorted(set(request.args) - {"maxResults", "pageToken"})
+        unknown = sorted(set(request.args) - {"maxResults", "pageToken"} - SYSTEM_PARAMETERS)
         if unknown:
             raise ApiError("INVALID_ARGUMENT", f"this fake does not implement {', '.join(unknown)} on firewalls.list")
         rules = sorted(rules_of(project), key=lambda r: r.name)  # Compute Engine lists by name
