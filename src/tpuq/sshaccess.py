@@ -111,7 +111,8 @@ def gcloud_argv(node: NodeView, worker: int, command: str | None, *, iap: bool) 
     return argv
 
 
-def _ports_cover(entry: Mapping[str, Any], port: int) -> bool:
+def ports_cover(entry: Mapping[str, Any], port: int) -> bool:
+    """Does a Firewall `allowed[]`/`denied[]` entry cover tcp:`port` (tcp, all or 6; no ports means every port)?"""
     if str(entry.get("IPProtocol", "")).lower() not in ("tcp", "all", "6"):
         return False
     specs = entry.get("ports") or []
@@ -166,11 +167,11 @@ def iap_rules(firewalls: Sequence[Mapping[str, Any]], node: NodeView) -> list[st
     def priority(rule: Mapping[str, Any]) -> int:
         return int(rule.get("priority", DEFAULT_PRIORITY))
 
-    denies = [r for r in applying if any(_ports_cover(d, SSH_PORT) for d in r.get("denied") or [])
+    denies = [r for r in applying if any(ports_cover(d, SSH_PORT) for d in r.get("denied") or [])
               and any(s.version == 4 and s.overlaps(iap) for s in _sources(r))]
     out = []
     for rule in applying:
-        if not any(_ports_cover(a, SSH_PORT) for a in rule.get("allowed") or []):
+        if not any(ports_cover(a, SSH_PORT) for a in rule.get("allowed") or []):
             continue
         if not any(s.version == 4 and iap.subnet_of(s) for s in _sources(rule)):
             continue
