@@ -85,14 +85,17 @@ def test_one_command_on_worker_2_of_a_running_pod_job(system, pod_job):
 
 def test_only_a_running_job(system, pod_job):
     env = local_env(system)
-    ended = f"ssh-done-{uuid.uuid4().hex[:6]}"
+    waiting = f"ssh-wait-{uuid.uuid4().hex[:6]}"  # the fleet's only v4-32 runs pod_job: this one waits
     clients = Clients(Settings.from_env(system.env))
-    clients.publish("jobs", {"id": ended, "tpu": "v4-8", "command": "true"})
-    wait_until(lambda: json.loads(tpuq(env, "status", ended, "--json").stdout)["state"] == "succeeded",
-               timeout=DEADLINE, what=f"{ended} succeeded")
-    refused = tpuq(env, "ssh", ended)
+    clients.publish("jobs", {"id": waiting, "tpu": "v4-32", "command": "true"})
+    try:
+        wait_until(lambda: json.loads(tpuq(env, "status", waiting, "--json").stdout)["state"] == "pending",
+                   timeout=DEADLINE, what=f"{waiting} stored")
+        refused = tpuq(env, "ssh", waiting)
+    finally:
+        tpuq(env, "cancel", waiting)
     assert refused.returncode == 1
-    assert refused.stderr.startswith(f"error: job {ended} is succeeded, not running: it has ended")
+    assert refused.stderr.startswith(f"error: job {waiting} is pending, not running: it has no TPU yet")
     unknown = tpuq(env, "ssh", "no-such-job")
     assert unknown.returncode == 1 and "no job 'no-such-job'" in unknown.stderr
 
@@ -200,12 +203,18 @@ IAP_RULE = {"name": "allow-iap-ssh", "sourceRanges": [IAP_RANGE], "allowed": [{"
             "targetTags": ["tpuq-worker"]}
 
 
-@pytest.mark.parametrize("rules, exit_code", [([], 1), ([IAP_RULE], 5)], ids=["no-rule", "iap-rule"])
-def test_project_worker_without_external_ip(system, private_node, project_env, rules, exit_code):
+OWNER_COMMAND = ("gcloud compute firewall-rules create default-allow-ssh-from-iap --project=ssh-iap-lab "
+                 "--network=default --direction=INGRESS --action=ALLOW --rules=tcp:22 "
+                 "--source-ranges=35.235.240.0/20 --target-tags=tpuq-worker")
+
+
+@pytest.mark.parametrize("rules, unreadable, exit_code", [([], False, 1), ([IAP_RULE], False, 5), ([], True, 5)],
+                         ids=["no-rule", "iap-rule", "rules-unreadable"])
+def test_project_worker_without_external_ip(system, private_node, project_env, rules, unreadable, exit_code):
     job_id, node = private_node
     env = iap_env(project_env)
     google = FakeTpuControl(system.env["TPUQ_COMPUTE_API_ENDPOINT"])
-    google.set_firewalls(IAP_PROJECT, rules)
+    google.set_firewalls(IAP_PROJECT, rules, permission_denied=unreadable)
     google.clear_calls()
     try:
         done = tpuq(env, "ssh", job_id)
@@ -216,14 +225,15 @@ def test_project_worker_without_external_ip(system, private_node, project_env, r
     calls = google.calls(path_contains="/firewalls")
     assert [(c["method"], c["path"]) for c in calls] == [("GET", f"/compute/v1/projects/{IAP_PROJECT}/global/firewalls")]
     short = node.rsplit("/", 1)[-1]
-    if not rules:
+    if exit_code == 1:
         assert recorded(env) is None  # gcloud never ran
         assert done.stderr.startswith(f"error: worker 0 of {short} has no external IP")
-        owner = ("gcloud compute firewall-rules create default-allow-ssh-from-iap --project=ssh-iap-lab --network=default "
-                 "--direction=INGRESS --action=ALLOW --rules=tcp:22 --source-ranges=35.235.240.0/20 "
-                 "--target-tags=tpuq-worker")
-        assert done.stderr.rstrip().endswith(owner)
+        assert done.stderr.rstrip().endswith(OWNER_COMMAND)
+        return
+    assert recorded(env) == ["alpha", "compute", "tpus", "tpu-vm", "ssh", short, f"--zone={IAP_ZONE}",
+                             f"--project={IAP_PROJECT}", "--worker=0", "--tunnel-through-iap"]
+    if unreadable:  # said, with the owner's command in case the tunnel fails, and tried anyway
+        assert "could not read the firewall rules of ssh-iap-lab (HTTP 403" in done.stderr
+        assert OWNER_COMMAND in done.stderr
     else:
-        assert recorded(env) == ["alpha", "compute", "tpus", "tpu-vm", "ssh", short, f"--zone={IAP_ZONE}",
-                                 f"--project={IAP_PROJECT}", "--worker=0", "--tunnel-through-iap"]
         assert "allow-iap-ssh" in done.stderr

@@ -77,9 +77,15 @@ def test_per_project_rules_and_no_items_key_when_empty(fake):
         body = _list(fake, "bare").json()
         assert "items" not in body  # Compute Engine leaves an empty list out
         assert [i["name"] for i in _list(fake, "other-project").json()["items"]][:1] == ["default-allow-ssh"]
+        control.set_firewalls("locked", None, permission_denied=True)
+        denied = _list(fake, "locked")
+        assert denied.status_code == 403 and denied.json()["error"]["status"] == "PERMISSION_DENIED"
+        assert "compute.firewalls.list" in denied.json()["error"]["message"]
     finally:
         control.set_firewalls("bare", None)
+        control.set_firewalls("locked", None)
     assert len(_list(fake, "bare").json()["items"]) == 3
+    assert len(_list(fake, "locked").json()["items"]) == 3
 
 
 @pytest.mark.parametrize("method, path", [("POST", ""), ("PATCH", "/default-allow-ssh"), ("DELETE", "/deny-all")])

@@ -171,10 +171,13 @@ def create_google_apis_app(world: FakeTpuWorld, call_log: CallLog) -> Flask:
         return _json(render_quota_info(world, project, qid))
 
     firewalls: dict[str, list[FirewallRule]] = {}  # project -> its rules, set by /_fake/firewalls
+    unreadable: set[str] = set()  # projects whose rules the caller may not read (403), set by /_fake/firewalls
     lock = threading.Lock()
 
-    def rules_of(project: str) -> list[FirewallRule]:
+    def rules_of(project: str, permission: str = "compute.firewalls.list") -> list[FirewallRule]:
         with lock:
+            if project in unreadable:  # Compute Engine's wording for a caller without the permission
+                raise ApiError("PERMISSION_DENIED", f"Required '{permission}' permission for 'projects/{project}'")
             return list(firewalls.get(project, world.scenario.network.firewalls))
 
     @app.get("/compute/v1/projects/<project>/global/firewalls")
@@ -199,7 +202,7 @@ def create_google_apis_app(world: FakeTpuWorld, call_log: CallLog) -> Flask:
 
     @app.get("/compute/v1/projects/<project>/global/firewalls/<name>")
     def _firewalls_get(project: str, name: str):
-        for rule in rules_of(project):
+        for rule in rules_of(project, "compute.firewalls.get"):
             if rule.name == name:
                 return _json(render_firewall(world, project, rule))
         raise ApiError("NOT_FOUND", f"The resource 'projects/{project}/global/firewalls/{name}' was not found")
@@ -221,7 +224,9 @@ def create_google_apis_app(world: FakeTpuWorld, call_log: CallLog) -> Flask:
                 firewalls.pop(project, None)
             else:
                 firewalls[project] = [FirewallRule.model_validate(r) for r in body["firewalls"]]
-        return _json({"project": project, "firewalls": [render_firewall(world, project, r) for r in rules_of(project)]})
+            (unreadable.add if body.get("permission_denied") else unreadable.discard)(project)
+            rules = list(firewalls.get(project, world.scenario.network.firewalls))
+        return _json({"project": project, "firewalls": [render_firewall(world, project, r) for r in rules]})
 
     add_log_routes(app, world, call_log)
     return app
