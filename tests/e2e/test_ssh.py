@@ -4,7 +4,6 @@ IAP firewall check read from the fake's compute endpoint."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
+from tpuq import store
 from tpuq.clients import Clients, Settings
 from tpuq.documents import JobDoc, JobState
 from tpuq.sshaccess import IAP_RANGE
@@ -45,9 +45,11 @@ def pod_job(system, tmp_path_factory):
     submitted = tpuq(env, "submit", str(folder / "job.yaml"))
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
 
-    def running():
-        status = json.loads(tpuq(env, "status", job_id, "--json").stdout)
-        return status if status["state"] == "running" else None
+    db = Clients(Settings.from_env(system.env)).firestore
+
+    def running():  # polled in Firestore: a CLI call per poll is seconds on a loaded machine
+        stored = db.collection(store.JOBS).document(job_id).get().to_dict() or {}
+        return stored if stored.get("state") == JobState.running else None
 
     job = wait_until(running, timeout=DEADLINE, what=f"{job_id} running")
     yield job_id, job
@@ -89,7 +91,7 @@ def test_only_a_running_job(system, pod_job):
     clients = Clients(Settings.from_env(system.env))
     clients.publish("jobs", {"id": waiting, "tpu": "v4-32", "command": "true"})
     try:
-        wait_until(lambda: json.loads(tpuq(env, "status", waiting, "--json").stdout)["state"] == "pending",
+        wait_until(lambda: clients.firestore.collection(store.JOBS).document(waiting).get().exists,
                    timeout=DEADLINE, what=f"{waiting} stored")
         refused = tpuq(env, "ssh", waiting)
     finally:

@@ -341,10 +341,10 @@ def _check_log_worker(db, job: JobDoc, worker: int, attempt: Optional[int]) -> N
     from tpuq.sshaccess import SshRefused, check_worker
     from tpuq.tputypes import parse_accelerator_type
 
-    node = job.tpu
-    if attempt is not None:
-        snap = db.collection(store.JOBS).document(job.id).collection(store.ATTEMPTS).document(str(attempt)).get()
-        node = AttemptDoc.from_doc(snap.to_dict() or {}, snap.id).tpu if snap.exists else None
+    node, n = job.tpu, attempt or job.attempt
+    if n:  # the attempt's own TPU: a retry may have run elsewhere, and an ended job may no longer name one
+        snap = db.collection(store.JOBS).document(job.id).collection(store.ATTEMPTS).document(str(n)).get()
+        node = (AttemptDoc.from_doc(snap.to_dict() or {}, snap.id).tpu if snap.exists else None) or node
     tpu = db.collection(store.TPUS).document(short_node_name(node)).get().to_dict() if node else None
     if not tpu:
         return  # no TPU known yet: there are no logs to pick from either
