@@ -255,6 +255,7 @@ class DevStack:
         # pre-checks and `tpuq fleet` read them (tpuq.cloudchecks), gcloud too with CLOUDSDK_API_ENDPOINT_OVERRIDES_*.
         self.env[ENV_CLOUDQUOTAS_ENDPOINT] = google_url
         self.env[ENV_CLOUDBILLING_ENDPOINT] = google_url
+        self.env["TPUQ_COMPUTE_API_ENDPOINT"] = google_url  # its compute firewalls.list, which `tpuq ssh` reads
 
     def _store_fleet(self) -> None:
         from google.cloud import firestore

@@ -74,6 +74,13 @@ class FakeTpuControl:
         """Enable/disable billing for one project (or all); None: back to the scenario."""
         self._call("POST", "billing", json={"project": project, "enabled": enabled})
 
+    def set_firewalls(self, project: str, firewalls: list[dict] | None, permission_denied: bool = False) -> dict:
+        """On the Google APIs URL: the project's VPC firewall rules (compute v1 field names) that its
+        `firewalls.list` reports; None: back to the scenario's `network.firewalls`. permission_denied: reads
+        of them answer 403, as for a caller without compute.firewalls.list."""
+        return self._call("POST", "firewalls", json={"project": project, "firewalls": firewalls,
+                                                     "permission_denied": permission_denied})
+
     def calls(self, method: str | None = None, path_contains: str | None = None) -> list[dict]:
         """The API call log (method, path, query, args, body, time, scenario_time, status), optionally filtered."""
         calls = self._call("GET", "calls")["calls"]

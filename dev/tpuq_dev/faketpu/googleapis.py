@@ -13,16 +13,26 @@ what the TPU API enforces.
   left out (`details: {}`), as proto3 JSON does.
 - Cloud Billing, `v1`: `GET /v1/projects/P/billingInfo` → `{name, projectId, billingAccountName,
   billingEnabled}`; `billingEnabled` and the account are left out when billing is off (proto3 JSON).
+- Compute Engine `v1`, firewalls read only (what `tpuq ssh` checks before tunnelling through IAP):
+  `GET /compute/v1/projects/P/global/firewalls` → a FirewallList `{kind, id, selfLink, items, nextPageToken}`
+  (`maxResults`, `pageToken`; `items` left out when there is none, as Compute Engine does), and
+  `GET .../firewalls/NAME` → one Firewall. The rules are the scenario's `network.firewalls`, or what
+  `POST /_fake/firewalls {"project", "firewalls"}` set for a project. Every write is refused (405): tpuq never
+  changes a firewall, and the call log shows any attempt.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
+import zlib
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from tpuq.capacitymodel.clock import rfc3339
+from tpuq.capacitymodel.scenario import FirewallRule
 from tpuq.tputypes import _FAMILIES
 
 from .api import CallLog, add_log_routes, record_call
@@ -86,6 +96,34 @@ def _json(body: dict, status: int = 200) -> Response:
     return Response(json.dumps(body), status=status, mimetype="application/json")
 
 
+COMPUTE_URL = "https://www.googleapis.com/compute/v1/"  # the prefix of Compute Engine's selfLinks
+# Parameters every Google API takes (gcloud sends alt=json); the fake answers JSON whatever they say.
+SYSTEM_PARAMETERS = {"alt", "prettyPrint", "fields", "key", "quotaUser", "$alt", "$fields", "$prettyPrint"}
+FIREWALL_PAGE_SIZE = 500  # compute v1 list methods: maxResults defaults to 500 (and at most 500)
+
+
+def render_firewall(world: FakeTpuWorld, project: str, rule: FirewallRule) -> dict:
+    """A Firewall as compute v1 returns it: the defaults filled in, the network as a URL, empty lists left out."""
+    data = rule.model_dump(exclude_none=True)
+    network = data.pop("network")
+    if "/" not in network:
+        network = f"{COMPUTE_URL}projects/{project}/global/networks/{network}"
+    out = {
+        "kind": "compute#firewall",
+        "id": str(zlib.crc32(f"{project}/{rule.name}".encode()) * 7919),
+        "creationTimestamp": rfc3339(world.clock.wall(0.0)),
+        "selfLink": f"{COMPUTE_URL}projects/{project}/global/firewalls/{rule.name}",
+        "network": network,
+        "logConfig": {"enable": False},
+    }
+    for key, value in data.items():
+        if key in ("allowed", "denied"):
+            value = [{k: v for k, v in entry.items() if v != []} for entry in value]
+        if value != []:
+            out[key] = value
+    return out
+
+
 _QUOTA_PATH = re.compile(rf"^projects/([^/]+)/locations/global/services/([^/]+)/quotaInfos(?:/([^/]+))?$")
 
 
@@ -131,6 +169,64 @@ def create_google_apis_app(world: FakeTpuWorld, call_log: CallLog) -> Flask:
             raise ApiError("NOT_FOUND", f"QuotaInfo 'projects/{project}/locations/global/services/{service}/"
                                         f"quotaInfos/{qid}' was not found.")
         return _json(render_quota_info(world, project, qid))
+
+    firewalls: dict[str, list[FirewallRule]] = {}  # project -> its rules, set by /_fake/firewalls
+    unreadable: set[str] = set()  # projects whose rules the caller may not read (403), set by /_fake/firewalls
+    lock = threading.Lock()
+
+    def rules_of(project: str, permission: str = "compute.firewalls.list") -> list[FirewallRule]:
+        with lock:
+            if project in unreadable:  # Compute Engine's wording for a caller without the permission
+                raise ApiError("PERMISSION_DENIED", f"Required '{permission}' permission for 'projects/{project}'")
+            return list(firewalls.get(project, world.scenario.network.firewalls))
+
+    @app.get("/compute/v1/projects/<project>/global/firewalls")
+    def _firewalls_list(project: str):
+        try:
+            size = min(int(request.args.get("maxResults", FIREWALL_PAGE_SIZE)), FIREWALL_PAGE_SIZE)
+            start = int(request.args.get("pageToken") or 0)
+        except ValueError:
+            raise ApiError("INVALID_ARGUMENT", "Invalid value for field 'maxResults' or 'pageToken'.") from None
+        unknown = sorted(set(request.args) - {"maxResults", "pageToken"} - SYSTEM_PARAMETERS)
+        if unknown:
+            raise ApiError("INVALID_ARGUMENT", f"this fake does not implement {', '.join(unknown)} on firewalls.list")
+        rules = sorted(rules_of(project), key=lambda r: r.name)  # Compute Engine lists by name
+        body: dict = {"kind": "compute#firewallList", "id": f"projects/{project}/global/firewalls",
+                      "selfLink": f"{COMPUTE_URL}projects/{project}/global/firewalls"}
+        page = rules[start:start + size]
+        if page:
+            body["items"] = [render_firewall(world, project, r) for r in page]
+        if start + size < len(rules):
+            body["nextPageToken"] = str(start + size)
+        return _json(body)
+
+    @app.get("/compute/v1/projects/<project>/global/firewalls/<name>")
+    def _firewalls_get(project: str, name: str):
+        for rule in rules_of(project, "compute.firewalls.get"):
+            if rule.name == name:
+                return _json(render_firewall(world, project, rule))
+        raise ApiError("NOT_FOUND", f"The resource 'projects/{project}/global/firewalls/{name}' was not found")
+
+    @app.route("/compute/v1/projects/<project>/global/firewalls", methods=["POST"])
+    @app.route("/compute/v1/projects/<project>/global/firewalls/<name>", methods=["POST", "PUT", "PATCH", "DELETE"])
+    def _firewalls_write(project: str, name: str | None = None):
+        return _json({"error": {"code": 405, "status": "UNIMPLEMENTED", "message": "this fake serves firewalls "
+                                "read only: tpuq never changes a firewall (the owner does)"}}, 405)
+
+    @app.post("/_fake/firewalls")
+    def _set_firewalls():
+        body = request.get_json(force=True, silent=True) or {}
+        project = body.get("project")
+        if not project:
+            return _json({"error": {"code": 400, "message": "project is required"}}, 400)
+        with lock:
+            if body.get("firewalls") is None:
+                firewalls.pop(project, None)
+            else:
+                firewalls[project] = [FirewallRule.model_validate(r) for r in body["firewalls"]]
+            (unreadable.add if body.get("permission_denied") else unreadable.discard)(project)
+            rules = list(firewalls.get(project, world.scenario.network.firewalls))
+        return _json({"project": project, "firewalls": [render_firewall(world, project, r) for r in rules]})
 
     add_log_routes(app, world, call_log)
     return app

@@ -161,6 +161,34 @@ class CloudQuotas(_Strict):
     permission_denied: bool = False
 
 
+class FirewallPorts(_Strict):
+    """compute v1 Firewall.allowed[] / denied[]: a protocol and, optionally, ports or ranges ("22", "8000-8100")."""
+
+    IPProtocol: str
+    ports: list[str] = Field(default_factory=list)
+
+
+class FirewallRule(_Strict):
+    """A VPC firewall rule the fake's compute `firewalls.list` reports, in compute v1's own field names. The
+    fake fills in what Compute Engine does for a rule made without them (priority 1000, INGRESS, network
+    `default`, the network as a URL)."""
+
+    name: str
+    network: str = "default"
+    direction: Literal["INGRESS", "EGRESS"] = "INGRESS"
+    priority: int = Field(1000, ge=0, le=65535)
+    sourceRanges: list[str] = Field(default_factory=list)
+    sourceTags: list[str] = Field(default_factory=list)
+    sourceServiceAccounts: list[str] = Field(default_factory=list)
+    destinationRanges: list[str] = Field(default_factory=list)
+    targetTags: list[str] = Field(default_factory=list)
+    targetServiceAccounts: list[str] = Field(default_factory=list)
+    allowed: list[FirewallPorts] = Field(default_factory=list)
+    denied: list[FirewallPorts] = Field(default_factory=list)
+    disabled: bool = False
+    description: str | None = None
+
+
 class Network(_Strict):
     """Where the client that SSHes to the workers sits, which decides which of a worker's addresses answers.
 
@@ -176,6 +204,11 @@ class Network(_Strict):
     # deleted; a request that would pass the limit FAILs at the capacity check with the IN_USE_ADDRESSES text.
     # A region not listed here has no limit (the default scenario lists none).
     external_ip_quota: dict[str, int] = Field(default_factory=dict)
+    # The VPC firewall rules of every project (compute v1 `firewalls.list` on the fake's Google APIs URL), as a
+    # project's owner made them; none by default, like a project whose default network lost its rules.
+    # `/_fake/firewalls` replaces them per project. They are reported, never enforced: the worker hosts are
+    # reached over loopback.
+    firewalls: list[FirewallRule] = Field(default_factory=list)
 
     @field_validator("external_ip_quota")
     @classmethod

@@ -14,7 +14,7 @@ from typer.exceptions import TyperException
 
 from importlib.metadata import entry_points
 
-from tpuq.cli import deploy, files, fleet, jobs
+from tpuq.cli import deploy, files, fleet, jobs, ssh
 from tpuq.cli.console import CliError, err, one_line
 from tpuq.errors import TpuqError
 from tpuq.stackenv import StackError
@@ -49,6 +49,7 @@ COMMANDS = (
     (app, "validate-fleet", files.validate_fleet), (app, "validate-jobs", files.validate_jobs),
     (app, "submit", jobs.submit), (app, "status", jobs.status), (app, "list", jobs.list_),
     (app, "cancel", jobs.cancel), (app, "set-priority", jobs.set_priority), (app, "logs", jobs.logs), (app, "watch", jobs.watch),
+    (app, "ssh", ssh.ssh),
     (fleet_app, "unblock", fleet.fleet_unblock), (fleet_app, "apply", fleet.fleet_apply),
     (fleet_app, "pause", fleet.fleet_pause), (fleet_app, "resume", fleet.fleet_resume),
     (fleet_app, "drain", fleet.fleet_drain),

@@ -311,6 +311,9 @@ def logs(job_id: str = typer.Argument(...),
     from tpuq.queries import worker_log_chunks
 
     clients = cli_clients()
+    if worker is not None:
+        _check_log_worker(clients.firestore, JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id), worker,
+                          attempt)
     seen: dict[int, int] = {}
     partial: dict[int, str] = {}
     while True:
@@ -330,6 +333,28 @@ def logs(job_id: str = typer.Argument(...),
             print(f"[w{w}] {rest}")
     if not seen and not follow:
         err.print(f"no logs yet for {job_id} (state {job.state})")
+
+
+def _check_log_worker(db, job: JobDoc, worker: int, attempt: Optional[int]) -> None:
+    """--worker past the slice's workers is an error naming them (the attempt's TPU: its endpoints, or its type)."""
+    from tpuq.documents import AttemptDoc, short_node_name
+    from tpuq.sshaccess import SshRefused, check_worker
+    from tpuq.tputypes import parse_accelerator_type
+
+    node, n = job.tpu, attempt or job.attempt
+    if n:  # the attempt's own TPU: a retry may have run elsewhere, and an ended job may no longer name one
+        snap = db.collection(store.JOBS).document(job.id).collection(store.ATTEMPTS).document(str(n)).get()
+        node = (AttemptDoc.from_doc(snap.to_dict() or {}, snap.id).tpu if snap.exists else None) or node
+    tpu = db.collection(store.TPUS).document(short_node_name(node)).get().to_dict() if node else None
+    if not tpu:
+        return  # no TPU known yet: there are no logs to pick from either
+    count = len(tpu.get("endpoints") or [])
+    if not count and tpu.get("type"):
+        count = parse_accelerator_type(tpu["type"]).hosts
+    try:
+        check_worker(job.id, worker, count)
+    except SshRefused as e:
+        raise CliError(str(e)) from None
 
 
 def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0, min=0.2)) -> None:

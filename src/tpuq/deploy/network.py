@@ -26,6 +26,7 @@ from typing import Any
 
 from tpuq.deploy.plan import Action, ProjectState, Target, VpcFacts
 from tpuq.fleet import FleetFile, SshTransport, executor_network_tag, worker_network_tag, worker_service_account
+from tpuq.sshaccess import ports_cover as _covers_port  # one reading of a rule's protocol and ports
 
 SSH_PORT = 22
 EGRESS = "PRIVATE_RANGES_ONLY"  # only private ranges through the VPC: Google APIs keep Cloud Run's own path
@@ -125,19 +126,6 @@ def _subnet_check(target: Target, vpc: VpcFacts) -> list[Action]:
                        "(any free range of /26 or larger)", commands=(create,))]
     return [Action("todo", what, f"does not exist: {why}. FOR THE PROJECT OWNER TO RUN (tpuq never changes network "
                    "settings; use any free range of /26 or larger)", commands=(create,))]
-
-
-def _covers_port(allowed: Mapping[str, Any], port: int) -> bool:
-    if str(allowed.get("IPProtocol", "")).lower() not in ("tcp", "all", "6"):
-        return False
-    ports = allowed.get("ports") or []
-    if not ports:
-        return True
-    for spec in ports:
-        low, _, high = str(spec).partition("-")
-        if int(low) <= port <= int(high or low):
-            return True
-    return False
 
 
 def _range_covers(source: str, subnet_range: str | None) -> bool:
