@@ -146,7 +146,7 @@ def build_watch(job: JobDoc, attempt: AttemptDoc | None, tpu: Mapping[str, Any] 
         count = type_hosts(requested_type(job)) or 0
         statuses, tpu, last_lines = {}, None, {}
     else:
-        count = worker_count(job, tpu, statuses)
+        count = worker_count(job, tpu, statuses) if job.attempt else 0  # rejected, or cancelled before a TPU
     started = (attempt.started_at if attempt else None) or job.started_at or (attempt.assigned_at if attempt else None)
     job_end = job.finished_at if job.terminal else now
     rows = []
@@ -270,17 +270,21 @@ def stamp(now: datetime, tz: tzinfo) -> str:
     return now.astimezone(tz).strftime("%H:%M:%S %Z")
 
 
-def detach_message(job_ids: list[str]) -> str:
-    """What Ctrl-C in a watch prints: the jobs keep running, and the commands that watch, show or cancel them."""
-    if len(job_ids) == 1:
-        [j] = job_ids
-        return (f"stopped watching; job {j} keeps running (tpuq did not cancel it).\n"
+def detach_message(jobs: Mapping[str, str | None]) -> str:
+    """What Ctrl-C in a watch prints: the jobs keep running (job id -> its last known state, None if not known),
+    and the commands that watch, show or cancel them."""
+    def now(state: str | None) -> str:
+        return f"now {state}; " if state else ""
+
+    if len(jobs) == 1:
+        [(j, state)] = jobs.items()
+        return (f"stopped watching; job {j} keeps running ({now(state)}tpuq did not cancel it).\n"
                 f"  watch it:    tpuq watch {j}\n"
                 f"  its logs:    tpuq logs {j} -f\n"
                 f"  cancel it:   tpuq cancel {j}")
-    lines = [f"stopped watching; jobs {', '.join(job_ids)} keep running (tpuq did not cancel them)."]
-    for j in job_ids:
-        lines.append(f"  {j}:  tpuq watch {j}  |  tpuq logs {j} -f  |  tpuq cancel {j}")
+    lines = [f"stopped watching; jobs {', '.join(jobs)} keep running (tpuq did not cancel them)."]
+    for j, state in jobs.items():
+        lines.append(f"  {j} ({state or 'not stored yet'}):  tpuq watch {j}  |  tpuq logs {j} -f  |  tpuq cancel {j}")
     return "\n".join(lines)
 
 

@@ -89,6 +89,14 @@ def test_an_ended_job(case, state, statuses, reason, states, code):
     assert w.exit_code == code == job_exit_code(w), case
 
 
+@pytest.mark.parametrize("case, state", [("rejected at intake", "rejected"), ("cancelled while pending", "cancelled")])
+def test_a_job_that_never_had_a_tpu_has_no_worker_rows(case, state):
+    never = JobDoc.from_doc({"id": "j", "state": state, "spec": {"tpu": ["v4-32"]}, "reason": "jobs[0].tpu: ..."})
+    w = build_watch(never, None, None, {}, {}, None, NOW)
+    assert w.workers == () and w.exit_code == 1, case
+    assert facts(w) == {"job": f"{state}: jobs[0].tpu: ..."}, case
+
+
 def test_pending_shows_why_and_the_rows_it_will_have():
     pending = job("pending", blocked="billing is disabled on project p")
     w = build_watch(pending, None, None, {}, {}, "racing v4-32 in us-central2-a, v4-32 in us-central2-c; "
@@ -171,9 +179,9 @@ def test_duration(seconds, text):
 
 
 def test_ctrl_c_says_the_job_keeps_running_and_how_to_watch_it():
-    one = detach_message(["pod-1"])
-    assert "keeps running" in one
+    one = detach_message({"pod-1": "pending"})
+    assert "keeps running (now pending; tpuq did not cancel it)" in one
     for command in ("tpuq watch pod-1", "tpuq logs pod-1 -f", "tpuq cancel pod-1"):
         assert command in one
-    several = detach_message(["a", "b"])
+    several = detach_message({"a": "running", "b": None})
     assert "keep running" in several and "tpuq watch a" in several and "tpuq cancel b" in several

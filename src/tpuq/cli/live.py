@@ -123,8 +123,9 @@ def _local_zone():
     return local_zone()
 
 
-def _detached(job_ids: list[str]) -> int:
-    err.print(detach_message(job_ids), highlight=False, markup=False)
+def _detached(jobs: dict[str, JobWatch | None]) -> int:
+    err.print(detach_message({j: w.state.value if w else None for j, w in jobs.items()}), highlight=False,
+              markup=False)
     return EXIT_DETACHED
 
 
@@ -134,24 +135,23 @@ def watch_job(clients, job_id: str, interval: float) -> int:
 
     tz = _local_zone()
     reader = JobReader(clients, job_id, tz)
+    view: JobWatch | None = None
     try:
         job_or_fail(clients.firestore, job_id)  # an unknown job: one line, exit 1
-        first = reader.read(_now())
-        assert first is not None
+        first = view = reader.read(_now())
+        assert first is not None and view is not None
         if out.is_terminal:
             from rich.live import Live
 
             from tpuq.cli.views import watch_view
 
             with Live(watch_view(first), console=out, auto_refresh=False, transient=False) as live:
-                view = first
                 while not view.terminal:
                     time.sleep(interval)
                     view = reader.read(_now()) or view
                     live.update(watch_view(view), refresh=True)
             return view.exit_code or 0
         before: dict[str, str] | None = None
-        view = first
         while True:
             after = facts(view)
             for line in change_lines(before, after):
@@ -162,7 +162,7 @@ def watch_job(clients, job_id: str, interval: float) -> int:
             time.sleep(interval)
             view = reader.read(_now()) or view
     except KeyboardInterrupt:
-        return _detached([job_id])
+        return _detached({job_id: view})
 
 
 def wait_for_jobs(clients, ids: list[str], timeout: float, follow: bool = False, interval: float = 1.0) -> int:
@@ -181,6 +181,7 @@ def wait_for_jobs(clients, ids: list[str], timeout: float, follow: bool = False,
     readers = {j: JobReader(clients, j, tz, details=follow, on_line=printer(j) if follow else None) for j in ids}
     deadline = time.monotonic() + timeout if timeout else None
     seen: dict[str, dict[str, str]] = {}
+    latest: dict[str, JobWatch | None] = dict.fromkeys(ids)
     ended: dict[str, JobWatch] = {}
     spinner = err.status("waiting for the jobs to end...") if err.is_terminal and not follow else nullcontext()
     try:
@@ -192,6 +193,7 @@ def wait_for_jobs(clients, ids: list[str], timeout: float, follow: bool = False,
                     view = readers[job_id].read(_now())
                     if view is None:
                         continue  # published; the scheduler stores it in a moment
+                    latest[job_id] = view
                     after = facts(view, workers=False)
                     if view.terminal:
                         readers[job_id].finish()
@@ -213,7 +215,7 @@ def wait_for_jobs(clients, ids: list[str], timeout: float, follow: bool = False,
                     return 1
                 time.sleep(interval)
     except KeyboardInterrupt:
-        return _detached([j for j in ids if j not in ended] or ids)
+        return _detached({j: w for j, w in latest.items() if j not in ended} or latest)
     if follow:
         return next((v.exit_code for v in (ended[j] for j in ids) if v.exit_code), 0)
     return 0 if all(v.state is JobState.succeeded for v in ended.values()) else 1

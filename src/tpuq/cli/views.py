@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tpuq.cli.console import out
-from tpuq.documents import AttemptDoc, JobDoc, JobState
+from tpuq.documents import JOB_STATES_ON_A_TPU, AttemptDoc, JobDoc, JobState
 from tpuq.errors import Permanent
 from tpuq.jobwatch import STOPPED
 
@@ -103,7 +103,7 @@ def watch_view(watch) -> Group:
             table.add_row(str(row.worker), _worker_style(row.state), code, duration(row.elapsed),
                           Text(row.last_line))
         parts.append(table)
-    elif watch.state is not JobState.pending:
+    elif watch.state in JOB_STATES_ON_A_TPU:
         parts.append(Text("  no workers known yet"))
     if watch.reason and (watch.terminal or watch.state is JobState.pending):
         parts.append(Text(f"  {first_line(watch.reason)}", style="red" if watch.exit_code else ""))
