@@ -238,10 +238,10 @@ def job_fact(watch: JobWatch) -> str:
 
 
 def worker_fact(row: WorkerRow) -> str:
-    """One ended worker: "worker 2: failed, exit 3 (SIGTERM); last line: oops"."""
+    """One ended worker: "worker 2: failed, exited 3 (SIGTERM); last line: oops"."""
     text = f"worker {row.worker}: {row.state}"
     if row.exit_code is not None:
-        text += f", exit {row.exit_code}"
+        text += f", exited {row.exit_code}"
     if row.signal:
         text += f" ({row.signal})"
     if row.last_line and row.state != AttemptOutcome.succeeded.value:

@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import uuid
 from pathlib import Path
 
@@ -133,9 +134,10 @@ def test_watch_a_4_host_job_in_a_terminal_and_piped(system, system_clients, tmp_
     assert piped.returncode == 3, out + errors
     lines = [line.split(f"{job_id}: ", 1)[1] for line in out.splitlines() if f"{job_id}: " in line]
     assert any(line.startswith("running on ") and "4 workers" in line for line in lines), out
-    assert "worker 2: failed, exit 3; last line: worker 2 gives up" in lines, out
+    assert "worker 2: failed, exited 3; last line: worker 2 gives up" in lines, out
     assert lines[-1].startswith("failed"), out
-    assert len(lines) == len(set(lines)), f"a state printed twice: {out}"  # one line per change
+    settled = [line for line in lines if not line.startswith("pending")]  # why it waits may change back and forth
+    assert len(settled) == len(set(settled)), f"a state printed twice: {out}"  # one line per change
 
 
 def test_submit_follow_prints_every_workers_logs_and_exits_with_the_jobs_status(system, tmp_path):
@@ -156,18 +158,30 @@ def test_a_waiting_job_says_pending_and_ctrl_c_leaves_it_running(system, system_
     job_id, job_file = write_job(tmp_path, "live-wait", tpu="v4-8", zone="us-central2-b", command="echo never")
     waiting = subprocess.Popen(["tpuq", "submit", str(job_file), "--wait"], env=env_of(system),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress: list[str] = []
+
+    def read_progress():
+        for line in waiting.stderr:
+            progress.append(line)
+
+    reader = threading.Thread(target=read_progress, daemon=True)
+    reader.start()
     try:
-        wait_until(lambda: job_state(system_clients, job_id) == "pending", timeout=DEADLINE, what="the job stored")
-        # stderr is a pipe: --wait prints its progress as lines; "pending" is among the first.
-        first = waiting.stderr.readline()
-        assert f"{job_id}: pending" in first, first
+        # stderr is a pipe: --wait prints its progress as lines.
+        wait_until(lambda: any(f"{job_id}: pending" in line for line in progress), timeout=DEADLINE,
+                   what="--wait to say the job is pending")
+        assert job_state(system_clients, job_id) == "pending"
         waiting.send_signal(signal.SIGINT)  # Ctrl-C
-        out, errors = waiting.communicate(timeout=60)
+        waiting.wait(timeout=60)
+        reader.join(timeout=30)
+        out = waiting.stdout.read()
+        errors = "".join(progress)
         assert waiting.returncode == 130, out + errors
         assert "keeps running" in errors and f"tpuq watch {job_id}" in errors and f"tpuq cancel {job_id}" in errors
         assert job_state(system_clients, job_id) == "pending"
 
         tmux.type(f"tpuq watch {job_id}; echo watch-exit=$?")
+
         def says_why():
             s = tmux.screen()
             return s if "racing v4-8 in us-central2-b" in s or "v4-8 in us-central2-b backed off" in s else None

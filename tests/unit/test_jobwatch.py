@@ -136,10 +136,10 @@ def test_piped_lines_one_per_change_in_order():
         "pending: racing v4-32 in us-central2-a",
         "assigned to tpuq-demo-pod-1 (us-central2-a, v4-32, 4 workers), attempt 1",
         "running on tpuq-demo-pod-1 (us-central2-a, v4-32, 4 workers), attempt 1",
-        "worker 2: failed, exit 3; last line: oops",
-        "worker 0: succeeded, exit 0",
-        "worker 1: succeeded, exit 0",
-        "worker 3: succeeded, exit 0",
+        "worker 2: failed, exited 3; last line: oops",
+        "worker 0: succeeded, exited 0",
+        "worker 1: succeeded, exited 0",
+        "worker 3: succeeded, exited 0",
         "failed: worker 2 exited 3",  # the job's end comes last
     ]
 

@@ -94,13 +94,15 @@ class JobReader:
     def _statuses(self, job: JobDoc) -> dict[int, dict[str, Any]]:
         """The attempt's status objects: the executor writes them to the runner bucket when it has one, else to
         the job's bucket; both are read, so that a CLI that does not know the runner bucket still finds them."""
+        from google.api_core.exceptions import Forbidden, NotFound
+
         from tpuq.queries import worker_statuses
 
         found: dict[int, dict[str, Any]] = {}
         for bucket in dict.fromkeys((None, self.clients.settings.runner_bucket)):
             try:
                 found.update(worker_statuses(self.clients.storage, job, status_bucket=bucket))
-            except Exception:  # noqa: BLE001 - a bucket that is not there (or not readable) holds none
+            except (NotFound, Forbidden):  # a bucket that is not there, or not ours to read, holds none
                 continue
         return found
 
