@@ -12,12 +12,16 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 install: install-system install-python
 
-# OpenSSH's sshd plays the TPU worker hosts. Java and the gcloud Pub/Sub and Firestore
+# OpenSSH's sshd plays the TPU worker hosts; tmux is the terminal the live views' tests
+# (`tpuq watch`) type into and read. Java and the gcloud Pub/Sub and Firestore
 # emulator components are prerequisites (see README); this only checks for them.
 install-system:
 	@command -v /usr/sbin/sshd >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server; \
 	  else echo "openssh-server is missing: sudo apt-get install openssh-server" >&2; exit 1; fi; }
+	@command -v tmux >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux; \
+	  else echo "tmux is missing (the live views' tests run tpuq watch in it): sudo apt-get install tmux" >&2; exit 1; fi; }
 	@mkdir -p /run/sshd 2>/dev/null || true
 	@command -v java >/dev/null 2>&1 || { echo "Java is missing (the emulators need it): apt-get install default-jre-headless" >&2; exit 1; }
 	@command -v gcloud >/dev/null 2>&1 || { echo "gcloud is missing: install the Google Cloud CLI with the pubsub and firestore emulator components" >&2; exit 1; }

@@ -25,7 +25,7 @@ def test_status_list_logs_watch_fleet(system, system_clients):
     watched = tpuq(system, "watch", ok_id, "--interval", "0.3")
     assert watched.returncode == 0, watched.stdout + watched.stderr
     assert "succeeded" in watched.stdout and "exited" in watched.stdout
-    assert tpuq(system, "watch", bad_id, "--interval", "0.3").returncode == 1
+    assert tpuq(system, "watch", bad_id, "--interval", "0.3").returncode == 7  # the failed worker's exit code
 
     status = json.loads(tpuq(system, "status", ok_id, "--json").stdout)
     assert status["state"] == "succeeded" and status["attempt_history"][0]["outcome"] == "succeeded"

@@ -12,13 +12,19 @@ from tpuq import store
 from tpuq.cli.connecting import cli_clients, job_or_fail
 from tpuq.cli.console import CliError, err, out
 from tpuq.cli.files import load_yaml_file, validate_data
-from tpuq.cli.views import json_default, print_job, print_job_table, watch_view
+from tpuq.cli.views import json_default, print_job, print_job_table
 from tpuq.documents import TERMINAL_JOB_STATES, JobDoc, JobState
 
 
 def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
-           wait: bool = typer.Option(False, "--wait", help="Wait until every job ends; exit 1 if one did not succeed"),
-           timeout: float = typer.Option(0, help="With --wait: give up after this many seconds (0: never)"),
+           wait: bool = typer.Option(False, "--wait", help="Wait until every job ends, saying what each is doing "
+                                                           "(pending and why, running where); exit 1 if one did "
+                                                           "not succeed"),
+           follow: bool = typer.Option(False, "--follow", "-f", help="Print the jobs' logs (every worker, "
+                                                                     "prefixed [wN]) until they end; exit with "
+                                                                     "the job's status"),
+           timeout: float = typer.Option(0, help="With --wait or --follow: give up after this many seconds "
+                                                 "(0: never)"),
            job_ids: Optional[list[str]] = typer.Option(None, "--job-id", help="Submit only the job with this id "
                                                        "(repeat for several); a file of one job without an id "
                                                        "gets this id"),
@@ -51,8 +57,10 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
             used = " and ".join(p.bundle.ignore_files) or "no ignore file"
             note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files; ignore files used: {used})"
         out.print(f"submitted [bold]{job_id}[/bold]{note}")
-    if wait:
-        raise typer.Exit(_wait_for_jobs(clients, ids, timeout))
+    if wait or follow:
+        from tpuq.cli.live import wait_for_jobs
+
+        raise typer.Exit(wait_for_jobs(clients, ids, timeout, follow=follow))
 
 
 def _check_runnable(clients, prepared, force: bool) -> None:
@@ -91,29 +99,6 @@ def _check_job_buckets(clients, prepared) -> None:
                       "of its fleet)")
     if errors:
         raise CliError("; ".join(errors))
-
-
-def _wait_for_jobs(clients, ids: list[str], timeout: float) -> int:
-    import time
-
-    deadline = time.monotonic() + timeout if timeout else None
-    final: dict[str, str] = {}
-    with err.status("waiting for the jobs to end...") as status:
-        while len(final) < len(ids):
-            for job_id in ids:
-                if job_id in final:
-                    continue
-                snap = clients.firestore.collection(store.JOBS).document(job_id).get()
-                job = JobDoc.from_doc(snap.to_dict(), job_id) if snap.exists else None
-                if job is not None and job.terminal:
-                    final[job_id] = job.state
-                    out.print(f"{job_id}: {job.state}")
-            status.update(f"waiting: {len(ids) - len(final)} of {len(ids)} jobs still running...")
-            if deadline and time.monotonic() > deadline:
-                err.print(f"gave up waiting after {timeout:.0f}s")
-                return 1
-            time.sleep(0.5)
-    return 0 if all(s == JobState.succeeded for s in final.values()) else 1
 
 
 def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for the fleet overview"),
@@ -358,23 +343,9 @@ def _check_log_worker(db, job: JobDoc, worker: int, attempt: Optional[int]) -> N
 
 
 def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0, min=0.2)) -> None:
-    """A live view of one job with per-worker state. Exit 0 on success, 1 on failure, 130 on Ctrl-C."""
-    import time
+    """A live view of one job: one row per worker (state, exit code, elapsed time, last log line); while pending,
+    why it waits. Not on a terminal: one line per change. Exits when the job ends, with the job's status (0
+    succeeded, a failed worker's exit code, else 1); Ctrl-C stops watching (the job keeps running), exit 130."""
+    from tpuq.cli.live import watch_job
 
-    from rich.live import Live
-
-    from tpuq.queries import worker_statuses
-
-    clients = cli_clients()
-    try:
-        with Live(console=out, refresh_per_second=4, transient=False) as live:
-            while True:
-                job = job_or_fail(clients.firestore, job_id)
-                statuses = worker_statuses(clients.storage, job, status_bucket=clients.settings.runner_bucket)
-                live.update(watch_view(job, statuses))
-                if JobDoc.from_doc(job, job_id).terminal:
-                    break
-                time.sleep(interval)
-    except KeyboardInterrupt:
-        raise typer.Exit(130)
-    raise typer.Exit(0 if JobDoc.from_doc(job, job_id).state is JobState.succeeded else 1)
+    raise typer.Exit(watch_job(cli_clients(), job_id, interval))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from rich import box
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from tpuq.cli.console import out
 from tpuq.documents import JOB_STATES_ON_A_TPU, AttemptDoc, JobDoc, JobState
 from tpuq.errors import Permanent
+from tpuq.jobwatch import STOPPED
 
 
 def json_default(value):
@@ -59,23 +63,53 @@ def print_job_table(rows, now) -> None:
     out.print(table)
 
 
-def watch_view(stored: dict, statuses: dict) -> Table:
-    job = JobDoc.from_doc(stored)
-    table = Table(title=f"{job.id}: {job.state}  attempt {job.attempt}  {job.tpu or ''}", title_justify="left")
-    table.add_column("worker")
-    table.add_column("state")
-    table.add_column("exit")
-    hosts = max(len(statuses), 1 if job.state in JOB_STATES_ON_A_TPU else 0)
-    for w in range(hosts):
-        st = statuses.get(w)
-        if st is not None:
-            code = st.get("exit_code")
-            table.add_row(str(w), "[green]exited[/green]" if code == 0 else "[red]exited[/red]", str(code))
-        else:
-            table.add_row(str(w), job.state, "")
-    if job.reason:
-        table.caption = job.reason
-    return table
+def _worker_style(state: str) -> str:
+    from tpuq.messages import AttemptOutcome
+
+    if state == AttemptOutcome.failed_setup.value:
+        return f"[red]{state}[/red]"
+    if state in (AttemptOutcome.preempted.value, STOPPED):
+        return f"[yellow]{state}[/yellow]"
+    return state_style(state)
+
+
+def watch_view(watch) -> Group:
+    """`tpuq watch` on a terminal: the job's line (state, where it runs, for how long), why a pending job waits,
+    then one row per worker of the slice: state, exit code, elapsed time, last log line. `watch`: a
+    `tpuq.jobwatch.JobWatch`."""
+    from rich.markup import escape
+
+    from tpuq.jobwatch import duration, first_line, where
+
+    head = f"[bold]{escape(watch.job_id)}[/bold]  {state_style(watch.state)}"
+    place = where(watch)
+    if place:
+        head += f"  {'assigned to' if watch.state is JobState.assigned else 'on'} {escape(place)}"
+    if watch.elapsed is not None:
+        head += f"  {'waiting' if watch.state is JobState.pending else 'for'} {duration(watch.elapsed)}"
+    parts: list = [Text.from_markup(head)]
+    parts += [Text(f"  {line}", style="yellow") for line in watch.waiting]
+    if watch.state is JobState.pending and not watch.waiting:
+        parts.append(Text("  waiting for a TPU", style="yellow"))
+    if watch.workers:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("worker", justify="right")
+        table.add_column("state")
+        table.add_column("exit", justify="right")
+        table.add_column("elapsed", justify="right")
+        table.add_column("last line", overflow="ellipsis", no_wrap=True, max_width=120)
+        for row in watch.workers:
+            code = "" if row.exit_code is None else str(row.exit_code) + (f" ({row.signal})" if row.signal else "")
+            table.add_row(str(row.worker), _worker_style(row.state), code, duration(row.elapsed),
+                          Text(row.last_line))
+        parts.append(table)
+    elif watch.state in JOB_STATES_ON_A_TPU:
+        parts.append(Text("  no workers known yet"))
+    if watch.reason and (watch.terminal or watch.state is JobState.pending):
+        parts.append(Text(f"  {first_line(watch.reason)}", style="red" if watch.exit_code else ""))
+    if watch.terminal:
+        parts.append(Text(f"  exit status {watch.exit_code}"))
+    return Group(*parts)
 
 
 def print_brakes(brakes: dict) -> None:

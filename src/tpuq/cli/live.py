@@ -1,0 +1,229 @@
+"""The live views' shell: `tpuq watch JOB`, `tpuq submit --wait` and `tpuq submit --follow`.
+
+Each poll reads the job (`jobs/{id}`), its current attempt, the `tpus/{node}` document of the node that attempt
+runs on, the workers' status objects and new log chunks (GCS, `tpuq.gcslayout`) and, while the job is pending,
+what holds it (`tpuq.fleetreport.annotate_waiting`, what `tpuq status` and `tpuq fleet` show). `tpuq.jobwatch`
+decides what that means. On a terminal `watch` redraws the view (`tpuq.cli.views.watch_view`); otherwise it
+prints one line per change. Ctrl-C stops watching, never the job: it prints how to watch, follow or cancel it,
+and exits 130.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from datetime import datetime, timezone
+from typing import Any
+
+from tpuq import store
+from tpuq.cli.console import err, out
+from tpuq.documents import AttemptDoc, JobDoc, JobState, short_node_name
+from tpuq.jobwatch import (EXIT_DETACHED, JobWatch, LineAssembler, build_watch, change_lines, detach_message, facts,
+                           first_line, stamp)
+
+# A pending job's reason reads every stored fleet's view: at most this often per job.
+WAITING_EVERY_SECONDS = 5.0
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class JobReader:
+    """Reads one job each poll and builds its `JobWatch`. `details`: also the workers' status objects and logs
+    (watch, follow); without, the job's own documents only (`--wait`). `on_line(worker, line)` gets every
+    complete log line of the current attempt, in order per worker (follow)."""
+
+    def __init__(self, clients, job_id: str, tz, details: bool = True,
+                 on_line: Callable[[int, str], None] | None = None) -> None:
+        self.clients, self.job_id, self.tz, self.details, self.on_line = clients, job_id, tz, details, on_line
+        self._tpus: dict[str, dict[str, Any]] = {}  # node -> its tpus/ document (its type never changes)
+        self._waiting: tuple[float, str | None] | None = None  # (when read, the reason)
+        self._log_attempt = 0
+        self._seen: dict[int, int] = {}  # worker -> the last log chunk read
+        self.lines = LineAssembler()
+
+    def read(self, now: datetime) -> JobWatch | None:
+        """The job now; None while it is not stored yet (just published: the scheduler has not taken it in)."""
+        db = self.clients.firestore
+        ref = db.collection(store.JOBS).document(self.job_id)
+        snap = ref.get()
+        if not snap.exists:
+            return None
+        stored = snap.to_dict() or {}
+        job = JobDoc.from_doc(stored, self.job_id)
+        attempt = None
+        if job.attempt:
+            a = ref.collection(store.ATTEMPTS).document(str(job.attempt)).get()
+            attempt = AttemptDoc.from_doc(a.to_dict() or {}, a.id) if a.exists else None
+        if job.state is JobState.pending:
+            return build_watch(job, attempt, None, {}, {}, self._waiting_reason(stored, now), now)
+        self._waiting = None
+        node = (attempt.tpu if attempt else None) or job.tpu
+        tpu = self._tpu(node) if node else None
+        statuses: dict[int, dict[str, Any]] = {}
+        if self.details:
+            statuses = self._statuses(job)
+            self._read_logs(job)
+        return build_watch(job, attempt, tpu, statuses, dict(self.lines.latest), None, now)
+
+    def finish(self) -> None:
+        """No more chunks will come: hand on the workers' unfinished last lines."""
+        for worker, text in self.lines.flush():
+            if self.on_line:
+                self.on_line(worker, text)
+
+    def _waiting_reason(self, stored: dict[str, Any], now: datetime) -> str | None:
+        from tpuq.fleetreport import annotate_waiting
+
+        if self._waiting is None or time.monotonic() - self._waiting[0] >= WAITING_EVERY_SECONDS:
+            annotate_waiting(self.clients.firestore, [stored], now, self.tz)
+            self._waiting = (time.monotonic(), stored.get("waiting"))
+        return self._waiting[1]
+
+    def _tpu(self, node: str) -> dict[str, Any] | None:
+        short = short_node_name(node)
+        if short not in self._tpus:
+            snap = self.clients.firestore.collection(store.TPUS).document(short).get()
+            if not snap.exists:
+                return None
+            self._tpus[short] = snap.to_dict() or {}
+        return self._tpus[short]
+
+    def _statuses(self, job: JobDoc) -> dict[int, dict[str, Any]]:
+        """The attempt's status objects: the executor writes them to the runner bucket when it has one, else to
+        the job's bucket; both are read, so that a CLI that does not know the runner bucket still finds them."""
+        from google.api_core.exceptions import Forbidden, NotFound
+
+        from tpuq.queries import worker_statuses
+
+        found: dict[int, dict[str, Any]] = {}
+        for bucket in dict.fromkeys((None, self.clients.settings.runner_bucket)):
+            try:
+                found.update(worker_statuses(self.clients.storage, job, status_bucket=bucket))
+            except (NotFound, Forbidden):  # a bucket that is not there, or not ours to read, holds none
+                continue
+        return found
+
+    def _read_logs(self, job: JobDoc) -> None:
+        from tpuq.queries import worker_log_chunks
+
+        if job.attempt != self._log_attempt:  # a new attempt: the last one's unfinished lines end here
+            self.finish()
+            self._log_attempt, self._seen, self.lines = job.attempt, {}, LineAssembler()
+        for chunk in worker_log_chunks(self.clients.storage, job, after=self._seen):
+            self._seen[chunk.worker] = chunk.seq
+            for line in self.lines.feed(chunk.worker, chunk.text):
+                if self.on_line:
+                    self.on_line(chunk.worker, line)
+
+
+def _local_zone():
+    from tpuq.cli.fleet import local_zone
+
+    return local_zone()
+
+
+def _detached(jobs: dict[str, JobWatch | None]) -> int:
+    err.print(detach_message({j: w.state.value if w else None for j, w in jobs.items()}), highlight=False,
+              markup=False)
+    return EXIT_DETACHED
+
+
+def watch_job(clients, job_id: str, interval: float) -> int:
+    """`tpuq watch`: until the job ends; its exit status (`jobwatch.job_exit_code`), or 130 on Ctrl-C."""
+    from tpuq.cli.connecting import job_or_fail
+
+    tz = _local_zone()
+    reader = JobReader(clients, job_id, tz)
+    view: JobWatch | None = None
+    try:
+        job_or_fail(clients.firestore, job_id)  # an unknown job: one line, exit 1
+        first = view = reader.read(_now())
+        assert first is not None and view is not None
+        if out.is_terminal:
+            from rich.live import Live
+
+            from tpuq.cli.views import watch_view
+
+            with Live(watch_view(first), console=out, auto_refresh=False, transient=False) as live:
+                while not view.terminal:
+                    time.sleep(interval)
+                    view = reader.read(_now()) or view
+                    live.update(watch_view(view), refresh=True)
+            return view.exit_code or 0
+        before: dict[str, str] | None = None
+        while True:
+            after = facts(view)
+            for line in change_lines(before, after):
+                print(f"{stamp(_now(), tz)}  {job_id}: {line}", flush=True)
+            before = after
+            if view.terminal:
+                return view.exit_code or 0
+            time.sleep(interval)
+            view = reader.read(_now()) or view
+    except KeyboardInterrupt:
+        return _detached({job_id: view})
+
+
+def wait_for_jobs(clients, ids: list[str], timeout: float, follow: bool = False, interval: float = 1.0) -> int:
+    """`submit --wait` (`follow`: `submit --follow`): until every job ended. Each change of a job's state (pending
+    and why, running where, how it ended) is one line on stderr; an ended job's line on stdout. With `follow`, the
+    jobs' log lines too, prefixed by worker (and by job when there are several), on stdout.
+
+    Exit status: --wait 0 only if every job succeeded, else 1 (also when `timeout` passed); --follow the first
+    job's exit status that is not 0 (`jobwatch.job_exit_code`), else 0. Ctrl-C: 130, the jobs keep running."""
+    tz = _local_zone()
+
+    def printer(job_id: str) -> Callable[[int, str], None]:
+        tag = (lambda w: f"[w{w}]") if len(ids) == 1 else (lambda w: f"[{job_id} w{w}]")
+        return lambda worker, line: print(f"{tag(worker)} {line}", flush=True)
+
+    readers = {j: JobReader(clients, j, tz, details=follow, on_line=printer(j) if follow else None) for j in ids}
+    deadline = time.monotonic() + timeout if timeout else None
+    seen: dict[str, dict[str, str]] = {}
+    latest: dict[str, JobWatch | None] = dict.fromkeys(ids)
+    ended: dict[str, JobWatch] = {}
+    spinner = err.status("waiting for the jobs to end...") if err.is_terminal and not follow else nullcontext()
+    try:
+        with spinner as status:
+            while len(ended) < len(ids):
+                for job_id in ids:
+                    if job_id in ended:
+                        continue
+                    view = readers[job_id].read(_now())
+                    if view is None:
+                        continue  # published; the scheduler stores it in a moment
+                    latest[job_id] = view
+                    after = facts(view, workers=False)
+                    if view.terminal:
+                        readers[job_id].finish()
+                        ended[job_id] = view
+                        reason = first_line(view.reason)
+                        out.print(f"{job_id}: {view.state.value}" + (f" ({reason})" if reason and reason !=
+                                                                     view.state.value else ""),
+                                  highlight=False, markup=False)
+                    else:
+                        for line in change_lines(seen.get(job_id), after):
+                            err.print(f"{stamp(_now(), tz)}  {job_id}: {line}", highlight=False, markup=False)
+                    seen[job_id] = after
+                if status is not None:
+                    status.update(_summary(ids, seen, ended))
+                if len(ended) == len(ids):
+                    break
+                if deadline and time.monotonic() > deadline:
+                    err.print(f"gave up waiting after {timeout:.0f}s; the jobs keep running")
+                    return 1
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        return _detached({j: w for j, w in latest.items() if j not in ended} or latest)
+    if follow:
+        return next((v.exit_code for v in (ended[j] for j in ids) if v.exit_code), 0)
+    return 0 if all(v.state is JobState.succeeded for v in ended.values()) else 1
+
+
+def _summary(ids: list[str], seen: dict[str, dict[str, str]], ended: dict[str, JobWatch]) -> str:
+    """The spinner's line: `waiting: j1 pending (racing ...), j2 running on ...`."""
+    waiting = [f"{j} {seen[j]['job']}" if j in seen else f"{j} not stored yet" for j in ids if j not in ended]
+    return "waiting: " + ", ".join(waiting)

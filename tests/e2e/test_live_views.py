@@ -1,0 +1,199 @@
+"""The live views as a person meets them (issue 16, items 1 and 2), on the e2e session's stack (the demo fleet:
+v4-8 and a 4-host v4-32 in us-central2-a/b/c, zone b stocked out):
+
+- `tpuq watch` on a 4-host job in a terminal (tmux): four worker rows while it runs, a failing worker's exit code,
+  the job's exit status; the same watch piped prints one line per change;
+- `tpuq submit --follow`: every worker's log lines, prefixed, and the job's exit status;
+- a job that can only wait (pinned to the stocked-out zone): `submit --wait` says "pending" and why; Ctrl-C there
+  (SIGINT) and in `tpuq watch` (tmux) says the job keeps running and how to watch it, exit 130.
+
+The 4-host job waits at a gate the test opens (a file in /dev/shm, which the fake TPU's hosts share with this
+machine), so "while it runs" never depends on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import wait_until
+from tpuq import store
+
+DEADLINE = 180
+BUCKET = "gs://tpuq-demo-us-central2"
+GATES = Path("/dev/shm")  # not one of the paths each fake host binds its own copy over (/tmp, homes)
+
+
+def env_of(system) -> dict[str, str]:
+    return {**os.environ, **system.env}
+
+
+def tpuq(system, *args, timeout=120):
+    return subprocess.run(["tpuq", *args], env=env_of(system), capture_output=True, text=True, timeout=timeout)
+
+
+def write_job(tmp_path: Path, name: str, **spec) -> tuple[str, Path]:
+    job_id = f"{name}-{uuid.uuid4().hex[:6]}"
+    folder = tmp_path / job_id
+    folder.mkdir()
+    (folder / "job.yaml").write_text(json.dumps({"jobs": [{"id": job_id, "bundle": ".", "buckets": [BUCKET],
+                                                           **spec}]}))
+    return job_id, folder / "job.yaml"
+
+
+def job_state(system_clients, job_id) -> str | None:
+    snap = system_clients.firestore.collection(store.JOBS).document(job_id).get()
+    return (snap.to_dict() or {}).get("state") if snap.exists else None
+
+
+class Tmux:
+    """A tmux server of this test's own (its own socket: never another user's sessions), one 200x50 window."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.socket = f"tpuq-live-{uuid.uuid4().hex[:8]}"
+        self.env = env
+        self.run("new-session", "-d", "-s", "live", "-x", "200", "-y", "50", "bash --norc --noprofile")
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True,
+                              check=True, timeout=30).stdout
+
+    def type(self, line: str) -> None:
+        self.run("send-keys", "-t", "live", line, "Enter")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "live", *keys)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "live")
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def tmux(system):
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is missing: `make install-system` installs it (as root), or apt-get install tmux")
+    t = Tmux(env_of(system))
+    yield t
+    t.kill()
+
+
+def worker_rows(screen: str) -> dict[int, list[str]]:
+    """The watch view's worker rows: worker number -> the row's words (state, exit, elapsed, last line...)."""
+    rows = {}
+    for line in screen.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].isdigit() and re.fullmatch(r"[a-z_]+", words[1]):
+            rows[int(words[0])] = words[1:]
+    return rows
+
+
+def test_watch_a_4_host_job_in_a_terminal_and_piped(system, system_clients, tmp_path, tmux):
+    gate = GATES / f"tpuq-live-gate-{uuid.uuid4().hex[:8]}"
+    job_id, job_file = write_job(tmp_path, "live-pod", tpu="v4-32", command=(
+        'echo "started $TPU_WORKER_ID"; i=0; '
+        f'while [ ! -e {gate} ] && [ $i -lt 1800 ]; do i=$((i+1)); sleep 0.1; done; '
+        'if [ "$TPU_WORKER_ID" = 2 ]; then echo "worker 2 gives up" >&2; exit 3; fi; echo "done $TPU_WORKER_ID"'))
+    try:
+        submitted = tpuq(system, "submit", str(job_file))
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        piped = subprocess.Popen(["tpuq", "watch", job_id, "--interval", "0.3"], env=env_of(system),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tmux.type(f"tpuq watch {job_id} --interval 0.3; echo watch-exit=$?")
+
+        # While it runs: one row per worker, each with its last log line.
+        running = wait_until(lambda: (rows := worker_rows(tmux.screen())) and sorted(rows) == [0, 1, 2, 3]
+                             and all(r[0] == "running" and f"started {w}" in " ".join(r) for w, r in rows.items())
+                             and rows, timeout=DEADLINE, what="4 running worker rows in the watch view")
+        assert job_state(system_clients, job_id) == "running", running
+        screen = tmux.screen()
+        assert job_id in screen and "v4-32" in screen and "4 workers" in screen
+
+        gate.touch()
+        final = wait_until(lambda: re.search(r"watch-exit=\d", s := tmux.screen()) and s, timeout=DEADLINE,
+                           what="the watch to end")
+        rows = worker_rows(final)
+        assert rows[2][:2] == ["failed", "3"], final  # the failing worker's exit code
+        assert all(rows[w][:2] == ["succeeded", "0"] for w in (0, 1, 3)), final
+        assert "watch-exit=3" in final, final  # the job's exit status: its failing worker's code
+
+        out, errors = piped.communicate(timeout=DEADLINE)
+    finally:
+        gate.unlink(missing_ok=True)
+    assert piped.returncode == 3, out + errors
+    lines = [line.split(f"{job_id}: ", 1)[1] for line in out.splitlines() if f"{job_id}: " in line]
+    assert any(line.startswith("running on ") and "4 workers" in line for line in lines), out
+    assert "worker 2: failed, exited 3; last line: worker 2 gives up" in lines, out
+    assert lines[-1].startswith("failed"), out
+    settled = [line for line in lines if not line.startswith("pending")]  # why it waits may change back and forth
+    assert len(settled) == len(set(settled)), f"a state printed twice: {out}"  # one line per change
+
+
+def test_submit_follow_prints_every_workers_logs_and_exits_with_the_jobs_status(system, tmp_path):
+    job_id, job_file = write_job(tmp_path, "live-follow", tpu="v4-32", command=(
+        'echo "hello from $TPU_WORKER_ID"; echo "second line $TPU_WORKER_ID"; '
+        '[ "$TPU_WORKER_ID" != 1 ] || exit 5'))
+    followed = tpuq(system, "submit", str(job_file), "--follow", timeout=DEADLINE + 60)
+    assert followed.returncode == 5, followed.stdout + followed.stderr
+    lines = followed.stdout.splitlines()
+    for w in range(4):
+        assert f"[w{w}] hello from {w}" in lines and f"[w{w}] second line {w}" in lines, followed.stdout
+    assert lines.index("[w0] hello from 0") < lines.index("[w0] second line 0")
+    assert f"{job_id}: failed" in followed.stdout and "running on" in followed.stderr
+
+
+def test_a_waiting_job_says_pending_and_ctrl_c_leaves_it_running(system, system_clients, tmp_path, tmux):
+    # Zone b of the demo is stocked out for good: a job pinned there can only wait.
+    job_id, job_file = write_job(tmp_path, "live-wait", tpu="v4-8", zone="us-central2-b", command="echo never")
+    waiting = subprocess.Popen(["tpuq", "submit", str(job_file), "--wait"], env=env_of(system),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress: list[str] = []
+
+    def read_progress():
+        for line in waiting.stderr:
+            progress.append(line)
+
+    reader = threading.Thread(target=read_progress, daemon=True)
+    reader.start()
+    try:
+        # stderr is a pipe: --wait prints its progress as lines.
+        wait_until(lambda: any(f"{job_id}: pending" in line for line in progress), timeout=DEADLINE,
+                   what="--wait to say the job is pending")
+        assert job_state(system_clients, job_id) == "pending"
+        waiting.send_signal(signal.SIGINT)  # Ctrl-C
+        waiting.wait(timeout=60)
+        reader.join(timeout=30)
+        out = waiting.stdout.read()
+        errors = "".join(progress)
+        assert waiting.returncode == 130, out + errors
+        assert "keeps running" in errors and f"tpuq watch {job_id}" in errors and f"tpuq cancel {job_id}" in errors
+        assert job_state(system_clients, job_id) == "pending"
+
+        tmux.type(f"tpuq watch {job_id}; echo watch-exit=$?")
+
+        def says_why():
+            s = tmux.screen()
+            return s if "racing v4-8 in us-central2-b" in s or "v4-8 in us-central2-b backed off" in s else None
+
+        screen = wait_until(says_why, timeout=DEADLINE, what="why the job waits, in the watch view")
+        assert "pending" in screen and worker_rows(screen) == {0: ["pending"]}, screen
+        tmux.keys("C-c")
+        final = wait_until(lambda: re.search(r"watch-exit=\d", s := tmux.screen()) and s, timeout=60, what="the watch to stop")
+        assert "watch-exit=130" in final and "keeps running" in final and f"tpuq logs {job_id} -f" in final, final
+        assert job_state(system_clients, job_id) == "pending"
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+        tpuq(system, "cancel", job_id)
+    wait_until(lambda: job_state(system_clients, job_id) == "cancelled", timeout=60, what="the job cancelled")
