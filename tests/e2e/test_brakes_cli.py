@@ -44,7 +44,7 @@ FLEET = {
     "quota": {z: {"v4": {"spot": 64}} for z in ZONES},
     "tpus": [{"id": "v4-single", "type": "v4-8", "zones": list(ZONES), "count": 2}],
 }
-DEADLINE = 120
+DEADLINE = 300
 TZ = "Europe/Paris"  # the machine's local zone for the CLI: times read "14:03 CET"
 
 
@@ -190,7 +190,9 @@ def test_drain_now_cancels_running_jobs_and_deletes_only_what_tpuq_owns(world):
     print(f"tpuq fleet drain --now: {time.monotonic() - started:.1f} s, {drained.stdout.count('deleted ')} deleted")
     assert f"cancelled job {running}" in drained.stdout and "drained and paused" in drained.stdout
     printed = {line.split(" ", 1)[1] for line in drained.stdout.splitlines() if line.startswith("deleted ")}
-    assert printed and all("/queuedResources/tpuq-" in n or "/nodes/tpuq-" in n for n in printed)
+    # What the drain's own pass deleted is printed, and is tpuq's. On a loaded machine the cancelled job's TPU may
+    # already have gone as an idle TPU of the paused fleet before that pass ran: the outcome is checked below.
+    assert all("/queuedResources/tpuq-" in n or "/nodes/tpuq-" in n for n in printed), printed
 
     assert world.wait_state(running, "cancelled")["state"] == "cancelled"
     left = world.listed()

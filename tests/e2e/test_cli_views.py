@@ -11,7 +11,7 @@ from tpuq import store
 from tpuq_dev.devstack.stack import wait_for
 
 
-def tpuq(system, *args, timeout=120):
+def tpuq(system, *args, timeout=600):  # a bound for a hung command; a loaded machine is slow, not hung
     return subprocess.run(["tpuq", *args], env={**os.environ, **system.env}, capture_output=True, text=True,
                           timeout=timeout)
 

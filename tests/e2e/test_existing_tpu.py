@@ -39,7 +39,7 @@ FLEET = {
     "tpus": [{"id": "keyed", "type": "v4-8", "zone": ZONE, "existing": "users-v4"},
              {"id": "keyless", "type": "v4-8", "zone": ZONE, "existing": "users-other-v4"}],
 }
-DEADLINE = 180
+DEADLINE = 300
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import pytest
 from tests.helpers import wait_until
 from tpuq import store
 
-DEADLINE = 180
+DEADLINE = 300
 BUCKET = "gs://tpuq-demo-us-central2"
 GATES = Path("/dev/shm")  # not one of the paths each fake host binds its own copy over (/tmp, homes)
 
@@ -37,7 +37,7 @@ def env_of(system) -> dict[str, str]:
     return {**os.environ, **system.env}
 
 
-def tpuq(system, *args, timeout=120):
+def tpuq(system, *args, timeout=DEADLINE):
     return subprocess.run(["tpuq", *args], env=env_of(system), capture_output=True, text=True, timeout=timeout)
 
 
@@ -189,11 +189,11 @@ def test_a_waiting_job_says_pending_and_ctrl_c_leaves_it_running(system, system_
         screen = wait_until(says_why, timeout=DEADLINE, what="why the job waits, in the watch view")
         assert "pending" in screen and worker_rows(screen) == {0: ["pending"]}, screen
         tmux.keys("C-c")
-        final = wait_until(lambda: re.search(r"watch-exit=\d", s := tmux.screen()) and s, timeout=60, what="the watch to stop")
+        final = wait_until(lambda: re.search(r"watch-exit=\d", s := tmux.screen()) and s, timeout=DEADLINE, what="the watch to stop")
         assert "watch-exit=130" in final and "keeps running" in final and f"tpuq logs {job_id} -f" in final, final
         assert job_state(system_clients, job_id) == "pending"
     finally:
         if waiting.poll() is None:
             waiting.kill()
         tpuq(system, "cancel", job_id)
-    wait_until(lambda: job_state(system_clients, job_id) == "cancelled", timeout=60, what="the job cancelled")
+    wait_until(lambda: job_state(system_clients, job_id) == "cancelled", timeout=DEADLINE, what="the job cancelled")

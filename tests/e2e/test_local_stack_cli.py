@@ -22,7 +22,7 @@ from tests.helpers import wait_until
 from tpuq_dev.devstack.stack import DEMO_DIR
 from tpuq_dev.faketpu.control import FakeTpuControl
 
-DEADLINE = 240  # seconds: generous, for a slow loaded machine; nothing asserts timing
+DEADLINE = 300  # seconds: generous, for a slow loaded machine; nothing asserts timing
 NEW_ZONE = "us-central2-d"
 
 

@@ -16,7 +16,7 @@ from tpuq import store
 from tpuq_dev.devstack.stack import DEMO_DIR
 from tests.helpers import wait_until
 
-DEADLINE = 180
+DEADLINE = 300
 
 
 def tpuq(system, *args):

@@ -24,7 +24,7 @@ from tpuq.sshaccess import IAP_RANGE
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tests.helpers import wait_until
 
-DEADLINE = 180
+DEADLINE = 300
 
 
 def tpuq(env: dict, *args: str, timeout: float = DEADLINE) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from tpuq import store
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 
-DEADLINE = 120
+DEADLINE = 300
 
 
 def job_state(clients, job_id):
@@ -44,7 +44,7 @@ def test_cli_submit_runs_on_every_worker(system, system_clients, tmp_path):
     job = job_state(system_clients, job_id)
     assert job["state"] == "succeeded"
     logs = subprocess.run(["tpuq", "logs", job_id], env={**os.environ, **system.env}, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=DEADLINE)
     for w in range(4):
         assert f"[w{w}] hello from worker {w} of 4 job {job_id}" in logs.stdout
     calls = FakeTpuControl(system.env["TPUQ_TPU_API_ENDPOINT"]).calls(method="POST", path_contains="queuedResources")
@@ -65,7 +65,7 @@ def test_gcloud_publish_runs(system_clients, gcloud_env):
     job_id = f"gc-{uuid.uuid4().hex[:8]}"
     message = json.dumps({"id": job_id, "tpu": "v4-8", "command": "echo from gcloud"})
     r = subprocess.run(["gcloud", "pubsub", "topics", "publish", "jobs", "--message", message], env=gcloud_env,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=DEADLINE)
     assert r.returncode == 0, r.stderr
     assert wait_terminal(system_clients, job_id)["state"] == "succeeded"
 
@@ -75,7 +75,7 @@ def test_bucket_upload_runs_and_result_is_written_beside_it(system, system_clien
     name = f"submit/{uuid.uuid4().hex[:8]}.yaml"
     bucket.blob(name).upload_from_string("jobs:\n  - tpu: v4-8\n    command: echo from the bucket\n")
     result_blob = bucket.blob(name + ".result.json")
-    result = wait_for(lambda: result_blob.exists() and json.loads(result_blob.download_as_bytes()), timeout=60,
+    result = wait_for(lambda: result_blob.exists() and json.loads(result_blob.download_as_bytes()), timeout=DEADLINE,
                       what="the submit result beside the job file")
     [job_id] = result["job_ids"]
     assert wait_terminal(system_clients, job_id)["state"] == "succeeded"
@@ -83,6 +83,6 @@ def test_bucket_upload_runs_and_result_is_written_beside_it(system, system_clien
     bad = f"submit/{uuid.uuid4().hex[:8]}.yaml"
     bucket.blob(bad).upload_from_string("jobs:\n  - tpu: v4-8\n    priority: urgent\n    command: x\n")
     bad_result = bucket.blob(bad + ".result.json")
-    error = wait_for(lambda: bad_result.exists() and json.loads(bad_result.download_as_bytes()), timeout=60,
+    error = wait_for(lambda: bad_result.exists() and json.loads(bad_result.download_as_bytes()), timeout=DEADLINE,
                      what="the validation error beside the job file")
     assert "jobs[0].priority" in error["error"]

@@ -16,7 +16,7 @@ from tpuq.clients import Clients, Settings
 from tpuq.stackenv import load_env
 from tpuq_dev.faketpu.control import FakeTpuControl
 
-DEADLINE = 180
+DEADLINE = 300
 ZONE = "us-central2-b"
 BUCKET = "runner-e2e-us-central2"
 

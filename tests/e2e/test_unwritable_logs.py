@@ -15,7 +15,7 @@ from tpuq import store
 from tpuq_dev.devstack.stack import wait_for
 from tpuq.jobspec import PublishedJob
 
-DEADLINE = 120
+DEADLINE = 300
 
 
 def test_lost_logs_are_said_next_to_succeeded(system, system_clients):
