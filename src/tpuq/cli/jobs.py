@@ -142,6 +142,16 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         else:
             print_overview(view)
         return
+    from tpuq import deadletters
+    from tpuq.cli.fleet import local_zone
+
+    refused = deadletters.for_job_id(db, job_id)  # a refused message never became a job: found by its id
+    if refused and not db.collection(store.JOBS).document(job_id).get().exists:
+        if as_json or pretty:
+            print(json.dumps({"id": job_id, "dead_letters": [deadletters.as_json(r) for r in refused]}, indent=2))
+        else:
+            out.print("\n".join(deadletters.status_lines(job_id, refused[0], local_zone())), markup=False, highlight=False)
+        return
     job = job_or_fail(db, job_id)
     job["attempt_history"] = attempts(db, job_id)
     _annotate_waiting(db, [job])
@@ -149,6 +159,9 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         print(json.dumps(job, default=json_default, indent=2))
         return
     print_job(job_id, job, _fleet_blocks(db) if JobDoc.from_doc(job, job_id).state is JobState.pending else [])
+    for r in refused:
+        if r.get("message_id") != job.get(JobDoc.field("message_id")):
+            out.print("  " + deadletters.refused_line(r, local_zone()), markup=False, highlight=False)
 
 
 def _annotate_waiting(db, jobs: list[dict]) -> None:
