@@ -68,6 +68,8 @@ def what(record: Mapping[str, Any]) -> str:
     """What was refused, in a few words: the job id it named, or the object a bucket notification was about."""
     if record.get("job_id"):
         return f"job {record['job_id']}"
+    if record.get("topic") == "jobs" and record.get("message_id"):
+        return f"{JOB_ID_PREFIX}{record['message_id']}"  # the id `tpuq status` finds it by
     if record.get("topic") == "gcs-events":
         import json
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from tpuq.cli.connecting import cli_clients
-from tpuq.cli.console import CliError, out
+from tpuq.cli.console import out
 
 
 def dead_letters(topic: Optional[str] = typer.Option(None, "--topic", help="Only messages of this topic, e.g. jobs"),
@@ -22,7 +22,7 @@ def dead_letters(topic: Optional[str] = typer.Option(None, "--topic", help="Only
 
     topics = [t.name for t in topology.TOPICS]
     if topic is not None and topic not in topics:
-        raise CliError(f"--topic {topic}: no such topic (topics: {', '.join(topics)})")
+        raise typer.BadParameter(f"no such topic (topics: {', '.join(topics)})", param_hint="--topic")
     records = deadletters.recent(cli_clients().firestore, topic, limit)
     if as_json:
         print(json.dumps([deadletters.as_json(r) for r in records], indent=2))
