@@ -40,6 +40,19 @@ def for_job_id(db, job_id: str) -> list[dict[str, Any]]:
     return newest_first(found.values())
 
 
+def jobs_of_message(db, job_id: str) -> list[str]:
+    """For `job-<message id>` that is no job: the jobs that message stored (a whole `jobs:` file in one message)."""
+    from google.cloud.firestore import FieldFilter
+
+    from tpuq.documents import JobDoc
+
+    mid = message_id_of(job_id)
+    if not mid:
+        return []
+    query = db.collection(store.JOBS).where(filter=FieldFilter(JobDoc.field("message_id"), "==", mid))
+    return sorted(d.id for d in query.stream())
+
+
 def recent(db, topic: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """The newest refused messages (of one topic), newest first. The topic query has its composite index in
     infra/firestore.indexes.json."""

@@ -108,6 +108,8 @@ def test_a_jobs_file_pasted_as_one_message_submits_every_job(system_clients, gcl
     for stored in (f"job-{mid}-0", named):
         assert job_in(system_clients, stored, "pending", "assigned", "running", "succeeded")["message_id"] == mid
     assert "command: echo one" in run(gcloud_env, "tpuq", "status", f"job-{mid}-0").stdout
+    assert (f"job-{mid} is no job: message {mid} submitted {', '.join(sorted([f'job-{mid}-0', named]))}"
+            in run(gcloud_env, "tpuq", "status", f"job-{mid}").stdout)
 
 
 def test_a_job_file_uploaded_with_gcloud_storage_runs_its_folder(system, system_clients, gcloud_env, tmp_path):

@@ -56,3 +56,26 @@ def test_status_of_a_refused_message_names_it_field_reason_and_payload():
 
 def test_json_has_iso_times_with_their_offset():
     assert deadletters.as_json(REFUSED)["recorded_at"] == "2026-12-01T14:03:07+00:00"
+
+
+def test_status_of_an_id_that_is_no_job(capsys):
+    """`tpuq status` finds a refused message by `job-<message id>` or the id it asked for, and the jobs a `jobs:`
+    file message stored; a stored job is left to the job view (on the in-memory Firestore)."""
+    from tpuq import store
+    from tpuq.cli.deadletters import status_of_no_job
+    from tpuq.inmemory import MemoryFirestore
+
+    db = MemoryFirestore(project="p")
+    db.collection(store.DEAD_LETTERS).document("scheduler-jobs:1234").set(REFUSED)
+    db.collection(store.DEAD_LETTERS).document("scheduler-jobs:77").set({**REFUSED, "message_id": "77",
+                                                                        "job_id": "taken"})
+    for job_id in ("job-88-0", "mine", "taken"):
+        db.collection(store.JOBS).document(job_id).set({"id": job_id, "state": "pending", "message_id": "88"})
+    assert status_of_no_job(db, "job-1234", as_json=False)
+    assert "job-1234: refused, never stored as a job (message 1234" in capsys.readouterr().out
+    assert status_of_no_job(db, "job-77", as_json=True)
+    assert json.loads(capsys.readouterr().out)["dead_letters"][0]["job_id"] == "taken"
+    assert status_of_no_job(db, "job-88", as_json=False)
+    assert capsys.readouterr().out.strip() == "job-88 is no job: message 88 submitted job-88-0, mine, taken (tpuq status ID)"
+    assert not status_of_no_job(db, "taken", as_json=False)  # a stored job: shown as a job, with its refusal under it
+    assert not status_of_no_job(db, "job-999", as_json=False)  # unknown: the usual "no job" error follows

@@ -35,3 +35,41 @@ def dead_letters(topic: Optional[str] = typer.Option(None, "--topic", help="Only
         r = deadletters.row(record, local_zone())
         table.add_row(r["time"], r["topic"], r["message_id"], r["what"], r["field"], r["reason"])
     out.print(table)
+
+
+def status_of_no_job(db, job_id: str, as_json: bool) -> bool:
+    """`tpuq status ID` when ID is no stored job but names a message: one that was refused (`job-<message id>`,
+    or a message that asked for this id), or one that stored several jobs (a `jobs:` file). True: printed."""
+    from tpuq import deadletters, store
+    from tpuq.cli.fleet import local_zone
+
+    if db.collection(store.JOBS).document(job_id).get().exists:
+        return False
+    refused = deadletters.for_job_id(db, job_id)
+    if refused:
+        if as_json:
+            print(json.dumps({"id": job_id, "dead_letters": [deadletters.as_json(r) for r in refused]}, indent=2))
+        else:
+            out.print("\n".join(deadletters.status_lines(job_id, refused[0], local_zone())), markup=False,
+                      highlight=False)
+        return True
+    stored = deadletters.jobs_of_message(db, job_id)
+    if stored:
+        if as_json:
+            print(json.dumps({"id": job_id, "jobs": stored}, indent=2))
+        else:
+            out.print(f"{job_id} is no job: message {deadletters.message_id_of(job_id)} submitted {', '.join(stored)} "
+                      "(tpuq status ID)", markup=False, highlight=False)
+        return True
+    return False
+
+
+def refused_under(db, job_id: str, stored: dict) -> None:
+    """Under a stored job: later messages that reused its id and were refused."""
+    from tpuq import deadletters
+    from tpuq.cli.fleet import local_zone
+    from tpuq.documents import JobDoc
+
+    for record in deadletters.for_job_id(db, job_id):
+        if record.get("message_id") != stored.get(JobDoc.field("message_id")):
+            out.print("  " + deadletters.refused_line(record, local_zone()), markup=False, highlight=False)

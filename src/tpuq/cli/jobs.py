@@ -144,15 +144,9 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         else:
             print_overview(view, verbose)
         return
-    from tpuq import deadletters
-    from tpuq.cli.fleet import local_zone
+    from tpuq.cli.deadletters import refused_under, status_of_no_job
 
-    refused = deadletters.for_job_id(db, job_id)  # a refused message never became a job: found by its id
-    if refused and not db.collection(store.JOBS).document(job_id).get().exists:
-        if as_json or pretty:
-            print(json.dumps({"id": job_id, "dead_letters": [deadletters.as_json(r) for r in refused]}, indent=2))
-        else:
-            out.print("\n".join(deadletters.status_lines(job_id, refused[0], local_zone())), markup=False, highlight=False)
+    if status_of_no_job(db, job_id, as_json or pretty):  # a refused message, or a message of several jobs
         return
     job = job_or_fail(db, job_id)
     job["attempt_history"] = attempts(db, job_id)
@@ -163,9 +157,7 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         print(json.dumps(job, default=json_default, indent=2))
         return
     print_job(job_id, job, [reason for reason, _ in blocks], [detail for _, detail in blocks], verbose)
-    for r in refused:
-        if r.get("message_id") != job.get(JobDoc.field("message_id")):
-            out.print("  " + deadletters.refused_line(r, local_zone()), markup=False, highlight=False)
+    refused_under(db, job_id, job)
 
 
 def _annotate_waiting(db, jobs: list[dict]) -> None:
