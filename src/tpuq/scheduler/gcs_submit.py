@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 import yaml
+from google.api_core.exceptions import Forbidden
 from pydantic import ValidationError
 
 from tpuq.bundle import MAX_BUNDLE_BYTES, Bundle, BundleError, make_bundle
@@ -148,6 +149,10 @@ def _with_bundles(ctx: Context, event: GcsObjectEvent, jobs: list[PublishedJob],
                 packed[folder] = upload_bundle(ctx.clients.storage, bundle, targets)
             except NotFound as e:
                 raise Permanent(str(e), field=f"jobs[{i}].buckets") from None
+            except Forbidden:  # deploy grants the scheduler the runner bucket only
+                raise Permanent(f"the scheduler's account may not write the bundle to {', '.join(targets)}: grant "
+                                "tpuq-scheduler roles/storage.objectCreator there, or upload the bundle yourself and "
+                                "give its gs:// URI", field=f"jobs[{i}].buckets") from None
         out.append(job.model_copy(update={"bundle": packed[folder]}))
     return out
 
