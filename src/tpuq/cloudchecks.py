@@ -99,13 +99,15 @@ class PrecheckCache:
     _entries: dict[str, tuple[str, datetime, Prechecks]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def get(self, fleet: FleetFile, now: datetime) -> Prechecks:
+    def get(self, fleet: FleetFile, now: datetime, fresh: bool = False) -> Prechecks:
+        """`fresh`: read again whatever the cache holds (the claimer asks while the fleet is blocked, so that a
+        block whose cause is gone clears at the next message)."""
         key, version = fleet.name, fleet.version
         with self._lock:
             cached = self._entries.get(key)
         # Billing found off is read again on every message: a person who enabled it and ran `tpuq fleet unblock`
         # must not be blocked again by a stale answer.
-        if cached and cached[0] == version and now - cached[1] < timedelta(seconds=self.ttl_seconds) \
+        if not fresh and cached and cached[0] == version and now - cached[1] < timedelta(seconds=self.ttl_seconds) \
                 and not cached[2].billing.disabled:
             return cached[2]
         prechecks = self.reader.read(fleet, now)

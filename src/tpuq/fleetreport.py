@@ -21,6 +21,7 @@ from tpuq.jobspec import ANY_TPU
 from tpuq.messages import FailureClass
 from tpuq.fleetstore import FleetControl, load_control, load_fleet
 from tpuq.queries import age
+from tpuq.quota import BILLING_OFF_MESSAGE
 from tpuq.tputypes import canonical_name, zone_region
 
 
@@ -58,12 +59,15 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
         tpus.append(t)
     checks = precheck_view(fleet, prechecks) if prechecks is not None else {}
     targets = target_rows(fleet, report, now, tz, prechecks.quota if prechecks is not None else None)
-    zones = [{"key": f"{r['zone']} {r['type']}", "note": r["note"]} for r in targets if r["note"]]
+    zones = [{"key": f"{r['zone']} {r['type']}", "note": r["note"], "detail": r["dropped_detail"]}
+             for r in targets if r["note"]]
     blocked = [report["blocked"]] if report["blocked"] else []
+    details = [report.get("blocked_detail") or ""] if report["blocked"] else []  # the API's error, one per reason
     existing = [{**e, "type": entry.type, "zone": entry.zones[0]} for e in report.get("existing", [])
                 if (entry := fleet.entry(e["entry_id"])) is not None and entry.existing == e["node"]]
     if checks.get("billing_block") and not any(b.startswith("billing is disabled") for b in blocked):
         blocked.append(checks["billing_block"])
+        details.append(BILLING_OFF_MESSAGE)
     checks.pop("billing_block", None)
     return {
         **checks,
@@ -71,6 +75,7 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
         "version": report["version"],
         "entries": entries_view(fleet),
         "blocked": blocked,
+        "blocked_details": details,
         "existing": existing,
         "brakes": brakes_view(fleet, control, day_use(tpu_docs, fleet.name, now), now, tz),
         "requests": report["requests"],
@@ -198,6 +203,7 @@ def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzi
                 "stopped_error": b["reason"] if b and b.get("failure_class") in STOPPING_FAILURES else None,
                 "last_error": failures[key]["message"] if key in failures else None,
                 "dropped": d["reason"] if d else None,
+                "dropped_detail": d.get("detail") if d else None,
             }
             row["note"] = target_note(row)
             rows[key] = row
@@ -334,6 +340,7 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
         "blocked": blocked,
         "existing": [{k: e.get(k) for k in ("entry_id", "node", "usable", "problem", "fix")} for e in existing],
         "blocked_at": status.blocked_at if blocked and status else None,
+        "blocked_detail": status.blocked_message if blocked and status else None,  # the API's own error
         "requests": [
             {
                 "request_id": r.request_id,
@@ -372,7 +379,7 @@ def fleet_report(db, fleet_name: str, now: datetime | None = None) -> dict[str, 
             for t in sorted(targets, key=lambda t: (t.zone, t.type)) if t.last_failure_message
         ],
         "dropped": [
-            {"zone": t.zone, "type": t.type, "reason": t.dropped_reason}
+            {"zone": t.zone, "type": t.type, "reason": t.dropped_reason, "detail": t.last_failure_message}
             for t in sorted(targets, key=lambda t: (t.zone, t.type))
             if t.dropped_version is not None and (version is None or t.dropped_version == version)
         ],
@@ -402,6 +409,7 @@ def status_overview(db, now: datetime, tz: tzinfo) -> dict[str, Any]:
             qrs[q.get("state") or "unknown"] = qrs.get(q.get("state") or "unknown", 0) + 1
         brakes = view["brakes"]
         blocked = list(view["blocked"]) + ([f"claiming stopped: {brakes['stopped']}"] if brakes.get("stopped") else [])
+        details = list(view.get("blocked_details", [])) + ([""] if brakes.get("stopped") else [])
         fleets.append({
             "fleet": view["fleet"],
             "project": fleet.project,
@@ -412,6 +420,7 @@ def status_overview(db, now: datetime, tz: tzinfo) -> dict[str, Any]:
             "queued_resources": dict(sorted(qrs.items())),
             "requests_open": len(view["requests"]),
             "blocked": blocked,
+            "blocked_details": details,
             "zones": view["zones"],
             "paused": brakes.get("paused", False),
         })

@@ -285,6 +285,9 @@ class PublishedJob(JobSpec):
     @classmethod
     def _bundle_uri(cls, bundle: str | None) -> str | None:
         if bundle is not None:
+            if not bundle.startswith("gs://"):
+                raise ValueError(f"{bundle!r}: on the jobs topic a bundle is a gs:// URI of a .tar.gz already in a "
+                                 "bucket; `tpuq submit job.yaml` bundles and uploads a local directory")
             _, path = split_gs_uri(bundle)
             if not path or path.endswith("/"):
                 raise ValueError(f"{bundle!r} must name an object, e.g. gs://bucket/bundles/x.tar.gz")
@@ -306,6 +309,21 @@ class JobFile(StrictModel):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> "JobFile":
+        ids = [j.id for j in self.jobs if j.id]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"jobs: id {dupes[0]!r} is used twice")
+        return self
+
+
+class PublishedJobFile(StrictModel):
+    """A whole `jobs:` file published as one message (`gcloud pubsub topics publish jobs --message="$(cat f)"` of a
+    JSON file): every job in it is submitted. Bundles must already be gs:// URIs, as for one job."""
+
+    jobs: list[PublishedJob] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "PublishedJobFile":
         ids = [j.id for j in self.jobs if j.id]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:

@@ -14,10 +14,17 @@ from typing import Literal
 from pydantic import Field
 
 from tpuq.documents import ClaimerQrState, QueuedResourceState, WorkerEndpoint
-from tpuq.jobspec import PublishedJob, StrictModel
+from tpuq.jobspec import PublishedJob, PublishedJobFile, StrictModel
 
-# The `jobs` topic carries a PublishedJob.
-JobSubmission = PublishedJob
+
+class JobSubmission:
+    """The `jobs` topic carries a PublishedJob, or a whole `jobs:` file (PublishedJobFile) pasted as one message."""
+
+    @staticmethod
+    def model_validate(payload) -> PublishedJob | PublishedJobFile:
+        if isinstance(payload, dict) and "jobs" in payload:
+            return PublishedJobFile.model_validate(payload)
+        return PublishedJob.model_validate(payload)
 
 
 class CapacityAction(str, Enum):

@@ -264,9 +264,14 @@ def parse_billing_info(body: Mapping[str, Any]) -> BillingState:
     return BillingState(enabled=bool(body.get("billingEnabled", False)))  # proto3 JSON leaves a false out
 
 
+BILLING_OFF_MESSAGE = "Cloud Billing: billingEnabled false"  # a billing block's evidence, as its raw error
+
+
 def billing_block_reason(project: str) -> str:
-    return (f"billing is disabled on project {project} (Cloud Billing: billingEnabled false): the TPU API refuses "
-            "every request even though quota remains; enable billing, then `tpuq fleet unblock`")
+    """Short, with what to do; it clears by itself once Cloud Billing reports billing enabled (the claimer re-reads
+    it on every message while blocked)."""
+    return (f"billing is disabled on project {project}: enable it, then run `tpuq fleet unblock` (or wait: tpuq "
+            "resumes by itself once Cloud Billing reports it enabled)")
 
 
 @dataclass(frozen=True)

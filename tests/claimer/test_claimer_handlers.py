@@ -112,7 +112,8 @@ def test_quota_limit_zero_drops_that_zone_after_one_failure(claimer):
     assert [len(h.creates(z)) for z in ZONES] == [1, 1, 1]
     report = fleet_report(h.clients.firestore, "race")
     assert [d["zone"] for d in report["dropped"]] == [ZONES[2]]
-    assert "Limit: 0" in report["dropped"][0]["reason"]
+    assert report["dropped"][0]["reason"].startswith(f"no spot quota for v4-32 in {ZONES[2]}: raise it")
+    assert "Limit: 0" in report["dropped"][0]["detail"]  # the API's own text: --verbose, --json
     states = {q["zone"]: q["state"] for q in report["queued_resources"]}
     assert states[ZONES[0]] != "GONE" and states[ZONES[1]] != "GONE"
 

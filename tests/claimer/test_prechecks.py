@@ -57,8 +57,9 @@ def test_billing_off_stops_every_create_before_the_first(claimer):
     h.push("/push/capacity", request())
     h.push("/push/ticks", Tick(seq=1))
     assert h.creates() == []
-    assert fleet_report(h.clients.firestore, "race")["blocked"].startswith(
-        "billing is disabled on project tpuq-test (Cloud Billing: billingEnabled false)")
+    report = fleet_report(h.clients.firestore, "race")
+    assert report["blocked"].startswith("billing is disabled on project tpuq-test: enable it")
+    assert report["blocked_detail"] == "Cloud Billing: billingEnabled false"
 
 
 def test_a_pre_check_that_fails_never_stops_the_race(claimer):

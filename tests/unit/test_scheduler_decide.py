@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tpuq.fleet import FleetFile, RetryBudgets
-from tpuq.messages import AttemptOutcome, FleetEvent, FleetEventKind
+from tpuq.messages import AttemptOutcome, FailureClass, FleetEvent, FleetEventKind
 from tpuq.scheduler import lifecycle
 from tpuq.scheduler.decide import PassSnapshot, decide_pass, entries_to_count, queue_of
 
@@ -154,6 +154,12 @@ def _event(kind, node=NODE, request_id=None, **kw):
     (_event(FleetEventKind.failed), True, None),
     (_event(FleetEventKind.failed, node=None, request_id="r-j1-1", failure_message="no quota"), False,
      f"capacity request failed in {ZONE} (unknown): no quota"),
+    (_event(FleetEventKind.failed, node=None, request_id="r-j1-1", failure_class=FailureClass.project,
+            failure_message="403 POST http://...: Billing account for project 'p' is not found."), False,
+     f"v4-8 in {ZONE}: the project refuses new TPUs (`tpuq fleet` says why and what to run)"),
+    (_event(FleetEventKind.failed, node=None, request_id="r-j1-1", failure_class=FailureClass.capacity,
+            failure_message="There is no more capacity in the zone"), False,
+     f"v4-8 in {ZONE}: no capacity now (stockout); racing on in the other zones"),
     (_event(FleetEventKind.failed, node=None), False, None),  # no request to explain
     (_event(FleetEventKind.suspended, node=None), False, None),
     (_event(FleetEventKind.active), False, None),

@@ -26,6 +26,7 @@ This module and `tpuq.errors.from_api_error` are the only places that read error
 from __future__ import annotations
 
 import re
+from enum import Enum
 
 from tpuq.errors import REASON_RESOURCE_QUOTA_EXCEEDED, ErrorInfo
 from tpuq.fleet import FleetFile, SshTransport
@@ -150,16 +151,55 @@ def describe_failure(failure: FailureClass, code: int | None, message: str | Non
     return raw
 
 
-def project_block_reason(project: str, message: str | None) -> str:
-    """A one-line reason a person can act on, shown by `tpuq fleet` and in waiting jobs' status."""
-    text = (message or "").strip()
-    lowered = text.lower()
+class BlockKind(str, Enum):
+    """Why a whole project refuses new TPUs (never stored: read from the refusal's text each time)."""
+
+    billing = "billing"
+    permission = "permission"
+    api_disabled = "api_disabled"
+    suspended = "suspended"
+    other = "other"
+
+
+def block_kind(message: str | None) -> BlockKind:
+    """The kind of a project-level refusal, from the API's error as `raw_error` wrote it (message, code, reason)."""
+    lowered = (message or "").lower()
     if "billing" in lowered:
-        headline = f"billing is disabled on project {project}"
-    elif "permission" in lowered:
-        headline = f"permission denied on project {project}"
-    elif "has not been used" in lowered or "service_disabled" in lowered or "is disabled" in lowered:
-        headline = f"the Cloud TPU API is disabled on project {project}"
-    else:
-        headline = f"project {project} refuses new TPUs"
-    return f"{headline}: {text}" if text else headline
+        return BlockKind.billing
+    if "service_disabled" in lowered or "has not been used" in lowered or re.search(r"api .*is disabled", lowered):
+        return BlockKind.api_disabled
+    if "suspended" in lowered:
+        return BlockKind.suspended
+    if "permission" in lowered or "code 7]" in lowered or "code 16]" in lowered:
+        return BlockKind.permission
+    return BlockKind.other
+
+
+def project_block_reason(project: str, message: str | None) -> str:
+    """A short reason a person can act on, with exactly what to run, shown by `tpuq fleet` and waiting jobs. The
+    API's own error is kept beside it (`FleetStatus.blocked_message`: `--verbose`, `--json`)."""
+    from tpuq.quota import billing_block_reason
+
+    kind = block_kind(message)
+    if kind is BlockKind.billing:
+        return billing_block_reason(project)
+    if kind is BlockKind.api_disabled:
+        return (f"the Cloud TPU API is disabled on project {project}: run `gcloud services enable tpu.googleapis.com "
+                f"--project {project}`, then `{UNBLOCK}`")
+    if kind is BlockKind.permission:
+        return (f"tpuq's claimer may not create TPUs in project {project}: grant "
+                f"tpuq-claimer@{project}.iam.gserviceaccount.com roles/tpu.admin (`tpuq deploy` does), then run "
+                f"`{UNBLOCK}`")
+    if kind is BlockKind.suspended:
+        return f"project {project} is suspended: resolve it in the Google Cloud console, then run `{UNBLOCK}`"
+    return f"project {project} refuses new TPUs (`tpuq fleet --verbose` shows why): fix it, then run `{UNBLOCK}`"
+
+
+def zone_quota_reason(zone: str, tpu_type: str, tier: str) -> str:
+    """A zone dropped for want of quota (until the fleet file changes or `tpuq fleet unblock`); the API's text is
+    the target's `last_failure_message` (`--verbose`)."""
+    return (f"no {tier} quota for {tpu_type} in {zone}: raise it or take the zone out of the fleet file, then run "
+            f"`{UNBLOCK}` (or `tpuq fleet apply` the changed file)")
+
+
+UNBLOCK = "tpuq fleet unblock"

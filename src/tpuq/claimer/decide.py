@@ -45,7 +45,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from tpuq.brakes import claim_stop_reason, hosts_of
-from tpuq.claimer.classify import classify, describe_failure, project_block_reason
+from tpuq.claimer.classify import BlockKind, block_kind, classify, describe_failure, project_block_reason, zone_quota_reason
 from tpuq.claimer.model import (
     DELETABLE_STATES,
     GONE,
@@ -70,7 +70,7 @@ from tpuq.claimer.model import (
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetEntry
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
-from tpuq.quota import billing_block_reason, declared_quota
+from tpuq.quota import BILLING_OFF_MESSAGE, billing_block_reason, declared_quota
 from tpuq.tputypes import canonical_name, zone_region
 
 _ANNOUNCED = {
@@ -325,7 +325,10 @@ class _Decision:
                                              claim.capacity_backoff_max_seconds, self.rng)
             target = replace(target, capacity_failures=failures, backoff_until=self.now + timedelta(seconds=delay))
         elif failure is FailureClass.zone_quota:
-            target = replace(target, dropped_version=self.version, dropped_reason=f"no quota: {message}")
+            entry = self.fleet.entry(qr.entry_id)
+            tier = entry.provisioning_model.value if entry else ("spot" if qr.spot else "on-demand")
+            target = replace(target, dropped_version=self.version,
+                             dropped_reason=zone_quota_reason(qr.zone, qr.type, tier))
         elif failure is FailureClass.project:
             if not self.blocked:
                 self.status = FleetStatus(
@@ -353,8 +356,14 @@ class _Decision:
     def plan_all(self) -> None:
         if self.prechecks is not None and self.prechecks.billing.disabled and not self.blocked:
             self.status = FleetStatus(fleet=self.fleet.name, blocked=billing_block_reason(self.fleet.project),
-                                      blocked_version=self.version, blocked_message="billingEnabled: false",
+                                      blocked_version=self.version, blocked_message=BILLING_OFF_MESSAGE,
                                       blocked_at=self.now)
+            self.effects.status = self.status
+        elif self.prechecks is not None and self.prechecks.billing.enabled and self.blocked \
+                and block_kind(self.status.blocked_message) is BlockKind.billing:
+            # The cause is gone: Cloud Billing reports billing enabled again (read afresh while blocked). If the TPU
+            # API still refuses, its next refusal blocks again.
+            self.status = FleetStatus(fleet=self.fleet.name)
             self.effects.status = self.status
         open_requests = sorted(
             (r for r in self.requests.values() if r.open and r.fleet == self.fleet.name),

@@ -60,7 +60,7 @@ class Claimer:
         state = statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids), self.ctx.now())
         if self.prechecks is None:
             return state
-        checks = self.prechecks.get(self.fleet, self.ctx.now())
+        checks = self.prechecks.get(self.fleet, self.ctx.now(), fresh=state.blocked)
         for line in checks.problems:
             log.warning("fleet %s pre-check: %s", self.fleet.name, line)
         return replace(state, prechecks=checks)

@@ -14,7 +14,7 @@ from typer.exceptions import TyperException
 
 from importlib.metadata import entry_points
 
-from tpuq.cli import deploy, files, fleet, jobs, ssh
+from tpuq.cli import deadletters, deploy, files, fleet, jobs, ssh
 from tpuq.cli.console import CliError, err, one_line
 from tpuq.errors import TpuqError
 from tpuq.stackenv import StackError
@@ -54,6 +54,7 @@ COMMANDS = (
     (fleet_app, "pause", fleet.fleet_pause), (fleet_app, "resume", fleet.fleet_resume),
     (fleet_app, "drain", fleet.fleet_drain),
     (app, "deploy", deploy.deploy), (app, "undeploy", deploy.undeploy),
+    (app, "dead-letters", deadletters.dead_letters),
 )
 for group, name, command in COMMANDS:
     group.command(name)(command)

@@ -17,7 +17,9 @@ from tpuq.cli.views import json_default, print_fleet
 
 
 def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fleet name (default: the only one)"),
-          as_json: bool = typer.Option(False, "--json")) -> None:
+          as_json: bool = typer.Option(False, "--json"),
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the API's own error behind each "
+                                                                      "blocked reason")) -> None:
     """Queued resources, TPUs, states, idle times and blocked reasons."""
     if ctx.invoked_subcommand is not None:
         return
@@ -32,7 +34,7 @@ def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fle
     if as_json:
         print(json.dumps(view, default=json_default, indent=2))
         return
-    print_fleet(view)
+    print_fleet(view, verbose)
 
 
 def local_zone():
@@ -134,19 +136,33 @@ def fleet_drain(name: Optional[str] = typer.Argument(None, metavar="FLEET", help
 
 
 def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (default: the only one)")) -> None:
-    """After fixing billing or permissions: let the claimer create again (clears the project-level block)."""
+    """After fixing billing, permissions or quota: let the claimer create again (clears the project-level block
+    and the zones dropped for want of quota)."""
+    from google.cloud.firestore import FieldFilter
+
     from tpuq import store
+    from tpuq.documents import target_from_doc
     from tpuq.fleetstore import load_fleet
 
     clients = cli_clients()
-    fleet_name = load_fleet(clients.firestore, name).name
-    ref = clients.firestore.collection(store.FLEET_STATUS).document(fleet_name)
+    db = clients.firestore
+    fleet = load_fleet(db, name)
+    fleet_name = fleet.name
+    dropped = [t for s in db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet_name)).stream()
+               if (t := target_from_doc(s.to_dict(), s.update_time)).dropped(fleet.version)]
+    for t in dropped:
+        # Only the drop's two fields: the claimer may be writing the target's back-off meanwhile.
+        db.collection(store.ZONES).document(store.doc_id(t.fleet, t.zone, t.type)).update(
+            {"dropped_version": None, "dropped_reason": None})
+        out.print(f"zone {t.zone} {t.type} may be claimed again (was: {t.dropped_reason})", highlight=False, markup=False)
+    ref = db.collection(store.FLEET_STATUS).document(fleet_name)
     snap = ref.get()
     if not snap.exists or not (snap.to_dict() or {}).get("blocked"):
-        out.print(f"fleet {fleet_name!r} is not blocked")
+        if not dropped:
+            out.print(f"fleet {fleet_name!r} is not blocked")
         return
     ref.delete()
-    out.print(f"fleet {fleet_name!r} unblocked (was: {snap.to_dict()['blocked']})")
+    out.print(f"fleet {fleet_name!r} unblocked (was: {snap.to_dict()['blocked']})", highlight=False, markup=False)
 
 
 def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None:

@@ -105,7 +105,9 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
            deployment: Optional[Path] = typer.Option(None, "--deployment", hidden=True,
                                                      help="tpu-runner's spelling; tpuq reads the stored fleets"),
            pretty: bool = typer.Option(False, "--pretty", hidden=True, help="tpu-runner's spelling of --json"),
-           as_json: bool = typer.Option(False, "--json", help="Machine-readable output")) -> None:
+           as_json: bool = typer.Option(False, "--json", help="Machine-readable output"),
+           verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the API's own error behind each "
+                                                                       "blocked reason")) -> None:
     """One job (state, attempts, reason), or without one the fleet overview: entries, TPUs and queue by state,
     blocked reasons."""
     from datetime import datetime, timezone
@@ -125,15 +127,22 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         if as_json or pretty:
             print(json.dumps(view, default=json_default, indent=2))
         else:
-            print_overview(view)
+            print_overview(view, verbose)
+        return
+    from tpuq.cli.deadletters import refused_under, status_of_no_job
+
+    if status_of_no_job(db, job_id, as_json or pretty):  # a refused message, or a message of several jobs
         return
     job = job_or_fail(db, job_id)
     job["attempt_history"] = attempts(db, job_id)
     _annotate_waiting(db, [job])
+    blocks = _fleet_blocks(db) if JobDoc.from_doc(job, job_id).state is JobState.pending else []
     if as_json or pretty:
+        job["fleet_blocks"] = [{"reason": reason, "detail": detail} for reason, detail in blocks]
         print(json.dumps(job, default=json_default, indent=2))
         return
-    print_job(job_id, job, _fleet_blocks(db) if JobDoc.from_doc(job, job_id).state is JobState.pending else [])
+    print_job(job_id, job, [reason for reason, _ in blocks], [detail for _, detail in blocks], verbose)
+    refused_under(db, job_id, job)
 
 
 def _annotate_waiting(db, jobs: list[dict]) -> None:
@@ -146,11 +155,13 @@ def _annotate_waiting(db, jobs: list[dict]) -> None:
     annotate_waiting(db, jobs, datetime.now(timezone.utc), local_zone())
 
 
-def _fleet_blocks(db) -> list[str]:
-    """Project-level blocks the claimer recorded (billing, permission): every waiting job is held by them."""
+def _fleet_blocks(db) -> list[tuple[str, str]]:
+    """Project-level blocks the claimer recorded (billing, permission): every waiting job is held by them.
+    (reason, the API's own error) each."""
     from tpuq import store
 
-    return [d.to_dict()["blocked"] for d in db.collection(store.FLEET_STATUS).stream() if (d.to_dict() or {}).get("blocked")]
+    docs = [d.to_dict() or {} for d in db.collection(store.FLEET_STATUS).stream()]
+    return [(d["blocked"], d.get("blocked_message") or "") for d in docs if d.get("blocked")]
 
 
 def list_(state: Optional[str] = typer.Option(None, help="Only jobs in this state"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -25,7 +26,7 @@ def state_style(state) -> str:
     return f"[{colour}]{state}[/{colour}]"
 
 
-def print_job(job_id: str, stored: dict, blocks: list[str]) -> None:
+def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] = (), verbose: bool = False) -> None:
     """One job: its state, spec, reasons, the fleet's blocks (for a pending job) and every attempt."""
     job = JobDoc.from_doc(stored, job_id)
     spec = job.spec or {}
@@ -38,8 +39,7 @@ def print_job(job_id: str, stored: dict, blocks: list[str]) -> None:
         value = stored.get("waiting") if key == "waiting" else getattr(job, JobDoc.field(key))
         if value:
             out.print(f"  {key}: {value}")
-    for reason in blocks:
-        out.print(f"  [red]blocked:[/red] {reason}")
+    print_blocked(blocks, list(details), verbose, indent="  ")
     for a in (AttemptDoc.from_doc(doc) for doc in stored["attempt_history"]):
         out.print(f"  attempt {a.attempt}: {a.state} {a.outcome or ''} on "
                   f"{a.tpu or '?'} {('- ' + a.detail[:200]) if a.detail else ''}")
@@ -127,14 +127,22 @@ def print_brakes(brakes: dict) -> None:
         out.print(f"drain {drain['id']}: {state}, {len(drain['deleted'])} deleted", highlight=False)
 
 
-def print_fleet(view: dict) -> None:
+def print_blocked(reasons: list[str], details: list[str], verbose: bool, indent: str = "") -> None:
+    """Each blocked reason, short; with `verbose` the API's own error under it."""
+    for i, reason in enumerate(reasons):
+        out.print(f"{indent}[red]blocked:[/red] {escape(reason)}", highlight=False)
+        detail = details[i] if i < len(details) else ""
+        if verbose and detail:
+            out.print(f"{indent}  the API said: {detail}", highlight=False, markup=False)
+
+
+def print_fleet(view: dict, verbose: bool = False) -> None:
     from tpuq.fleetreport import entry_line
 
     out.print(f"fleet [bold]{view['fleet']}[/bold]")
     for entry in view.get("entries", []):
         out.print(f"  entry {entry_line(entry)}", highlight=False, markup=False)
-    for reason in view.get("blocked", []):
-        out.print(f"[red]blocked:[/red] {reason}")
+    print_blocked(view.get("blocked", []), view.get("blocked_details", []), verbose)
     print_brakes(view.get("brakes") or {})
     if "billing" in view:
         out.print(f"billing: {view['billing']}", highlight=False, markup=False)
@@ -169,9 +177,11 @@ def print_fleet(view: dict) -> None:
     # What holds a zone, in full on its own line: a raw API error or a quota detail is too long for a cell.
     for z in view.get("zones", []):
         out.print(f"zone {z['key']}: {z['note']}", highlight=False, markup=False)
+        if verbose and z.get("detail"):
+            out.print(f"  the API said: {z['detail']}", highlight=False, markup=False)
 
 
-def print_overview(view: dict) -> None:
+def print_overview(view: dict, verbose: bool = False) -> None:
     """`tpuq status` without a job: each fleet's entries, TPUs and queued resources by state, what blocks it,
     then the queue by state."""
     def counts(by_state: dict) -> str:
@@ -189,10 +199,11 @@ def print_overview(view: dict) -> None:
         out.print(f"  TPUs: {counts(f['tpus'])}", highlight=False)
         out.print(f"  queued resources: {counts(f['queued_resources'])}; open capacity requests: {f['requests_open']}",
                   highlight=False)
-        for reason in f["blocked"]:
-            out.print(f"  [red]blocked:[/red] {reason}", highlight=False)
+        print_blocked(f["blocked"], f.get("blocked_details", []), verbose, indent="  ")
         for z in f["zones"]:
             out.print(f"  {z['key']}: {z['note']}", highlight=False)
+            if verbose and z.get("detail"):
+                out.print(f"    the API said: {z['detail']}", highlight=False, markup=False)
     jobs = {state: n for state, n in view["jobs"].items() if n}
     out.print(f"jobs: {counts(jobs)}", highlight=False)
     out.print("one job: tpuq status JOB; the recent ones: tpuq list; the fleet in detail: tpuq fleet")

@@ -17,7 +17,7 @@ from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.fleetstore import load_fleet
 from tpuq.guarded import WriteSet, read_decide_commit
 from tpuq.isolation import Isolated
-from tpuq.jobspec import PublishedJob
+from tpuq.jobspec import PublishedJob, PublishedJobFile
 from tpuq.messages import (
     AssignmentAction,
     AttemptEvent,
@@ -58,16 +58,33 @@ def _tpus(ctx: Context):
 # -------------------------------------------------------------------- jobs
 
 
-def on_job(job: PublishedJob, ctx: Context) -> None:
+def on_job(submission: PublishedJob | PublishedJobFile, ctx: Context) -> None:
     source = ctx.attributes.get("source", "pubsub")
     fleet = fleet_in_force(ctx)
-    blocked = capacity.unrunnable_reason(
-        PendingJob.from_spec(job, ctx.now(), job_id=intake.job_id_for(job, ctx.message_id)), fleet)
-    job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked)
-    log.info("job %s %s (source %s)%s", job_id, "stored as pending" if created else "already stored", source,
-             f", blocked: {blocked}" if blocked and created else "")
+    if isinstance(submission, PublishedJobFile):
+        submit_jobs(ctx, intake.file_jobs(submission, ctx.message_id), source, fleet, from_file=True)
+    else:
+        submit_jobs(ctx, [submission], source, fleet)
+
+
+def submit_jobs(ctx: Context, jobs: list[PublishedJob], source: str, fleet: FleetFile | None = None,
+                from_file: bool = False) -> list[str]:
+    """Store each job as pending (blocked from the first second if no entry can run it), keyed by this
+    message's id, then run a pass; returns the job ids. The jobs topic's intake, and the bucket upload's.
+    `from_file`: the jobs of one `jobs:` file, all stored or (an id taken by another submission) none."""
+    if from_file:
+        intake.refuse_taken_ids(ctx.clients.firestore, jobs, ctx.message_id)
+    job_ids = []
+    for job in jobs:
+        blocked = capacity.unrunnable_reason(
+            PendingJob.from_spec(job, ctx.now(), job_id=intake.job_id_for(job, ctx.message_id)), fleet)
+        job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked)
+        log.info("job %s %s (source %s)%s", job_id, "stored as pending" if created else "already stored", source,
+                 f", blocked: {blocked}" if blocked and created else "")
+        job_ids.append(job_id)
     # Also on a redelivery: the pass after the first delivery may not have run.
-    scheduling_pass(ctx, fleet, trigger_job_ids=[job_id])
+    scheduling_pass(ctx, fleet, trigger_job_ids=job_ids)
+    return job_ids
 
 
 # ------------------------------------------------------------ fleet events

@@ -3,6 +3,8 @@
 A valid job is stored once, as `pending`, with its submit time and source.
 Redelivery of the same message stores nothing new; a different message that
 reuses a stored job id is refused (dead-lettered) and the stored job is kept.
+A whole `jobs:` file in one message stores every job in it, under deterministic ids (`file_jobs`), so a
+redelivery stores nothing new; if one of its ids is taken by another submission, none is stored.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from google.api_core.exceptions import AlreadyExists
 from tpuq import store
 from tpuq.documents import JobDoc, JobState
 from tpuq.errors import Permanent
-from tpuq.jobspec import PublishedJob
+from tpuq.jobspec import PublishedJob, PublishedJobFile
 
 SOURCES = ("cli", "pubsub", "gcs")
 
@@ -23,6 +25,21 @@ SOURCES = ("cli", "pubsub", "gcs")
 def job_id_for(job: PublishedJob, message_id: str) -> str:
     """An explicit id wins; otherwise the Pub/Sub message id makes redelivery land on one job."""
     return job.id or f"job-{message_id}".lower()[:63]
+
+
+def file_jobs(jobs: PublishedJobFile, message_id: str) -> list[PublishedJob]:
+    """The jobs of a `jobs:` file message, each with its id: its own, else `job-<message id>-<n>` (n from 0)."""
+    base = f"job-{message_id}".lower()[:58]
+    return [j if j.id else j.model_copy(update={"id": f"{base}-{i}"}) for i, j in enumerate(jobs.jobs)]
+
+
+def refuse_taken_ids(db, jobs: list[PublishedJob], message_id: str) -> None:
+    """Before storing any job of a file: Permanent (field `jobs[n].id`) if one id is another submission's."""
+    for i, job in enumerate(jobs):
+        snap = db.collection(store.JOBS).document(job_id_for(job, message_id)).get()
+        if snap.exists and (snap.to_dict() or {}).get(JobDoc.field("message_id")) != message_id:
+            raise Permanent(f"job id {job.id!r} is already used by another submission; nothing of this file was "
+                            "stored", field=f"jobs[{i}].id")
 
 
 def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, now: datetime,

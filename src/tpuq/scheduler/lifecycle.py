@@ -22,7 +22,7 @@ from tpuq.documents import AttemptDoc, AttemptState, JobDoc, TpuState, short_nod
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
 from tpuq.jobstate import still_unstarted, IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
-from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FleetEvent, FleetEventKind, WorkerEndpoint
+from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, FailureClass, FleetEvent, FleetEventKind, WorkerEndpoint
 from tpuq.scheduler.plan import Match
 from tpuq.tputypes import canonical_name, zone_region
 
@@ -376,6 +376,17 @@ def request_failure_reason(event: FleetEvent) -> str | None:
     off or drops this one), so the job keeps its request; this says why it waits. None: not such an event."""
     if event.kind is not FleetEventKind.failed or not event.request_id or event.node:
         return None
+    where = f"{event.type} in {event.zone}"
+    short = {  # known classes in a few words; the API's text is in `tpuq fleet --verbose` / `--json`
+        FailureClass.project: f"{where}: the project refuses new TPUs (`tpuq fleet` says why and what to run)",
+        FailureClass.capacity: f"{where}: no capacity now (stockout); racing on in the other zones",
+        FailureClass.zone_quota: f"{where}: no quota left there (`tpuq fleet` says what to do)",
+        FailureClass.expired: f"{where}: the request expired while queued; asking again",
+        FailureClass.external_ip_quota: f"{where}: the region's external IP quota is used up (`tpuq fleet` says "
+                                        "what to change)",
+    }.get(event.failure_class)
+    if short:
+        return short
     cause = event.failure_class.value if event.failure_class else "unknown"
     return f"capacity request failed in {event.zone} ({cause}): {event.failure_message}"
 
