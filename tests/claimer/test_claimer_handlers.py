@@ -205,7 +205,8 @@ def test_error_info_decides_a_synchronous_refusal_whatever_its_words(claimer):
     h.push("/push/capacity", request())
     assert len(h.creates()) == 1  # the first refusal stops the rest of the fan-out
     report = fleet_report(h.clients.firestore, "race")
-    assert report["blocked"] and "reason BILLING_DISABLED (googleapis.com)" in report["blocked"]
+    assert report["blocked"].startswith("billing is disabled on project")  # the short reason, what to run
+    assert "reason BILLING_DISABLED (googleapis.com)" in report["blocked_detail"]  # the API's own error behind it
 
 
 def test_a_synchronous_quota_429_drops_the_zone_from_its_quota_failure(claimer):
