@@ -26,6 +26,7 @@ from tpuq.messages import (
     FleetEvent,
     FleetEventKind,
     Tick,
+    message_owner,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.plan import PendingJob
@@ -63,7 +64,8 @@ def on_job(job: PublishedJob, ctx: Context) -> None:
     fleet = fleet_in_force(ctx)
     blocked = capacity.unrunnable_reason(
         PendingJob.from_spec(job, ctx.now(), job_id=intake.job_id_for(job, ctx.message_id)), fleet)
-    job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked)
+    owner = message_owner(ctx.attributes)
+    job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked, owner)
     log.info("job %s %s (source %s)%s", job_id, "stored as pending" if created else "already stored", source,
              f", blocked: {blocked}" if blocked and created else "")
     # Also on a redelivery: the pass after the first delivery may not have run.
