@@ -166,8 +166,8 @@ CURRENT: Backend | None = None  # the backend cli_clients found last (this proce
 
 def runner_bucket_of(db, project: str) -> tuple[str | None, str]:
     """The runner bucket of the deployed fleet, without TPUQ_RUNNER_BUCKET: the stored fleet's `runner_bucket`,
-    else the name `tpuq deploy` gives it (tpuq.deploy.plan.DeployTarget). (None, why) without a stored fleet."""
-    from tpuq.deploy.plan import DeployTarget
+    else the name `tpuq deploy` gives it (tpuq.deploy.plan.Target). (None, why) without a stored fleet."""
+    from tpuq.deploy.plan import Target
     from tpuq.errors import TpuqError
     from tpuq.fleetstore import load_fleet
 
@@ -177,7 +177,7 @@ def runner_bucket_of(db, project: str) -> tuple[str | None, str]:
         return None, f"none: {e}"
     except Exception as e:  # noqa: BLE001 - no access to Firestore yet: the command itself will say so
         return None, f"unknown: {one_line(e)}"
-    name = f"gs://{DeployTarget(fleet=fleet).runner_bucket}"
+    name = f"gs://{Target(fleet=fleet).runner_bucket}"
     return name, f"fleet {fleet.name}" + ("" if fleet.runner_bucket else " (deploy's default name)")
 
 
