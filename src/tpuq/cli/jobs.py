@@ -221,7 +221,7 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
         if state in TERMINAL_JOB_STATES:
             out.print(f"{job_id} already ended: {state}")
             continue
-        refusal = cancel_refusal(job_id, JobDoc.from_doc(job, job_id).owner, me, force)
+        refusal = cancel_refusal(job_id, job.get(JobDoc.field("owner")), me, force)
         if refusal:
             err.print(f"[red]error:[/red] {refusal}", highlight=False)
             code = max(code, EXIT_UNKNOWN)

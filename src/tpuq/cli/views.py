@@ -41,7 +41,7 @@ def print_job(job_id: str, stored: dict, blocks: list[str], now=None, tz=None) -
     job = JobDoc.from_doc(stored, job_id)
     spec = job.spec or {}
     out.print(f"[bold]{job_id}[/bold]  state: {state_style(job.state)}  priority: {job.priority}  "
-              f"source: {job.source}  owner: {job.owner or 'unknown'}", highlight=False)
+              f"source: {job.source}  owner: {escape(job.owner or 'unknown')}", highlight=False)
     if spec:
         out.print(f"  tpu: {', '.join(job.spec_tpu)}   command: {spec.get('command')}", highlight=False, markup=False)
     times = [f"{label} {local_time(when, tz, now)}" for label, when in
@@ -102,8 +102,9 @@ def print_job_table(rows, now) -> None:
         return
     table = Table()
     for name in JOB_TABLE:
-        # Ids, states, types and owners are never broken across lines; a long reason wraps at its spaces.
-        table.add_column(name, no_wrap=name != "reason", overflow="fold")
+        # Nothing is cut off or elided: a cell too wide for its column wraps at its spaces, and a name longer than
+        # the column is folded onto the next line, whole. (Not a terminal: plain_table, nothing wraps.)
+        table.add_column(name, overflow="fold", no_wrap=name in ("state", "priority", "age"))
     for r in text_rows:
         table.add_row(r[0], state_style(r[1]), *(escape(c) for c in r[2:]))
     out.print(table)
