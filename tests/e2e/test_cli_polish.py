@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import uuid
 
+import pytest
 import yaml
 
 from tests.helpers import wait_until
@@ -45,6 +46,9 @@ def stored(system_clients, job_id: str) -> dict:
     return snap.to_dict() if snap.exists else {}
 
 
+# About 20 `tpuq` processes, each importing the Google clients: minutes on a loaded 2-core machine, more than the
+# suite-wide 300 s.
+@pytest.mark.timeout(900)
 def test_where_whose_and_how_jobs_are_shown(system, system_clients, tmp_path):
     # Where: one dim line on stderr, and `tpuq config` in full.
     config = json.loads(tpuq(system, "config", "--json", TPUQ_OWNER="alice").stdout)
