@@ -52,6 +52,10 @@ def _fleet_choice_not_inherited(request, monkeypatch):
     """TPUQ_FLEET names the fleet that in-process services load (tpuq.fleetstore.load_fleet). The whole-system
     stack of tests/e2e (session-scoped) exports its own, `demo`, for the rest of the session; a test outside
     tests/e2e stores a fleet of its own and must not be served `demo`'s name. The stacks' services get
-    TPUQ_FLEET from their stack's env, not from here."""
+    TPUQ_FLEET from their stack's env, not from here. Nor the session stacks' ids (tpuq.stackenv.ENV_STACK_ID,
+    ENV_STACK_DIR): a test that points the CLI at other emulators would be told its environment is stale."""
     if "e2e" not in request.node.path.parts:
-        monkeypatch.delenv("TPUQ_FLEET", raising=False)
+        from tpuq.stackenv import ENV_STACK_DIR, ENV_STACK_ID
+
+        for key in ("TPUQ_FLEET", ENV_STACK_ID, ENV_STACK_DIR):
+            monkeypatch.delenv(key, raising=False)

@@ -154,6 +154,7 @@ class JobDoc(_View):
     priority_rank: int | None = None
     types: tuple[str, ...] = ()
     source: str | None = None  # cli, pubsub or gcs
+    owner: str | None = None  # who submitted it: the `owner` attribute of its message (tpuq.messages.OWNER_ATTRIBUTE)
     message_id: str | None = None
     submit_time: datetime | None = None
     updated_at: datetime | None = None

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from tpuq.documents import ClaimerQrState, QueuedResourceState, WorkerEndpoint
+from tpuq.errors import Permanent
 from tpuq.jobspec import PublishedJob, PublishedJobFile, StrictModel
 
 
@@ -25,6 +26,24 @@ class JobSubmission:
         if isinstance(payload, dict) and "jobs" in payload:
             return PublishedJobFile.model_validate(payload)
         return PublishedJob.model_validate(payload)
+
+# Who submitted a job: the `owner` attribute of its `jobs` message, stored as the job's `owner`. Pub/Sub tells a
+# subscriber nothing about the publisher (a push's OIDC token is the push subscription's account, the message has
+# only data, attributes, id and publish time), so the publisher says who it is: `tpuq submit` sets the account of
+# its credentials; with gcloud, `--attribute=owner=you@example.com`. A label for people, not an access check.
+OWNER_ATTRIBUTE = "owner"
+OWNER_MAX_LENGTH = 254  # an email address's limit
+
+
+def message_owner(attributes: dict[str, str]) -> str | None:
+    """The owner a `jobs` message names, or None; a malformed one is refused (Permanent, field `owner`)."""
+    value = (attributes.get(OWNER_ATTRIBUTE) or "").strip()
+    if not value:
+        return None
+    if len(value) > OWNER_MAX_LENGTH or not value.isprintable():
+        raise Permanent(f"owner: the attribute must be printable text of at most {OWNER_MAX_LENGTH} characters "
+                        "(an account like you@example.com)", field="owner")
+    return value
 
 
 class CapacityAction(str, Enum):

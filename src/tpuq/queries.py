@@ -31,10 +31,13 @@ def get_job(db, job_id: str) -> dict[str, Any]:
     return snap.to_dict()
 
 
-def list_jobs(db, limit: int = 50, state: str | None = None) -> list[dict[str, Any]]:
+def list_jobs(db, limit: int = 50, state: str | None = None, owner: str | None = None) -> list[dict[str, Any]]:
+    """The newest jobs, of one state and one owner when given (infra/firestore.indexes.json has their indexes)."""
     from google.cloud import firestore
 
     query = db.collection(store.JOBS)
+    if owner:
+        query = query.where(filter=firestore.FieldFilter(JobDoc.field("owner"), "==", owner))
     if state:
         query = query.where(filter=firestore.FieldFilter(JobDoc.field("state"), "==", state))
     query = query.order_by(JobDoc.field("submit_time"), direction=firestore.Query.DESCENDING)

@@ -302,6 +302,16 @@ class Service:
         return f"rejected: {reason}", 200
 
 
+def _owner_or_none(attributes: dict[str, str]) -> str | None:
+    """A rejected job keeps who submitted it when its message says so well (a malformed owner is left out)."""
+    from tpuq.messages import message_owner
+
+    try:
+        return message_owner(attributes)
+    except Permanent:
+        return None
+
+
 def _store_rejected_job(db, job_id: str, reason: str, field_name: str | None, msg: PushMessage, now: datetime) -> None:
     """Store the job as rejected, unless a job with that id is already stored: nothing stored is lost."""
     from google.api_core.exceptions import AlreadyExists
@@ -313,6 +323,7 @@ def _store_rejected_job(db, job_id: str, reason: str, field_name: str | None, ms
                 state=JobState.rejected,
                 reason=f"{field_name}: {reason}" if field_name and not reason.startswith(field_name) else reason,
                 source=msg.attributes.get("source", "pubsub"),
+                owner=_owner_or_none(msg.attributes),
                 message_id=msg.message_id,
                 submit_time=now,
                 updated_at=now,

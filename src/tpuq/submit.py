@@ -184,12 +184,16 @@ def upload_bundle(storage, bundle: Bundle, buckets: list[str]) -> str:
     return f"{buckets[0]}/{bundle.object_name}"
 
 
-def submit_prepared(clients: Clients, prepared: list[PreparedJob]) -> list[str]:
+def submit_prepared(clients: Clients, prepared: list[PreparedJob], owner: str | None = None) -> list[str]:
+    """Upload each bundle and publish each job; `owner` (who submits) travels as the message's owner attribute."""
+    from tpuq.messages import OWNER_ATTRIBUTE
+
+    attributes = {OWNER_ATTRIBUTE: owner} if owner else {}
     ids = []
     for p in prepared:
         spec = p.spec
         bundle_uri = upload_bundle(clients.storage, p.bundle, p.buckets) if p.bundle else spec.bundle
         job = PublishedJob.model_validate({**spec.model_dump(mode="json", exclude_none=True), "bundle": bundle_uri})
-        clients.publish("jobs", job, source="cli")
+        clients.publish("jobs", job, source="cli", **attributes)
         ids.append(job.id)
     return ids

@@ -93,7 +93,7 @@ def test_log_failures_are_grouped_by_reason_and_come_before_the_tail():
     assert head.endswith("but the logs of workers 0, 1 could not be written to gs://b: GCS 403: denied")
     assert tail.endswith("boom")
     clean = decide_outcome(worker_count=1, statuses={0: _status(0)}, node_state=NodeState.ready, now=T0)
-    assert clean.detail == "all 1 workers exited 0"
+    assert clean.detail == "the 1 worker exited 0"
 
 
 def test_an_unwritable_status_of_a_worker_that_did_report_is_ignored():

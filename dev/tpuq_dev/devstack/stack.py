@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,7 +33,7 @@ from tpuq.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.processes import ProcRecord
 from tpuq_dev.devstack.processes import REQUEST_TIMEOUT, START_TIMEOUT
-from tpuq.stackenv import ENV_FILE_NAME, StackError, default_state_dir, local_job_bucket
+from tpuq.stackenv import ENV_FILE_NAME, ENV_STACK_DIR, ENV_STACK_ID, StackError, default_state_dir, local_job_bucket
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
 DEFAULT_PROJECT = "tpuq-local"
@@ -142,6 +143,8 @@ class DevStack:
         _fake_gcs_binary()  # the dev extra is there, before anything starts
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.records = []
+        # Which stack this is: a shell holding an earlier stack's `dev env` is told to evaluate it again.
+        self.env.update({ENV_STACK_ID: uuid.uuid4().hex[:12], ENV_STACK_DIR: str(self.state_dir.resolve())})
         try:
             self._start_emulators()
             self._declare_topics()

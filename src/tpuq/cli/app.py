@@ -7,6 +7,8 @@ bugs only (set TPUQ_DEBUG=1 to see them for any error).
 from __future__ import annotations
 
 import os
+import warnings
+from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -14,13 +16,14 @@ from typer.exceptions import TyperException
 
 from importlib.metadata import entry_points
 
-from tpuq.cli import deadletters, deploy, files, fleet, jobs, ssh
+from tpuq.cli import config, deadletters, deploy, files, fleet, jobs, ssh
 from tpuq.cli.console import CliError, err, one_line
 from tpuq.errors import TpuqError
 from tpuq.stackenv import StackError
 
+# add_completion: `tpuq --install-completion` (bash, zsh, fish, PowerShell) and `--show-completion` (typer's).
 app = typer.Typer(help="tpuq: an event-driven job queue for Cloud TPU allocations.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
+                  pretty_exceptions_enable=False, add_completion=True)
 dev_app = typer.Typer(help="The local cloud stack (emulators, fake TPU API, services).", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
 
@@ -35,8 +38,15 @@ def _print_version(asked: bool) -> None:
 
 @app.callback()
 def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                          help="Print tpuq's version and exit.")) -> None:
+                                          help="Print tpuq's version and exit."),
+             project: Optional[str] = typer.Option(
+                 None, "--project", metavar="PROJECT",
+                 help="The Google Cloud project to talk to; else $GOOGLE_CLOUD_PROJECT, else `gcloud config "
+                      "get-value project` (`tpuq config` shows which)")) -> None:
     """The options every command shares."""
+    from tpuq.cli.connecting import OPTIONS
+
+    OPTIONS.project = project
 
 
 fleet_app = typer.Typer(help="Queued resources, TPUs, states, idle times and blocked reasons; `apply` stores a fleet file.",
@@ -53,7 +63,7 @@ COMMANDS = (
     (fleet_app, "unblock", fleet.fleet_unblock), (fleet_app, "apply", fleet.fleet_apply),
     (fleet_app, "pause", fleet.fleet_pause), (fleet_app, "resume", fleet.fleet_resume),
     (fleet_app, "drain", fleet.fleet_drain),
-    (app, "deploy", deploy.deploy), (app, "undeploy", deploy.undeploy),
+    (app, "deploy", deploy.deploy), (app, "undeploy", deploy.undeploy), (app, "config", config.config),
     (app, "dead-letters", deadletters.dead_letters),
 )
 for group, name, command in COMMANDS:
@@ -89,6 +99,10 @@ fleet_app.callback()(fleet.fleet)  # `tpuq fleet` alone shows the fleet
 
 
 def main(argv: list[str] | None = None) -> int:
+    if not os.environ.get("PYTHONWARNINGS") and not os.environ.get("TPUQ_DEBUG"):
+        # A library's warning (Firestore's, google-auth's quota-project note) is not for the user of a command;
+        # PYTHONWARNINGS (tests: error::UserWarning) or TPUQ_DEBUG shows them.
+        warnings.simplefilter("ignore")
     try:
         rv = app(args=argv, prog_name="tpuq", standalone_mode=False)
         return rv if isinstance(rv, int) else 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -35,6 +34,7 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
 
     from tpuq.bundle import BundleError
     from tpuq.jobspec import JobFile
+    from tpuq.cli.identity import current_owner
     from tpuq.submit import prepare, select_jobs, submit_prepared
 
     jobs = validate_data(load_yaml_file(job_file), "job")
@@ -50,7 +50,7 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         raise CliError(str(e)) from None
     _check_runnable(clients, prepared, force)
     _check_job_buckets(clients, prepared)
-    ids = submit_prepared(clients, prepared)
+    ids = submit_prepared(clients, prepared, owner=current_owner())
     for p, job_id in zip(prepared, ids):
         note = ""
         if p.bundle:
@@ -164,16 +164,24 @@ def _fleet_blocks(db) -> list[tuple[str, str]]:
     return [(d["blocked"], d.get("blocked_message") or "") for d in docs if d.get("blocked")]
 
 
-def list_(state: Optional[str] = typer.Option(None, help="Only jobs in this state"),
-          limit: int = typer.Option(50, min=1, max=1000)) -> None:
+def list_(state: Optional[JobState] = typer.Option(None, "--state", case_sensitive=False,
+                                                   help="Only jobs in this state"),
+          mine: bool = typer.Option(False, "--mine", help="Only the jobs you submitted (`tpuq config` says who "
+                                                          "you are)"),
+          limit: int = typer.Option(50, min=1, max=1000),
+          as_json: bool = typer.Option(False, "--json", help="Machine-readable output")) -> None:
     """List recent jobs, newest first."""
     from datetime import datetime, timezone
 
+    from tpuq.cli.identity import current_owner
     from tpuq.queries import list_jobs
 
     db = cli_clients().firestore
-    rows = list_jobs(db, limit=limit, state=state)
+    rows = list_jobs(db, limit=limit, state=state.value if state else None, owner=current_owner() if mine else None)
     _annotate_waiting(db, rows)
+    if as_json:
+        print(json.dumps(rows, default=json_default, indent=2))
+        return
     print_job_table(rows, datetime.now(timezone.utc))
 
 
@@ -185,14 +193,17 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
            if_pending: bool = typer.Option(False, "--if-pending",
                                            help="Cancel only jobs that have not started; list the others as skipped"),
            reason: str = typer.Option("cancelled by user"),
-           timeout: float = typer.Option(60.0, min=1, help="With --if-pending: seconds to wait for the scheduler")) -> None:
+           timeout: float = typer.Option(60.0, min=1, help="With --if-pending: seconds to wait for the scheduler"),
+           force: bool = typer.Option(False, "--force", help="Cancel jobs someone else submitted, too")) -> None:
     """Cancel jobs: a pending one at once, a running one by stopping it on every worker. With --if-pending, only
-    those not started: exit 2 if one was skipped, 1 if one is unknown."""
+    those not started: exit 2 if one was skipped, 1 if one is unknown or someone else's (without --force)."""
+    from tpuq.cli.identity import current_owner
     from tpuq.messages import CancelRequest
     from tpuq.queries import UnknownJob, get_job
 
     clients = cli_clients()
     db = clients.firestore
+    me = current_owner()
     code = 0
     asked: dict[str, int] = {}  # job id -> its attempt count when read (--if-pending)
     for job_id in dict.fromkeys(job_ids):
@@ -206,12 +217,17 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
         if state in TERMINAL_JOB_STATES:
             out.print(f"{job_id} already ended: {state}")
             continue
+        refusal = cancel_refusal(job_id, job.get(JobDoc.field("owner")), me, force)
+        if refusal:
+            err.print(f"[red]error:[/red] {refusal}", highlight=False)
+            code = max(code, EXIT_UNKNOWN)
+            continue
         if if_pending and state != JobState.pending:
             out.print(f"skipped {job_id}: it has started (state {state}); tpuq cancel {job_id} stops it")
             code = EXIT_CONFLICT
             continue
         attempt = int(job.get("attempt") or 0)
-        clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=os.environ.get("USER"),
+        clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=me,
                                                  if_pending=if_pending, expected_attempt=attempt if if_pending else None))
         if if_pending:
             asked[job_id] = attempt
@@ -221,6 +237,13 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
         code = EXIT_CONFLICT
     if code:
         raise typer.Exit(code)
+
+
+def cancel_refusal(job_id: str, owner: str | None, me: str, force: bool) -> str | None:
+    """Why `tpuq cancel` leaves a job alone: someone else submitted it and --force was not given (pure)."""
+    if force or not owner or owner == me:
+        return None
+    return f"{job_id} was submitted by {owner}, not you ({me}): tpuq cancel --force {job_id} cancels it anyway"
 
 
 def _confirm_if_pending(db, asked: dict[str, int], timeout: float) -> bool:

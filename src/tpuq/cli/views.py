@@ -26,40 +26,91 @@ def state_style(state) -> str:
     return f"[{colour}]{state}[/{colour}]"
 
 
-def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] = (), verbose: bool = False) -> None:
-    """One job: its state, spec, reasons, the fleet's blocks (for a pending job) and every attempt."""
+def shown_reason(job: JobDoc) -> str | None:
+    """The job's reason, unless it only repeats the state (`reason: succeeded` under `state: succeeded`)."""
+    reason = (job.reason or "").strip()
+    return reason if reason and reason != job.state.value else None
+
+
+def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] = (), verbose: bool = False,
+              now=None, tz=None) -> None:
+    """One job: its state, owner, times (local, with their zone), spec, reasons, the fleet's blocks (for a
+    pending job) and every attempt."""
+    from datetime import datetime, timezone
+
+    from tpuq.fleetreport import local_time
+    from tpuq.queries import age
+
+    now = now or datetime.now(timezone.utc)
+    tz = tz or datetime.now().astimezone().tzinfo
     job = JobDoc.from_doc(stored, job_id)
     spec = job.spec or {}
     out.print(f"[bold]{job_id}[/bold]  state: {state_style(job.state)}  priority: {job.priority}  "
-              f"source: {job.source}")
+              f"source: {job.source}  owner: {escape(job.owner or 'unknown')}", highlight=False)
     if spec:
-        out.print(f"  tpu: {', '.join(job.spec_tpu)}   command: {spec.get('command')}")
+        out.print(f"  tpu: {', '.join(job.spec_tpu)}   command: {spec.get('command')}", highlight=False, markup=False)
+    times = [f"{label} {local_time(when, tz, now)}" for label, when in
+             (("submitted", job.submit_time), ("started", job.started_at), ("finished", job.finished_at))
+             if isinstance(when, datetime)]
+    if times:
+        ago = f" ({age(job.submit_time, now)} ago)" if isinstance(job.submit_time, datetime) else ""
+        out.print(f"  {', '.join(times)}{ago}", highlight=False, markup=False)
     for key in ("reason", "waiting", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
         # `waiting` is not stored: the CLI adds what holds a pending job (tpuq.fleetreport.annotate_waiting)
-        value = stored.get("waiting") if key == "waiting" else getattr(job, JobDoc.field(key))
+        value = (stored.get("waiting") if key == "waiting" else shown_reason(job) if key == "reason"
+                 else getattr(job, JobDoc.field(key)))
         if value:
-            out.print(f"  {key}: {value}")
+            out.print(f"  {key}: {value}", highlight=False, markup=False)
     print_blocked(blocks, list(details), verbose, indent="  ")
     for a in (AttemptDoc.from_doc(doc) for doc in stored["attempt_history"]):
+        when = f" at {local_time(a.started_at, tz, now)}" if isinstance(a.started_at, datetime) else ""
         out.print(f"  attempt {a.attempt}: {a.state} {a.outcome or ''} on "
-                  f"{a.tpu or '?'} {('- ' + a.detail[:200]) if a.detail else ''}")
+                  f"{a.tpu or '?'}{when} {('- ' + a.detail[:200]) if a.detail else ''}", highlight=False, markup=False)
 
 
-def print_job_table(rows, now) -> None:
+JOB_TABLE = ("job", "state", "priority", "tpu", "owner", "age", "reason")
+
+
+def job_table_rows(rows, now) -> list[tuple[str, ...]]:
+    """`tpuq list`'s rows, as text (pure)."""
     from tpuq.queries import age
 
-    if not rows:
-        out.print("no jobs yet (tpuq submit job.yaml)")
-        return
-    table = Table("job", "state", "priority", "tpu", "age", "reason")
+    table = []
     for row in rows:
         try:
             j = JobDoc.from_doc(row)
         except Permanent as e:  # one unreadable job is shown as stored, not the end of the list
-            table.add_row(row.get("id", ""), state_style(row.get("state")), "", "", "", str(e)[:60])
+            table.append((str(row.get("id", "")), str(row.get("state")), "", "", "", "", str(e)))
             continue
-        table.add_row(j.id, state_style(j.state), j.priority or "", ",".join(j.spec_tpu), age(j.submit_time, now),
-                      f"waiting: {row['waiting']}" if row.get("waiting") else (j.reason or j.blocked or "")[:60])
+        reason = f"waiting: {row['waiting']}" if row.get("waiting") else (shown_reason(j) or j.blocked or "")
+        table.append((j.id, j.state.value, j.priority or "", ",".join(j.spec_tpu), j.owner or "",
+                      age(j.submit_time, now), reason.strip().splitlines()[0] if reason.strip() else ""))
+    return table
+
+
+def plain_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Columns padded to their widest cell, two spaces apart, nothing cut or wrapped: what `tpuq list` prints
+    when its output is not a terminal (a pipe, a file), where a width-80 table would break names mid-word."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in (header, *rows)]
+    return "\n".join(lines)
+
+
+def print_job_table(rows, now) -> None:
+    if not rows:
+        out.print("no jobs yet (tpuq submit job.yaml)")
+        return
+    text_rows = job_table_rows(rows, now)
+    if not out.is_terminal:
+        print(plain_table(JOB_TABLE, text_rows))
+        return
+    table = Table()
+    for name in JOB_TABLE:
+        # Nothing is cut off or elided: a cell too wide for its column wraps at its spaces, and a name longer than
+        # the column is folded onto the next line, whole. (Not a terminal: plain_table, nothing wraps.)
+        table.add_column(name, overflow="fold", no_wrap=name in ("state", "priority", "age"))
+    for r in text_rows:
+        table.add_row(r[0], state_style(r[1]), *(escape(c) for c in r[2:]))
     out.print(table)
 
 

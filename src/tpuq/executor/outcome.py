@@ -157,7 +157,7 @@ def _decide(
     if cancel_requested or any(s.cancelled for s in ended):
         return Decided(AttemptOutcome.cancelled, "cancelled", exit_codes)
     if all_ended and not any(s.is_failure for s in ended):
-        return Decided(AttemptOutcome.succeeded, f"all {worker_count} workers exited 0", exit_codes)
+        return Decided(AttemptOutcome.succeeded, f"{all_workers(worker_count)} exited 0", exit_codes)
     setup_failures = [s for s in ended if s.is_setup_failure]
     if setup_failures:
         return Decided(AttemptOutcome.failed_setup, _setup_detail(setup_failures), exit_codes)
@@ -180,12 +180,17 @@ def _decide(
 
     failures = sorted((s for s in ended if s.is_failure), key=lambda s: (s.ended_at, s.worker_id))
     if not failures:
-        return Wait(f"{len(ended)} of {worker_count} workers ended")
+        return Wait(f"{len(ended)} of {worker_count} worker{'s' if worker_count != 1 else ''} ended")
     decide_at = failures[0].ended_at + failure_grace
     if all_ended or now >= decide_at:
         missing = [w for w in range(worker_count) if w not in statuses]
         return Decided(AttemptOutcome.failed, _failure_detail(failures, missing), exit_codes)
     return Wait(f"worker {failures[0].worker_id} failed; waiting for the other workers", until=decide_at)
+
+
+def all_workers(count: int) -> str:
+    """`the 1 worker`, `all 4 workers`: a slice's workers, said of every one of them."""
+    return "the 1 worker" if count == 1 else f"all {count} workers"
 
 
 def _setup_detail(failures: list[WorkerStatus]) -> str:

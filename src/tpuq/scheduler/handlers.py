@@ -26,6 +26,7 @@ from tpuq.messages import (
     FleetEvent,
     FleetEventKind,
     Tick,
+    message_owner,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.plan import PendingJob
@@ -74,11 +75,12 @@ def submit_jobs(ctx: Context, jobs: list[PublishedJob], source: str, fleet: Flee
     `from_file`: the jobs of one `jobs:` file, all stored or (an id taken by another submission) none."""
     if from_file:
         intake.refuse_taken_ids(ctx.clients.firestore, jobs, ctx.message_id)
+    owner = message_owner(ctx.attributes)
     job_ids = []
     for job in jobs:
         blocked = capacity.unrunnable_reason(
             PendingJob.from_spec(job, ctx.now(), job_id=intake.job_id_for(job, ctx.message_id)), fleet)
-        job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked)
+        job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked, owner)
         log.info("job %s %s (source %s)%s", job_id, "stored as pending" if created else "already stored", source,
                  f", blocked: {blocked}" if blocked and created else "")
         job_ids.append(job_id)

@@ -43,7 +43,7 @@ def refuse_taken_ids(db, jobs: list[PublishedJob], message_id: str) -> None:
 
 
 def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, now: datetime,
-                 blocked: str | None = None) -> dict[str, Any]:
+                 blocked: str | None = None, owner: str | None = None) -> dict[str, Any]:
     """The new job's document. `blocked`: why no fleet entry can run it (`capacity.unrunnable_reason`), set from
     the first second; it stays pending, since a later `tpuq fleet apply` may make it runnable."""
     spec = job.model_dump(mode="json", exclude_none=True)
@@ -58,6 +58,7 @@ def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, n
         submit_time=now,
         updated_at=now,
         source=source if source in SOURCES else "pubsub",
+        owner=owner,
         message_id=message_id,
         attempts=0,
         preemptions=0,
@@ -69,12 +70,12 @@ def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, n
 
 
 def store_job(db, job: PublishedJob, source: str, message_id: str, now: datetime,
-              blocked: str | None = None) -> tuple[str, bool]:
+              blocked: str | None = None, owner: str | None = None) -> tuple[str, bool]:
     """Create jobs/{id}; returns (job_id, created). Idempotent per message id."""
     job_id = job_id_for(job, message_id)
     ref = db.collection(store.JOBS).document(job_id)
     try:
-        ref.create(job_document(job, job_id, source, message_id, now, blocked))
+        ref.create(job_document(job, job_id, source, message_id, now, blocked, owner))
         return job_id, True
     except AlreadyExists:
         existing = ref.get().to_dict() or {}
