@@ -1,11 +1,15 @@
-"""Small helpers the test packages share: polling with a deadline, and the one push-envelope builder."""
+"""Small helpers the test packages share: polling with a deadline, the one push-envelope builder, and a terminal
+(tmux) for driving the CLI as a person does."""
 
 from __future__ import annotations
 
 import base64
 import copy
 import json
+import re
+import subprocess
 import time
+import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -83,3 +87,38 @@ def fleets_only_context(fleets: dict):
             return SimpleNamespace(get=lambda: SimpleNamespace(exists=False, to_dict=lambda: None))
 
     return SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _name: Fleets())))
+
+
+class Tmux:
+    """A tmux server of this test's own (its own socket: never another user's sessions), one 200x50 window."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.socket = f"tpuq-test-{uuid.uuid4().hex[:8]}"
+        self.env = env
+        self.run("new-session", "-d", "-s", "live", "-x", "200", "-y", "50", "bash --norc --noprofile")
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True,
+                              check=True, timeout=30).stdout
+
+    def type(self, line: str) -> None:
+        self.run("send-keys", "-t", "live", line, "Enter")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "live", *keys)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "live")
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
+
+
+def worker_rows(screen: str) -> dict[int, list[str]]:
+    """The watch view's worker rows: worker number -> the row's words (state, exit, elapsed, last line...)."""
+    rows = {}
+    for line in screen.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].isdigit() and re.fullmatch(r"[a-z_]+", words[1]):
+            rows[int(words[0])] = words[1:]
+    return rows

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import Tmux, wait_until, worker_rows
 from tpuq import store
 
 DEADLINE = 300
@@ -55,31 +55,6 @@ def job_state(system_clients, job_id) -> str | None:
     return (snap.to_dict() or {}).get("state") if snap.exists else None
 
 
-class Tmux:
-    """A tmux server of this test's own (its own socket: never another user's sessions), one 200x50 window."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.socket = f"tpuq-live-{uuid.uuid4().hex[:8]}"
-        self.env = env
-        self.run("new-session", "-d", "-s", "live", "-x", "200", "-y", "50", "bash --norc --noprofile")
-
-    def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, capture_output=True, text=True,
-                              check=True, timeout=30).stdout
-
-    def type(self, line: str) -> None:
-        self.run("send-keys", "-t", "live", line, "Enter")
-
-    def keys(self, *keys: str) -> None:
-        self.run("send-keys", "-t", "live", *keys)
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "live")
-
-    def kill(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def tmux(system):
     if shutil.which("tmux") is None:
@@ -87,16 +62,6 @@ def tmux(system):
     t = Tmux(env_of(system))
     yield t
     t.kill()
-
-
-def worker_rows(screen: str) -> dict[int, list[str]]:
-    """The watch view's worker rows: worker number -> the row's words (state, exit, elapsed, last line...)."""
-    rows = {}
-    for line in screen.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0].isdigit() and re.fullmatch(r"[a-z_]+", words[1]):
-            rows[int(words[0])] = words[1:]
-    return rows
 
 
 def test_watch_a_4_host_job_in_a_terminal_and_piped(system, system_clients, tmp_path, tmux):

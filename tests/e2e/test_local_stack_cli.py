@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import wait_until
+from tests.helpers import Tmux, wait_until, worker_rows
 from tpuq_dev.devstack.stack import DEMO_DIR
 from tpuq_dev.faketpu.control import FakeTpuControl
 
@@ -168,3 +169,74 @@ def test_fleet_apply_changes_the_fleet_the_services_use(person):
         assert f"v4-8 in us-central2-a, us-central2-b, us-central2-c, {NEW_ZONE}" in refused.stderr  # the new offer
     finally:
         person.tpuq("fleet", "apply", str(DEMO_DIR / "fleet.yaml"))
+
+
+TRAIN_SH = """\
+#!/bin/sh
+# Works until someone stops this worker: `tpuq ssh JOB --worker N -- touch /tmp/STOP` (each worker has its own /tmp).
+echo "worker $TPU_WORKER_ID of $TPU_WORKER_COUNT starting"
+i=0
+while [ ! -e /tmp/STOP ] && [ $i -lt 3600 ]; do i=$((i + 1)); echo "step $i on worker $TPU_WORKER_ID"; sleep 1; done
+echo "worker $TPU_WORKER_ID stopped after $i steps"
+"""
+
+
+@pytest.mark.timeout(1200)
+def test_the_first_hour_through_the_cli_alone(person):
+    """Issue 16's done-when, as the README's local-stack walk tells it, with no Python API: a job of one's own on a
+    4-host slice, watched per worker in a terminal, a shell on worker 2, and a refused message published with
+    gcloud found again by its message id."""
+    if shutil.which("tmux") is None or shutil.which("gcloud") is None:
+        pytest.fail("tmux and gcloud are needed: `make install-system` installs tmux; gcloud is a prerequisite")
+    stop = "/tmp/STOP"
+    project = person.tmp / "train"
+    project.mkdir()
+    (project / "train.sh").write_text(TRAIN_SH)
+    (project / "job.yaml").write_text(yaml.safe_dump({"jobs": [{
+        "name": "walk", "tpu": "v4-32", "bundle": ".", "buckets": ["gs://tpuq-demo-us-central2"],
+        "command": "sh train.sh"}]}))
+    submitted = person.tpuq("submit", str(project / "job.yaml"))
+    job_id = submitted.stdout.split("submitted ", 1)[1].split()[0]
+
+    watch, shell = Tmux({**person.env, "TERM": "xterm"}), Tmux({**person.env, "TERM": "xterm"})
+    try:
+        watch.type(f"tpuq watch {job_id}; echo watch-exit=$?")
+        wait_until(lambda: [words[0] for _, words in sorted(worker_rows(watch.screen()).items())] == ["running"] * 4,
+                   timeout=DEADLINE, what="four worker rows, each running, in tpuq watch")
+
+        # A shell on worker 2: it is that worker's host (its own /tmp), and stopping its work there ends worker 2
+        # alone, which the watch shows while the other three still run.
+        shell.type(f"tpuq ssh {job_id} --worker 2")
+        shell.type(f"touch {stop} && echo stopped-on-$((1 + 1))")
+        wait_until(lambda: any(line.split("$ ")[-1] == "stopped-on-2" for line in shell.screen().splitlines()),
+                   timeout=DEADLINE, what="the remote shell on worker 2 answering")
+        shell.type("exit")
+        rows = wait_until(lambda: (r := worker_rows(watch.screen())).get(2, [""])[0] == "succeeded" and r,
+                          timeout=DEADLINE, what="worker 2 succeeded in tpuq watch")
+        assert rows[2][1] == "0", rows
+        assert [rows[w][0] for w in (0, 1, 3)] == ["running"] * 3, rows
+        for worker in (0, 1, 3):  # one command each
+            person.tpuq("ssh", job_id, "--worker", str(worker), "--", "touch", stop)
+        ended = wait_until(lambda: re.search(r"^watch-exit=(\d+)", watch.screen(), re.M), timeout=DEADLINE,
+                           what="tpuq watch to end with the job")
+        assert ended.group(1) == "0", watch.screen()
+    finally:
+        watch.kill()
+        shell.kill()
+    assert person.status(job_id)["state"] == "succeeded"
+    logs = person.tpuq("logs", job_id, "--worker", "2").stdout
+    assert "[w2] worker 2 stopped after" in logs, logs
+
+    # A refused message published with gcloud, found by the message id gcloud printed.
+    gcloud_env = {**person.env, "CLOUDSDK_CONFIG": str(person.tmp / "gcloud-walk"),
+                  "CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB": f"http://{person.env['PUBSUB_EMULATOR_HOST']}/",
+                  "CLOUDSDK_CORE_PROJECT": person.env["GOOGLE_CLOUD_PROJECT"]}
+    run(gcloud_env, "gcloud", "config", "set", "auth/disable_credentials", "true")
+    published = run(gcloud_env, "gcloud", "pubsub", "topics", "publish", "jobs",
+                    '--message={"tpu": "v9-8", "command": "true"}')
+    message_id = re.search(r"messageIds:\s*-\s*'?(\w+)'?", published.stdout + published.stderr).group(1)
+    found = wait_until(lambda: (s := person.tpuq("status", f"job-{message_id}", ok=None)).returncode == 0 and s,
+                       timeout=DEADLINE, what=f"tpuq status job-{message_id}")
+    assert "refused" in found.stdout and "tpu" in found.stdout and "v9-8" in found.stdout, found.stdout
+    letters = person.tpuq("dead-letters", "--topic", "jobs").stdout
+    assert message_id in letters and "v9-8" in letters, letters
