@@ -131,15 +131,39 @@ def _detached(jobs: dict[str, JobWatch | None]) -> int:
     return EXIT_DETACHED
 
 
+# A job submitted a moment ago is stored once the scheduler has taken its message in: `tpuq watch` right after
+# `tpuq submit` waits this long for it (saying so) before it calls the id unknown.
+STORE_GRACE_SECONDS = 60.0
+
+
+def _await_stored(db, job_id: str, grace: float = STORE_GRACE_SECONDS, poll: float = 0.5) -> None:
+    """Return once the job is stored; a refused message for it, or no job after `grace`, is one line, exit 1."""
+    from tpuq import deadletters
+    from tpuq.cli.connecting import job_or_fail
+    from tpuq.cli.console import CliError
+
+    deadline = time.monotonic() + grace
+    said = False
+    while not db.collection(store.JOBS).document(job_id).get().exists:
+        if deadletters.for_job_id(db, job_id):
+            raise CliError(f"job {job_id} was refused, never stored: `tpuq status {job_id}` says why")
+        if time.monotonic() > deadline:
+            break
+        if not said:
+            err.print(f"no job {job_id!r} yet: waiting up to {grace:.0f}s in case it was just submitted "
+                      "(Ctrl-C stops)", highlight=False, markup=False)
+            said = True
+        time.sleep(poll)
+    job_or_fail(db, job_id)  # an unknown job: one line, exit 1
+
+
 def watch_job(clients, job_id: str, interval: float) -> int:
     """`tpuq watch`: until the job ends; its exit status (`jobwatch.job_exit_code`), or 130 on Ctrl-C."""
-    from tpuq.cli.connecting import job_or_fail
-
     tz = _local_zone()
     reader = JobReader(clients, job_id, tz)
     view: JobWatch | None = None
     try:
-        job_or_fail(clients.firestore, job_id)  # an unknown job: one line, exit 1
+        _await_stored(clients.firestore, job_id)
         first = view = reader.read(_now())
         assert first is not None and view is not None
         if out.is_terminal:
