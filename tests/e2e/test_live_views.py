@@ -115,7 +115,8 @@ def test_submit_follow_prints_every_workers_logs_and_exits_with_the_jobs_status(
     for w in range(4):
         assert f"[w{w}] hello from {w}" in lines and f"[w{w}] second line {w}" in lines, followed.stdout
     assert lines.index("[w0] hello from 0") < lines.index("[w0] second line 0")
-    assert f"{job_id}: failed" in followed.stdout and "running on" in followed.stderr
+    # The state lines go to stderr; a job this short may end between two reads, so `running on` may never show.
+    assert f"{job_id}: failed" in followed.stdout and re.search(r"(assigned to|running on) \S+ \(", followed.stderr)
 
 
 def test_a_waiting_job_says_pending_and_ctrl_c_leaves_it_running(system, system_clients, tmp_path, tmux):

@@ -203,6 +203,7 @@ def test_the_first_hour_through_the_cli_alone(person):
         watch.type(f"tpuq watch {job_id}; echo watch-exit=$?")
         wait_until(lambda: [words[0] for _, words in sorted(worker_rows(watch.screen()).items())] == ["running"] * 4,
                    timeout=DEADLINE, what="four worker rows, each running, in tpuq watch")
+        assert "local stack in " in watch.screen()  # on a terminal, the CLI says where it talks to
 
         # A shell on worker 2: it is that worker's host (its own /tmp), and stopping its work there ends worker 2
         # alone, which the watch shows while the other three still run.

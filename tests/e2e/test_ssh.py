@@ -122,14 +122,14 @@ def test_an_interactive_shell_in_tmux(system, pod_job, tmp_path):
             screen = tmux("capture-pane", "-p", "-t", "ssh")
             return screen if "this is worker 1" in screen else ""
 
-        screen = wait_until(answered, timeout=60, what="the remote shell's answer")
+        screen = wait_until(answered, timeout=DEADLINE, what="the remote shell's answer")
         # Run by the remote shell, not only typed: a line of output (after the prompt), not the echo command.
         assert any(line.split("$ ")[-1] == "marker-42" for line in screen.splitlines()), screen
         tmux("send-keys", "-t", "ssh", "exit", "Enter")
         tmux("send-keys", "-t", "ssh", "echo back-$((1+1))", "Enter")
         wait_until(lambda: any(line.split("$ ")[-1] == "back-2"
                                for line in tmux("capture-pane", "-p", "-t", "ssh").splitlines()),
-                   timeout=30, what="the local shell after exit")
+                   timeout=DEADLINE, what="the local shell after exit")
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=30)
 

@@ -148,7 +148,7 @@ def find_backend(check_credentials: bool = True) -> Backend:
 
 def cli_clients():
     """Clients for the CLI: the environment's emulators, else a running dev stack's, else production (ADC).
-    Says on one dim line on stderr where it talks to."""
+    Says on one dim line on stderr where it talks to, when stderr is a terminal (`tpuq config` says it always)."""
     from tpuq.clients import Clients, Settings
 
     global CURRENT
@@ -157,7 +157,8 @@ def cli_clients():
     if not clients.settings.runner_bucket:
         clients.settings.runner_bucket, _ = runner_bucket_of(clients.firestore, backend.project)
     CURRENT = backend
-    err.print(backend.line, style="dim", highlight=False, markup=False)
+    if err.is_terminal:  # for the person at the terminal; piped stderr (scripts, CI) keeps only what went wrong
+        err.print(backend.line, style="dim", highlight=False, markup=False)
     return clients
 
 
