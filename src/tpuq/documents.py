@@ -546,3 +546,16 @@ class ExecutionEnd:
 
     def to_doc(self) -> dict[str, Any]:
         return {"ended": True, "outcome": self.outcome, "detail": self.detail, "ended_at": self.ended_at}
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 time as Pub/Sub and the workers' status objects write it ("2026-12-01T15:00:00.123456Z"), or a
+    stored datetime as is; None when absent or not a time."""
+    if isinstance(value, datetime):
+        return value
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None

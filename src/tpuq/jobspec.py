@@ -294,6 +294,14 @@ class PublishedJob(JobSpec):
         return bundle
 
 
+def _refuse_duplicate_ids(jobs) -> None:
+    """A file's job ids are its jobs' names in the queue: one may not be given twice."""
+    ids = [j.id for j in jobs if j.id]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ValueError(f"jobs: id {dupes[0]!r} is used twice")
+
+
 class JobFile(StrictModel):
     """A job.yaml: `jobs: [...]`."""
 
@@ -309,10 +317,7 @@ class JobFile(StrictModel):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> "JobFile":
-        ids = [j.id for j in self.jobs if j.id]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"jobs: id {dupes[0]!r} is used twice")
+        _refuse_duplicate_ids(self.jobs)
         return self
 
 
@@ -324,8 +329,5 @@ class PublishedJobFile(StrictModel):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> "PublishedJobFile":
-        ids = [j.id for j in self.jobs if j.id]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"jobs: id {dupes[0]!r} is used twice")
+        _refuse_duplicate_ids(self.jobs)
         return self

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
-from tpuq.documents import AttemptDoc, JobDoc, JobState, short_node_name
+from tpuq.documents import AttemptDoc, JobDoc, JobState, parse_timestamp, short_node_name
 from tpuq.jobspec import ANY_TPU
 from tpuq.messages import AttemptOutcome
 from tpuq.tputypes import UnknownAcceleratorType, canonical_name, parse_accelerator_type
@@ -95,18 +95,6 @@ def worker_count(job: JobDoc, tpu: Mapping[str, Any] | None, statuses: Mapping[i
     return max(int(hosts), max(statuses, default=-1) + 1)
 
 
-def parse_time(value: Any) -> datetime | None:
-    """A status object's `started_at` / `ended_at` ("2026-12-01T15:00:00.123456Z"), or a stored datetime."""
-    if isinstance(value, datetime):
-        return value
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def worker_outcome(status: Mapping[str, Any]) -> str:
     """How one worker ended, from its status object (the words of `tpuq.messages.AttemptOutcome`)."""
     if status.get("phase") == "setup" or status.get("setup_error"):
@@ -153,11 +141,11 @@ def build_watch(job: JobDoc, attempt: AttemptDoc | None, tpu: Mapping[str, Any] 
     for w in range(count):
         status = statuses.get(w)
         if status is not None:
-            ended = parse_time(status.get("ended_at"))
+            ended = parse_timestamp(status.get("ended_at"))
             code = status.get("exit_code")
             rows.append(WorkerRow(w, worker_outcome(status), int(code) if code is not None else None,
                                   status.get("signal"), last_lines.get(w, ""),
-                                  _seconds(parse_time(status.get("started_at")) or started, ended), ended))
+                                  _seconds(parse_timestamp(status.get("started_at")) or started, ended), ended))
             continue
         if job.terminal:
             state = job.state.value if job.state in (JobState.succeeded, JobState.cancelled) else STOPPED

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ValidationError
 from tpuq import store, topology
 from tpuq.auth import PushAuth, PushAuthConfigError
 from tpuq.clients import Clients
-from tpuq.documents import JobDoc, JobState
+from tpuq.documents import JobDoc, JobState, parse_timestamp
 from tpuq.errors import Permanent, Retryable, from_validation_error
 from tpuq.logs import TRACE_FIELD, log_context, trace_resource
 
@@ -78,15 +78,6 @@ class BadEnvelope(Exception):
     """The HTTP request is not a Pub/Sub push or CloudEvent at all."""
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def decode_envelope(headers: dict[str, str], body: bytes) -> PushMessage:
     """Accept a raw push body, a structured CloudEvent or a binary-mode CloudEvent."""
     try:
@@ -117,7 +108,7 @@ def decode_envelope(headers: dict[str, str], body: bytes) -> PushMessage:
         message_id=message_id,
         data=data,
         attributes={str(k): str(v) for k, v in attributes.items()},
-        publish_time=_parse_time(message.get("publishTime") or message.get("publish_time")),
+        publish_time=parse_timestamp(message.get("publishTime") or message.get("publish_time")),
         subscription=envelope.get("subscription"),
         delivery_attempt=int(attempt) if isinstance(attempt, (int, str)) and str(attempt).isdigit() else None,
     )
