@@ -5,9 +5,12 @@ it decides on, `decide.decide_pass` (pure) decides the assignments and the
 capacity asks, and `_apply` commits and publishes them.
 
 A pass reads only what it needs, through indexed queries (see
-infra/firestore.indexes.json): idle TPUs, then pending jobs in queue order
+infra/firestore.indexes.json): idle TPUs, then, for each type an idle TPU or a
+fleet entry has, the first pending jobs in queue order that accept that type
 (or, for a newly stored job, just that job), and counts the live TPUs and open
-requests of the fleet entries its waiting jobs could ask from. A pass writes only the
+requests of the fleet entries its waiting jobs could ask from. Its reads grow
+with the fleet (types x idle TPUs + a bound), never with the queue's length: a
+long queue of jobs for a type with no capacity hides no job another type could run. A pass writes only the
 job and TPU pairs it assigns and the jobs it asks capacity for; no document is
 written by every pass.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterable
@@ -46,14 +50,17 @@ from tpuq.fleetstore import paused_fleets
 from tpuq.guarded import WriteSet, commit_if_unchanged
 from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
                            FleetEventKind, WorkerEndpoint)
-from tpuq.tputypes import parse_accelerator_type
+from tpuq.jobspec import ANY_TPU
+from tpuq.tputypes import canonical_name, parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_of
 from tpuq.service import Context
 
 log = logging.getLogger("tpuq.scheduler")
 
-PENDING_LIMIT = 2000
+# Pending jobs read per type beyond the idle TPUs of that type: room for jobs ahead in the queue that cannot
+# take them (a zone, a region, a named node, a retry back-off) and for the type's capacity asks.
+PER_TYPE_EXTRA = 64
 IDLE_LIMIT = 2000
 MAX_ROUNDS = 3  # plan again after losing pairs to another instance, at most this often per message
 REPUBLISH_ASSIGNMENT_AFTER = timedelta(minutes=5)
@@ -67,6 +74,7 @@ class PassReport:
     withdrawn: int = 0
     rounds: int = 0
     jobs_read: int = 0
+    tpus_read: int = 0
     seconds: float = 0.0
 
 
@@ -78,15 +86,36 @@ def idle_tpu_snapshots(db) -> list:
     return list(q.stream())
 
 
-def pending_job_snapshots(db) -> list:
+def pending_jobs_for_type(db, tpu_type: str, limit: int) -> list:
+    """The first `limit` pending jobs in queue order that accept `tpu_type` (their stored `types` name it, or
+    `any`): one indexed query (state, types, priority_rank, submit_time)."""
     q = (
         db.collection(store.JOBS)
         .where(filter=FieldFilter(JobDoc.field("state"), "==", JobState.pending))
+        .where(filter=FieldFilter(JobDoc.field("types"), "array_contains_any", sorted({tpu_type, ANY_TPU})))
         .order_by(JobDoc.field("priority_rank"), direction=Query.DESCENDING)
         .order_by(JobDoc.field("submit_time"))
-        .limit(PENDING_LIMIT)
+        .limit(limit)
     )
     return list(q.stream())
+
+
+def pending_job_snapshots(db, tpu_docs: list[dict], fleet: FleetFile | None) -> list:
+    """The pending jobs a pass over the whole queue considers: per type, bounded (`types_to_read`)."""
+    found: dict[str, object] = {}
+    for tpu_type, limit in types_to_read(tpu_docs, fleet).items():
+        for snap in pending_jobs_for_type(db, tpu_type, limit):
+            found.setdefault(snap.id, snap)
+    return list(found.values())
+
+
+def types_to_read(tpu_docs: list[dict], fleet: FleetFile | None) -> dict[str, int]:
+    """TPU type -> how many pending jobs accepting it a pass reads: the idle TPUs of the type plus
+    PER_TYPE_EXTRA, for every type an idle TPU has (what may be assigned now) or a fleet entry offers
+    (what may ask for capacity)."""
+    idle = Counter(canonical_name(d["type"]) for d in tpu_docs if d.get("type"))
+    offered = {canonical_name(e.type) for e in fleet.tpus} if fleet else set()
+    return {t: idle[t] + PER_TYPE_EXTRA for t in sorted(set(idle) | offered)}
 
 
 def job_snapshots(db, job_ids: Iterable[str]) -> list:
@@ -129,7 +158,8 @@ def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
     if trigger_job_ids and not full:
         job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if _is_pending(s)]
     else:
-        job_snaps = pending_job_snapshots(db)
+        job_snaps = pending_job_snapshots(db, [s.to_dict() or {} for s in tpu_snaps], fleet)
+    job_snaps.sort(key=_queue_order)
     queue = queue_of([(s.id, s.to_dict() or {}) for s in job_snaps])
     entries = entries_to_count(queue, fleet)
     snapshot = PassSnapshot(
@@ -139,6 +169,14 @@ def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
         open_requests={e: open_requests_of(db, e) for e in entries},
     )
     return snapshot, {s.id: s for s in job_snaps}, {(s.to_dict() or {}).get("name"): s for s in tpu_snaps}
+
+
+def _queue_order(snap) -> tuple:
+    """Priority, then submit time, then id: the order the per-type reads are merged in (the matcher orders
+    them again by its own key)."""
+    doc = snap.to_dict() or {}
+    submitted = doc.get(JobDoc.field("submit_time"))
+    return (-(doc.get(JobDoc.field("priority_rank")) or 0), submitted.timestamp() if submitted else 0.0, snap.id)
 
 
 def _is_pending(snap) -> bool:
@@ -173,6 +211,7 @@ def scheduling_pass(
         report.rounds += 1
         snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full)
         report.jobs_read += len(job_snaps)
+        report.tpus_read += len(tpu_snaps)
         now = ctx.now()
         decision = decide_pass(snapshot, fleet, runner_bucket, now)
         lost = _apply(ctx, fleet, decision, job_snaps, tpu_snaps, now, report)
