@@ -32,7 +32,7 @@ from tpuq import gcslayout
 from tpuq.executor.objects import ObjectStore
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource
-from tpuq.executor.ssh import ConnectPolicy, WorkerConnection, WorkerPool
+from tpuq.executor.ssh import ConnectionCache, ConnectPolicy, WorkerConnection, WorkerPool
 from tpuq.executor.supervisor_bundle import build_supervisor_script
 from tpuq.executor.worker.control import BOOTSTRAP
 from tpuq.fleet import SshTransport
@@ -125,6 +125,7 @@ class Executor:
         monotonic: Callable[[], float] = time.monotonic,
         failure_grace: timedelta = DEFAULT_FAILURE_GRACE,
         command_timeout: float = 900.0,
+        connection_cache: ConnectionCache | None = None,
     ):
         self.ssh_user = ssh_user
         self._ssh_key = ssh_key
@@ -140,6 +141,8 @@ class Executor:
         self.failure_grace = failure_grace
         self.command_timeout = command_timeout
         self._script = build_supervisor_script()
+        # Connections kept between attempts (None: a new connection per call). See tpuq.executor.ssh.
+        self.connection_cache = connection_cache
 
     def _status_bucket(self, ref: "AttemptRef") -> str | None:
         return self.settings.status_bucket or ref.bucket
@@ -158,7 +161,12 @@ class Executor:
             policy=self.connect_policy,
             sleep=self._sleep,
             monotonic=self._monotonic,
+            cache=self.connection_cache,
         )
+
+    def forget_nodes(self, nodes: set[str]) -> int:
+        """Close the connections kept to these nodes (they left the fleet); returns how many."""
+        return self.connection_cache.forget_nodes(nodes) if self.connection_cache is not None else 0
 
     def _supervisor(self, conn: WorkerConnection, *args: str, stdin: str | None = None) -> dict:
         """Run a supervisor subcommand and parse its one-line JSON answer."""
@@ -191,9 +199,17 @@ class Executor:
 
             def prepare(conn: WorkerConnection) -> dict:
                 home = conn.home()
-                conn.put_file(gcslayout.WORKER_SUPERVISOR, self._script, 0o755)
-                spec = plan.worker_spec(conn.worker_id, home, self.settings)
-                return self._supervisor(conn, "prepare", stdin=json.dumps(spec))
+                # A kept connection already wrote this very script: the workspace is cleaned, never the script.
+                wrote = conn.put_file_once(gcslayout.WORKER_SUPERVISOR, self._script, 0o755)
+                spec = json.dumps(plan.worker_spec(conn.worker_id, home, self.settings))
+                try:
+                    return self._supervisor(conn, "prepare", stdin=spec)
+                except RuntimeError:
+                    if wrote:
+                        raise
+                    # Someone removed it since (a job may delete ~/tpuq): write it again, once.
+                    conn.put_file(gcslayout.WORKER_SUPERVISOR, self._script, 0o755)
+                    return self._supervisor(conn, "prepare", stdin=spec)
 
             prepared = pool.run(prepare)
             notes = {w: list(r.value.get("notes", [])) for w, r in prepared.items() if r.ok and r.value}

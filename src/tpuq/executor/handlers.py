@@ -28,13 +28,14 @@ from functools import cached_property
 import paramiko
 
 from tpuq import gcslayout, store
-from tpuq.documents import execution_doc_id, short_node_name
+from tpuq.documents import TPU_STATES_IN_SERVICE, execution_doc_id, short_node_name
 from tpuq.errors import Permanent
 from tpuq.executor import decide
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.executor.pins import GuestAttributeHostKeys
+from tpuq.executor.ssh import ConnectionCache
 from tpuq.fleetstore import load_fleet
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq.isolation import Isolated
@@ -117,7 +118,15 @@ class ExecutorRuntime:
             clock=lambda: datetime.now(timezone.utc),
             settings=settings,
             ssh_transport=lambda: load_fleet(self.clients.firestore).ssh_transport,
+            connection_cache=ConnectionCache() if keep_connections() else None,
         )
+
+
+def keep_connections() -> bool:
+    """TPUQ_EXECUTOR_KEEP_SSH=0 opens a new SSH connection per call (the default keeps them between attempts).
+    Kept connections pay off only while the instance lives and its CPU runs between requests: on Cloud Run,
+    min instances >= 1 and CPU always allocated (see README, "Turnaround")."""
+    return os.environ.get("TPUQ_EXECUTOR_KEEP_SSH", "1") != "0"
 
 
 _RUNTIMES: dict[int, ExecutorRuntime] = {}
@@ -219,6 +228,25 @@ def on_tick(tick: Tick, ctx: Context) -> None:
             continue
         with attempts.part(f"judging {snap.id}"):
             _judge(ctx, stored, _probe(ctx, snap.reference, stored))
+    with attempts.part("closing connections to nodes that left"):
+        _forget_departed_nodes(ctx)
+
+
+def _forget_departed_nodes(ctx: Context) -> None:
+    """Close the SSH connections kept to nodes whose TPU is gone (or was never stored): one read per node kept."""
+    rt = runtime(ctx)
+    if "executor" not in rt.__dict__ or rt.executor.connection_cache is None:
+        return  # nothing was ever connected by this instance
+    kept = rt.executor.connection_cache.nodes()
+    if not kept:
+        return
+    db = ctx.clients.firestore
+    refs = {short_node_name(node): node for node in kept}
+    holding = {snap.id for snap in db.get_all([db.collection(store.TPUS).document(s) for s in refs])
+               if snap.exists and (snap.to_dict() or {}).get("state") in TPU_STATES_IN_SERVICE}
+    closed = rt.executor.forget_nodes({node for short, node in refs.items() if short not in holding})
+    if closed:
+        log.info("closed %d SSH connections to nodes that left", closed)
 
 
 def build_service() -> Service:

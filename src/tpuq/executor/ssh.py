@@ -10,6 +10,10 @@ host presenting the ed25519 key its guest attributes publish (`tpuq.executor.pin
 
 or in one call: `run_on_workers(endpoints, user, pkey, fn, node=..., pin_store=..., host_keys=...)`.
 
+With a `ConnectionCache`, a pool takes authenticated connections left by an earlier pool of the same worker
+(same node, address, user and pinned host key) and leaves its own there when it closes, so the attempts that
+follow one another on a slice skip the handshake (`Executor` keeps one cache for as long as it lives).
+
 Why connects are bounded: sshd's MaxStartups (10:30:100 on TPU VMs) drops a
 share of connections that are not yet authenticated once 10 are pending, so at
 most `batch_size` (default 8) handshakes are in flight at once. Authenticated
@@ -20,6 +24,7 @@ in parallel.
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import posixpath
 import select
@@ -117,6 +122,9 @@ class WorkerConnection:
     endpoint: WorkerEndpoint
     client: paramiko.SSHClient
     _sftp: paramiko.SFTPClient | None = field(default=None, repr=False)
+    reused: bool = False  # taken from a ConnectionCache: an earlier attempt's connection
+    # path -> sha256 of what this connection wrote there (`put_file_once`)
+    uploaded: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def worker_id(self) -> int:
@@ -183,11 +191,109 @@ class WorkerConnection:
         self.sftp.putfo(io.BytesIO(data), tmp)
         self.sftp.chmod(tmp, mode)
         self.sftp.posix_rename(tmp, path)
+        self.uploaded[path] = hashlib.sha256(data).hexdigest()
+
+    def put_file_once(self, path: str, data: bytes, mode: int = 0o644) -> bool:
+        """`put_file`, unless this connection already wrote exactly `data` there; returns whether it wrote."""
+        if self.uploaded.get(path) == hashlib.sha256(data).hexdigest():
+            return False
+        self.put_file(path, data, mode)
+        return True
+
+    def alive(self, timeout: float) -> bool:
+        """One round trip: the server confirms a new channel within `timeout`. A transport can look active
+        long after its peer vanished (a preempted VM answers nothing); this never waits longer than asked."""
+        transport = self.client.get_transport()
+        if transport is None or not transport.is_active():
+            return False
+        try:
+            transport.open_session(timeout=timeout).close()
+            return True
+        except (paramiko.SSHException, socket.error, EOFError):
+            return False
 
     def close(self) -> None:
         if self._sftp is not None:
             self._sftp.close()
         self.client.close()
+
+
+CacheKey = tuple[str, int, str, str, str]  # node, worker id, address, user, pinned host key
+
+
+class ConnectionCache:
+    """Authenticated connections between pools, one per worker, for as long as the executor instance lives.
+
+    A pool takes a connection out (no two pools share one at a time) and gives it back when it closes,
+    unless a command on it failed. A connection is used again only if the server answers a channel open
+    within `check_timeout` (`WorkerConnection.alive`); one unused for `max_idle` seconds is closed: VPC
+    firewalls drop idle TCP connections after 10 minutes, and a node that left takes its connections
+    with it (`forget_nodes` closes them at once)."""
+
+    def __init__(self, max_idle: float = 540.0, check_timeout: float = 2.0, max_connections: int = 1024,
+                 monotonic: Callable[[], float] = time.monotonic):
+        self.max_idle = max_idle
+        self.check_timeout = check_timeout
+        self.max_connections = max_connections
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._idle: dict[CacheKey, tuple[WorkerConnection, float]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def take(self, key: CacheKey) -> WorkerConnection | None:
+        with self._lock:
+            self._expire()
+            held = self._idle.pop(key, None)
+        if held is not None and held[0].alive(self.check_timeout):
+            self.hits += 1
+            held[0].reused = True
+            return held[0]
+        if held is not None:
+            _close_quietly(held[0])
+        self.misses += 1
+        return None
+
+    def give(self, key: CacheKey, conn: WorkerConnection) -> None:
+        with self._lock:
+            replaced = self._idle.pop(key, None)
+            self._idle[key] = (conn, self._monotonic())
+            extra = len(self._idle) - self.max_connections
+            oldest = sorted(self._idle, key=lambda k: self._idle[k][1])[:max(extra, 0)]
+            dropped = [self._idle.pop(k)[0] for k in oldest]
+        for old in ([replaced[0]] if replaced else []) + dropped:
+            _close_quietly(old)
+
+    def nodes(self) -> set[str]:
+        with self._lock:
+            return {key[0] for key in self._idle}
+
+    def forget_nodes(self, nodes: set[str]) -> int:
+        """Close the kept connections of these nodes (they left); returns how many were closed."""
+        with self._lock:
+            gone = [k for k in self._idle if k[0] in nodes]
+            closing = [self._idle.pop(k)[0] for k in gone]
+        for conn in closing:
+            _close_quietly(conn)
+        return len(closing)
+
+    def close_all(self) -> None:
+        self.forget_nodes(self.nodes())
+
+    def __len__(self) -> int:
+        return len(self._idle)
+
+    def _expire(self) -> None:  # (holding the lock)
+        now = self._monotonic()
+        for key in [k for k, (_, at) in self._idle.items() if now - at > self.max_idle]:
+            _close_quietly(self._idle.pop(key)[0])
+
+
+def _close_quietly(conn: WorkerConnection) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - closing is best effort
+        pass
 
 
 class WorkerPool:
@@ -207,6 +313,7 @@ class WorkerPool:
         sleep: Callable[[float], None] = time.sleep,
         wait: tenacity.wait.wait_base | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        cache: ConnectionCache | None = None,
     ):
         self.endpoints = {e.worker_id: e for e in endpoints}
         self.user = user
@@ -226,6 +333,9 @@ class WorkerPool:
                                             thread_name_prefix="tpuq-ssh")
         self.connections: dict[int, WorkerConnection] = {}
         self.connect_attempts: dict[int, int] = {}
+        self.cache = cache
+        self._keys: dict[int, CacheKey] = {}
+        self._broken: set[int] = set()  # a command on it raised: never given back to the cache
 
     def __enter__(self) -> "WorkerPool":
         return self
@@ -251,8 +361,10 @@ class WorkerPool:
             wait_seconds=self.policy.host_key_wait_seconds, poll_seconds=self.policy.host_key_poll_seconds,
             max_poll_seconds=self.policy.host_key_max_poll_seconds, sleep=self._sleep, monotonic=self._monotonic)
         errors.update(unpinned)
-        futures = {w: logs.submit_in_context(self._executor, self._connect_with_retries, self.endpoints[w], address,
-                                          pins[w])
+        for w, address in addresses.items():
+            if w not in unpinned:
+                self._keys[w] = (self.node, w, address, self.user, pins[w])
+        futures = {w: logs.submit_in_context(self._executor, self._connect_or_reuse, w, address, pins[w])
                    for w, address in addresses.items() if w not in unpinned}
         for w, fut in futures.items():
             try:
@@ -260,6 +372,10 @@ class WorkerPool:
             except Exception as e:  # noqa: BLE001 - reported per worker
                 errors[w] = e
         return errors
+
+    def _connect_or_reuse(self, worker_id: int, address: str, pinned: str) -> WorkerConnection:
+        kept = self.cache.take(self._keys[worker_id]) if self.cache is not None else None
+        return kept or self._connect_with_retries(self.endpoints[worker_id], address, pinned)
 
     def _connect_with_retries(self, endpoint: WorkerEndpoint, address: str, pinned: str) -> WorkerConnection:
         attempt = 0
@@ -323,14 +439,16 @@ class WorkerPool:
                 results[w] = WorkerResult(w, value=fut.result())
             except Exception as e:  # noqa: BLE001 - reported per worker
                 results[w] = WorkerResult(w, error=e)
+                self._broken.add(w)
         return results
 
     def close(self) -> None:
-        for conn in self.connections.values():
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
+        """Give healthy connections back to the cache (if any); close the rest."""
+        for w, conn in self.connections.items():
+            if self.cache is not None and w not in self._broken and w in self._keys:
+                self.cache.give(self._keys[w], conn)
+            else:
+                _close_quietly(conn)
         self.connections.clear()
         self._executor.shutdown(wait=False)
 
