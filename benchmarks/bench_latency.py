@@ -12,21 +12,18 @@ the fake Cloud TPU with sshd workers, the four services receiving Pub/Sub push.
 from __future__ import annotations
 
 import json
-import os
-import statistics
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
-import yaml
 
 from tpuq import store
 from tpuq.clients import Clients, Settings
-from tpuq_dev.devstack.stack import DevStack, wait_for
+from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq.queries import worker_log_chunks
+
+from stackbench import whole_stack
 
 SCENARIO = {
     "seed": 1,
@@ -88,15 +85,7 @@ def idle_tpus(clients) -> list[dict]:
 
 
 def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
-    work = Path(tempfile.mkdtemp(prefix="tpuq-bench-"))
-    (work / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
-    (work / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
-    stack = DevStack(state_dir=work / "dev", services=("scheduler", "claimer", "executor", "janitor"),
-                     scenario=work / "scenario.yaml", fleet_file=work / "fleet.yaml", time_scale=SCALE,
-                     tick_period=1.0)
-    env = stack.up()
-    os.environ.update(env)
-    try:
+    with whole_stack(SCENARIO, FLEET, SCALE, prefix="bench-latency") as (_, env):
         clients = Clients(Settings.from_env(env))
         control = FakeTpuControl(env["TPUQ_TPU_API_ENDPOINT"])
 
@@ -159,9 +148,6 @@ def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
         print(json.dumps({"bench": "preemption_to_running_again", "runs": n_preemptions,
                           "p50_s": round(percentile(recoveries, 50), 3), "max_s": round(max(recoveries), 3)}),
               flush=True)
-
-    finally:
-        stack.down()
 
 
 if __name__ == "__main__":

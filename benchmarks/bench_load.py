@@ -12,8 +12,8 @@ Then N jobs of D seconds each are published at once, from 16 threads. One JSON l
   starting there (its own stamp);
 - attempts: in all (N means one each);
 - cpu_s_per_job: CPU-seconds per job of every process of the stack (services, front, fake TPU, emulators,
-  fake GCS) and of the workers (sshd sessions, supervisors, the jobs: the machine's busy time less the rest),
-  read from /proc over the measured part.
+  fake GCS) and of the worker hosts (sshd sessions, supervisors, the jobs), read from /proc over the
+  measured part; `not the stack` is what else ran on the machine meanwhile.
 """
 
 from __future__ import annotations
@@ -22,24 +22,22 @@ import argparse
 import json
 import math
 import os
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-import yaml
 
 from tpuq import store
 from tpuq.clients import Clients, Settings
 from tpuq.documents import JobState
 from tpuq.queries import worker_log_chunks
-from tpuq_dev.devstack.stack import DevStack, wait_for
+from tpuq_dev.devstack.stack import wait_for
+
+from stackbench import cpu_seconds_per, cpu_snapshot, whole_stack
 
 ZONE = "us-central2-a"
 SCALE = 60.0
 TERMINAL = [s.value for s in JobState if s.terminal]
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def scenario() -> dict:
@@ -72,48 +70,6 @@ def count(clients: Clients, states: list[str] | None = None) -> int:
     return int(q.count().get()[0][0].value)
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime + cutime + cstime of one process (its reaped children included)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return sum(int(fields[i]) for i in (11, 12, 13, 14))
-
-
-def machine_busy_ticks() -> int:
-    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    values = [int(v) for v in cpu]
-    return sum(values) - values[3] - values[4]  # all but idle and iowait
-
-
-def descendants(pid: int) -> list[int]:
-    """pid and every process below it (the stack's services run in their own process groups)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo += children.get(p, [])
-    return out
-
-
-def cpu_by_process(stack: DevStack) -> dict[str, int]:
-    """Ticks per stack process, its live children included; the fake TPU's workers (sshd) are counted apart."""
-    out: dict[str, int] = {}
-    for rec in stack.records:
-        out[rec.name] = sum(cpu_ticks(p) for p in descendants(rec.pid)) if rec.name != "fake-tpu" else cpu_ticks(rec.pid)
-    out["_machine"] = machine_busy_ticks()
-    return out
-
-
 def stamps(clients: Clients, job_id: str) -> dict:
     doc = clients.firestore.collection(store.JOBS).document(job_id).get().to_dict() or {}
     found = {"tpu": doc.get("tpu"), "attempts": doc.get("attempts", 0), "state": doc.get("state")}
@@ -136,15 +92,7 @@ def main() -> None:
     parser.add_argument("--slices", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="tpuq-bench-load-"))
-    (work / "scenario.yaml").write_text(yaml.safe_dump(scenario()))
-    (work / "fleet.yaml").write_text(yaml.safe_dump(fleet(args.slices)))
-    stack = DevStack(state_dir=work / "dev", services=("scheduler", "claimer", "executor", "janitor"),
-                     scenario=work / "scenario.yaml", fleet_file=work / "fleet.yaml", time_scale=SCALE,
-                     tick_period=1.0)
-    env = stack.up()
-    os.environ.update(env)
-    try:
+    with whole_stack(scenario(), fleet(args.slices), SCALE, prefix="bench-load") as (stack, env):
         clients = Clients(Settings.from_env(env))
         warm = f"warm-{uuid.uuid4().hex[:6]}"
         publish_all(clients, [{"id": f"{warm}-{i}", "tpu": "v4-8", "command": "sleep 5"} for i in range(args.slices)])
@@ -157,7 +105,7 @@ def main() -> None:
         tag = f"load-{uuid.uuid4().hex[:6]}"
         command = f'echo "START_AT=$(date +%s.%N)"; sleep {args.seconds}; echo "END_AT=$(date +%s.%N)"'
         jobs = [{"id": f"{tag}-{i:05d}", "tpu": "v4-8", "command": command} for i in range(args.jobs)]
-        cpu_before = cpu_by_process(stack)
+        cpu_before = cpu_snapshot(stack)
         t0 = time.time()
         publish_all(clients, jobs)
         published = time.time()
@@ -165,7 +113,7 @@ def main() -> None:
         stored = time.time()
         wait_for(lambda: count(clients, TERMINAL) == args.slices + args.jobs, timeout=6 * 3600, interval=1.0,
                  what="every job finished")
-        cpu_after = cpu_by_process(stack)
+        cpu_after = cpu_snapshot(stack)
 
         with ThreadPoolExecutor(8) as pool:
             runs = list(pool.map(lambda j: stamps(clients, j["id"]), jobs))
@@ -179,9 +127,6 @@ def main() -> None:
         for on_one in per_tpu.values():
             on_one.sort(key=lambda r: r["START_AT"])
             gaps += [b["START_AT"] - a["END_AT"] for a, b in zip(on_one, on_one[1:])]
-        ticks = {k: cpu_after.get(k, 0) - cpu_before.get(k, 0) for k in cpu_after}
-        machine = ticks.pop("_machine")
-        ticks["workers (sshd, supervisors, jobs) and the rest"] = machine - sum(ticks.values())
         print(json.dumps({
             "bench": "load", "jobs": args.jobs, "slices": args.slices, "job_seconds": args.seconds,
             "publish_s": round(published - t0, 2),
@@ -192,11 +137,9 @@ def main() -> None:
             "turnaround_p95_s": round(percentile(gaps, 95), 3) if gaps else None,
             "attempts": sum(r["attempts"] for r in runs),
             "succeeded": sum(1 for r in runs if r["state"] == JobState.succeeded),
-            "cpu_s_per_job": {k: round(v / CLOCK_TICKS / args.jobs, 4) for k, v in sorted(ticks.items())},
+            "cpu_s_per_job": cpu_seconds_per(cpu_before, cpu_after, args.jobs),
             "load_average": [round(x, 1) for x in os.getloadavg()],
         }), flush=True)
-    finally:
-        stack.down()
 
 
 if __name__ == "__main__":

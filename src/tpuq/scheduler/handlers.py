@@ -9,6 +9,7 @@ message, or an event for an attempt that is no longer current, writes nothing.
 from __future__ import annotations
 
 import logging
+import threading
 
 from tpuq import store
 from tpuq.documents import JobDoc, JobState, short_node_name
@@ -29,6 +30,7 @@ from tpuq.messages import (
     message_owner,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
+from tpuq.scheduler.grouping import GroupedPasses
 from tpuq.scheduler.plan import PendingJob
 from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
@@ -84,9 +86,20 @@ def submit_jobs(ctx: Context, jobs: list[PublishedJob], source: str, fleet: Flee
         log.info("job %s %s (source %s)%s", job_id, "stored as pending" if created else "already stored", source,
                  f", blocked: {blocked}" if blocked and created else "")
         job_ids.append(job_id)
-    # Also on a redelivery: the pass after the first delivery may not have run.
-    scheduling_pass(ctx, fleet, trigger_job_ids=job_ids)
+    # Also on a redelivery: the pass after the first delivery may not have run. Grouped with the other pushes'
+    # jobs stored meanwhile (tpuq.scheduler.grouping): one pass for a burst, not one per job.
+    new_job_passes(ctx).plan(job_ids, lambda batch: scheduling_pass(ctx, fleet, trigger_job_ids=batch))
     return job_ids
+
+
+_GROUPS: dict[int, GroupedPasses] = {}
+_GROUPS_LOCK = threading.Lock()
+
+
+def new_job_passes(ctx: Context) -> GroupedPasses:
+    """This instance's grouping of new-job passes (one per set of clients: one per process in a service)."""
+    with _GROUPS_LOCK:
+        return _GROUPS.setdefault(id(ctx.clients), GroupedPasses())
 
 
 # ------------------------------------------------------------ fleet events
