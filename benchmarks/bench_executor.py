@@ -41,7 +41,7 @@ from tpuq import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.pins import InMemoryPinStore
-from tpuq.executor.ssh import run_on_workers
+from tpuq.executor.ssh import ConnectionCache, run_on_workers
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq_dev.faketpu.hosts import WorkerHostManager, published_host_keys
 from tpuq.messages import Assignment, WorkerEndpoint
@@ -135,54 +135,60 @@ def main() -> int:
             endpoints = [WorkerEndpoint(worker_id=i, ip=h.internal_address) for i, h in enumerate(hosts)]
             keys = published_host_keys(hosts)
             host_keys = SimpleNamespace(published=lambda node, keys=keys: keys)  # as guest attributes would
-            executor = Executor(
-                ssh_user=USER, ssh_key=lambda: key, pin_store=InMemoryPinStore(), host_keys=host_keys, objects=objects,
-                clock=lambda: datetime.now(timezone.utc),
-                settings=WorkerSettings.for_emulator(base, cancel_grace_seconds=0.0, stale_grace_seconds=1.0),
-            )
-            start_times, ssh_times, cpu_pairs = [], [], []
-            for run in range(args.runs + 1):  # run 0 warms up: first contact pins keys, creates dirs
-                attempt = len(start_times) + 1 + (0 if run else 1000)
-                a = _assignment(f"bench-{size}", endpoints, attempt)
-                t0, cpu0, busy0 = time.perf_counter(), time.process_time(), _machine_busy_seconds()
-                result = executor.start_attempt(a)
-                if not result.started:
-                    raise RuntimeError(f"start failed: {result.outcome}")
-                _poll(lambda: all(h.path_on_host(f"/tmp/running-{attempt}").exists() for h in hosts), 60, "markers")
-                elapsed = time.perf_counter() - t0
-                executor_cpu = time.process_time() - cpu0
-                machine_cpu = _machine_busy_seconds() - busy0
+            for connections in ("new", "kept"):  # a new SSH connection per call, or kept between attempts
+                cache = ConnectionCache() if connections == "kept" else None
+                executor = Executor(
+                    ssh_user=USER, ssh_key=lambda: key, pin_store=InMemoryPinStore(), host_keys=host_keys, objects=objects,
+                    clock=lambda: datetime.now(timezone.utc),
+                    settings=WorkerSettings.for_emulator(base, cancel_grace_seconds=0.0, stale_grace_seconds=1.0),
+                    connection_cache=cache,
+                )
+                start_times, ssh_times, cpu_pairs = [], [], []
+                for run in range(args.runs + 1):  # run 0 warms up: first contact pins keys, creates dirs
+                    attempt = len(start_times) + 1 + (0 if run else 1000)
+                    a = _assignment(f"bench-{size}", endpoints, attempt)
+                    t0, cpu0, busy0 = time.perf_counter(), time.process_time(), _machine_busy_seconds()
+                    result = executor.start_attempt(a)
+                    if not result.started:
+                        raise RuntimeError(f"start failed: {result.outcome}")
+                    _poll(lambda: all(h.path_on_host(f"/tmp/running-{attempt}").exists() for h in hosts), 60, "markers")
+                    elapsed = time.perf_counter() - t0
+                    executor_cpu = time.process_time() - cpu0
+                    machine_cpu = _machine_busy_seconds() - busy0
 
-                t1 = time.perf_counter()
-                fan = run_on_workers(endpoints, USER, key, lambda c: c.exec(["true"]).exit_code,
-                                     node=a.node, pin_store=executor.pin_store, host_keys=host_keys)
-                ssh_elapsed = time.perf_counter() - t1
-                assert all(r.ok for r in fan.values())
+                    t1 = time.perf_counter()
+                    fan = run_on_workers(endpoints, USER, key, lambda c: c.exec(["true"]).exit_code,
+                                         node=a.node, pin_store=executor.pin_store, host_keys=host_keys)
+                    ssh_elapsed = time.perf_counter() - t1
+                    assert all(r.ok for r in fan.values())
 
-                executor.cancel_attempt(a, grace_seconds=0)
-                prefix = gcslayout.status_prefix(a.job_id, a.attempt)
-                _poll(lambda: len(objects.list_names(BUCKET, prefix)) >= size + 1, 60, "statuses after cancel")
-                if run:
-                    start_times.append(elapsed)
-                    ssh_times.append(ssh_elapsed)
-                    cpu_pairs.append((executor_cpu, machine_cpu))
-            best = min(start_times)
-            if size == args.sizes[0]:
-                baseline = best
-            print(json.dumps({
-                "bench": "executor.start_attempt",
-                "hosts": size,
-                "runs": args.runs,
-                "best_s": round(best, 3),
-                "median_s": round(statistics.median(start_times), 3),
-                "ssh_true_best_s": round(min(ssh_times), 3),
-                # Where the time goes on this one machine: the executor's own CPU, and all CPU used
-                # (sshd sessions, supervisors, the job) while the cores are shared by every "host".
-                "executor_cpu_s": round(statistics.median(c for c, _ in cpu_pairs), 3),
-                "machine_cpu_s": round(statistics.median(m for _, m in cpu_pairs), 3),
-                "cores": os.cpu_count(),
-                "ratio_to_first_size": round(best / baseline, 2) if baseline else None,
-            }), flush=True)
+                    executor.cancel_attempt(a, grace_seconds=0)
+                    prefix = gcslayout.status_prefix(a.job_id, a.attempt)
+                    _poll(lambda: len(objects.list_names(BUCKET, prefix)) >= size + 1, 60, "statuses after cancel")
+                    if run:
+                        start_times.append(elapsed)
+                        ssh_times.append(ssh_elapsed)
+                        cpu_pairs.append((executor_cpu, machine_cpu))
+                best = min(start_times)
+                if size == args.sizes[0] and connections == "new":
+                    baseline = best
+                print(json.dumps({
+                    "bench": "executor.start_attempt",
+                    "hosts": size,
+                    "connections": connections,
+                    "runs": args.runs,
+                    "best_s": round(best, 3),
+                    "median_s": round(statistics.median(start_times), 3),
+                    "ssh_true_best_s": round(min(ssh_times), 3),
+                    # Where the time goes on this one machine: the executor's own CPU, and all CPU used
+                    # (sshd sessions, supervisors, the job) while the cores are shared by every "host".
+                    "executor_cpu_s": round(statistics.median(c for c, _ in cpu_pairs), 3),
+                    "machine_cpu_s": round(statistics.median(m for _, m in cpu_pairs), 3),
+                    "cores": os.cpu_count(),
+                    "ratio_to_first_size": round(best / baseline, 2) if baseline else None,
+                }), flush=True)
+                if cache is not None:
+                    cache.close_all()
             manager.stop_hosts(hosts)
     finally:
         manager.stop_all()

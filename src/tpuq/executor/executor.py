@@ -32,7 +32,7 @@ from tpuq import gcslayout
 from tpuq.executor.objects import ObjectStore
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource
-from tpuq.executor.ssh import ConnectionCache, ConnectPolicy, WorkerConnection, WorkerPool
+from tpuq.executor.ssh import ConnectionCache, ConnectPolicy, WorkerConnection, WorkerPool, WorkerResult
 from tpuq.executor.supervisor_bundle import build_supervisor_script
 from tpuq.executor.worker.control import BOOTSTRAP
 from tpuq.fleet import SshTransport
@@ -197,21 +197,31 @@ class Executor:
             if unreachable:
                 return StartResult(False, outcome=_infra("could not reach", unreachable))
 
+            # A one-worker slice is prepared and launched by one supervisor process (`start`): there is no
+            # other worker to wait for before launching. A slice of several prepares every worker first.
+            alone = len(pool.connections) == 1
+            step = ["start", "--attempt-id", plan.attempt_id] if alone else ["prepare"]
+
             def prepare(conn: WorkerConnection) -> dict:
                 home = conn.home()
                 # A kept connection already wrote this very script: the workspace is cleaned, never the script.
                 wrote = conn.put_file_once(gcslayout.WORKER_SUPERVISOR, self._script, 0o755)
                 spec = json.dumps(plan.worker_spec(conn.worker_id, home, self.settings))
                 try:
-                    return self._supervisor(conn, "prepare", stdin=spec)
+                    return self._supervisor(conn, *step, stdin=spec)
                 except RuntimeError:
                     if wrote:
                         raise
                     # Someone removed it since (a job may delete ~/tpuq): write it again, once.
                     conn.put_file(gcslayout.WORKER_SUPERVISOR, self._script, 0o755)
-                    return self._supervisor(conn, "prepare", stdin=spec)
+                    return self._supervisor(conn, *step, stdin=spec)
 
             prepared = pool.run(prepare)
+            launched_too = {}
+            if alone:
+                launched_too = {w: WorkerResult(w, value=r.value["launched"]) for w, r in prepared.items()
+                                if r.ok and r.value.get("launched") is not None}
+                prepared = {w: WorkerResult(w, value=r.value["prepared"]) if r.ok else r for w, r in prepared.items()}
             notes = {w: list(r.value.get("notes", [])) for w, r in prepared.items() if r.ok and r.value}
             setup = {w: r.value["reason"] for w, r in prepared.items()
                      if r.ok and not r.value.get("ok") and r.value.get("kind") == "setup"}
@@ -222,7 +232,7 @@ class Executor:
             if failed:
                 return StartResult(False, outcome=_infra("could not prepare", failed), notes=notes)
 
-            launched = pool.run(lambda c: self._supervisor(c, "launch", "--attempt-id", plan.attempt_id))
+            launched = launched_too or pool.run(lambda c: self._supervisor(c, "launch", "--attempt-id", plan.attempt_id))
             failed = _failures(launched)
             if failed:
                 if any(r.ok and r.value.get("kind") == "cancelled" for r in launched.values()):

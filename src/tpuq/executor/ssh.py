@@ -123,6 +123,7 @@ class WorkerConnection:
     client: paramiko.SSHClient
     _sftp: paramiko.SFTPClient | None = field(default=None, repr=False)
     reused: bool = False  # taken from a ConnectionCache: an earlier attempt's connection
+    _home: str | None = field(default=None, repr=False)
     # path -> sha256 of what this connection wrote there (`put_file_once`)
     uploaded: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -167,8 +168,10 @@ class WorkerConnection:
         return self._sftp
 
     def home(self) -> str:
-        """The login user's home: where SFTP and exec start."""
-        return self.sftp.normalize(".")
+        """The login user's home: where SFTP and exec start (asked once per connection)."""
+        if self._home is None:
+            self._home = self.sftp.normalize(".")
+        return self._home
 
     def makedirs(self, path: str) -> None:
         current = "" if not path.startswith("/") else "/"

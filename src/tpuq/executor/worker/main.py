@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default=os.path.expanduser("~"))
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("prepare")
+    p_start = sub.add_parser("start")  # prepare, then launch: one process for a one-worker slice
+    p_start.add_argument("--attempt-id", required=True)
     p_launch = sub.add_parser("launch")
     p_launch.add_argument("--attempt-id", required=True)
     p_cancel = sub.add_parser("cancel")
@@ -38,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "prepare":
         return emit(prepare(home, sys.stdin.read()))
+    if args.command == "start":
+        prepared = prepare(home, sys.stdin.read())
+        launched = launch(home, args.attempt_id, os.path.abspath(__file__)) if prepared.get("ok") else None
+        return emit({"ok": bool(launched and launched.get("ok")), "prepared": prepared, "launched": launched})
     if args.command == "launch":
         return emit(launch(home, args.attempt_id, os.path.abspath(__file__)))
     if args.command == "cancel":
