@@ -31,8 +31,10 @@ install-python:
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -e '.[dev]' -e ./dev
 
+# Two workers: the end-to-end tests (one xdist group, one whole-system stack) on one, the rest on the other.
+PYTEST_WORKERS ?= 2
 test: install
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 demo: install
 	tpuq demo

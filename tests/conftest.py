@@ -43,8 +43,13 @@ def clients(clean_stack) -> Clients:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end tests run last: they bring up a second, whole-system stack for the rest of the session."""
+    """The end-to-end tests run last: they bring up a second, whole-system stack for the rest of the session.
+    Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) they are one group, so one worker
+    brings up that stack once and runs them all while the other worker runs everything else."""
     items.sort(key=lambda item: "/tests/e2e/" in str(item.fspath))
+    for item in items:
+        if "/tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 @pytest.fixture(autouse=True)
