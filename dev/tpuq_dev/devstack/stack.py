@@ -184,7 +184,9 @@ class DevStack:
 
     def _start_emulators(self) -> None:
         ps_port, fs_port = processes.free_port(), processes.free_port()
-        java_env = {"JAVA_OPTS": "-Xmx256m", "JAVA_TOOL_OPTIONS": "-Xmx256m"}
+        # TPUQ_DEV_EMULATOR_HEAP: the emulators' JVM heap (256m; 100,000 stored jobs need about 2g).
+        heap = f"-Xmx{os.environ.get('TPUQ_DEV_EMULATOR_HEAP', '256m')}"
+        java_env = {"JAVA_OPTS": heap, "JAVA_TOOL_OPTIONS": heap}
         ps = self._spawn(
             "pubsub-emulator",
             [str(_find_platform_tool("pubsub-emulator", "bin", "cloud-pubsub-emulator")), "--host=127.0.0.1",

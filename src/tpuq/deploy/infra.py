@@ -143,6 +143,11 @@ class ServiceSpec(StrictModel):
     timeout_seconds: int | None = None  # default: the longest ack deadline of the subscriptions pushing to it
     concurrency: int
     max_instances: int
+    # Kept warm: instances that never scale to zero, and CPU outside requests (Cloud Run's "CPU always
+    # allocated", run v2 `cpuIdle: false`). Both are billed around the clock; the executor's SSH connections
+    # outlive a request only with them (README, "Back to back on one slice").
+    min_instances: int = 0
+    cpu_always_allocated: bool = False
     env: dict[str, str] = {}
     secret_files: list[SecretFile] = []
     vpc_egress: bool = False  # Direct VPC egress on the fleet's network (tpuq.deploy.network), unless `direct`

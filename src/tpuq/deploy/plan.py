@@ -428,13 +428,15 @@ def desired_run_service(target: Target, infra: Infra, name: str, existing_secret
         "image": infra.services.image.replace("${service}", name),
         "ports": [{"containerPort": RUN_PORT}],
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "resources": {"limits": {"cpu": spec.cpu, "memory": spec.memory}},
+        # cpuIdle must be given whenever resources are: left out, run v2 takes it as false (CPU always allocated).
+        "resources": {"limits": {"cpu": spec.cpu, "memory": spec.memory}, "cpuIdle": not spec.cpu_always_allocated},
     }
     template: dict[str, Any] = {
         "serviceAccount": target.sa_email(spec.service_account),
         "timeout": f"{infra.request_timeout_seconds(name)}s",
         "maxInstanceRequestConcurrency": spec.concurrency,
-        "scaling": {"minInstanceCount": 0, "maxInstanceCount": spec.max_instances},  # 0: nothing runs when idle
+        # min 0 (the default): nothing runs when idle
+        "scaling": {"minInstanceCount": spec.min_instances, "maxInstanceCount": spec.max_instances},
         "containers": [container],
     }
     secret_files = [f for f in spec.secret_files if existing_secrets is None or f.secret in existing_secrets]
@@ -465,6 +467,8 @@ def run_projection(body: dict) -> dict:
         "limits": (c.get("resources") or {}).get("limits"), "serviceAccount": t.get("serviceAccount"),
         "timeout": t.get("timeout"), "concurrency": t.get("maxInstanceRequestConcurrency"),
         "maxInstances": (t.get("scaling") or {}).get("maxInstanceCount"),
+        "minInstances": (t.get("scaling") or {}).get("minInstanceCount") or 0,
+        "cpuIdle": (c.get("resources") or {}).get("cpuIdle", False),
         "volumes": [(v.get("secret") or {}).get("secret") for v in t.get("volumes") or []],
         "mounts": [m.get("mountPath") for m in c.get("volumeMounts") or []],
         "vpcAccess": vpc_access_projection(t.get("vpcAccess")),

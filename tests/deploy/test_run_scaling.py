@@ -1,0 +1,45 @@
+"""Cloud Run's scaling and CPU allocation in the deployed service bodies: what infra/services.yaml says is sent.
+
+run v2 documents `cpuIdle` as "true by default. However, if ResourceRequirements is set, the caller must
+explicitly set this field to true to preserve the default behavior": every body sets resources, so every body
+must say cpuIdle, or each service would be billed for CPU outside requests."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import yaml
+
+from tpuq.deploy.infra import load_infra
+from tpuq.deploy.plan import Target, desired_run_service, run_projection
+from tpuq.examples import EXAMPLE_FLEET
+from tpuq.fleet import FleetFile
+
+SERVICES = ("scheduler", "claimer", "executor", "janitor")
+
+
+def target() -> Target:
+    fleet = FleetFile.model_validate({**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh"})
+    return Target(fleet=fleet, region="us-central1", project_number="42")
+
+
+def test_by_default_every_service_scales_to_zero_with_cpu_only_during_requests():
+    t = target()
+    infra = load_infra(t.variables())
+    for name in SERVICES:
+        template = desired_run_service(t, infra, name)["template"]
+        assert template["scaling"]["minInstanceCount"] == 0
+        assert template["containers"][0]["resources"]["cpuIdle"] is True
+
+
+def test_a_warm_executor_keeps_one_instance_with_cpu_always_allocated():
+    t = target()
+    infra = load_infra(t.variables())
+    warm = dataclasses.replace(infra, services=infra.services.model_copy(update={"services": [
+        s.model_copy(update={"min_instances": 1, "cpu_always_allocated": True}) if s.name == "executor" else s
+        for s in infra.services.services]}))
+    body = desired_run_service(t, warm, "executor")
+    assert body["template"]["scaling"]["minInstanceCount"] == 1
+    assert body["template"]["containers"][0]["resources"]["cpuIdle"] is False
+    # A deployed service that differs only in these is updated by the next deploy.
+    assert run_projection(body) != run_projection(desired_run_service(t, infra, "executor"))
