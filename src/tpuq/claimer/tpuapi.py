@@ -213,7 +213,7 @@ class TpuApi:
         """(the typed node, its health): one exact GET, raising the taxonomy's errors."""
         if self.node_json is None:
             node = self._call(self.client.get_node, name=name)
-            return node, NodeHealth.from_api(json.loads(type(node).to_json(node)))
+            return node, NodeHealth.from_api(json.loads(type(node).to_json(node, use_integers_for_enums=False)))
         from google.cloud import tpu_v2
 
         data = self._call(self.node_json, name=name)
