@@ -263,3 +263,16 @@ def test_the_infra_end_counts_against_the_infra_budget_and_keeps_the_region():
     assert end.job["pinned_region"] == "us-central2"
     assert lifecycle.suspect_reason("j-1", AttemptOutcome.infra_failed)  # the TPU is quarantined when freed
     assert TpuHealth.UNHEALTHY_TENSORFLOW.value in end.job["reason"]
+
+
+@pytest.mark.parametrize("node, shown", [
+    (None, ""),  # never read
+    ({"health": "HEALTHY"}, "HEALTHY"),
+    (LATER, "HEALTHY"),  # maintenance days away: it still takes jobs
+    (SOON, "maintenance (SCHEDULED) from 2026-01-01 03:00 UTC"),
+    (SICK, "UNHEALTHY_TENSORFLOW (MESH_BUILD_FAIL on worker 0)"),
+])
+def test_tpuq_fleet_shows_why_a_tpu_takes_no_job(node, shown):
+    from tpuq.fleetreport import health_note
+
+    assert health_note(tpu("a", node), NOW) == shown
