@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tpuq.documents import TpuNodeState
+from tpuq.documents import NodeHealth, TpuNodeState
 from tpuq.fleet import FleetEntry, FleetFile
 from tpuq.messages import FleetEvent, FleetEventKind, WorkerEndpoint
 
@@ -36,6 +36,7 @@ class NodeRead:
     spot: bool = False
     endpoints: tuple[WorkerEndpoint, ...] = ()
     error: str | None = None
+    health: NodeHealth | None = None
 
 
 @dataclass(frozen=True)
@@ -104,5 +105,5 @@ def decide_existing(fleet: FleetFile, entry: FleetEntry, read: NodeRead, key_lin
         return problem("has no network endpoints yet")
     event = FleetEvent(kind=FleetEventKind.active, fleet=fleet.name, queued_resource="", zone=entry.zones[0],
                        type=accel.name, node=name, entry_id=entry.id, chips=accel.chips, hosts=accel.hosts,
-                       spot=read.spot, endpoints=list(read.endpoints), at=now)
+                       spot=read.spot, endpoints=list(read.endpoints), node_health=read.health, at=now)
     return event, ExistingStatus(entry.id, short, True)

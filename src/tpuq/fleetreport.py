@@ -14,7 +14,8 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import documents, store
 from tpuq.brakes import DayUse, claim_stop_reason, day_start, day_use, grant_days_left
-from tpuq.documents import QR_STATES_RACING, JobDoc, JobState, QueuedResourceState, RequestStatus, TpuState, short_node_name
+from tpuq.documents import (QR_STATES_RACING, JobDoc, JobState, NodeHealth, QueuedResourceState, RequestStatus, TpuState,
+                            short_node_name)
 from tpuq.errors import Permanent
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import ANY_TPU
@@ -40,6 +41,15 @@ def fleet_view(db, name: str | None, now: datetime, tz: tzinfo | None = None, pr
     return build_view(fleet, report, tpus, load_control(db, fleet.name), now, tz or timezone.utc, prechecks)
 
 
+def health_note(tpu: dict[str, Any], now: datetime) -> str:
+    """The TPUs table's health cell: why the node takes no new job (unhealthy, maintenance soon: the matcher's rule,
+    `NodeHealth.refuses_new_job`), else its health as the API reports it, or "" when never read."""
+    health = NodeHealth.from_doc(tpu)
+    if health is None:
+        return ""
+    return health.refuses_new_job(now) or (health.health.value if health.health else "")
+
+
 def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str, Any]], control: FleetControl,
                now: datetime, tz: tzinfo, prechecks=None) -> dict[str, Any]:
     """Pure: the view model of one fleet. `tz`: the zone times are shown in (the machine's local one);
@@ -56,6 +66,7 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
             continue
         t = dict(t)
         t["idle_for"] = age(t.get("idle_since"), now) if t.get("state") == TpuState.idle else ""
+        t["health"] = health_note(t, now)
         tpus.append(t)
     checks = precheck_view(fleet, prechecks) if prechecks is not None else {}
     targets = target_rows(fleet, report, now, tz, prechecks.quota if prechecks is not None else None)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tpuq.documents import ClaimerQrState, QueuedResourceState, WorkerEndpoint
+from tpuq.documents import ClaimerQrState, NodeHealth, QueuedResourceState, WorkerEndpoint
 from tpuq.errors import Permanent
 from tpuq.jobspec import PublishedJob, PublishedJobFile, StrictModel
 
@@ -66,7 +66,8 @@ class CapacityRequest(StrictModel):
 
 
 class FleetEventKind(str, Enum):
-    """The queued-resource state the claimer saw; its value is that state's name."""
+    """The queued-resource state the claimer saw; its value is that state's name. One kind is no such state:
+    `node_health`, the health or upcoming maintenance of an ACTIVE slice's node changed (`FleetEvent.node_health`)."""
 
     active = QueuedResourceState.ACTIVE.value
     suspended = QueuedResourceState.SUSPENDED.value
@@ -74,6 +75,7 @@ class FleetEventKind(str, Enum):
     gone = ClaimerQrState.GONE.value
     provisioning = QueuedResourceState.PROVISIONING.value
     waiting = QueuedResourceState.WAITING_FOR_RESOURCES.value
+    node_health = "NODE_HEALTH"
 
 
 class FailureClass(str, Enum):
@@ -104,6 +106,8 @@ class FleetEvent(StrictModel):
     endpoints: list[WorkerEndpoint] = Field(default_factory=list)
     failure_class: FailureClass | None = None
     failure_message: str | None = None
+    # The node's health, symptoms and upcoming maintenance as the claimer last read them (ACTIVE, NODE_HEALTH).
+    node_health: NodeHealth | None = None
     at: datetime
 
 

@@ -83,3 +83,27 @@ def test_a_failing_backstop_never_stops_the_others_nor_the_pass(sched, monkeypat
         handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
     assert sched.job("j1")["state"] == "succeeded"  # the step after the broken one ran
     assert sched.job("j2")["state"] == "assigned"  # onto the TPU j1 freed
+
+
+def test_a_slice_recorded_by_the_backstop_keeps_the_health_the_claimer_saw(sched):
+    """The claimer announces a node's health only when it changes: a slice recorded from the claimer's record
+    must carry it, or an unhealthy node would look healthy to the pass for ever."""
+    from tpuq.claimer.model import QrRecord
+    from tpuq.claimer.statestore import qr_to_doc
+    from tpuq.documents import NodeHealth
+    from tpuq.messages import WorkerEndpoint
+
+    now = datetime.now(timezone.utc)
+    node = "projects/tpuq-local/locations/us-central2-b/nodes/tpuq-r-y-1-us-central2-b"
+    sick = NodeHealth.from_api({"health": "UNHEALTHY_TENSORFLOW"})
+    record = QrRecord(qr_id="tpuq-r-y-1-us-central2-b", fleet="test", project="tpuq-local", request_id="r-y-1",
+                      entry_id="v4", zone="us-central2-b", type="v4-8", spot=True, generation=0, state="ACTIVE",
+                      created_at=now, updated_at=now, node=node,
+                      endpoints=(WorkerEndpoint(worker_id=0, ip="127.0.9.2", port=22),), node_health=sick)
+    sched.db.collection(store.QUEUED_RESOURCES).document(record.qr_id).set(qr_to_doc(record))
+    sched.deliver("jobs", {"id": "j8", "tpu": "v4-8", "command": "train"})
+
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(seconds=1)))
+    tpu = sched.tpu("tpuq-r-y-1-us-central2-b")
+    assert tpu["state"] == "idle" and NodeHealth.from_doc(tpu) == sick
+    assert sched.job("j8")["state"] == "pending"  # the unhealthy slice took no job

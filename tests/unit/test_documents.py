@@ -27,8 +27,8 @@ STORED_ENUMS = (D.JobState, D.AttemptState, D.TpuState, D.QueuedResourceState, D
 STATE_VALUES = {m.value for e in STORED_ENUMS for m in e}
 # The Cloud TPU API's state names mean nothing else anywhere: a literal of one is a state wherever it stands.
 # (UNKNOWN is also an RPC code, which the fake's error catalogue writes.)
-API_STATE_NAMES = {m.value for e in (D.QueuedResourceState, D.ClaimerQrState, D.TpuNodeState) for m in e} - {
-    "UNKNOWN"}
+API_STATE_NAMES = {m.value for e in (D.QueuedResourceState, D.ClaimerQrState, D.TpuNodeState, D.TpuHealth,
+                                      D.SymptomType, D.MaintenanceType, D.MaintenanceStatus) for m in e} - {"UNKNOWN"}
 STATE_FIELDS = {"state", "status", "tpu_state"}
 
 
@@ -160,7 +160,30 @@ def test_fleet_event_kinds_are_queued_resource_states():
     from tpuq.messages import FleetEventKind
 
     stored = {m.value for m in D.QueuedResourceState} | {m.value for m in D.ClaimerQrState}
-    assert {k.value for k in FleetEventKind} <= stored
+    # NODE_HEALTH, the one kind that is no queued-resource state: a node's health or maintenance changed.
+    assert {k.value for k in FleetEventKind} - stored == {FleetEventKind.node_health.value}
+
+
+def test_the_node_health_enums_are_google_s():
+    """Health and symptoms against google-cloud-tpu; maintenance against the tpu.v2 discovery document, since
+    tpu_v2 has no UpcomingMaintenance message (its Node drops the field: see tpuq.claimer.tpuapi)."""
+    import json
+    from pathlib import Path
+
+    import googleapiclient
+    from google.cloud import tpu_v2
+
+    assert {h.name for h in tpu_v2.Node.Health} - {"HEALTH_UNSPECIFIED"} == {m.value for m in D.TpuHealth}
+    assert {s.name for s in tpu_v2.Symptom.SymptomType} - {"SYMPTOM_TYPE_UNSPECIFIED"} == {
+        m.value for m in D.SymptomType}
+    assert "upcoming_maintenance" not in tpu_v2.Node.meta.fields
+    doc = json.loads((Path(googleapiclient.__file__).parent / "discovery_cache/documents/tpu.v2.json").read_text())
+    schema = doc["schemas"]["UpcomingMaintenance"]["properties"]
+    assert set(schema["type"]["enum"]) == {m.value for m in D.MaintenanceType}
+    assert set(schema["maintenanceStatus"]["enum"]) == {m.value for m in D.MaintenanceStatus}
+    node = doc["schemas"]["Node"]["properties"]
+    assert set(node["health"]["enum"]) - {"HEALTH_UNSPECIFIED"} == {m.value for m in D.TpuHealth}
+    assert {"health", "healthDescription", "symptoms", "upcomingMaintenance"} <= set(node)
 
 
 def test_the_two_live_tpu_sets_keep_their_two_meanings():

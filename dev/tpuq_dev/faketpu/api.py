@@ -20,6 +20,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from tpuq.capacitymodel.clock import rfc3339
+from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
 from tpuq.capacitymodel.errors import ERROR_CLASSES, HTTP_STATUS, ApiError, invalid
 from tpuq.capacitymodel.model import (
     ApiCallFault,
@@ -123,7 +124,7 @@ def render_node(world: FakeTpuWorld, node: NodeRecord) -> dict:
         "id": str(zlib.crc32(node.name.encode()) * 7919),
     }
     if node.state == NodeState.READY:
-        out["health"] = "HEALTHY"
+        out.update(render_health(world, node))
     if node.endpoints and node.state == NodeState.READY:
         endpoints = []
         for e in node.endpoints:
@@ -135,6 +136,29 @@ def render_node(world: FakeTpuWorld, node: NodeRecord) -> dict:
     for key in ("serviceAccount", "tags", "dataDisks", "description", "shieldedInstanceConfig"):
         if key in spec:
             out[key] = spec[key]
+    return out
+
+
+def render_health(world: FakeTpuWorld, node: NodeRecord) -> dict:
+    """`health`, `healthDescription`, `symptoms` and `upcomingMaintenance` of a READY node, in tpu.v2's field names
+    and enum names. Symptom times are scenario wall times like createTime; the maintenance window's times are the
+    real times the fake will reach them (`Clock.real_wall`), because clients compare them with their own clock."""
+    out: dict[str, Any] = {"health": node.health.value}
+    if node.health_description:
+        out["healthDescription"] = node.health_description
+    if node.symptoms:
+        out["symptoms"] = [{"createTime": rfc3339(world.clock.wall(s.at)), "symptomType": s.symptom_type.value,
+                            **({"details": s.details} if s.details else {}), "workerId": str(s.worker)}
+                           for s in node.symptoms]
+    m = node.maintenance
+    if m is not None:
+        real = world.clock.real_wall
+        out["upcomingMaintenance"] = {
+            "type": m.type.value, "canReschedule": m.can_reschedule,
+            "windowStartTime": rfc3339(real(m.start)), "windowEndTime": rfc3339(real(m.end)),
+            "latestWindowStartTime": rfc3339(real(m.start)),
+            "maintenanceStatus": m.status(world.clock.now()).value,
+        }
     return out
 
 
@@ -203,6 +227,14 @@ def _page_size() -> int:
         return int(value)
     except ValueError:
         raise invalid(f"Invalid value at 'page_size' (TYPE_INT32), \"{value}\"", "page_size") from None
+
+
+def _member(enum, value, field_name: str):
+    try:
+        return enum(value)
+    except ValueError:
+        raise invalid(f"unknown {field_name} {value!r}; expected one of {', '.join(m.value for m in enum)}",
+                      field_name) from None
 
 
 def _flag(name: str) -> bool:
@@ -384,6 +416,27 @@ def create_app(
         project, zone, node_id = _split_name(control_body().get("name", ""), "nodes")
         node = world.preempt_node(project, zone, node_id)
         after_change()
+        return _json_response(render_node(world, node))
+
+    @app.post("/_fake/health")
+    def _set_health():
+        body = control_body()
+        project, zone, node_id = _split_name(body.get("name", ""), "nodes")
+        health = _member(TpuHealth, body.get("health"), "health")
+        symptom = _member(SymptomType, body["symptom"], "symptom") if body.get("symptom") else None
+        node = world.set_node_health(project, zone, node_id, health, body.get("description") or None, symptom,
+                                     body.get("details") or None, int(body.get("worker", 0)))
+        return _json_response(render_node(world, node))
+
+    @app.post("/_fake/maintenance")
+    def _maintenance():
+        body = control_body()
+        project, zone, node_id = _split_name(body.get("name", ""), "nodes")
+        starts_in = body.get("starts_in")
+        node = world.schedule_maintenance(
+            project, zone, node_id, None if starts_in is None else float(starts_in),
+            float(body.get("duration", 3600)), _member(MaintenanceType, body.get("type") or MaintenanceType.SCHEDULED, "type"),
+            bool(body.get("can_reschedule", True)))
         return _json_response(render_node(world, node))
 
     @app.post("/_fake/fail")

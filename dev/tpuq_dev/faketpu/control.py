@@ -41,6 +41,23 @@ class FakeTpuControl:
         """Preempt an ACTIVE node now: node PREEMPTED, its hosts killed, request SUSPENDING -> SUSPENDED."""
         return self._call("POST", "preempt", json={"name": node_name})
 
+    def set_health(self, node_name: str, health: str, *, description: str | None = None,
+                   symptom: str | None = None, details: str | None = None, worker: int = 0) -> dict:
+        """A READY node reports `health` from now on (tpu.v2 Node.health: HEALTHY, TIMEOUT, UNHEALTHY_TENSORFLOW,
+        UNHEALTHY_MAINTENANCE), with an optional healthDescription and a symptom (tpu.v2 Symptom.symptomType, e.g.
+        HBM_OUT_OF_MEMORY) on `worker`. Its hosts keep running. Returns the node as the API renders it."""
+        return self._call("POST", "health", json={"name": node_name, "health": health, "description": description,
+                                                   "symptom": symptom, "details": details, "worker": worker})
+
+    def schedule_maintenance(self, node_name: str, starts_in: float | None, *, duration: float = 3600,
+                             type: str | None = None, can_reschedule: bool = True) -> dict:
+        """A maintenance notice on a READY node (upcomingMaintenance, PENDING): the window opens `starts_in`
+        scenario seconds from now and lasts `duration`, during which the node is UNHEALTHY_MAINTENANCE. None takes
+        the notice back. `type`: SCHEDULED (the default) or UNSCHEDULED."""
+        return self._call("POST", "maintenance", json={"name": node_name, "starts_in": starts_in,
+                                                        "duration": duration, "type": type,
+                                                        "can_reschedule": can_reschedule})
+
     def fail(self, queued_resource_name: str, error_class: str) -> dict:
         """Fail a queued resource now with a real error of that class (errors.ERROR_CLASSES): capacity|quota|reserved|
         billing|permission|external_ips|expired|unknown."""

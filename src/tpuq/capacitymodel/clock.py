@@ -21,6 +21,10 @@ class Clock(Protocol):
     def wall(self, scenario_seconds: float) -> datetime:
         """The UTC wall time a scenario time is shown as in API responses."""
 
+    def real_wall(self, scenario_seconds: float) -> datetime:
+        """The real UTC time at which the fake reaches that scenario time: what a client's own clock will read
+        then. Times a client compares with its clock (a maintenance window's start) are shown in it."""
+
 
 class ScaledClock:
     def __init__(
@@ -46,6 +50,9 @@ class ScaledClock:
     def real_seconds(self, scenario_seconds: float) -> float:
         return scenario_seconds / self.time_scale
 
+    def real_wall(self, scenario_seconds: float) -> datetime:
+        return self._start_wall + timedelta(seconds=self.real_seconds(scenario_seconds))
+
 
 class ManualClock:
     """A clock that moves only when told to: for unit tests of the state machine."""
@@ -66,6 +73,9 @@ class ManualClock:
 
     def wall(self, scenario_seconds: float) -> datetime:
         return self._start_wall + timedelta(seconds=scenario_seconds)
+
+    def real_wall(self, scenario_seconds: float) -> datetime:
+        return self.wall(scenario_seconds)  # no scale: scenario time is the test's own time
 
 
 def rfc3339(when: datetime) -> str:

@@ -34,7 +34,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from tpuq.documents import QueuedResourceState, TpuNodeState
+from tpuq.documents import MaintenanceStatus, MaintenanceType, QueuedResourceState, SymptomType, TpuHealth, TpuNodeState
 from tpuq.tputypes import AcceleratorType, zone_region
 
 from .clock import Clock
@@ -85,6 +85,29 @@ class GuestAttribute:
     value: str
 
 
+@dataclass(frozen=True)
+class Symptom:
+    """tpu.v2 Symptom of one worker, at scenario time `at`."""
+
+    symptom_type: SymptomType
+    worker: int = 0
+    details: str | None = None
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """tpu.v2 UpcomingMaintenance, in scenario time: the window [start, end)."""
+
+    start: float
+    end: float
+    type: MaintenanceType = MaintenanceType.SCHEDULED
+    can_reschedule: bool = True
+
+    def status(self, now: float) -> MaintenanceStatus:
+        return MaintenanceStatus.ONGOING if self.start <= now else MaintenanceStatus.PENDING
+
+
 @dataclass
 class NodeRecord:
     project: str
@@ -105,10 +128,40 @@ class NodeRecord:
     # Per worker, what its guest agent publishes, and from when (scenario time).
     guest_attributes: tuple[tuple[GuestAttribute, ...], ...] = ()
     guest_attributes_at: float | None = None
+    # Health as a READY node reports it (tpu.v2 Node.health, healthDescription, symptoms, upcomingMaintenance).
+    health: TpuHealth = TpuHealth.HEALTHY
+    health_description: str | None = None
+    symptoms: tuple[Symptom, ...] = ()
+    maintenance: Maintenance | None = None
+    fired_health_rules: frozenset[tuple[str, int]] = frozenset()  # scenario rules already applied to this node
 
     @property
     def name(self) -> str:
         return f"projects/{self.project}/locations/{self.zone}/nodes/{self.node_id}"
+
+    def set_health(self, health: TpuHealth, description: str | None = None,
+                   symptom: Symptom | None = None) -> None:
+        """HEALTHY clears the description and the symptoms; another health adds its symptom to those seen."""
+        self.health = health
+        if health is TpuHealth.HEALTHY:
+            self.health_description, self.symptoms = None, ()
+            return
+        self.health_description = description
+        if symptom is not None:
+            self.symptoms = (*self.symptoms, symptom)
+
+    def advance_maintenance(self, now: float) -> None:
+        """Under maintenance during its window (UNHEALTHY_MAINTENANCE); after it, HEALTHY with none upcoming."""
+        m = self.maintenance
+        if m is None or now < m.start:
+            return
+        if now < m.end:
+            if self.health is not TpuHealth.UNHEALTHY_MAINTENANCE:
+                self.set_health(TpuHealth.UNHEALTHY_MAINTENANCE, "The node is under maintenance.")
+            return
+        self.maintenance = None
+        if self.health is TpuHealth.UNHEALTHY_MAINTENANCE:
+            self.set_health(TpuHealth.HEALTHY)
 
     @property
     def wants_live_hosts(self) -> bool:
@@ -471,6 +524,31 @@ class FakeTpuWorld:
                 if node.state == NodeState.DELETING and node.delete_done_at is not None and node.delete_done_at <= now:
                     self._remove_node(node)
                     self._complete_deletes(node.name)
+                elif node.state == NodeState.READY:
+                    self._advance_health(node, now)
+
+    def _advance_health(self, node: NodeRecord, now: float) -> None:
+        """The scenario's health events and maintenance notices due for a READY node, in time order."""
+        rules = self.scenario.health
+        due = []
+        for kind, scripted in (("event", rules.events), ("maintenance", rules.maintenance)):
+            for i, rule in enumerate(scripted):
+                key = (kind, i)
+                if key in node.fired_health_rules or node.active_since is None:
+                    continue
+                at = rule.due_for(node.active_since)
+                if at is not None and at <= now and rule.matches(node.zone, node.accelerator.family, node.node_id):
+                    due.append((at, key, rule))
+        for at, key, rule in sorted(due, key=lambda d: (d[0], d[1])):
+            node.advance_maintenance(at)
+            node.fired_health_rules = node.fired_health_rules | {key}
+            if key[0] == "event":
+                symptom = Symptom(rule.symptom, rule.worker, rule.details, at) if rule.symptom else None
+                node.set_health(rule.health, rule.description, symptom)
+            else:
+                node.maintenance = Maintenance(at + rule.notice, at + rule.notice + rule.duration, rule.type,
+                                               rule.can_reschedule)
+        node.advance_maintenance(now)
 
     def _advance_queued_resource(self, qr: QueuedResourceRecord, now: float) -> None:
         while self._step(qr, now):
@@ -716,6 +794,45 @@ class FakeTpuWorld:
                 raise ApiError("FAILED_PRECONDITION", f"node {node.name} is {node.state.value}, not READY")
             self._preempt(qr, self.clock.now())
             return node
+
+    def set_node_health(self, project: str, zone: str, node_id: str, health: TpuHealth,
+                        description: str | None = None, symptom: SymptomType | None = None,
+                        details: str | None = None, worker: int = 0) -> NodeRecord:
+        """The control API's health change of a READY node, now (its hosts keep running)."""
+        with self.lock:
+            self.advance()
+            node = self._ready_node(project, zone, node_id)
+            if not 0 <= worker < node.accelerator.hosts:
+                raise invalid(f"worker {worker}: {node.name} has workers 0..{node.accelerator.hosts - 1}", "worker")
+            now = self.clock.now()
+            node.set_health(health, description, Symptom(symptom, worker, details, now) if symptom else None)
+            return node
+
+    def schedule_maintenance(self, project: str, zone: str, node_id: str, starts_in: float | None,
+                             duration: float = 3600, type: MaintenanceType = MaintenanceType.SCHEDULED,
+                             can_reschedule: bool = True) -> NodeRecord:
+        """The control API's maintenance notice for a READY node: its window opens `starts_in` scenario seconds
+        from now and lasts `duration`; `starts_in` None takes the notice back."""
+        with self.lock:
+            self.advance()
+            node = self._ready_node(project, zone, node_id)
+            if starts_in is None:
+                node.maintenance = None
+                if node.health is TpuHealth.UNHEALTHY_MAINTENANCE:
+                    node.set_health(TpuHealth.HEALTHY)
+                return node
+            if starts_in < 0 or duration <= 0:
+                raise invalid("starts_in must be 0 or more and duration more than 0", "starts_in")
+            now = self.clock.now()
+            node.maintenance = Maintenance(now + starts_in, now + starts_in + duration, type, can_reschedule)
+            node.advance_maintenance(now)
+            return node
+
+    def _ready_node(self, project: str, zone: str, node_id: str) -> NodeRecord:
+        node = self._node(project, zone, node_id)
+        if node.state != NodeState.READY:
+            raise ApiError("FAILED_PRECONDITION", f"node {node.name} is {node.state.value}, not READY")
+        return node
 
     def fail_queued_resource(self, project: str, zone: str, qr_id: str, error_class: str) -> QueuedResourceRecord:
         with self.lock:

@@ -17,6 +17,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
 from tpuq.tputypes import _FAMILIES, zone_region
 
 from .errors import ERROR_CLASSES
@@ -115,8 +116,9 @@ class Delays(_Strict):
     host_keys: float = Field(0, ge=0)
 
 
-class ScriptedPreemption(_Strict):
-    """Preempt matching ACTIVE spot nodes at scenario time `at`, or `after_active` seconds after each turns ACTIVE."""
+class _NodeRule(_Strict):
+    """Something that happens to matching ACTIVE nodes at scenario time `at`, or `after_active` seconds after each
+    turns ACTIVE; `zone`, `family` and `node_id` narrow which nodes (absent: every one)."""
 
     at: float | None = Field(None, ge=0)
     after_active: float | None = Field(None, ge=0)
@@ -127,10 +129,16 @@ class ScriptedPreemption(_Strict):
     _family = field_validator("family")(_check_family)
 
     @model_validator(mode="after")
-    def _one_time(self) -> ScriptedPreemption:
+    def _one_time(self):
         if (self.at is None) == (self.after_active is None):
             raise ValueError("give exactly one of 'at' or 'after_active'")
         return self
+
+    def due_for(self, active_since: float) -> float | None:
+        """When the rule fires for a node ACTIVE since then (None: an `at` that came before the node)."""
+        if self.after_active is not None:
+            return active_since + self.after_active
+        return self.at if self.at is not None and self.at >= active_since else None
 
     def matches(self, zone: str, family: str, node_id: str) -> bool:
         return (
@@ -140,9 +148,43 @@ class ScriptedPreemption(_Strict):
         )
 
 
+class ScriptedPreemption(_NodeRule):
+    """Preempt matching ACTIVE spot nodes at scenario time `at`, or `after_active` seconds after each turns ACTIVE."""
+
+
+class ScriptedHealth(_NodeRule):
+    """Matching READY nodes report `health` from then on (tpu.v2 Node.health; the node stays READY and its hosts
+    keep running, as on a real TPU whose ML stack fails), with an optional `healthDescription` and one symptom
+    (tpu.v2 Symptom) on `worker`. HEALTHY again clears the description and symptoms."""
+
+    health: TpuHealth
+    description: str | None = None
+    symptom: SymptomType | None = None
+    details: str | None = None
+    worker: int = Field(0, ge=0)
+
+
+class ScriptedMaintenance(_NodeRule):
+    """Matching READY nodes get a maintenance notice (tpu.v2 Node.upcomingMaintenance, PENDING) when the rule
+    fires; the window opens `notice` scenario seconds later and lasts `duration`. During the window the node reports
+    UNHEALTHY_MAINTENANCE with the maintenance ONGOING; after it, HEALTHY and no upcoming maintenance."""
+
+    notice: float = Field(7 * 86400, ge=0)  # SCHEDULED maintenance gets seven days' notice
+    duration: float = Field(3600, gt=0)
+    type: MaintenanceType = MaintenanceType.SCHEDULED
+    can_reschedule: bool = True
+
+
 class Preemption(_Strict):
     mean_spot_lifetime: float | None = Field(None, gt=0)  # exponential, from the seeded RNG
     scripted: list[ScriptedPreemption] = Field(default_factory=list)
+
+
+class NodeHealthScenario(_Strict):
+    """Health changes and maintenance notices of ACTIVE nodes, in scenario time (`health:` in the file)."""
+
+    events: list[ScriptedHealth] = Field(default_factory=list)
+    maintenance: list[ScriptedMaintenance] = Field(default_factory=list)
 
 
 class Billing(_Strict):
@@ -230,6 +272,7 @@ class Scenario(_Strict):
     cloud_quotas: CloudQuotas = Field(default_factory=CloudQuotas)
     delays: Delays = Field(default_factory=Delays)
     preemption: Preemption = Field(default_factory=Preemption)
+    health: NodeHealthScenario = Field(default_factory=NodeHealthScenario)
     billing: Billing = Field(default_factory=Billing)
     network: Network = Field(default_factory=Network)
 

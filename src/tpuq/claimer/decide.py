@@ -27,7 +27,8 @@ ACTIVE (with node and endpoints), SUSPENDED (announced; the janitor deletes it:
 the class, back off or drop, then delete: the claimer owns FAILED, and the
 janitor deletes a FAILED one only once its class is recorded), PROVISIONING and
 WAITING_FOR_RESOURCES (informational), GONE (NOT_FOUND). A failed read
-concludes nothing.
+concludes nothing. An ACTIVE slice's node is read on every pass too: a change of
+its health, symptoms or upcoming maintenance publishes NODE_HEALTH (`on_node_read`).
 
 Brakes. `claim_gate` (paused, the grant ended, the day's VM-hour budget: `tpuq.brakes`) is asked before any
 create is planned or a recorded one finished; a stopped fleet still watches, cancels and deletes.
@@ -201,6 +202,7 @@ class _Decision:
                 endpoints=list(qr.endpoints),
                 failure_class=failure,
                 failure_message=message,
+                node_health=qr.node_health if kind in (FleetEventKind.active, FleetEventKind.node_health) else None,
                 at=self.now,
             )
         )
@@ -279,13 +281,16 @@ class _Decision:
         if state == qr.state:
             if qr.delete_requested and state in DELETABLE_STATES:
                 self.request_delete(qr, force=False, reason="delete not yet taken", resource=obs.resource)
+            if state == Qr.ACTIVE:
+                self.on_node_read(qr, obs)
             return
         if state == Qr.ACTIVE and (obs.node is None or not obs.node.endpoints):
             return  # no endpoints yet (the node read failed, or none listed): announce on a later pass
         qr = replace(qr, state=state, updated_at=self.now)
         kind = _ANNOUNCED.get(state)
         if state == Qr.ACTIVE:
-            qr = self.put_qr(replace(qr, node=obs.node.name, endpoints=obs.node.endpoints))
+            qr = self.put_qr(replace(qr, node=obs.node.name, endpoints=obs.node.endpoints,
+                                     node_health=obs.node.health))
             self.announce(qr, FleetEventKind.active)
             target = self.target(qr.zone, qr.type)
             if target.capacity_failures or target.unknown_failures:
@@ -307,6 +312,15 @@ class _Decision:
                 self.announce(qr, kind)
             if qr.delete_requested and state in DELETABLE_STATES:
                 self.request_delete(qr, force=False, reason="delete requested earlier", resource=obs.resource)
+
+    def on_node_read(self, qr: QrRecord, obs: Observation) -> None:
+        """An ACTIVE slice's node, read again: a change of its health or upcoming maintenance is announced once
+        (NODE_HEALTH, with what the API now says) and kept. A failed read concludes nothing."""
+        health = obs.node.health if obs.node is not None else None
+        if health is None or health == qr.node_health:
+            return
+        qr = self.put_qr(replace(qr, node_health=health, updated_at=self.now))
+        self.announce(qr, FleetEventKind.node_health)
 
     def classify(self, qr: QrRecord, obs: Observation) -> tuple[FailureClass, str]:
         """The failure class (ErrorInfo first, then the text, then the code) and the sentence people are shown."""

@@ -27,7 +27,7 @@ from tpuq.claimer import statestore
 from tpuq.claimer.decide import decide, fast_watch_targets
 from tpuq.claimer.model import ClaimState, CreateQr, Effects, Event, Observed, QrRecord, RequestReceived
 from tpuq.claimer.sshkeys import PublicKeyProvider, default_provider, ssh_keys_metadata
-from tpuq.claimer.tpuapi import TpuApi
+from tpuq.claimer.tpuapi import NodeJsonReader, TpuApi
 from tpuq.errors import Retryable
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_fleet
@@ -138,8 +138,17 @@ class Claimer:
         return self.step(state, Observed(self.tpu.observe_all(targets), plan=True))
 
 
+_NODE_READERS: dict[int, NodeJsonReader] = {}  # one HTTP session per Clients, made on the first read
+
+
 def _tpu(ctx: Context) -> TpuApi:
-    return TpuApi(ctx.clients.tpu)
+    settings = getattr(ctx.clients, "settings", None)
+    reader = None
+    if settings is not None:
+        reader = _NODE_READERS.get(id(ctx.clients))
+        if reader is None:
+            reader = _NODE_READERS[id(ctx.clients)] = NodeJsonReader(settings.tpu_endpoint)
+    return TpuApi(ctx.clients.tpu, node_json=reader)
 
 
 def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[float], None] = time.sleep,

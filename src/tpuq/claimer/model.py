@@ -16,6 +16,7 @@ from typing import Any
 from tpuq.brakes import DayUse
 from tpuq.documents import (
     QR_STATES_RACING,
+    NodeHealth,
     ClaimerQrState,
     FleetStatus,
     QrRecord,
@@ -103,6 +104,7 @@ class ClaimState:
 class NodeInfo:
     name: str
     endpoints: tuple[WorkerEndpoint, ...] = ()
+    health: NodeHealth | None = None  # health, symptoms, upcoming maintenance as read
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,17 @@ Errors go through `tpuq.errors.from_api_error` once. Transient ones (429, 503,
 deadline exceeded...) are retried here with exponential backoff (tenacity);
 what still fails becomes an "unknown" observation, never "gone". Only exact
 names are read: no list call is ever made.
+
+Nodes are read as the REST API's JSON (`NodeJsonReader`, one exact GET) where a
+reader is given, as the service's always is: google-cloud-tpu's `tpu_v2.Node`
+has no `upcoming_maintenance` field and its REST transport drops unknown fields,
+so the typed client can never see a maintenance notice. The typed node is then
+parsed from the same JSON, for the endpoints and the rest.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterable
@@ -18,6 +25,7 @@ from google.protobuf import duration_pb2
 
 from tpuq.claimer.model import NodeInfo, Observation, QrRecord, create_request_id
 from tpuq.claimer.sshkeys import ssh_keys_metadata
+from tpuq.documents import NodeHealth
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.existing import NodeRead
 from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, call_api, error_info_of, status_error_info
@@ -97,6 +105,46 @@ def _endpoints(node) -> tuple[WorkerEndpoint, ...]:
     )
 
 
+class NodeJsonReader:
+    """`GET v2/{name}` of one node, returning the REST API's JSON (camelCase, enums by name): every field the
+    API sends, `upcomingMaintenance` included. Credentials as the typed client would use: anonymous against a
+    local endpoint (`TPUQ_TPU_API_ENDPOINT`), Application Default Credentials against Google. The session is
+    created on the first read. An HTTP error raises google.api_core's exception for it (`call_api` maps it)."""
+
+    DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
+    SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+    def __init__(self, endpoint: str | None = None, session: Any = None, timeout: float = 30.0):
+        endpoint = (endpoint or self.DEFAULT_ENDPOINT).rstrip("/")
+        self.endpoint = endpoint if "://" in endpoint else f"https://{endpoint}"  # as ClientOptions reads it
+        self.local = endpoint != self.DEFAULT_ENDPOINT
+        self._session = session
+        self.timeout = timeout
+
+    def _get_session(self):
+        if self._session is None:
+            from google.auth.transport.requests import AuthorizedSession
+
+            if self.local:
+                from google.auth.credentials import AnonymousCredentials
+
+                credentials = AnonymousCredentials()
+            else:
+                import google.auth
+
+                credentials, _ = google.auth.default(scopes=[self.SCOPE])
+            self._session = AuthorizedSession(credentials)
+        return self._session
+
+    def __call__(self, name: str) -> dict:
+        from google.api_core import exceptions
+
+        response = self._get_session().get(f"{self.endpoint}/v2/{name}", timeout=self.timeout)
+        if response.status_code >= 400:
+            raise exceptions.from_http_response(response)
+        return response.json()
+
+
 def _keep_error_details(mapped: TpuqError, original: BaseException) -> None:
     """Keep what the classifier reads first: the RPC code and the error's ErrorInfo (reason, domain, metadata)."""
     mapped.rpc_code = rpc_code(original)  # type: ignore[attr-defined]
@@ -105,8 +153,9 @@ def _keep_error_details(mapped: TpuqError, original: BaseException) -> None:
 
 class TpuApi:
     def __init__(self, client: Any, *, attempts: int = 4, initial_wait: float = 0.2, max_wait: float = 2.0,
-                 max_workers: int = 16):
+                 max_workers: int = 16, node_json: NodeJsonReader | None = None):
         self.client = client
+        self.node_json = node_json  # None: nodes through the typed client (no upcoming maintenance: tests only)
         self.attempts = attempts
         self.initial_wait = initial_wait
         self.max_wait = max_wait
@@ -154,26 +203,38 @@ class TpuApi:
             return Observation.found(state, error_code=error.code, error_message=error.message,
                                      error_info=status_error_info(error), resource=resource)
         node = None
-        if state == Qr.ACTIVE and (qr.state != Qr.ACTIVE or not qr.node):
+        if state == Qr.ACTIVE:
+            # Every watch pass of an ACTIVE slice also reads its node (one more exact GET): its health and
+            # upcoming maintenance change with no other sign, and the Cloud TPU API sends no notification.
             node = self._node_info(resource, qr)
         return Observation.found(state, node=node, resource=resource)
+
+    def get_node(self, name: str):
+        """(the typed node, its health): one exact GET, raising the taxonomy's errors."""
+        if self.node_json is None:
+            node = self._call(self.client.get_node, name=name)
+            return node, NodeHealth.from_api(json.loads(type(node).to_json(node, use_integers_for_enums=False)))
+        from google.cloud import tpu_v2
+
+        data = self._call(self.node_json, name=name)
+        return tpu_v2.Node.from_json(json.dumps(data), ignore_unknown_fields=True), NodeHealth.from_api(data)
 
     def _node_info(self, resource, qr: QrRecord) -> NodeInfo | None:
         specs = resource.tpu.node_spec
         name = f"{specs[0].parent}/nodes/{specs[0].node_id}" if specs else qr.node_name
         try:
-            node = self._call(self.client.get_node, name=name)
+            node, health = self.get_node(name)
         except TpuqError as e:
             log.warning("node %s of ACTIVE %s unreadable: %s", name, qr.name, e)
             return None
         # Both addresses are kept; the executor picks the one its fleet's ssh_transport reaches. `port` is
         # the TPU runtime's (8470), recorded as reported and never used for SSH.
-        return NodeInfo(name=node.name or name, endpoints=_endpoints(node))
+        return NodeInfo(name=node.name or name, endpoints=_endpoints(node), health=health)
 
     def read_node(self, name: str) -> NodeRead:
         """An exact getNode of a node tpuq did not create (`existing:`); read only, never changed."""
         try:
-            node = self._call(self.client.get_node, name=name)
+            node, health = self.get_node(name)
         except NotFound:
             return NodeRead(found=False)
         except TpuqError as e:
@@ -181,7 +242,7 @@ class TpuApi:
         return NodeRead(
             found=True, state=node.state.name, accelerator_type=node.accelerator_type or None,
             ssh_keys=dict(node.metadata).get("ssh-keys", ""), spot=bool(node.scheduling_config.spot),
-            endpoints=_endpoints(node))
+            endpoints=_endpoints(node), health=health)
 
     def observe_all(self, qrs: Iterable[QrRecord]) -> dict[str, Observation]:
         """Exact GETs of the given queued resources, concurrently."""
@@ -217,4 +278,4 @@ class TpuApi:
         return "delete accepted"
 
 
-__all__ = ["TpuApi", "build_queued_resource", "rpc_code"]
+__all__ = ["NodeJsonReader", "TpuApi", "build_queued_resource", "rpc_code"]

@@ -213,10 +213,10 @@ def print_fleet(view: dict, verbose: bool = False) -> None:
     for q in view.get("queued_resources", []):
         qrs.add_row(q.get("name", ""), q.get("zone", ""), q.get("type", ""), q.get("state", ""), q.get("note", ""))
     out.print(qrs)
-    tpus = Table("tpu", "zone", "type", "state", "job", "idle for", title="TPUs", title_justify="left")
+    tpus = Table("tpu", "zone", "type", "state", "job", "idle for", "health", title="TPUs", title_justify="left")
     for t in view.get("tpus", []):
         tpus.add_row(t.get("short", ""), t.get("zone", ""), t.get("type", ""), t.get("state", ""), t.get("job_id") or "",
-                     t.get("idle_for", ""))
+                     t.get("idle_for", ""), t.get("health", ""))
     out.print(tpus)
     targets = Table("zone", "type", "quota (chips)", "racing", "held by", title="zones and types",
                     title_justify="left")

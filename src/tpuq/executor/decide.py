@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from tpuq.documents import ExecutionEnd, ExecutionState, TpuState
+from tpuq.documents import ExecutionEnd, ExecutionState, NodeHealth, TpuState
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.messages import Assignment, AttemptEvent, AttemptEventKind, AttemptOutcome
 
@@ -57,6 +57,13 @@ def node_state(tpu: Doc | None) -> NodeState:
     if tpu is None:
         return NodeState.unknown
     return NodeState.preempted if tpu.get("state") == TpuState.gone else NodeState.ready
+
+
+def node_problem(tpu: Doc | None) -> str | None:
+    """Why the node must not go on running the attempt, from its recorded health (tpus/{node}.node_health), or
+    None. Maintenance that is only scheduled is no reason: the attempt runs until the node is really unhealthy."""
+    health = NodeHealth.from_doc(tpu)
+    return health.unhealthy() if health is not None else None
 
 
 def start_failure(decided: Decided, node: NodeState) -> Decided:

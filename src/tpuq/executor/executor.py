@@ -249,16 +249,18 @@ class Executor:
     # -- cancel ---------------------------------------------------------------
 
     def cancel_attempt(
-        self, assignment: Assignment | AttemptRef, reason: str = "cancelled", grace_seconds: float | None = None
+        self, assignment: Assignment | AttemptRef, reason: str = "cancelled", grace_seconds: float | None = None,
+        marker: bool = True,
     ) -> Decided:
         """TERM the job's process group on every worker (KILL after the grace). The outcome is cancelled.
 
         The cancel marker in GCS makes every later read_outcome of the attempt say
-        cancelled too, whatever the workers' exit codes.
+        cancelled too, whatever the workers' exit codes. `marker=False` only stops the workers (an attempt whose
+        end is already published otherwise, e.g. its node turned unhealthy).
         """
         ref = assignment if isinstance(assignment, AttemptRef) else AttemptRef.from_assignment(assignment)
         status_bucket = self._status_bucket(ref)
-        if status_bucket:
+        if status_bucket and marker:
             marker = json.dumps({"attempt_id": ref.attempt_id, "reason": reason, "at": self.clock().isoformat()})
             self.objects.create(status_bucket, gcslayout.cancelled_marker_name(ref.job_id, ref.attempt), marker.encode(),
                                 "application/json")
@@ -309,6 +311,7 @@ class Executor:
         node_state: NodeState = NodeState.unknown,
         lost_workers: frozenset[int] = frozenset(),
         unwritable_statuses: Mapping[int, str] = {},
+        node_problem: str | None = None,
     ) -> Decision:
         ref = attempt if isinstance(attempt, AttemptRef) else AttemptRef.from_assignment(attempt)
         statuses, cancelled = self.read_statuses(ref)
@@ -321,6 +324,7 @@ class Executor:
             lost_workers=lost_workers,
             unwritable_statuses=unwritable_statuses,
             failure_grace=self.failure_grace,
+            node_problem=node_problem,
         )
 
     def probe_attempt(self, attempt: Assignment | AttemptRef) -> dict[int, WorkerProbe]:

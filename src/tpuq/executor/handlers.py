@@ -39,7 +39,7 @@ from tpuq.executor.ssh import ConnectionCache
 from tpuq.fleetstore import load_fleet
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq.isolation import Isolated
-from tpuq.messages import Assignment, AssignmentAction, GcsObjectEvent, Tick
+from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, GcsObjectEvent, Tick
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.executor")
@@ -179,16 +179,32 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
         ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
 
 
+def _tpu_doc(db, node: str) -> dict | None:
+    return db.collection(store.TPUS).document(short_node_name(node)).get().to_dict()
+
+
 def _node_state(db, node: str) -> NodeState:
-    return decide.node_state(db.collection(store.TPUS).document(short_node_name(node)).get().to_dict())
+    return decide.node_state(_tpu_doc(db, node))
 
 
 def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) -> None:
     assignment = Assignment.model_validate(stored["assignment"])
-    decision = runtime(ctx).executor.read_outcome(assignment, _node_state(ctx.clients.firestore, assignment.node),
-                                                  probed.lost, probed.unwritable)
-    if isinstance(decision, Decided):
-        _publish_end(ctx, assignment, decision)
+    executor = runtime(ctx).executor
+    tpu = _tpu_doc(ctx.clients.firestore, assignment.node)
+    problem = decide.node_problem(tpu)
+    decision = executor.read_outcome(assignment, decide.node_state(tpu), probed.lost, probed.unwritable,
+                                     node_problem=problem)
+    if not isinstance(decision, Decided):
+        return
+    _publish_end(ctx, assignment, decision)
+    if problem and decision.outcome is AttemptOutcome.infra_failed:
+        # Its node turned unhealthy while it ran: the end is published (the job is retried elsewhere), so stop
+        # what may still run there, or two attempts of the job would run at once. No cancel marker: the attempt
+        # did not end cancelled. Best effort: the janitor deletes the quarantined TPU in any case.
+        try:
+            executor.cancel_attempt(assignment, reason=f"stopped: node unhealthy: {problem}", marker=False)
+        except Exception as e:  # noqa: BLE001 - the end is published; the node is deleted anyway
+            log.warning("attempt %s: could not stop its workers on the unhealthy node: %s", assignment.attempt_id, e)
 
 
 def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:

@@ -16,6 +16,7 @@ from enum import Enum
 from tpuq.messages import AttemptOutcome
 
 DEFAULT_FAILURE_GRACE = timedelta(seconds=30)
+NODE_UNHEALTHY = "node unhealthy"  # the head of an attempt's detail when its node's health ended it
 DETAIL_LIMIT = 8000  # AttemptEvent.detail max_length
 TAIL_LINES = 20
 
@@ -105,6 +106,7 @@ def decide_outcome(
     lost_workers: frozenset[int] = frozenset(),
     unwritable_statuses: Mapping[int, str] = {},
     failure_grace: timedelta = DEFAULT_FAILURE_GRACE,
+    node_problem: str | None = None,
 ) -> Decision:
     """Decide how the attempt ended.
 
@@ -116,12 +118,16 @@ def decide_outcome(
     `failure_grace` old: one host failing kills a slice, so the others are given a
     moment to report and an early crash is not mistaken for the root cause).
 
+    `node_problem` (the node is not HEALTHY, as the Cloud TPU API says: `NodeHealth.unhealthy`) ends an attempt
+    that has not succeeded, failed its setup or been preempted as an infrastructure failure, like a lost host: the
+    job is retried from the infrastructure budget, in its region, and the TPU is not used again.
+
     A worker whose logs did not all reach GCS says so in every decision's detail, so that no attempt reads
     `succeeded` without it. `unwritable_statuses` (worker -> reason, from the probe: the supervisor ended
     but GCS refused its status object) ends the attempt as an infrastructure failure with that reason.
     """
     decision = _decide(worker_count, statuses, node_state, now, cancel_requested, lost_workers,
-                       unwritable_statuses, failure_grace)
+                       unwritable_statuses, failure_grace, node_problem)
     warnings = _log_warnings(statuses)
     if isinstance(decision, Decided) and warnings:
         head, _, rest = decision.detail.partition("\n")  # the warning before any log tail, where it is seen
@@ -149,6 +155,7 @@ def _decide(
     lost_workers: frozenset[int],
     unwritable_statuses: Mapping[int, str],
     failure_grace: timedelta,
+    node_problem: str | None = None,
 ) -> Decision:
     exit_codes = {str(w): s.exit_code for w, s in sorted(statuses.items()) if s.exit_code is not None}
     ended = [statuses[w] for w in range(worker_count) if w in statuses]
@@ -166,6 +173,8 @@ def _decide(
     if any(s.preempted for s in ended):
         workers = ", ".join(str(s.worker_id) for s in ended if s.preempted)
         return Decided(AttemptOutcome.preempted, f"worker {workers} saw the preemption notice", exit_codes)
+    if node_problem:
+        return Decided(AttemptOutcome.infra_failed, _limit(f"{NODE_UNHEALTHY}: {node_problem}"), exit_codes)
     unwritable = {w: why for w, why in sorted(unwritable_statuses.items()) if w not in statuses}
     if unwritable:
         return Decided(AttemptOutcome.infra_failed,

@@ -290,8 +290,10 @@ def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_ada
         return Janitor(ctx, fleet, adapter_factory(ctx, fleet))
 
     def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
-        if event.kind is FleetEventKind.gone or not event.queued_resource:
-            return  # nothing left to delete, or a node tpuq did not create (`existing:`): never deleted
+        if event.kind in (FleetEventKind.gone, FleetEventKind.node_health) or not event.queued_resource:
+            # Nothing left to delete, a node's health (the scheduler's and the executor's business), or a node
+            # tpuq did not create (`existing:`): never deleted.
+            return
         fleet = load_fleet(ctx.clients.firestore, event.fleet)
         janitor_for(ctx, fleet).on_fleet_event(event)
 

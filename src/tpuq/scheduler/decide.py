@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from tpuq.documents import JobDoc
+from tpuq.documents import JobDoc, NodeHealth
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec
 from tpuq.jobstate import JobEvent, transition
@@ -81,6 +81,16 @@ def pending_job(job: JobDoc) -> PendingJob:
     )
 
 
+def tpu_refuses_new_job(doc: Doc, now: datetime) -> str | None:
+    """Why an idle TPU takes no new job now, or None: quarantined (its last attempt was preempted or could not
+    reach it), or its node is not HEALTHY, or maintenance comes before a job could end
+    (`NodeHealth.refuses_new_job`: under way, or its window opens within `MAINTENANCE_HORIZON`)."""
+    if doc.get("quarantined"):
+        return doc.get("quarantine_reason") or "quarantined"
+    health = NodeHealth.from_doc(doc)
+    return health.refuses_new_job(now) if health is not None else None
+
+
 def idle_tpu(doc: Doc) -> IdleTpu:
     return IdleTpu(doc["name"], doc["type"], doc["zone"], doc.get("region") or "", doc.get("entry_id"))
 
@@ -114,8 +124,8 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
     """Which pending job goes to which idle TPU, and which of the rest ask for capacity or wait blocked."""
     jobs = snapshot.queue.jobs
     decision = PassDecision(unreadable=dict(snapshot.queue.unreadable))
-    # A quarantined TPU (its last attempt was preempted or could not reach it) is never assigned again.
-    tpus = {doc.get("name"): doc for doc in snapshot.idle_tpus if not doc.get("quarantined")}
+    # A quarantined TPU is never assigned again; an unhealthy or maintenance-bound one not while it is so.
+    tpus = {doc.get("name"): doc for doc in snapshot.idle_tpus if tpu_refuses_new_job(doc, now) is None}
     result = plan([q.pending for q in jobs.values()], [idle_tpu(doc) for doc in tpus.values()], fleet, now)
 
     open_requests = dict(snapshot.open_requests)

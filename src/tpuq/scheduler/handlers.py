@@ -12,7 +12,7 @@ import logging
 import threading
 
 from tpuq import store
-from tpuq.documents import JobDoc, JobState, short_node_name
+from tpuq.documents import JobDoc, JobState, TpuState, short_node_name
 from tpuq.errors import Permanent, Retryable
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.fleetstore import load_fleet
@@ -118,6 +118,9 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
             # remains comes back as a new request from a later pass.
             ctx.publish("capacity", capacity.withdrawal(event.request_id, event.fleet, ctx.now()))
         scheduling_pass(ctx, fleet)
+    elif event.kind is FleetEventKind.node_health:
+        if event.node and _record_health(event, ctx):
+            scheduling_pass(ctx, fleet)  # an idle TPU healthy again may take a waiting job
     elif lifecycle.node_is_lost(event):
         if _record_node_lost(event, fleet, ctx):
             scheduling_pass(ctx, fleet)
@@ -133,6 +136,18 @@ def _record_active(event: FleetEvent, fleet, ctx: Context) -> None:
         return WriteSet().update(tpu, lifecycle.tpu_on_active(tpu.to_dict(), event, fleet, ctx.now())), None
 
     read_decide_commit(ctx.clients.firestore, [ref], decide)
+
+
+def _record_health(event: FleetEvent, ctx: Context) -> bool:
+    """tpus/{node}.node_health; True when an idle TPU's record changed (a pass may now use it)."""
+    ref = _tpus(ctx).document(short_node_name(event.node))
+
+    def decide(tpu):
+        doc = tpu.to_dict()
+        fields = lifecycle.tpu_on_health(doc, event, ctx.now())
+        return WriteSet().update(tpu, fields), bool(fields) and (doc or {}).get("state") == TpuState.idle
+
+    return read_decide_commit(ctx.clients.firestore, [ref], decide)
 
 
 def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:

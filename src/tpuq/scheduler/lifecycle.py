@@ -91,6 +91,7 @@ def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | No
         "chips": event.chips,
         "hosts": event.hosts,
         "spot": event.spot,
+        "node_health": event.node_health.to_doc() if event.node_health else None,
     }
     if existing is None:
         return {
@@ -104,6 +105,18 @@ def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | No
         }
     changed = {k: v for k, v in details.items() if existing.get(k) != v and v is not None}
     return {**changed, "updated_at": now} if changed else None
+
+
+def tpu_on_health(existing: Doc | None, event: FleetEvent, now: datetime) -> Doc | None:
+    """NODE_HEALTH: the node's health, symptoms and upcoming maintenance as the claimer now reads them. Only the
+    record changes here: the pass skips a TPU whose health refuses new jobs (`decide.tpu_refuses_new_job`), and the
+    executor ends an attempt on an unhealthy node as an infrastructure failure, like a host it lost."""
+    if existing is None or existing.get("state") == TpuState.gone or event.node_health is None:
+        return None
+    health = event.node_health.to_doc()
+    if existing.get("node_health") == health:
+        return None
+    return {"node_health": health, "updated_at": now}
 
 
 def tpu_on_gone(existing: Doc | None, event: FleetEvent, now: datetime) -> Doc | None:

@@ -39,6 +39,7 @@ from tpuq.documents import (
     ExecutionEnd,
     JobDoc,
     JobState,
+    NodeHealth,
     QueuedResourceState,
     TpuState,
     execution_doc_id,
@@ -347,7 +348,8 @@ def active_slices_not_recorded(ctx: Context, limit: int = 200) -> list[FleetEven
             kind=FleetEventKind.active, fleet=r["fleet"], queued_resource=r["name"], request_id=r.get("request_id"),
             zone=r["zone"], type=r["type"], node=r["node"], entry_id=r.get("entry_id"), chips=accel.chips,
             hosts=accel.hosts, spot=bool(r.get("spot", True)),
-            endpoints=[WorkerEndpoint.model_validate(e) for e in r["endpoints"]], at=ctx.now()))
+            endpoints=[WorkerEndpoint.model_validate(e) for e in r["endpoints"]], node_health=NodeHealth.from_doc(r),
+            at=ctx.now()))
     return events
 
 
