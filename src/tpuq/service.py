@@ -137,7 +137,7 @@ def _utf8(value: str | None) -> str | None:
 
 def _delivery_attempt(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return value if value >= 0 else None
     if isinstance(value, str) and value.isascii() and value.isdigit():  # "²".isdigit() is True, int("²") fails
         return int(value)
     return None
