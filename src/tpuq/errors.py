@@ -143,8 +143,8 @@ def _loc_to_path(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
+        else:  # a key with a newline or another control character is quoted: the field stays on one line
+            out += ("." if out else "") + (str(part) if str(part).isprintable() else repr(str(part)))
     return out
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from tpuq.documents import ClaimerQrState, NodeHealth, QueuedResourceState, WorkerEndpoint
+from tpuq import store
+from tpuq.documents import ClaimerQrState, NodeHealth, QueuedResourceState, WorkerEndpoint, short_node_name
 from tpuq.errors import Permanent
 from tpuq.jobspec import PublishedJob, PublishedJobFile, StrictModel
 
@@ -46,6 +47,26 @@ def message_owner(attributes: dict[str, str]) -> str | None:
     return value
 
 
+def _document_id(value: str) -> str:
+    problem = store.id_problem(value)
+    if problem:
+        raise ValueError(f"names a Firestore document, so it {problem}")
+    return value
+
+
+def _node_name(value: str) -> str:
+    problem = store.id_problem(short_node_name(value))
+    if problem:
+        raise ValueError(f"the node's short name (after the last '/') names its tpus document, so it {problem}")
+    return value
+
+
+# A field whose value is a document's id (jobs/{job_id}, fleets/{fleet}, requests/{request_id}), or a node whose
+# short name is (tpus/{node}): refused in the message, never sent on to Firestore as a path or a bad id.
+DocumentId = Annotated[str, AfterValidator(_document_id)]
+NodeName = Annotated[str, AfterValidator(_node_name)]
+
+
 class CapacityAction(str, Enum):
     request = "request"
     withdraw = "withdraw"
@@ -56,7 +77,7 @@ class CapacityRequest(StrictModel):
 
     request_id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
     action: CapacityAction = CapacityAction.request
-    fleet: str
+    fleet: DocumentId
     types: list[str] = Field(default_factory=list)
     regions: list[str] = Field(default_factory=list, description="Empty: any region")
     zones: list[str] = Field(default_factory=list, description="Empty: any zone of the fleet")
@@ -93,12 +114,12 @@ class FleetEvent(StrictModel):
     """Claimer -> scheduler, janitor: an owned queued resource changed state."""
 
     kind: FleetEventKind
-    fleet: str
+    fleet: DocumentId
     queued_resource: str  # full name projects/P/locations/Z/queuedResources/ID
-    request_id: str | None = None
+    request_id: DocumentId | None = None
     zone: str
     type: str
-    node: str | None = None  # full node name when it exists
+    node: NodeName | None = None  # full node name when it exists
     entry_id: str | None = None
     chips: int = 0
     hosts: int = 0
@@ -120,10 +141,10 @@ class Assignment(StrictModel):
     """Scheduler -> executor: run attempt `attempt` of a job on a TPU (or stop it)."""
 
     action: AssignmentAction = AssignmentAction.assign
-    job_id: str
+    job_id: DocumentId
     attempt: int = Field(ge=1)
     attempt_id: str
-    node: str  # full node name
+    node: NodeName  # full node name
     zone: str
     endpoints: list[WorkerEndpoint] = Field(default_factory=list)
     job: PublishedJob | None = None
@@ -151,10 +172,10 @@ class AttemptEvent(StrictModel):
     """Executor -> scheduler, janitor: an attempt started or ended."""
 
     kind: AttemptEventKind
-    job_id: str
+    job_id: DocumentId
     attempt: int = Field(ge=1)
     attempt_id: str
-    node: str
+    node: NodeName
     outcome: AttemptOutcome | None = None
     detail: str | None = Field(default=None, max_length=8000)
     exit_codes: dict[str, int] = Field(default_factory=dict, description="worker id -> exit code")
@@ -172,7 +193,7 @@ class Tick(StrictModel):
 class CancelRequest(StrictModel):
     """CLI -> scheduler: cancel a job."""
 
-    job_id: str
+    job_id: DocumentId
     reason: str = "cancelled by user"
     requested_by: str | None = None
     at: datetime | None = None

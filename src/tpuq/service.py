@@ -95,23 +95,52 @@ def decode_envelope(headers: dict[str, str], body: bytes) -> PushMessage:
     if not isinstance(message, dict):
         raise BadEnvelope("envelope has no 'message' object")
     raw = message.get("data", "")
+    if not isinstance(raw, str):
+        raise BadEnvelope("message.data is not a base64 string")
     try:
         data = base64.b64decode(raw, validate=True) if raw else b""
     except (binascii.Error, ValueError):
         raise BadEnvelope("message.data is not base64") from None
     attributes = message.get("attributes") or {}
+    if not isinstance(attributes, dict):
+        raise BadEnvelope("message.attributes is not an object")
+    attributes = {str(k): str(v) for k, v in attributes.items()}
     message_id = str(message.get("messageId") or message.get("message_id") or ce_id or "")
     if not message_id:
         raise BadEnvelope("message has no messageId")
+    if not all(_is_text(t) for t in (message_id, *attributes, *attributes.values())):
+        raise BadEnvelope("message id or attributes are not UTF-8 text")  # Pub/Sub sends only UTF-8
     attempt = envelope.get("deliveryAttempt")
     return PushMessage(
         message_id=message_id,
         data=data,
-        attributes={str(k): str(v) for k, v in attributes.items()},
+        attributes=attributes,
         publish_time=parse_timestamp(message.get("publishTime") or message.get("publish_time")),
         subscription=envelope.get("subscription"),
-        delivery_attempt=int(attempt) if isinstance(attempt, (int, str)) and str(attempt).isdigit() else None,
+        delivery_attempt=_delivery_attempt(attempt),
     )
+
+
+def _is_text(value: str) -> bool:
+    """UTF-8 encodable: no lone surrogate (JSON's `\\ud800` decodes to one, and Firestore stores only UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _utf8(value: str | None) -> str | None:
+    """`value` with any lone surrogate replaced, so that a record of it can be stored."""
+    return value if value is None or _is_text(value) else value.encode("utf-8", "replace").decode("utf-8")
+
+
+def _delivery_attempt(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # "²".isdigit() is True, int("²") fails
+        return int(value)
+    return None
 
 
 def parse_payload(data: bytes) -> dict[str, Any]:
@@ -133,7 +162,9 @@ def _job_id_in(payload: dict[str, Any] | None, topic_name: str) -> str | None:
     if not payload:
         return None
     candidate = payload.get("job_id") or (payload.get("id") if topic_name == "jobs" else None)
-    return candidate if isinstance(candidate, str) and 0 < len(candidate) <= 63 else None
+    # Only an id Firestore takes: `a/b` is a path to another document, `..` an error (the rejection would retry).
+    ok = isinstance(candidate, str) and 0 < len(candidate) <= 63 and store.id_problem(candidate) is None
+    return candidate if ok else None
 
 
 def _job_fields(payload: dict[str, Any], topic_name: str) -> dict[str, Any]:
@@ -267,7 +298,7 @@ class Service:
         mark_job: bool = True,
     ) -> tuple[str, int]:
         job_id = _job_id_in(payload, sub.topic)
-        reason = str(err)
+        reason = _utf8(str(err))  # a field or a reason may quote the payload, lone surrogates and all
         log.warning("%s: rejected message %s (%s): %s", sub.name, msg.message_id, err.field or "-", reason)
         record = {
             "message_id": msg.message_id,
@@ -275,7 +306,7 @@ class Service:
             "topic": sub.topic,
             "service": self.name,
             "reason": reason,
-            "field": err.field,
+            "field": _utf8(err.field),
             "raw_data": msg.data.decode("utf-8", errors="replace")[:100_000],
             "attributes": msg.attributes,
             "job_id": job_id,
@@ -286,7 +317,7 @@ class Service:
             db = self.clients.firestore
             db.collection(store.DEAD_LETTERS).document(store.doc_id(sub.name, msg.message_id)).set(record)
             if job_id and mark_job and sub.topic == "jobs":
-                _store_rejected_job(db, job_id, reason, err.field, msg, self.now())
+                _store_rejected_job(db, job_id, reason, _utf8(err.field), msg, self.now())
         except Exception:  # noqa: BLE001 - could not record: let Pub/Sub retry the whole thing
             log.exception("could not record the rejection of %s", msg.message_id)
             return "retry", 503

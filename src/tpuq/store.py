@@ -43,6 +43,27 @@ ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, 
                    DEAD_LETTERS, DELIVERIES)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
+_RESERVED_ID = re.compile(r"^__.*__$")
+ID_MAX_BYTES = 1500
+
+
+def id_problem(value: str) -> str | None:
+    """Why Firestore refuses `value` as a document id, or None. Its rules: valid UTF-8, at most 1,500 bytes, no
+    '/', not '.' or '..', not `__.*__`. The client sends a '/' on as a path (`jobs/a/attempts/1` is another
+    document) and the server refuses the rest (InvalidArgument): a message naming a document must be checked."""
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "must be valid UTF-8 text"
+    if not value:
+        return "must not be empty"
+    if "/" in value:
+        return "must not contain '/'"
+    if value in (".", "..") or _RESERVED_ID.match(value):
+        return "must not be '.', '..' or __name__ (reserved by Firestore)"
+    if size > ID_MAX_BYTES:
+        return f"must be at most {ID_MAX_BYTES} bytes"
+    return None
 
 
 def doc_id(*parts: str) -> str:

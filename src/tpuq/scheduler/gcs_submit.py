@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 import yaml
-from google.api_core.exceptions import Forbidden
+from google.api_core.exceptions import Forbidden, NotFound as GcsNotFound
 from pydantic import ValidationError
 
 from tpuq.bundle import MAX_BUNDLE_BYTES, Bundle, BundleError, make_bundle
@@ -167,8 +167,13 @@ def on_object_finalized(event: GcsObjectEvent, ctx: Context) -> None:
     generation = str(event.generation or "0")
     where = {"object": event.name, "generation": generation}
     try:
+        data = bucket.blob(event.name).download_as_bytes()
+    except GcsNotFound:  # deleted before it was read, or a redelivery after: no file to put a result beside
+        raise Permanent(f"gs://{event.bucket}/{event.name} no longer exists: nothing was submitted",
+                        field="name") from None
+    try:
         try:
-            text = bucket.blob(event.name).download_as_bytes().decode()
+            text = data.decode()
         except UnicodeDecodeError:
             raise Permanent("the job file is not UTF-8 text", field=FILE_FIELD) from None
         jobs, folders = parse_job_file(text, event.bucket, event.name, generation)
