@@ -206,7 +206,7 @@ class Soak:
         self.stack = DevStack(
             state_dir=self.work / "dev", services=SERVICES, scenario=self.work / "scenario.yaml",
             fleet_file=self.work / "fleet.yaml", time_scale=TIME_SCALE, tick_period=1.0,
-            push_copies=2, push_copy_delay_seconds=2.0, push_seed=self.seed,
+            push_copies=2, push_copy_delay_seconds=2.0, push_seed=self.seed, push_redeliver_seconds=45.0,
             service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2"},
         )
         env = self.stack.up()
@@ -305,7 +305,9 @@ class Soak:
             for at, name in [r for r in restarts if r[0] <= now]:
                 restarts.remove((at, name))
                 try:
+                    began = time.monotonic()
                     self.stack.start_service_again(name)
+                    log("started", name, "again in", round(time.monotonic() - began, 1), "s")
                 except Exception as e:  # noqa: BLE001 - say so; the run goes on
                     self.errors.append(f"restart {name}: {e}")
             down = {name for _, name in restarts}
