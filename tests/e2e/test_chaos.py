@@ -6,24 +6,13 @@ through retries, within the soak's generous deadlines."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import json
-from pathlib import Path
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "chaos.py"
-
-
-def _chaos():
-    spec = importlib.util.spec_from_file_location("tpuq_chaos_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_benchmark
 
 
 def test_a_short_chaos_soak_breaks_no_invariant(tmp_path):
-    chaos = _chaos()
+    chaos = load_benchmark("chaos")
     result = chaos.run(seed=17, jobs=40, minutes=1.0, work=tmp_path)
     print(json.dumps(result))
     assert result["published"] == 40

@@ -3,25 +3,17 @@ overlapping attempts from the workers' own stamps."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from tpuq.documents import AttemptState, JobState
 from tpuq.messages import AttemptOutcome
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "chaos.py"
+from tests.helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def chaos():
-    spec = importlib.util.spec_from_file_location("tpuq_chaos_judges", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("chaos")
 
 
 def _attempt(n: int, outcome: AttemptOutcome | None, started: bool = True, state=AttemptState.ended) -> dict:
