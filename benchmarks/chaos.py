@@ -522,7 +522,10 @@ def run(seed: int = 1, jobs: int = 500, minutes: float = 10.0, work: Path | None
     load = os.getloadavg()
     return {
         "bench": "chaos", "seed": seed, "jobs": jobs, "minutes": minutes, "published": len(soak.published),
-        "outcomes": dict(outcomes), "attempts": attempts, "faults": dict(sorted(soak.faults.items())),
+        "outcomes": dict(outcomes), "attempts": attempts,
+        # Jobs still queued or on a TPU when the soak stopped waiting: part of the `jobs` figure, and while they
+        # hold TPUs, of `leftovers` too. A machine too loaded to finish the jobs in time shows here.
+        "unfinished": sum(n for state, n in outcomes.items() if not JobState(state).terminal), "faults": dict(sorted(soak.faults.items())),
         "violations": {k: len(v) for k, v in violations.items()}, "max_deliveries_per_message": soak.max_deliveries,
         "injector_errors": len(soak.errors), "wall_s": round(time.monotonic() - started, 1),
         "load_avg": [round(x, 1) for x in load],
