@@ -313,7 +313,8 @@ class Soak:
             down = {name for _, name in restarts}
             while plan and plan[0][0] <= now:
                 _, name = plan.pop(0)
-                if name in down:
+                if name in down:  # still down from another kill: its own kill comes a little later
+                    plan = sorted([*plan, (now + 5.0, name)])
                     continue
                 self.stack.kill_service(name)
                 self.faults[f"kill_{name}"] += 1
