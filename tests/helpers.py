@@ -19,6 +19,19 @@ from pydantic import BaseModel
 ENVELOPES = Path(__file__).resolve().parent / "envelopes"
 
 
+def load_benchmark(name: str):
+    """A script of benchmarks/ (not a package) as a module, for tests that call its functions."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"tpuq_benchmark_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds.
 

@@ -191,6 +191,32 @@ def test_redelivered_assignment_does_not_restart_the_attempt(worker, bucket, tmp
     assert len((worker.home / "tpuq/job/pids").read_text().split()) == 1
 
 
+def test_two_deliveries_at_once_start_the_attempt_once_and_both_succeed(worker, fake_gcs, bucket, tmp_path):
+    """Pub/Sub may push one assignment twice at the same moment (the chaos soak does): both deliveries' prepare
+    and launch run side by side on the worker. Neither may remove the other's workspace or fail, and the command
+    runs once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    go = tmp_path / "go"
+    bundle = upload_bundle(fake_gcs, bucket, {f"data/{i}.txt": b"x" * 20_000 for i in range(40)})
+    for round_ in range(3):
+        a = make_assignment(job_id=f"twice-{round_}", command=f"echo $$ >> pids; while [ ! -e {go} ]; do sleep 0.05; "
+                                                             "done", bucket=bucket, bundle=bundle)
+
+        def deliver(_):
+            prepared = worker.prepare(a)
+            return prepared, worker.run("launch", "--attempt-id", a.attempt_id) if prepared["ok"] else None
+
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(deliver, range(2)))
+        assert all(p["ok"] and launched and launched["ok"] for p, launched in results), results
+        assert sorted(bool(launched.get("already")) for _, launched in results) == [False, True], results
+        go.touch()
+        worker.wait_status(bucket, a)
+        assert len((worker.home / "tpuq/job/pids").read_text().split()) == 1
+        go.unlink()
+
+
 def test_caches_kept_only_when_declared_and_ready(worker, bucket):
     caches = worker.home / "tpuq-cache"
     for key, ready in (("keep", True), ("partial", False), ("undeclared", True)):

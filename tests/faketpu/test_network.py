@@ -17,6 +17,7 @@ import yaml
 from google.api_core import exceptions
 from google.cloud import tpu_v2
 
+from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.hosts import SSH_PORT
 from tpuq_dev.faketpu.server import FakeTpuServer
 
@@ -133,6 +134,20 @@ def test_the_executors_host_key_source_reads_them_through_the_client(slow_keys_s
     hosts = server.hosts_of(node.name)
     assert source.published(node.name) == {i: f"ssh-ed25519 {h.host_keys()['ssh-ed25519']}"
                                            for i, h in enumerate(hosts)}
+
+
+def test_a_node_preempted_before_publishing_its_keys_is_not_waited_for(slow_keys_server, ssh_key, project):
+    """The chaos soak preempts attempts while they start: the executor must not wait its whole host-key deadline
+    (minutes, holding a request thread) for keys a preempted node will never publish."""
+    from tpuq.executor.pins import GuestAttributeHostKeys, HostKeysUnavailable
+
+    server, clock = slow_keys_server
+    node = _active_node(server.url, project, ssh_key, "gone", "v4-8", advance=lambda: clock.advance(606))
+    source = GuestAttributeHostKeys(tpu_client(server.url))
+    assert source.published(node.name) == {}  # not yet, and the node lives: wait
+    FakeTpuControl(server.url).preempt(node.name)
+    with pytest.raises(HostKeysUnavailable, match="PREEMPTED"):
+        source.published(node.name)
 
 
 def test_the_dev_stack_puts_ssh_where_its_fleets_executor_would_reach_it(tmp_path):

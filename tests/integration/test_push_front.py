@@ -80,11 +80,11 @@ def probe(clean_stack, push_account):
     backend = make_server("127.0.0.1", 0, container, threaded=True)
     fronts = []
 
-    def start(copies: int = 1) -> Front:
+    def start(copies: int = 1, **options) -> Front:
         route = Route("probe", processes.free_port(), f"http://127.0.0.1:{backend.server_port}", (push_account,))
         auth.audience = route.url
         front = Front(route, LocalGoogleSigner.load_or_create(clean_stack.google_key_file),
-                      clean_stack.env["PUBSUB_EMULATOR_HOST"], copies=copies)
+                      clean_stack.env["PUBSUB_EMULATOR_HOST"], copies=copies, **options)
         server = make_server("127.0.0.1", route.port, front, threaded=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         fronts.append(server)
@@ -132,6 +132,19 @@ def test_the_front_can_deliver_every_push_twice(probe):
     publish_probe(stack, {"hello": 2})
     wait_until(lambda: len(received) >= 2, timeout=30, what="both copies at the container")
     assert len({r["body"]["message"]["messageId"] for r in received}) == 1
+
+
+def test_a_late_copy_arrives_after_the_answer_and_the_log_counts_pubsubs_pushes(probe, tmp_path):
+    """The chaos soak's front: the second copy goes out later, in the background (out of order), and the
+    delivery log counts what Pub/Sub pushed (once), not the copies."""
+    start, received, stack = probe
+    log_file = tmp_path / "deliveries.jsonl"
+    start(copies=2, copy_delay_seconds=1.0, delivery_log=log_file)
+    publish_probe(stack, {"hello": 3})
+    wait_until(lambda: len(received) >= 2, timeout=30, what="both copies at the container")
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [entry["message_id"] for entry in lines] == [received[0]["body"]["message"]["messageId"]]
+    assert lines[0]["service"] == "probe" and lines[0]["subscription"].endswith("/subscriptions/front-probe")
 
 
 @pytest.fixture

@@ -32,7 +32,14 @@ What Google does, and what the front does the same way:
 it to sign tokens of other accounts, for other audiences, or to forge one with another key.
 
 For chaos tests the front can deliver every push more than once (`copies`): Pub/Sub's at-least-once
-delivery, on demand. Pub/Sub then sees the answer to the last copy.
+delivery, on demand. Pub/Sub then sees the answer to the last copy. With `copy_delay_seconds` > 0 the extra
+copies go out in the background, each after a random delay up to that many seconds, so they arrive out of
+order (after later messages), and Pub/Sub sees the answer to the first copy. With `delivery_log` set, the front
+appends one JSON line per push it receives from Pub/Sub (`{"service", "subscription", "message_id", "at"}`): how
+often Pub/Sub delivered each message, the chaos soak's witness that no message loops. With
+`redeliver_seconds` > 0 the front itself redelivers a push its container failed (a 5xx, or down: killed, starting
+again), with back-off, for that long, standing in for Pub/Sub's per-message redelivery, which the emulator does
+not model (see `Front._deliver`); those redeliveries are lines of the log too (`"redelivery": true`).
 
 Run: `python -m tpuq_dev.devstack.front --config FILE` (the stack writes FILE; see `FrontConfig`).
 """
@@ -170,6 +177,10 @@ class FrontConfig:
     key_file: str
     routes: list[Route]
     copies: int = 1  # deliveries of each push to the container (chaos: 2 delivers every push twice)
+    copy_delay_seconds: float = 0.0  # > 0: extra copies later, in the background, out of order
+    delivery_log: str | None = None  # a JSON line per push received from Pub/Sub, for counting deliveries
+    seed: int | None = None  # of the delays' random source
+    redeliver_seconds: float = 0.0  # > 0: a push its container fails (5xx, down) is delivered again for this long
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
@@ -201,6 +212,10 @@ class Front:
     copies: int = 1
     now: Callable[[], float] = time.time
     rng: random.Random = field(default_factory=random.Random)
+    copy_delay_seconds: float = 0.0
+    delivery_log: Path | None = None
+    redeliver_seconds: float = 0.0
+    _log_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # One pool for every request thread (werkzeug starts a thread per request): connections are reused.
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
     # subscription -> (pushConfig, when read): the emulator answers a GET in ~25 ms on a loaded machine, and
@@ -230,13 +245,63 @@ class Front:
         headers[header] = f"Bearer {strip_signature(token)}"
         headers.setdefault("X-Cloud-Trace-Context", f"{self.rng.getrandbits(128):032x}/{self.rng.getrandbits(63)};o=1")
         url = self.route.backend.rstrip("/") + request.full_path.rstrip("?")
+        self._log_delivery(body)
+        copies = self.copies
+        if copies > 1 and self.copy_delay_seconds > 0:
+            for _ in range(copies - 1):
+                threading.Thread(target=self._deliver_later, args=(request.method, url, body, headers,
+                                                                   self.rng.uniform(0, self.copy_delay_seconds)),
+                                 daemon=True).start()
+            copies = 1
         try:
-            for _ in range(self.copies):
-                answer = self._session.request(request.method, url, data=body, headers=headers, timeout=3600)
+            for _ in range(copies):
+                answer = self._deliver(request.method, url, body, headers)
         except requests.RequestException as e:  # the container is down: Cloud Run answers 503
             log.warning("%s: container unreachable: %s", self.route.service, e)
             return Response("503 Service Unavailable\n", 503, content_type="text/plain")
         return Response(answer.content, answer.status_code, content_type=answer.headers.get("Content-Type"))
+
+    def _deliver(self, method: str, url: str, body: bytes, headers: dict) -> requests.Response:
+        """One delivery to the container. With `redeliver_seconds`, a push the container fails (a 5xx, or no
+        answer: killed, starting again) is delivered again after 1, 2, 4, 8, 8... s for that long, as Pub/Sub
+        redelivers a nacked push after the subscription's retry policy (1-60 s here), message by message. The
+        emulator ignores that policy, and after one failed push it holds every message of that subscription,
+        new ones too, for minutes (seen in the chaos soak): a stall production would not have. Each redelivery
+        is a line in the delivery log. Pub/Sub sees the last answer."""
+        deadline = time.monotonic() + self.redeliver_seconds
+        wait = 1.0
+        while True:
+            try:
+                answer = self._session.request(method, url, data=body, headers=headers, timeout=3600)
+                if answer.status_code < 500 or time.monotonic() + wait > deadline:
+                    return answer
+            except requests.ConnectionError:
+                if time.monotonic() + wait > deadline:
+                    raise
+            time.sleep(wait)
+            wait = min(wait * 2, 8.0)
+            self._log_delivery(body, redelivery=True)
+
+    def _deliver_later(self, method: str, url: str, body: bytes, headers: dict, delay: float) -> None:
+        time.sleep(delay)  # a background copy: its answer goes nowhere, as a redelivery's would be Pub/Sub's alone
+        try:
+            self._session.request(method, url, data=body, headers=headers, timeout=3600)
+        except requests.RequestException as e:
+            log.warning("%s: late copy not delivered: %s", self.route.service, e)
+
+    def _log_delivery(self, body: bytes, redelivery: bool = False) -> None:
+        if self.delivery_log is None:
+            return
+        try:
+            envelope = json.loads(body or b"null")
+            message_id = envelope["message"]["messageId"]
+            subscription = envelope.get("subscription")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return  # not a push envelope
+        line = json.dumps({"service": self.route.service, "subscription": subscription, "message_id": message_id,
+                           "at": round(self.now(), 3), "redelivery": redelivery})
+        with self._log_lock, open(self.delivery_log, "a") as f:
+            f.write(line + "\n")
 
     def _check_invoker(self, token: str) -> None:
         claims = self.signer.verify(token, self.now())
@@ -280,8 +345,13 @@ def serve(config: FrontConfig, stop: threading.Event) -> None:
     from werkzeug.serving import make_server
 
     signer = LocalGoogleSigner.load_or_create(Path(config.key_file))
+    rng = random.Random(config.seed)
+    log_file = Path(config.delivery_log) if config.delivery_log else None
     servers = [make_server("127.0.0.1", route.port,
-                           Front(route, signer, config.pubsub_host, copies=config.copies), threaded=True)
+                           Front(route, signer, config.pubsub_host, copies=config.copies,
+                                 rng=random.Random(rng.getrandbits(64)), copy_delay_seconds=config.copy_delay_seconds,
+                                 delivery_log=log_file, redeliver_seconds=config.redeliver_seconds),
+                           threaded=True)
                for route in config.routes]
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for t in threads:

@@ -96,6 +96,9 @@ class DevStack:
     fleet_file: Path | None = None  # stored in Firestore `fleets/` once the stack is up
     service_env: dict[str, str] = field(default_factory=dict)  # extra settings for the service processes
     push_copies: int = 1  # the front delivers every push this many times (chaos: at-least-once, on demand)
+    push_copy_delay_seconds: float = 0.0  # > 0: extra copies later, out of order (front.FrontConfig)
+    push_seed: int | None = None  # the front's random source (copy delays)
+    push_redeliver_seconds: float = 0.0  # > 0: the front redelivers a push while its service is down
     extra_invokers: tuple[str, ...] = (LOCAL_PROJECT_OWNER,)  # besides infra/iam.yaml's run.invoker grants
     records: list[ProcRecord] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -114,6 +117,25 @@ class DevStack:
     @property
     def log_dir(self) -> Path:
         return self.state_dir / "logs"
+
+    @property
+    def delivery_log_file(self) -> Path:
+        """The front's record of every push Pub/Sub made: a JSON line each (`delivery_counts` reads it)."""
+        return self.state_dir / "deliveries.jsonl"
+
+    def delivery_counts(self) -> dict[tuple[str, str], int]:
+        """(subscription, message id) -> how many times Pub/Sub pushed that message, as the front saw it."""
+        counts: dict[tuple[str, str], int] = {}
+        if not self.delivery_log_file.exists():
+            return counts
+        for line in self.delivery_log_file.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            key = (entry.get("subscription") or "", entry.get("message_id") or "")
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
     @property
     def google_key_file(self) -> Path:
@@ -283,6 +305,21 @@ class DevStack:
         save_fleet(db, fleet, utcnow())
         self.env["TPUQ_FLEET"] = fleet.name
 
+    def kill_service(self, name: str) -> None:
+        """SIGKILL a service process, like a crash (`start_service_again` brings it back on its port)."""
+        rec = next(r for r in self.records if r.name == name)
+        processes.stop(rec, grace=0)
+        self._save()
+
+    def start_service_again(self, name: str) -> None:
+        """Start a killed (or stopped) service again on the same port, behind the same front route."""
+        rec = next(r for r in self.records if r.name == name)
+        if processes.is_alive(rec):
+            return
+        self.records.remove(rec)
+        self._start_service(name, port=rec.port)
+        self._save()
+
     def restart_service(self, name: str, kill: bool = True) -> None:
         """Stop a service process (SIGKILL by default, like a crash) and start it again on the same port."""
         rec = next(r for r in self.records if r.name == name)
@@ -345,8 +382,9 @@ class DevStack:
                         tuple(sorted({*invoker_emails(infra.iam.bindings, target.member, name), *self.extra_invokers})))
                   for name in self.services]
         config_file = self.state_dir / "front.json"
-        FrontConfig(self.env["PUBSUB_EMULATOR_HOST"], str(self.google_key_file), routes, self.push_copies).write(
-            config_file)
+        FrontConfig(self.env["PUBSUB_EMULATOR_HOST"], str(self.google_key_file), routes, self.push_copies,
+                    self.push_copy_delay_seconds, str(self.delivery_log_file), self.push_seed,
+                    self.push_redeliver_seconds).write(config_file)
         rec = self._spawn("front", [sys.executable, "-m", "tpuq_dev.devstack.front", "--config", str(config_file)], None,
                           None)
         for route in routes:  # up once it refuses a caller without a token, as Cloud Run does

@@ -21,6 +21,7 @@ from werkzeug.exceptions import HTTPException
 
 from tpuq.capacitymodel.clock import rfc3339
 from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
+from .faults import FaultLayer, add_fault_layer
 from tpuq.capacitymodel.errors import ERROR_CLASSES, HTTP_STATUS, ApiError, invalid
 from tpuq.capacitymodel.model import (
     ApiCallFault,
@@ -379,6 +380,7 @@ def create_app(
     *,
     after_change: Callable[[], None] = lambda: None,
     host_info: Callable[[str], list[dict]] = lambda name: [],
+    fault_layer: FaultLayer | None = None,
 ) -> Flask:
     app = Flask("tpuq_dev.faketpu")
     api = RestApi(world, after_change)
@@ -399,6 +401,8 @@ def create_app(
         if not request.path.startswith("/_fake/"):
             record_call(call_log, world, response)
         return response
+
+    add_fault_layer(app, fault_layer or FaultLayer())  # after _record: the log keeps what the client was answered
 
     @app.route("/<version>/<path:path>", methods=["GET", "POST", "DELETE", "PATCH"])
     def _rest(version: str, path: str):

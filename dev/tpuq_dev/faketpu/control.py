@@ -83,6 +83,19 @@ class FakeTpuControl:
                   "error_class": error_class},
         )
 
+    def set_chaos(self, seed: int = 0, *, unavailable: float = 0.0, timeout: float = 0.0, hang_seconds: float = 20.0,
+                  spike: float = 0.0, spike_max_seconds: float = 5.0) -> dict:
+        """Random faults on every REST call from now on, drawn from `seed` (faults.py): a share answered 503
+        UNAVAILABLE, a share that hangs `hang_seconds` then answers 504 (half of them done first), and a share
+        delayed up to `spike_max_seconds`. All zero (the default) turns it off. Restarts the counts."""
+        return self._call("POST", "chaos", json={"seed": seed, "unavailable": unavailable, "timeout": timeout,
+                                                 "hang_seconds": hang_seconds, "spike": spike,
+                                                 "spike_max_seconds": spike_max_seconds})
+
+    def chaos(self) -> dict:
+        """{"weather": {...}, "injected": {"unavailable": n, "timeout": n, "latency_spike": n}}."""
+        return self._call("GET", "chaos")
+
     def set_stockout(self, zone: str, family: str | None, stockout: bool | None, effect: str = "fail") -> None:
         """True: no capacity (effect fail|wait); False: capacity whatever the scenario; None: back to the scenario."""
         self._call("POST", "capacity", json={"zone": zone, "family": family, "stockout": stockout, "effect": effect})

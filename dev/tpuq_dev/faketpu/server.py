@@ -27,6 +27,7 @@ from typing import Any
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .api import CallLog, create_app
+from .faults import FaultLayer
 from tpuq.capacitymodel.clock import Clock, ScaledClock
 from .googleapis import create_google_apis_app
 from .hosts import WorkerHost, WorkerHostManager, parse_ssh_keys_metadata
@@ -101,6 +102,7 @@ class FakeTpuServer:
         self.worker_hosts = worker_hosts
         self.host_manager = WorkerHostManager(self.state_dir / "hosts")
         self.call_log = CallLog()
+        self.fault_layer = FaultLayer()  # the chaos weather on the REST API (faults.py), off until set
         self.google_apis_call_log = CallLog()  # Cloud Quotas and Cloud Billing calls, apart from the TPU API's
         self._bind = (host, port)
         self._google_apis_port = google_apis_port
@@ -125,6 +127,7 @@ class FakeTpuServer:
             self.call_log,
             after_change=self.stop_unwanted_hosts,
             host_info=self.host_info,
+            fault_layer=self.fault_layer,
         )
         self._http = make_server(
             self._bind[0], self._bind[1], app, threaded=True, request_handler=_QuietRequestHandler

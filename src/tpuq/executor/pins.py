@@ -21,9 +21,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from tpuq.documents import TpuNodeState
+
 PINNED_ALGORITHM = "ssh-ed25519"
 HOST_KEYS_QUERY_PATH = "hostkeys/"
 HOST_KEYS_NAMESPACE = "hostkeys"
+# A node in one of these publishes no host key it has not published already.
+NODE_STATES_WITHOUT_NEW_KEYS = frozenset({TpuNodeState.PREEMPTED, TpuNodeState.TERMINATED, TpuNodeState.DELETING,
+                                          TpuNodeState.STOPPING, TpuNodeState.STOPPED})
 
 
 class HostKeysUnavailable(Exception):
@@ -79,12 +84,29 @@ class GuestAttributeHostKeys:
             response = self.client.get_guest_attributes(
                 request=tpu_v2.GetGuestAttributesRequest(name=node, query_path=HOST_KEYS_QUERY_PATH))
         except exceptions.NotFound:
+            self._check_node_can_still_publish(node)
             return {}  # nothing published under hostkeys/ yet
         except exceptions.PermissionDenied as e:
             raise HostKeysUnavailable(
                 f"cannot read the host keys of {node} from its guest attributes ({e.message}); the executor's "
                 "service account needs roles/tpu.viewer") from None
         return host_keys_from_guest_attributes(response.guest_attributes)
+
+    def _check_node_can_still_publish(self, node: str) -> None:
+        """Keys not published yet: worth waiting for only while the node lives. A node preempted (or deleted)
+        before its agent published them never will, and a start waiting its whole deadline for them holds a
+        request thread for minutes (the chaos soak's preemption of a starting attempt). Any other error
+        reading the node is no answer: keep waiting."""
+        from google.api_core import exceptions
+
+        try:
+            state = TpuNodeState(self.client.get_node(name=node).state.name)
+        except exceptions.NotFound:
+            raise HostKeysUnavailable(f"{node} no longer exists: its host keys will never be published") from None
+        except Exception:  # noqa: BLE001 - transient API trouble, or a state this enum lacks: keep waiting
+            return
+        if state in NODE_STATES_WITHOUT_NEW_KEYS:
+            raise HostKeysUnavailable(f"{node} is {state.value}: its host keys will never be published")
 
 
 def pins_for(

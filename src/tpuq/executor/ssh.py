@@ -32,6 +32,7 @@ import shlex
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -190,7 +191,7 @@ class WorkerConnection:
         directory = posixpath.dirname(path)
         if directory:
             self.makedirs(directory)
-        tmp = f"{path}.tmp-upload"
+        tmp = f"{path}.tmp-upload-{uuid.uuid4().hex[:12]}"  # two deliveries of one assignment upload at once
         self.sftp.putfo(io.BytesIO(data), tmp)
         self.sftp.chmod(tmp, mode)
         self.sftp.posix_rename(tmp, path)

@@ -8,6 +8,7 @@ import os
 import sys
 
 from .control import cancel, launch, status
+from .processes import control_lock
 from .supervision import supervise
 from .workspace import prepare
 
@@ -38,14 +39,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     home = os.path.abspath(args.home)
 
-    if args.command == "prepare":
-        return emit(prepare(home, sys.stdin.read()))
-    if args.command == "start":
-        prepared = prepare(home, sys.stdin.read())
-        launched = launch(home, args.attempt_id, os.path.abspath(__file__)) if prepared.get("ok") else None
-        return emit({"ok": bool(launched and launched.get("ok")), "prepared": prepared, "launched": launched})
-    if args.command == "launch":
-        return emit(launch(home, args.attempt_id, os.path.abspath(__file__)))
+    if args.command in ("prepare", "launch", "start"):
+        spec_text = sys.stdin.read() if args.command in ("prepare", "start") else ""
+        lock = control_lock(home)
+        if lock is None:
+            return emit({"ok": False, "kind": "infra", "reason": "another prepare or launch holds this worker"})
+        try:
+            if args.command == "prepare":
+                return emit(prepare(home, spec_text))
+            if args.command == "launch":
+                return emit(launch(home, args.attempt_id, os.path.abspath(__file__)))
+            # start: prepare, then launch, in one process (a one-worker slice has no other worker to wait for)
+            prepared = prepare(home, spec_text)
+            launched = launch(home, args.attempt_id, os.path.abspath(__file__)) if prepared.get("ok") else None
+            return emit({"ok": bool(launched and launched.get("ok")), "prepared": prepared, "launched": launched})
+        finally:
+            os.close(lock)
     if args.command == "cancel":
         return emit(cancel(home, args.attempt_id, args.reason, args.grace))
     if args.command == "status":

@@ -18,6 +18,28 @@ from .files import WorkerPaths, read_json, write_json_atomic
 SIGNAL_EXIT_BASE = 128
 
 
+CONTROL_LOCK_WAIT_SECONDS = 600.0
+
+
+def control_lock(home: str, wait_seconds: float = CONTROL_LOCK_WAIT_SECONDS) -> int | None:
+    """Take the worker's control flock (`prepare` and `launch` hold it), waiting for another holder: two
+    deliveries of one assignment then run one after the other, and the second finds the first's work done
+    instead of removing its workspace or launching a second supervisor. The fd to close, or None when the
+    holder kept it past the wait. Outside the attempt directory, which `prepare` replaces."""
+    os.makedirs(home, exist_ok=True)
+    fd = os.open(os.path.join(home, ".tpuq-control.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+
+
 def lock_is_held(path: str) -> bool:
     """True when some live process holds an flock on `path`."""
     try:
