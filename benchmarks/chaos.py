@@ -207,7 +207,8 @@ class Soak:
             state_dir=self.work / "dev", services=SERVICES, scenario=self.work / "scenario.yaml",
             fleet_file=self.work / "fleet.yaml", time_scale=TIME_SCALE, tick_period=1.0,
             push_copies=2, push_copy_delay_seconds=2.0, push_seed=self.seed, push_redeliver_seconds=45.0,
-            service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2"},
+            # A lost assignment is sent again after 30 s, not 5 minutes: the soak's kills lose some.
+            service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2", "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS": "30"},
         )
         env = self.stack.up()
         os.environ.update(env)

@@ -24,6 +24,7 @@ when a lost pair left its job or TPU free.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -64,7 +65,14 @@ log = logging.getLogger("tpuq.scheduler")
 PER_TYPE_EXTRA = 64
 IDLE_LIMIT = 2000
 MAX_ROUNDS = 3  # plan again after losing pairs to another instance, at most this often per message
-REPUBLISH_ASSIGNMENT_AFTER = timedelta(minutes=5)
+REPUBLISH_ASSIGNMENT_AFTER = timedelta(minutes=5)  # TPUQ_REPUBLISH_ASSIGNMENT_SECONDS overrides it
+
+
+def republish_assignment_after() -> timedelta:
+    """How long an assignment stays `assigned` before the tick sends it again. The executor starts an attempt
+    once however often it is delivered (the worker's control lock), so a shorter wait only costs pushes."""
+    seconds = os.environ.get("TPUQ_REPUBLISH_ASSIGNMENT_SECONDS")
+    return timedelta(seconds=float(seconds)) if seconds else REPUBLISH_ASSIGNMENT_AFTER
 
 
 @dataclass
@@ -384,10 +392,11 @@ def republish_stale_assignments(ctx: Context) -> int:
     """Backstop for an Assignment lost between commit and publish: send it again (same attempt id)."""
     db = ctx.clients.firestore
     now = ctx.now()
+    after = republish_assignment_after()
     q = (
         db.collection(store.JOBS)
         .where(filter=FieldFilter(JobDoc.field("state"), "==", JobState.assigned))
-        .where(filter=FieldFilter(JobDoc.field("assigned_at"), "<=", now - REPUBLISH_ASSIGNMENT_AFTER))
+        .where(filter=FieldFilter(JobDoc.field("assigned_at"), "<=", now - after))
         .limit(100)
     )
     count = 0
@@ -395,7 +404,7 @@ def republish_stale_assignments(ctx: Context) -> int:
         stored = snap.to_dict()
         job = JobDoc.from_doc(stored, snap.id)
         last = job.assignment_republished_at
-        if job.cancel_requested or (last and last > now - REPUBLISH_ASSIGNMENT_AFTER):
+        if job.cancel_requested or (last and last > now - after):
             continue
         if not commit_if_unchanged(db, WriteSet().update(snap, JobDoc.fields(assignment_republished_at=now))):
             continue  # the job moved on, or another instance republishes it
