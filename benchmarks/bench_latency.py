@@ -60,6 +60,8 @@ def job(clients: Clients, job_id: str) -> dict:
 def running_at(clients: Clients, job_id: str, attempt: int | None = None) -> float:
     def stamp():
         j = job(clients, job_id)
+        if not j.get("state"):
+            return None  # not stored yet
         for chunk in worker_log_chunks(clients.storage, j, attempt):
             for line in chunk.text.splitlines():
                 if line.startswith("RUNNING_AT="):
