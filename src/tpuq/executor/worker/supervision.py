@@ -105,7 +105,7 @@ def supervise(home: str) -> int:
         if now >= next_flush:
             uploader.flush(pump)
             next_flush = now + flush_every
-        time.sleep(0.1)
+        time.sleep(0.02)  # how soon the job's end is noticed: the next job on this TPU waits for it
 
     proc.returncode = reaper.leader_returncode  # we reaped it; keep Popen from waiting again
     # The leader is gone; background children may still hold the output pipe. End them too.
