@@ -31,10 +31,11 @@ install-python:
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -e '.[dev]' -e ./dev
 
-# Two workers: the end-to-end tests (one xdist group, one whole-system stack) on one, the rest on the other.
-PYTEST_WORKERS ?= 2
+# One process by default. PYTEST_WORKERS=2 runs two pytest-xdist workers (the whole-system tests one group, each
+# other module a group): faster, but stack tests then share the two cores with another stack (README, Tests).
+PYTEST_WORKERS ?= 0
 test: install
-	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 demo: install
 	tpuq demo

@@ -45,12 +45,14 @@ def clients(clean_stack) -> Clients:
 def pytest_collection_modifyitems(config, items):
     """The end-to-end tests run last: they bring up a second, whole-system stack for the rest of the session.
     Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) the tests on that stack (fixture
-    `system`) are one group, so one worker brings it up once and runs them all; every other test, those that
-    start a stack of their own included, goes to whichever worker is free."""
+    `system`) are one group, so one worker brings it up once and runs them all; every other module is a group
+    of its own, so a module that starts a stack for its tests starts it once, on whichever worker is free."""
     items.sort(key=lambda item: "/tests/e2e/" in str(item.fspath))
     for item in items:
         if "system" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("whole-system-stack"))
+        else:
+            item.add_marker(pytest.mark.xdist_group(str(item.fspath)))
 
 
 @pytest.fixture(autouse=True)

@@ -75,6 +75,9 @@ def test_watch_a_4_host_job_in_a_terminal_and_piped(system, system_clients, tmp_
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         piped = subprocess.Popen(["tpuq", "watch", job_id, "--interval", "0.3"], env=env_of(system),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        piped_lines: list[str] = []  # read as printed: the gate opens only once the piped watch saw the job run
+        reader = threading.Thread(target=lambda: piped_lines.extend(iter(piped.stdout.readline, "")), daemon=True)
+        reader.start()
         tmux.type(f"tpuq watch {job_id} --interval 0.3; echo watch-exit=$?")
 
         # While it runs: one row per worker, each with its last log line.
@@ -85,6 +88,8 @@ def test_watch_a_4_host_job_in_a_terminal_and_piped(system, system_clients, tmp_
         screen = tmux.screen()
         assert job_id in screen and "v4-32" in screen and "4 workers" in screen
 
+        wait_until(lambda: any("running on " in line for line in piped_lines), timeout=DEADLINE,
+                   what="the piped watch to print the job running")
         gate.touch()
         final = wait_until(lambda: re.search(r"watch-exit=\d", s := tmux.screen()) and s, timeout=DEADLINE,
                            what="the watch to end")
@@ -93,7 +98,9 @@ def test_watch_a_4_host_job_in_a_terminal_and_piped(system, system_clients, tmp_
         assert all(rows[w][:2] == ["succeeded", "0"] for w in (0, 1, 3)), final
         assert "watch-exit=3" in final, final  # the job's exit status: its failing worker's code
 
-        out, errors = piped.communicate(timeout=DEADLINE)
+        piped.wait(timeout=DEADLINE)
+        reader.join(DEADLINE)
+        out, errors = "".join(piped_lines), piped.stderr.read()
     finally:
         gate.unlink(missing_ok=True)
     assert piped.returncode == 3, out + errors
