@@ -133,9 +133,20 @@ _RUNTIMES: dict[int, ExecutorRuntime] = {}
 
 
 def runtime(ctx: Context) -> ExecutorRuntime:
-    rt = _RUNTIMES.get(id(ctx.clients))
+    return runtime_for(ctx.clients)
+
+
+def use_executor(clients, executor) -> None:
+    """Serve these clients' messages with this executor shell instead of one built from the environment (the
+    fleet simulator's modelled workers)."""
+    rt = runtime_for(clients)
+    rt.__dict__["executor"] = executor
+
+
+def runtime_for(clients) -> ExecutorRuntime:
+    rt = _RUNTIMES.get(id(clients))
     if rt is None:
-        rt = _RUNTIMES[id(ctx.clients)] = ExecutorRuntime(ctx.clients)
+        rt = _RUNTIMES[id(clients)] = ExecutorRuntime(clients)
     return rt
 
 

@@ -86,6 +86,16 @@ def _encode(value: Any, in_array: bool = False) -> Any:
     raise TypeError(f"Cannot convert to a Firestore Value: {value!r} (type {type(value).__name__})")
 
 
+def _copy(value: Any) -> Any:
+    """A stored value's copy: stored values are only maps, arrays and immutable scalars (`_encode`)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy(v) for v in value]
+    return value
+
+
 # Firestore's order of value types: null < boolean < number < timestamp < string < bytes < array < map.
 def _type_rank(value: Any) -> int:
     if value is None:
@@ -272,7 +282,7 @@ def _apply(write: _Write, current: _Stored | None, commit_time: datetime) -> _St
         _check_option(write.option, current, write.path)
         return None
     if write.kind == "set":
-        data = copy.deepcopy(current.data) if (current is not None and write.merge) else {}
+        data = _copy(current.data) if (current is not None and write.merge) else {}
         if write.merge:
             _merge_into(data, write.data or {}, commit_time)
         else:
@@ -282,7 +292,7 @@ def _apply(write: _Write, current: _Stored | None, commit_time: datetime) -> _St
             raise NotFound(f"No document to update: {write.path}")
         _check_option(write.option, current, write.path)
         assert current is not None
-        data = copy.deepcopy(current.data)
+        data = _copy(current.data)
         _update_into(data, write.data or {}, commit_time)
     if current is None:
         return _Stored(data, commit_time, commit_time)
@@ -336,7 +346,7 @@ class MemoryFirestore:
         read_time = self._time()
         if stored is None:
             return MemorySnapshot(ref, None, None, None, read_time)
-        return MemorySnapshot(ref, copy.deepcopy(stored.data), stored.create_time, stored.update_time, read_time)
+        return MemorySnapshot(ref, stored.data, stored.create_time, stored.update_time, read_time)
 
     def _children(self, collection_path: str) -> list[tuple[str, _Stored]]:
         docs = self._collections.get(collection_path, {})
@@ -503,7 +513,7 @@ class MemorySnapshot:
         return self._data is not None
 
     def to_dict(self) -> dict | None:
-        return copy.deepcopy(self._data)
+        return _copy(self._data)  # the stored map is shared (a write stores a new one): every caller gets a copy
 
     def get(self, field_path: str) -> Any:
         if self._data is None:
@@ -511,7 +521,7 @@ class MemorySnapshot:
         value = _lookup(self._data, field_path)
         if value is _MISSING:
             raise KeyError(f"No field {field_path!r} in document {self.reference.path}")
-        return copy.deepcopy(value)
+        return _copy(value)
 
 
 # ------------------------------------------------------------------ batches and transactions
@@ -714,7 +724,7 @@ class MemoryQuery:
             hits = hits[self._offset:]
             if self._limit is not None:
                 hits = hits[: self._limit]
-            return [MemorySnapshot(db.document(path), copy.deepcopy(s.data), s.create_time, s.update_time, read_time)
+            return [MemorySnapshot(db.document(path), s.data, s.create_time, s.update_time, read_time)
                     for path, s in hits]
 
     def stream(self, transaction: MemoryTransaction | None = None, **_: Any) -> Iterator[MemorySnapshot]:
