@@ -315,6 +315,7 @@ class MemoryFirestore:
         self._collections: dict[str, dict[str, _Stored]] = {}  # collection path -> document id -> document
         self._lock = threading.RLock()
         self._last_commit: datetime | None = None
+        self.changes = 0  # documents created, changed or deleted (a write that changes nothing is not counted)
 
     # ---- references
     def collection(self, *path: str) -> "MemoryCollection":
@@ -358,6 +359,8 @@ class MemoryFirestore:
 
     def _store(self, path: str, stored: _Stored | None) -> None:
         collection, doc_id = path.rsplit("/", 1)
+        if self._collections.get(collection, {}).get(doc_id) is not stored:
+            self.changes += 1
         if stored is not None:
             self._collections.setdefault(collection, {})[doc_id] = stored
         elif doc_id in self._collections.get(collection, {}):

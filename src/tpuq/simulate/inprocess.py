@@ -51,6 +51,18 @@ def _split(name: str) -> tuple[str, str]:
 class SimTpuClient:
     def __init__(self, cloud: SimCloud) -> None:
         self.cloud = cloud
+        self._parsed: dict[tuple[type, str], bytes] = {}  # the same JSON parses to the same message: parse it once
+
+    def _parse(self, message_type, data: dict):
+        """`message_type.from_json` of the body, as the REST transport parses it; a fresh message every time."""
+        key = (message_type, json.dumps(data, sort_keys=True))
+        wire = self._parsed.get(key)
+        if wire is None:
+            if len(self._parsed) > 50_000:
+                self._parsed.clear()
+            wire = self._parsed[key] = message_type.serialize(
+                message_type.from_json(key[1], ignore_unknown_fields=True))
+        return message_type.deserialize(wire)
 
     def _call(self, fn, *args):
         try:
@@ -73,14 +85,14 @@ class SimTpuClient:
 
         zone, qr_id = _split(name)
         data = self._call(self.cloud.get_queued_resource, zone, qr_id)
-        return tpu_v2.QueuedResource.from_json(json.dumps(data), ignore_unknown_fields=True)
+        return self._parse(tpu_v2.QueuedResource, data)
 
     def list_queued_resources(self, parent: str = "", request=None, **_: Any):
         from google.cloud import tpu_v2
 
         m = _PARENT.match(parent or request.parent)
         items = self._call(self.cloud.list_queued_resources, m["zone"])
-        return [tpu_v2.QueuedResource.from_json(json.dumps(d), ignore_unknown_fields=True) for d in items]
+        return [self._parse(tpu_v2.QueuedResource, d) for d in items]
 
     def delete_queued_resource(self, request=None, name: str = "", **_: Any):
         zone, qr_id = _split(request.name if request is not None else name)
@@ -91,7 +103,7 @@ class SimTpuClient:
     def get_node(self, name: str = "", **_: Any):
         from google.cloud import tpu_v2
 
-        return tpu_v2.Node.from_json(json.dumps(self.node_json(name)), ignore_unknown_fields=True)
+        return self._parse(tpu_v2.Node, self.node_json(name))
 
     def node_json(self, name: str) -> dict:
         zone, node_id = _split(name)
@@ -102,7 +114,7 @@ class SimTpuClient:
 
         m = _PARENT.match(parent or request.parent)
         items = self._call(self.cloud.list_nodes, m["zone"])
-        return [tpu_v2.Node.from_json(json.dumps(d), ignore_unknown_fields=True) for d in items]
+        return [self._parse(tpu_v2.Node, d) for d in items]
 
     def delete_node(self, name: str = "", request=None, **_: Any):
         zone, node_id = _split(request.name if request is not None else name)

@@ -43,6 +43,7 @@ from .cloud import SimCloud
 from .events import EventLoop
 from .inprocess import SimGoogleApisSession, SimTpuClient
 from .workers import AttemptRun, SimWorkers
+from .quiet import Deadlines, TracedClock
 from .workload import SimJob
 
 RUNNER_BUCKET = "gs://tpuq-sim-runner"
@@ -131,15 +132,45 @@ class SimExecutor:
         return 0
 
 
+class ScenarioPrecheckCache(PrecheckCache):
+    """The claimer's quota and billing cache, read again only when the scenario's quota or billing can have
+    changed (`changes`: the scenario instants where it does) or when the claimer asks for a fresh read.
+
+    Production re-reads every 5 minutes because a person may change either at any time; in a scenario they
+    change only at its own instants, so every other re-read would read the same answer."""
+
+    def __init__(self, reader, changes: list[float]):
+        super().__init__(reader, ttl_seconds=3.0e9)  # "never", in what timedelta holds
+        self.changes = sorted(changes)
+        self._read_at: float | None = None
+
+    def get(self, fleet, now, fresh: bool = False):
+        from .quiet import seconds_of
+
+        t = seconds_of(now)
+        if self._read_at is not None and any(self._read_at < c <= t for c in self.changes):
+            fresh = True
+        if fresh or self._read_at is None:
+            self._read_at = t
+        return super().get(fleet, now, fresh)
+
+
 class TpuqPolicy:
     name = "tpuq"
 
     def __init__(self, *, loop: EventLoop, cloud: SimCloud, workers: SimWorkers, jobs: list[SimJob],
                  fleet: FleetFile, rng: random.Random, tick_seconds: float = PRODUCTION_TICK_SECONDS,
-                 delivery: Delivery = Delivery(), setup_seconds: float | None = None) -> None:
+                 delivery: Delivery = Delivery(), skip_quiet_ticks: bool = True, verify_quiet: bool = False) -> None:
         self.loop, self.cloud, self.workers, self.jobs, self.rng = loop, cloud, workers, jobs, rng
         self.fleet = fleet.model_copy(update={"project": cloud.project})
         self.tick_seconds = tick_seconds
+        self.deadlines = Deadlines()
+        self.clock = TracedClock(loop, self.deadlines)
+        self.skip_quiet_ticks = skip_quiet_ticks or verify_quiet
+        self.verify_quiet = verify_quiet
+        self.ticks_run = self.ticks_skipped = 0
+        self.violations: list[float] = []  # verify: ticks skipping would have skipped that did something
+        self._last_tick: tuple | None = None  # (activity, calls) right after the last tick that ran
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.clients = Clients(Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET))
         self.tpu_client = SimTpuClient(cloud)
@@ -150,12 +181,15 @@ class TpuqPolicy:
         self.clients.__dict__["publisher"] = self.bus
         self.executor = SimExecutor(loop, cloud, workers, self.bus)
         workers.on_end = self.executor.run_ended
-        executor_handlers.use_executor(self.clients, self.executor)
+        # The modelled workers are lost only with their node, which the claimer's watch reports: a probe
+        # would never find anything (and each would be a tick that cannot be skipped).
+        executor_handlers.use_executor(self.clients, self.executor, probe_every=None)
         self._tick_seq = 0
 
     def _services(self) -> dict[str, Service]:
-        prechecks = PrecheckCache(PrecheckReader(SimGoogleApisSession(self.cloud), "https://sim-quotas/",
-                                                 "https://sim-billing/"))
+        prechecks = ScenarioPrecheckCache(
+            PrecheckReader(SimGoogleApisSession(self.cloud), "https://sim-quotas/", "https://sim-billing/"),
+            changes=self.cloud.scenario_changes())
         services = {
             "claimer": claimer_handlers.build_service(
                 public_key=lambda fleet: SIM_PUBLIC_KEY, sleep=self._handler_sleep,
@@ -169,7 +203,7 @@ class TpuqPolicy:
         }
         for service in services.values():
             service.clients_factory = lambda: self.clients
-            service.now = self.loop.utcnow
+            service.now = self.clock
             service.rng = self.rng
             service.push_auth = PushAuth.from_env({})
         return services
@@ -189,7 +223,50 @@ class TpuqPolicy:
                                  command=f"sim-work {job.work_seconds:.0f}")
         self.bus.publish("jobs", published.model_dump_json(exclude_none=True).encode())
 
+    def activity(self) -> tuple[int, ...]:
+        """What changes when anything happens: documents, messages, the cloud's mutations, attempts."""
+        return (self.db.changes, sum(self.bus.published.values()) - self.bus.published["ticks"],
+                sum(self.bus.failed.values()), self.cloud.mutations, len(self.workers.runs))
+
+    def _quiet_since_last_tick(self) -> bool:
+        """The last tick and everything since only read: nothing changed, and no instant the services' rules
+        or the cloud's schedule care about has come."""
+        if self._last_tick is None:
+            return False
+        activity, _ = self._last_tick
+        now = self.loop.now()
+        due = self.cloud.next_transition()
+        return (activity == self.activity() and not self.deadlines.opaque and now < self.deadlines.earliest
+                and (due is None or now < due))
+
     def _tick(self) -> None:
+        if self.skip_quiet_ticks and self._quiet_since_last_tick():
+            if not self.verify_quiet:
+                self.ticks_skipped += 1
+                self.cloud.calls.update(self._tick_reads)  # what the skipped tick would have read
+                return
+            self._verifying = True
+        else:
+            self._verifying = False
+        self._publish_tick()
+
+    def _publish_tick(self) -> None:
+        before_calls = self.cloud.calls.copy()
+        before = self.activity()
+        self.deadlines.reset()
         self._tick_seq += 1
+        self.ticks_run += 1
         self.bus.publish("ticks", Tick(at=self.loop.utcnow(), seq=self._tick_seq, source="simulator")
                          .model_dump_json(exclude_none=True).encode())
+        # Once every service had the tick (deliveries take `latency`), note what it read and where it left.
+        self.loop.after(self.tick_seconds * 0.5, self._after_tick, before, before_calls, self._verifying)
+
+    def _after_tick(self, before, before_calls, verifying: bool) -> None:
+        after = self.activity()
+        if verifying and after != before:
+            self.violations.append(self.loop.now())
+        if after == before:
+            self._tick_reads = self.cloud.calls - before_calls
+            self._last_tick = (after, self._tick_reads)
+        else:
+            self._last_tick = None
