@@ -330,3 +330,42 @@ def test_a_zone_the_api_refuses_aborts_every_pass_before_any_create():
     loop.run(3600)
     assert policy.passes == 0 and policy.aborted_passes == 120
     assert cloud.creates_per_zone == {} and workers.done == set()
+
+
+def test_a_create_the_api_refuses_is_tried_again_on_every_pass_without_backoff():
+    """R8: tpu-runner records a failed create and stops that entry's creates for the pass; nothing else. A
+    refusal that can never succeed (PERMISSION_DENIED here) is tried again 30 s later, for ever."""
+    from tpuq.capacitymodel.model import ApiCallFault
+
+    scenario = {"zones": {B: {"quota": {"v4": {"spot": 64}}}}}
+    jobs = [SimJob(f"j{i}", 0.0, ("v4-8",), "normal", 600.0) for i in range(2)]
+    loop, cloud, workers, policy = run_policy(fleet(count=2), scenario, jobs, 3600)
+    cloud.world.faults.append(ApiCallFault("PERMISSION_DENIED", "Permission 'tpu.queuedResources.create' denied",
+                                           method="POST", path_contains="queuedResources", remaining=10**6))
+    loop.run(3600)
+    assert policy.passes == 120 and workers.done == set()
+    # two ordinals missing, but the first refusal ends the entry's creates: one attempt per pass
+    assert cloud.creates_per_zone[B] == policy.passes
+    assert {status for _, _, status in policy.create_errors} == {"PERMISSION_DENIED"}
+
+
+def test_counting_a_quiet_pass_instead_of_running_it_changes_no_outcome(monkeypatch):
+    """The driver only counts the GETs of a pass that would repeat the last one; with that shortcut off, the
+    same run makes the same calls, at the same times, with the same attempts."""
+    scenario = {"zones": {B: {"quota": {"v4": {"spot": 64}}, "stockouts": [{"start": 0, "end": 900}]},
+                          C: {"quota": {"v4": {"spot": 0}}}},
+                "delays": {"provisioning": 120}, "preemption": {"scripted": [{"at": 2000, "zone": B}]}}
+    jobs = [SimJob(f"j{i}", i * 700.0, ("v4-8",), ("low", "normal", "high")[i % 3], 1800.0, 300.0)
+            for i in range(5)]
+
+    def outcome():
+        loop, cloud, workers, policy = run_policy(fleet(zones=(B, C), count=2), scenario, jobs, 30000)
+        loop.run(30000)
+        runs = [(r.job_id, r.attempt, r.node, r.started_at, r.ended_at, r.end) for r in workers.runs]
+        return dict(cloud.calls), dict(cloud.creates_per_zone), runs, policy.log, policy.passes, policy.quiet_passes
+
+    shortcut = outcome()
+    assert shortcut[-1] > 0
+    monkeypatch.setattr(PollingPolicy, "_still_quiet", lambda self: False)
+    assert outcome()[:-1] == shortcut[:-1]
+    assert len(shortcut[2]) >= 6  # five jobs, one preempted

@@ -75,6 +75,17 @@ Jobs
 - R17 vanished slices: a resource whose node and request are both gone is marked preempted (its job, if any,
   requeued). `tpu_runner/controller.py: Controller.reconcile_unusable_resources`.
 
+The driver (`PollingPolicy`)
+- Its GETs go through the simulator's cloud: counted as `nodes.get` / `queuedResources.get`, checked (billing,
+  unknown zone, scripted faults) and rendered as SimCloud does, with the world advanced once per pass rather than
+  once per GET (the pass is one virtual instant).
+- A pass that would repeat the previous one exactly (same records under the declared names, no submission, no
+  finished attempt, no idle timeout due, no faults or billing windows, and the previous pass changed nothing) is
+  counted, not run; a test checks the outcome is the same with that shortcut off.
+- The workers' accounting is physics, not the controller's knowledge: an attempt's work stops at the moment its
+  slice was lost (the queued resource's SUSPENDING time in the model), through `SimWorkers.node_gone(at=...)`, even
+  before the controller's next pass; the controller learns it only from its GETs (R16) and requeues then.
+
 Modelled loosely or left out (assumptions)
 - The pass takes no virtual time (tpu-runner sleeps 30 s *after* a pass of parallel GETs and serial gcloud calls).
 - SSH readiness: a node is usable when READY and HEALTHY; tpu-runner also demands a public IP for `direct` (the
@@ -90,6 +101,7 @@ Modelled loosely or left out (assumptions)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import re
@@ -98,6 +110,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum, auto
 
 from tpuq.capacitymodel.errors import ApiError
+from tpuq.capacitymodel.render import render_node, render_queued_resource
 from tpuq.documents import QueuedResourceState as Qs
 from tpuq.documents import TpuHealth, TpuNodeState as Ns
 from tpuq.fleet import FleetFile, SshTransport
@@ -596,7 +609,8 @@ class _Pass:
         cfg, obs = self.cfg, self.obs
         quota: dict[tuple[str, str], int] = {}
         for e in cfg.entries:
-            quota.setdefault(e.quota_key, max(0, e.chip_limit - self.reserved_chips(e)))
+            if e.quota_key not in quota:
+                quota[e.quota_key] = max(0, e.chip_limit - self.reserved_chips(e))
         desired_counts = self.desired_counts()
         for e in cfg.entries:
             declared = e.slots
@@ -670,20 +684,23 @@ class _Pass:
     def reserved_chips(self, entry: Entry) -> int:
         """Chips held in the entry's (family, zone): non-terminal nodes, plus live requests without a node."""
         terminal_qr_nodes = {q.node_id for q in self.obs.qrs.values() if q.terminal and q.node_id}
+        key = entry.quota_key
         nodes = {n.node_id: n for n in self.obs.nodes.values()
-                 if not n.terminal and n.node_id not in terminal_qr_nodes and n.zone == entry.zone
-                 and _family(n.type) == entry.family}
-        total = sum(parse_accelerator_type(n.type).chips for n in nodes.values())
-        total += sum(parse_accelerator_type(q.type).chips for q in self.obs.qrs.values()
-                     if q.live and q.node_id not in nodes and q.zone == entry.zone and _family(q.type) == entry.family)
+                 if not n.terminal and n.node_id not in terminal_qr_nodes and (_accel(n.type)[0], n.zone) == key}
+        total = sum(_accel(n.type)[1] for n in nodes.values())
+        total += sum(_accel(q.type)[1] for q in self.obs.qrs.values()
+                     if q.live and q.node_id not in nodes and (_accel(q.type)[0], q.zone) == key)
         return total
 
 
-def _family(type_: str) -> str | None:
+@functools.lru_cache(maxsize=None)
+def _accel(type_: str) -> tuple[str | None, int]:
+    """(family, chips) of an accelerator type; (None, 0) for one tpu-runner would not parse."""
     try:
-        return parse_accelerator_type(type_).family
+        a = parse_accelerator_type(type_)
     except ValueError:
-        return None
+        return None, 0
+    return a.family, a.chips
 
 
 def reconcile(state: ControllerState, observed: Observed, now: float) -> tuple[ControllerState, list[Action]]:
@@ -715,8 +732,10 @@ class PollingPolicy:
         self.log: list[tuple[float, Action]] = []  # every action made, with its time
         self.create_errors: list[tuple[float, str, str]] = []  # (time, zone, RPC status) of refused creates
         self.aborted_passes = 0
+        self.quiet_passes = 0  # passes only counted (see _fingerprint)
         self.passes = 0
         self._live: dict[tuple[str, int], tuple[str, str]] = {}  # (job, attempt) -> (zone, node id) started
+        self._quiet: tuple | None = None  # the world's fingerprint after a pass that changed nothing
 
     def start(self) -> None:
         self.workers.before_end = self._physics
@@ -733,16 +752,55 @@ class PollingPolicy:
     def _tick(self) -> None:
         if not self.state.running:
             return
-        self._physics()
+        self._physics()  # advances the world to now
+        fingerprint = self._fingerprint()
+        if self._quiet is not None and self._quiet == fingerprint and self._still_quiet():
+            self._count_gets()  # the pass would read the same, decide nothing and change nothing: only its GETs
+            self.passes += 1
+            self.quiet_passes += 1
+            return
+        self._quiet = None
         observed = self._observe()
         if observed is None:
             self.aborted_passes += 1
             return
         self.passes += 1
+        before = self.state
         self.state, actions = reconcile(self.state, observed, self.loop.now())
         self._act(actions)
         if should_stop(self.state, observed) and not self._unseen_jobs():
             self.state = replace(self.state, running=False)
+        elif not actions and self.state == before:
+            self._quiet = fingerprint
+
+    # A pass that would repeat the last one exactly is only counted (the run's speed; the outcome is the same):
+    # same records under the declared names, no submission, no finished attempt, no idle timeout due, and no
+    # scripted call faults or billing windows (they make GETs fail at a time of their own).
+    def _fingerprint(self) -> tuple:
+        world, project = self.cloud.world, self.cloud.project
+        out = []
+        for e in self.state.config.entries:
+            for qr_id, node_id in e.slots:
+                q = world.queued_resources.get(f"projects/{project}/locations/{e.zone}/queuedResources/{qr_id}")
+                n = world.nodes.get(self._node_name(e.zone, node_id))
+                out.append((q.state if q else None, n.state if n else None, n.health if n else None))
+        return tuple(out)
+
+    def _still_quiet(self) -> bool:
+        world, now = self.cloud.world, self.loop.now()
+        if world.faults or world.billing_overrides or world.scenario.billing.disabled_windows or self._unseen_jobs():
+            return False
+        if any(j.status is JobStatus.running and j.id in self.workers.done for j in self.state.jobs.values()):
+            return False
+        timeout = self.state.config.idle_timeout
+        return not any(s.idle_since is not None and not s.busy and now - s.idle_since >= timeout
+                       for s in self.state.slots.values())
+
+    def _count_gets(self) -> None:
+        for e in self.state.config.entries:
+            for _ in e.slots:
+                self.cloud.count("nodes.get")
+                self.cloud.count("queuedResources.get")
 
     def _unseen_jobs(self) -> bool:
         return self._next_job < len(self.jobs) and self.jobs[self._next_job].submit_at <= self.loop.now()
@@ -750,19 +808,16 @@ class PollingPolicy:
     def _observe(self) -> Observed | None:
         """R3: GET every declared name; a 404 is absence, any other error aborts the pass."""
         nodes, qrs = {}, {}
+        self.cloud.world.advance()
         try:
             for e in self.state.config.entries:
                 for qr_id, node_id in e.slots:
-                    try:
-                        nodes[node_id] = node_view(self.cloud.get_node(e.zone, node_id))
-                    except ApiError as err:
-                        if err.rpc.status != "NOT_FOUND":
-                            raise
-                    try:
-                        qrs[qr_id] = qr_view(self.cloud.get_queued_resource(e.zone, qr_id))
-                    except ApiError as err:
-                        if err.rpc.status != "NOT_FOUND":
-                            raise
+                    node = self._get(e.zone, "nodes", node_id)
+                    if node is not None:
+                        nodes[node_id] = node_view(node)
+                    qr = self._get(e.zone, "queuedResources", qr_id)
+                    if qr is not None:
+                        qrs[qr_id] = qr_view(qr)
         except ApiError:
             return None
         now = self.loop.now()
@@ -772,6 +827,20 @@ class PollingPolicy:
             self._next_job += 1
         exited = frozenset(j for j in self.state.jobs if j in self.workers.done)
         return Observed(nodes, qrs, tuple(submitted), exited)
+
+    def _get(self, zone: str, collection: str, name: str) -> dict | None:
+        """`SimCloud.get_node` / `get_queued_resource` (counted, checked, rendered the same way) without the
+        model's `advance()` on every call: the pass's GETs are at one virtual instant, and the driver advanced the
+        world once before them. None for NOT_FOUND (R3)."""
+        cloud, world = self.cloud, self.cloud.world
+        cloud.count(f"{collection}.get")
+        world.check_call(cloud.project, zone, "GET", collection)
+        full = f"projects/{cloud.project}/locations/{zone}/{collection}/{name}"
+        if collection == "nodes":
+            record = world.nodes.get(full)
+            return render_node(world, record) if record is not None else None
+        record = world.queued_resources.get(full)
+        return render_queued_resource(world, record) if record is not None else None
 
     def _act(self, actions: list[Action]) -> None:
         now = self.loop.now()
