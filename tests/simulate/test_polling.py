@@ -308,6 +308,9 @@ def test_race_losers_that_reached_active_are_kept_for_the_idle_timeout_then_dele
     loser, (active, gone) = next((n, v) for n, v in seen.items() if n != winner)
     kept = gone - active
     assert 600.0 <= kept <= 600.0 + 2 * policy.period + scenario["delays"].get("deleting", 5) + 1
+    # R1, R3: one GET per declared name per inventory read, and a second read in each pass without a job
+    assert cloud.calls["nodes.get"] == cloud.calls["queuedResources.get"] == 2 * policy.inventory_reads
+    assert policy.inventory_reads > policy.passes
 
 
 def test_a_quota_zero_zone_is_retried_every_second_pass_for_ever():

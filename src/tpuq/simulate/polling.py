@@ -6,8 +6,10 @@ are named (paths inside the wheel's `tpu_runner/` package).
 
 The loop
 - R1 period: one pass (`Controller.reconcile_once`), then a 30 s sleep (`CONTROLLER_RECONCILE_SECONDS = 30`), for
-  as long as a job is pending or running or managed capacity exists; then the controller exits, and a submission
-  starts it again (`trigger_controller`). `tpu_runner/cli.py: main` ("controller" command), `submit_jobs`.
+  as long as a job is pending or running or managed capacity exists (with no job left, a second full inventory
+  read per pass: `Controller.managed_capacity_exists`); then the controller exits, and a submission starts it
+  again (`trigger_controller`). `tpu_runner/cli.py: main` ("controller" command), `submit_jobs`;
+  `tpu_runner/controller.py: Controller.managed_capacity_exists`.
   Modelled as a pass every `period` (30 s; the pass's own duration is not added) and, while stopped, a pass at
   the submission.
 - R2 pass order: refresh queued resources, refresh ready TPUs, poll running attempts, mark unusable resources,
@@ -711,9 +713,10 @@ def reconcile(state: ControllerState, observed: Observed, now: float) -> tuple[C
     return new_state, p.actions
 
 
-def should_stop(state: ControllerState, observed: Observed) -> bool:
-    """R1: no pending or running job and no managed capacity left: the controller exits after this pass."""
-    return not state.has_active_jobs and not observed.nodes and not observed.qrs
+def should_stop(state: ControllerState, inventory: Observed) -> bool:
+    """R1: no pending or running job and none of the fleet's capacity in a fresh inventory read: the controller
+    exits after this pass."""
+    return not state.has_active_jobs and not inventory.nodes and not inventory.qrs
 
 
 # -- the driver --------------------------------------------------------------------------------------------------
@@ -733,6 +736,7 @@ class PollingPolicy:
         self.create_errors: list[tuple[float, str, str]] = []  # (time, zone, RPC status) of refused creates
         self.aborted_passes = 0
         self.quiet_passes = 0  # passes only counted (see _fingerprint)
+        self.inventory_reads = 0  # full inventory reads (one GET per declared node and queued resource each)
         self.passes = 0
         self._live: dict[tuple[str, int], tuple[str, str]] = {}  # (job, attempt) -> (zone, node id) started
         self._quiet: tuple | None = None  # the world's fingerprint after a pass that changed nothing
@@ -768,7 +772,7 @@ class PollingPolicy:
         before = self.state
         self.state, actions = reconcile(self.state, observed, self.loop.now())
         self._act(actions)
-        if should_stop(self.state, observed) and not self._unseen_jobs():
+        if not self.state.has_active_jobs and self._stops():
             self.state = replace(self.state, running=False)
         elif not actions and self.state == before:
             self._quiet = fingerprint
@@ -797,27 +801,44 @@ class PollingPolicy:
                        for s in self.state.slots.values())
 
     def _count_gets(self) -> None:
+        reads = 1 if self.state.has_active_jobs else 2  # R1: the second inventory read of a pass without jobs
+        self.inventory_reads += reads
         for e in self.state.config.entries:
-            for _ in e.slots:
+            for _ in range(len(e.slots) * reads):
                 self.cloud.count("nodes.get")
                 self.cloud.count("queuedResources.get")
 
     def _unseen_jobs(self) -> bool:
         return self._next_job < len(self.jobs) and self.jobs[self._next_job].submit_at <= self.loop.now()
 
-    def _observe(self) -> Observed | None:
-        """R3: GET every declared name; a 404 is absence, any other error aborts the pass."""
+    def _inventory(self) -> tuple[dict[str, NodeView], dict[str, QrView]]:
+        """R3: GET every declared name; a 404 is absence; any other error (ApiError) is the caller's."""
         nodes, qrs = {}, {}
+        self.inventory_reads += 1
         self.cloud.world.advance()
+        for e in self.state.config.entries:
+            for qr_id, node_id in e.slots:
+                node = self._get(e.zone, "nodes", node_id)
+                if node is not None:
+                    nodes[node_id] = node_view(node)
+                qr = self._get(e.zone, "queuedResources", qr_id)
+                if qr is not None:
+                    qrs[qr_id] = qr_view(qr)
+        return nodes, qrs
+
+    def _stops(self) -> bool:
+        """R1: with no job left, tpu-runner reads the whole inventory a second time (`managed_capacity_exists`)
+        and stops only if nothing of the fleet's is there; a failing read keeps it running."""
         try:
-            for e in self.state.config.entries:
-                for qr_id, node_id in e.slots:
-                    node = self._get(e.zone, "nodes", node_id)
-                    if node is not None:
-                        nodes[node_id] = node_view(node)
-                    qr = self._get(e.zone, "queuedResources", qr_id)
-                    if qr is not None:
-                        qrs[qr_id] = qr_view(qr)
+            nodes, qrs = self._inventory()
+        except ApiError:
+            return False
+        return should_stop(self.state, Observed(nodes, qrs)) and not self._unseen_jobs()
+
+    def _observe(self) -> Observed | None:
+        """R3: the pass's inventory; any error but NOT_FOUND aborts the pass."""
+        try:
+            nodes, qrs = self._inventory()
         except ApiError:
             return None
         now = self.loop.now()
