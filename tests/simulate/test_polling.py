@@ -372,3 +372,19 @@ def test_counting_a_quiet_pass_instead_of_running_it_changes_no_outcome(monkeypa
     monkeypatch.setattr(PollingPolicy, "_still_quiet", lambda self: False)
     assert outcome()[:-1] == shortcut[:-1]
     assert len(shortcut[2]) >= 6  # five jobs, one preempted
+
+
+def test_a_loser_still_provisioning_cannot_be_deleted_and_cuts_every_pass_short_until_it_is_active():
+    """R11: the API refuses to delete a PROVISIONING queued resource; tpu-runner's gcloud call fails and the pass
+    ends there. C waits out a stockout until 300 s and provisions until 900 s while B's slice runs the job."""
+    scenario = {"zones": {B: {"quota": {"v4": {"spot": 64}}},
+                          C: {"quota": {"v4": {"spot": 64}}, "stockouts": [{"start": 0, "end": 300, "effect": "wait"}]}},
+                "delays": {"provisioning": 600}}
+    jobs = [SimJob("j0", 0.0, ("v4-8",), "normal", 3600.0)]
+    loop, cloud, workers, policy = run_policy(fleet(zones=(B, C)), scenario, jobs, 4000)
+    loop.run(4000)
+    assert [r.node.split("/")[3] for r in workers.runs] == [B]
+    assert policy.cut_short_passes == 9  # the passes at 630, 660, ..., 870 s
+    assert policy.aborted_passes == 0
+    deletes = [t for t, a in policy.log if isinstance(a, DeleteQr) and a.zone == C]
+    assert deletes and deletes[0] >= 900.0 + 600.0  # then a READY loser, kept for the idle timeout

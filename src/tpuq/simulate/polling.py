@@ -734,7 +734,8 @@ class PollingPolicy:
         self._next_job = 0
         self.log: list[tuple[float, Action]] = []  # every action made, with its time
         self.create_errors: list[tuple[float, str, str]] = []  # (time, zone, RPC status) of refused creates
-        self.aborted_passes = 0
+        self.aborted_passes = 0  # passes whose inventory read failed (R3)
+        self.cut_short_passes = 0  # passes whose remaining calls a refused delete cancelled (R11)
         self.quiet_passes = 0  # passes only counted (see _fingerprint)
         self.inventory_reads = 0  # full inventory reads (one GET per declared node and queued resource each)
         self.passes = 0
@@ -896,7 +897,7 @@ class PollingPolicy:
                 except ApiError as err:
                     if err.rpc.status != "NOT_FOUND":  # R11
                         aborted = True
-                        self.aborted_passes += 1
+                        self.cut_short_passes += 1
                     continue
             self.log.append((now, action))
 
