@@ -388,3 +388,26 @@ def test_a_loser_still_provisioning_cannot_be_deleted_and_cuts_every_pass_short_
     assert policy.aborted_passes == 0
     deletes = [t for t, a in policy.log if isinstance(a, DeleteQr) and a.zone == C]
     assert deletes and deletes[0] >= 900.0 + 600.0  # then a READY loser, kept for the idle timeout
+
+
+def test_reconcile_is_pure_the_same_inputs_give_the_same_pass_and_stay_unchanged():
+    st = with_slot(with_job(state(zones=(B, C)), job("old", at=0)), B, status=SlotStatus.idle, idle_since=0.0)
+    obs = observed(node(st, B), qr(st, B), qr(st, C, 1, Qs.FAILED), submitted=[job("new", at=5)])
+    before = (dict(st.jobs), dict(st.slots))
+    first = reconcile(st, obs, 100.0)
+    assert reconcile(st, obs, 100.0) == first
+    assert (dict(st.jobs), dict(st.slots)) == before
+
+
+@pytest.mark.parametrize("type_, chips", [("v4-32", 16), ("v5litepod-64", 64)])
+def test_a_multi_host_slice_is_one_resource_and_one_attempt_on_all_its_chips(type_, chips):
+    """R14: tpu-runner launches one attempt on every worker host of the slice (DistributedTPURunner.launch)."""
+    zone = "us-central2-b" if type_.startswith("v4") else "us-west4-a"
+    st = ControllerState(config_from_fleet(FleetFile.model_validate({
+        "name": "sim", "project": PROJECT, "tpus": [{"id": "big", "type": type_, "zones": [zone]}]}), PROJECT),
+        running=True)
+    e = st.config.entries[0]
+    st = replace(st, slots={e.slots[0][1]: Slot(e.slots[0][1], e.id, SlotStatus.idle, idle_since=0.0)})
+    views = [replace(node(st, zone), type=e.type), replace(qr(st, zone), type=e.type)]
+    _, actions = reconcile(st, observed(*views, submitted=[job(types=(e.type,))]), 10.0)
+    assert kinds(actions, Dispatch) == [Dispatch("j1", 1, zone, e.slots[0][1], chips)]
