@@ -118,10 +118,10 @@ def page(browser, ui_url, tmp_path):
     context.close()
 
 
-def shoot(page, name: str) -> None:
+def shoot(page, name: str, readme: bool = True) -> None:
     path = page.shots / f"ui-{name}.png"
     page.screenshot(path=str(path), full_page=True)
-    if os.environ.get("TPUQ_UI_README_SHOTS"):
+    if readme and os.environ.get("TPUQ_UI_README_SHOTS"):
         README_IMAGES.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, README_IMAGES / path.name)
 
@@ -144,7 +144,7 @@ def test_a_published_job_appears_runs_live_and_streams_its_logs_as_text(page, cl
     try:
         row = page.wait_for_selector(f'tr[data-job="{job_id}"]', timeout=DOM_WAIT_MS)  # no reload: polled in
         assert "<script>window.__ranName" in row.query_selector(".name").inner_text()
-        shoot(page, "jobs")
+        shoot(page, "jobs-new", readme=False)
         assert page.evaluate("window.__notReloaded") is True
 
         page.click(f'tr[data-job="{job_id}"] a')
@@ -172,7 +172,7 @@ def test_a_published_job_appears_runs_live_and_streams_its_logs_as_text(page, cl
         gate.unlink(missing_ok=True)
 
 
-def test_a_waiting_job_the_stocked_out_zones_backoff_and_cancel_through_the_confirmation(page, clients):
+def test_a_waiting_job_the_stocked_out_zones_backoff_priority_and_cancel_through_the_confirmation(page, clients):
     job_id = f"ui-wait-{uuid.uuid4().hex[:6]}"
     clients.publish("jobs", {"id": job_id, "tpu": "v4-8", "zone": STOCKED_OUT, "command": "echo never"})
     page.goto(f"{page.base}/fleet")
@@ -186,6 +186,14 @@ def test_a_waiting_job_the_stocked_out_zones_backoff_and_cancel_through_the_conf
 
     page.goto(f"{page.base}/jobs/{job_id}")
     assert page.inner_text("#job-state") == "pending"
+    page.select_option("#priority-choice", "high")
+    page.click("#set-priority")
+    page.wait_for_selector("#confirm-form")
+    page.click("#confirm")
+    assert "priority high (was normal)" in page.inner_text("#outcome")
+    assert clients.firestore.collection(store.JOBS).document(job_id).get().to_dict()["priority"] == "high"
+    page.click("#back")
+    assert page.inner_text("#job-priority") == "high"
     page.click("#cancel")
     page.wait_for_selector("#confirm-form")
     assert job_state(clients, job_id) == "pending"  # the confirmation itself changes nothing
@@ -212,6 +220,9 @@ def test_dead_letters_and_cost(page, clients):
     if any(True for _ in clients.firestore.collection(store.TPUS).limit(1).stream()):  # the first test's TPU
         assert page.query_selector_all("#cost-rows tr[data-type='v4-8']")
     shoot(page, "cost")
+    page.goto(f"{page.base}/jobs")  # by now: a job that succeeded, one cancelled, the README's picture
+    page.wait_for_selector("tr[data-state='cancelled']")
+    shoot(page, "jobs")
 
 
 def test_the_pages_run_under_their_content_security_policy(browser, ui_url):

@@ -59,7 +59,17 @@ def test_per_day_and_type_and_the_chart():
         ("2026-12-01", "v4-32", pytest.approx(4.0)), ("2026-12-01", "v4-8", pytest.approx(2.0)),
         ("2026-12-02", "v4-8", pytest.approx(2.0))]
     chart = chart_data(rows)
-    assert chart["labels"] == ["2026-12-01", "2026-12-02"] and chart["series"]["billed"] == [6.0, 2.0]
+    series = {s["name"]: s["values"] for s in chart["series"]}
+    assert chart["labels"] == ["2026-12-01", "2026-12-02"] and series["billed"] == [6.0, 2.0]
+    assert series["idle"] == [6.0, 2.0]  # nothing ran: every billed hour was idle
+
+
+def test_the_charts_use_bar_adds_up_to_the_billed_one():
+    rows = cost_rows([tpu("b", T0, T0 + H, "v4-32")], [attempt("b", T0, T0 + H / 2, "preempted")], now=T0 + 6 * H)
+    series = chart_data(rows)["series"]
+    billed = [s["values"] for s in series if s["stack"] == "billed"]
+    used = [s["values"] for s in series if s["stack"] == "use"]
+    assert [sum(day) for day in zip(*used)] == pytest.approx(billed[0])
 
 
 def test_the_janitor_still_marks_surplus_racers_so():

@@ -127,7 +127,9 @@ def totals(rows: Iterable[CostRow]) -> dict[str, Any]:
 
 
 def chart_data(rows: Iterable[CostRow]) -> dict[str, Any]:
-    """What the page's chart draws: per day, billed and running VM-hours (all types) and the waste by cause."""
+    """What the page's chart draws per day (all types): one bar of the billed VM-hours, and beside it where they
+    went, stacked: jobs' work kept, work lost to preemption, idle, race losers (together the billed hours again).
+    `series`: [{name, stack, values}], in drawing order."""
     days: dict[str, dict[str, float]] = {}
     for r in rows:
         d = days.setdefault(r.day, {"billed": 0.0, "running": 0.0, **dict.fromkeys(CAUSES, 0.0)})
@@ -136,8 +138,17 @@ def chart_data(rows: Iterable[CostRow]) -> dict[str, Any]:
         for c in CAUSES:
             d[c] += r.waste[c]
     labels = sorted(days)
-    return {"labels": labels, "series": {k: [round(days[d][k], 3) for d in labels]
-                                         for k in ("billed", "running", *CAUSES)}}
+
+    def values(of) -> list[float]:
+        return [round(of(days[day]), 4) for day in labels]
+
+    return {"labels": labels, "series": [
+        {"name": "billed", "stack": "billed", "values": values(lambda d: d["billed"])},
+        {"name": "jobs' work kept", "stack": "use", "values": values(lambda d: d["running"] - d["lost to preemption"])},
+        {"name": "lost to preemption", "stack": "use", "values": values(lambda d: d["lost to preemption"])},
+        {"name": "idle", "stack": "use", "values": values(lambda d: d["idle"])},
+        {"name": "race losers", "stack": "use", "values": values(lambda d: d["race losers"])},
+    ]}
 
 
 def read_cost(db, now: datetime, days: int = 14, job_limit: int = 1000) -> list[CostRow]:

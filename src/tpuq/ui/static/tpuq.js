@@ -5,11 +5,10 @@ document.addEventListener("DOMContentLoaded", function () {
   var canvas = document.getElementById("cost-chart");
   if (!data || !canvas || typeof Chart === "undefined") return;
   var d = JSON.parse(data.textContent);
-  var colours = {"billed": "#4c6ef5", "running": "#37b24d", "race losers": "#f76707", "idle": "#fab005",
-                 "lost to preemption": "#e03131"};
-  var sets = Object.keys(d.series).map(function (name) {
-    return {label: name, data: d.series[name], backgroundColor: colours[name] || "#868e96",
-            stack: (name === "billed" ? "billed" : (name === "running" ? "used" : "waste"))};
+  var colours = {"billed": "#4c6ef5", "jobs' work kept": "#37b24d", "lost to preemption": "#e03131",
+                 "idle": "#fab005", "race losers": "#f76707"};
+  var sets = d.series.map(function (s) {
+    return {label: s.name, data: s.values, backgroundColor: colours[s.name] || "#868e96", stack: s.stack};
   });
   window.tpuqCostChart = new Chart(canvas, {
     type: "bar", data: {labels: d.labels, datasets: sets},
