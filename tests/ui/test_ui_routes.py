@@ -166,3 +166,29 @@ def test_dead_letters_show_topic_field_and_reason(world):
     page = client_of(world).get("/dead-letters").get_data(as_text=True)
     row = re.search(r'<tr data-message="7">(.*?)</tr>', page, re.S).group(1)
     assert ">jobs<" in row and ">tpu<" in row and "unknown TPU type &lt;b&gt;v9&lt;/b&gt;" in row
+
+
+def test_the_fleet_page_shows_a_zones_backoff_and_the_project_block(world):
+    """What `tpuq fleet` shows, from the claimer's documents: a zone backed off (until when) and a project-level
+    block with the API's words (escaped)."""
+    import yaml
+
+    from tpuq.documents import FleetStatus, TargetRecord, status_to_doc, target_to_doc
+    from tpuq.examples import EXAMPLE_FLEET
+    from tpuq.fleet import FleetFile
+    from tpuq.fleetstore import save_fleet
+
+    fleet = FleetFile.model_validate(yaml.safe_load(EXAMPLE_FLEET))
+    version = save_fleet(world.firestore, fleet, NOW)
+    entry = fleet.tpus[0]
+    zone = entry.zones[0]
+    world.firestore.collection(store.ZONES).document(f"{fleet.name}:{zone}:{entry.type}").set(target_to_doc(
+        TargetRecord(fleet.name, zone, entry.type, capacity_failures=2, backoff_until=NOW + timedelta(minutes=5))))
+    world.firestore.collection(store.FLEET_STATUS).document(fleet.name).set(status_to_doc(FleetStatus(
+        fleet.name, blocked="billing is disabled on the project: enable it, then tpuq fleet unblock",
+        blocked_version=version, blocked_message="<b>BILLING_DISABLED</b>", blocked_at=NOW)))
+    page = client_of(world).get("/fleet/live").get_data(as_text=True)
+    row = re.search(rf'<tr data-zone="{zone}" data-type="{entry.type}">(.*?)</tr>', page, re.S).group(1)
+    assert "15:05 UTC" in row and "backed off until 15:05 UTC after 2 capacity failure(s)" in row
+    assert "billing is disabled on the project: enable it, then tpuq fleet unblock" in page
+    assert "&lt;b&gt;BILLING_DISABLED&lt;/b&gt;" in page

@@ -47,6 +47,11 @@ def create_app(clients_factory: Callable[[], Any], now: Callable[[], datetime], 
             made["clients"] = clients_factory()
         return made["clients"]
 
+    def prechecks():
+        if "prechecks" not in made:
+            made["prechecks"] = pages.CachedPrechecks.of(clients())
+        return made["prechecks"]
+
     def csrf_token() -> str:
         if CSRF_FIELD not in session:
             session[CSRF_FIELD] = secrets.token_urlsafe(32)
@@ -138,11 +143,12 @@ def create_app(clients_factory: Callable[[], Any], now: Callable[[], datetime], 
 
     @app.get("/fleet")
     def fleet():
-        return render_template("fleet.html", fleets=pages.fleet_page(clients(), now(), tz), poll=FLEET_POLL_SECONDS)
+        return render_template("fleet.html", fleets=pages.fleet_page(clients(), now(), tz, prechecks()),
+                               poll=FLEET_POLL_SECONDS)
 
     @app.get("/fleet/live")
     def fleet_live():
-        return render_template("_fleet_live.html", fleets=pages.fleet_page(clients(), now(), tz),
+        return render_template("_fleet_live.html", fleets=pages.fleet_page(clients(), now(), tz, prechecks()),
                                poll=FLEET_POLL_SECONDS)
 
     @app.get("/dead-letters")

@@ -191,9 +191,9 @@ def set_priority(clients, job_id: str, priority: str, now: datetime) -> tuple[st
 
 
 # ------------------------------------------------------------------------------------------------ fleet
-class _CachedPrechecks:
-    """`fleet_view`'s reader over a `tpuq.cloudchecks.PrecheckCache`: a page polled every few seconds asks the
-    Cloud Quotas and Billing APIs at most once per the cache's TTL."""
+class CachedPrechecks:
+    """`fleet_view`'s pre-check reader over a `tpuq.cloudchecks.PrecheckCache`: a page polled every few seconds
+    asks the Cloud Quotas and Billing APIs at most once per the cache's TTL."""
 
     def __init__(self, cache):
         self.cache = cache
@@ -201,29 +201,30 @@ class _CachedPrechecks:
     def read(self, fleet, now):
         return self.cache.get(fleet, now)
 
+    @classmethod
+    def of(cls, clients) -> "CachedPrechecks | None":
+        """For these clients' backend; None where there is nothing to read (emulators without those APIs)."""
+        from tpuq.cloudchecks import cache_from_settings
 
-_PRECHECKS: dict[int, Any] = {}
+        cache = cache_from_settings(clients.settings)
+        return cls(cache) if cache else None
 
 
-def fleet_page(clients, now: datetime, tz: tzinfo) -> list[dict[str, Any]]:
-    """`tpuq fleet`'s view of every stored fleet, with the pre-checks (quota and its source, billing) when the
-    backend has the APIs to read them."""
+def fleet_page(clients, now: datetime, tz: tzinfo, prechecks: CachedPrechecks | None) -> list[dict[str, Any]]:
+    """`tpuq fleet`'s view of every stored fleet, with the pre-checks (quota and its source, billing) when
+    `prechecks` can read them."""
     from tpuq import store
-    from tpuq.cloudchecks import cache_from_settings
     from tpuq.fleetreport import entry_line, fleet_view
 
-    key = id(clients)
-    if key not in _PRECHECKS:
-        cache = cache_from_settings(clients.settings)
-        _PRECHECKS[key] = _CachedPrechecks(cache) if cache else None
     views = []
     for snap in clients.firestore.collection(store.FLEETS).stream():
         try:
-            view = fleet_view(clients.firestore, snap.id, now, tz, _PRECHECKS[key])
+            view = fleet_view(clients.firestore, snap.id, now, tz, prechecks)
         except ValueError:
             continue  # a stored fleet file that no longer validates: `tpuq fleet` says why
         view["entry_lines"] = [entry_line(e) for e in view["entries"]]
-        view["blocks"] = list(zip(view.get("blocked", []), view.get("blocked_details", []) or [""] * 99))
+        details = list(view.get("blocked_details") or [])
+        view["blocks"] = [(reason, details[i] if i < len(details) else "") for i, reason in enumerate(view["blocked"])]
         views.append(view)
     return views
 
