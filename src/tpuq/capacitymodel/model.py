@@ -224,7 +224,8 @@ class QueuedResourceRecord:
     holds_quota: bool = False
     node: NodeRecord | None = None
     delete_done_at: float | None = None
-    # Drawn once per request at create (scenario.delays, per zone and family), kept across resets.
+    # Drawn once per request at create from its own seeded RNG (Scenario.waiting_delay, provisioning_delay), kept
+    # across resets.
     waiting_delay: float = 0.0
     provisioning_delay: float = 0.0
 
@@ -308,6 +309,8 @@ class FakeTpuWorld:
         self._due: dict[str, float] = {}  # record name -> its next scheduled transition
         self._heap: list[tuple[float, int, str]] = []  # (due, seq, name); stale when _due disagrees
         self._seq = 0
+        self._chips_held: dict[tuple[str, str, str, str], int] = {}  # (project, zone, family, tier) -> chips
+        self._incarnations: dict[str, int] = {}  # node name -> times a node of that name turned READY
         self._dirty: dict[str, None] = {}  # (an ordered set) records whose due time must be recomputed
         self._pending_deletes: dict[str, list[Operation]] = {}  # target -> its delete operations not done yet
         # Health rules need a scan of READY nodes; skip it when nothing can change a node's health by itself.
@@ -386,8 +389,8 @@ class FakeTpuWorld:
                 valid_until=valid_until,
                 state=QrState.ACCEPTED,
                 state_since=now,
-                waiting_delay=self.scenario.delays.waiting,
-                provisioning_delay=self.scenario.delays.provisioning,
+                waiting_delay=self.scenario.waiting_delay(zone, parsed.accelerator.family, name),
+                provisioning_delay=self.scenario.provisioning_delay(zone, parsed.accelerator.family, name),
             )
             self.queued_resources[name] = qr
             self._dirty.setdefault(name)
@@ -460,7 +463,7 @@ class FakeTpuWorld:
                 self._remove_node(qr.node, now)
                 qr.node = None
             # Back in the queue; the quota check runs again on leaving ACCEPTED.
-            qr.holds_quota = False
+            self._hold_quota(qr, False)
             qr.failed_error = None
             self._set_qr_state(qr, QrState.ACCEPTED, now, "USER")
             op = self._new_operation(project, zone, "reset", qr.name, api_version)
@@ -769,6 +772,7 @@ class FakeTpuWorld:
             if qr.node is not None:
                 self._remove_node(qr.node, qr.delete_done_at)
             del self.queued_resources[qr.name]
+            self._hold_quota(qr, False)
             self._emit_qr(qr, qr.delete_done_at, removed=True)
             self._complete_deletes(qr.name)
             return True
@@ -780,7 +784,7 @@ class FakeTpuWorld:
         if used + qr.accelerator.chips > limit:
             self._fail(qr, quota_error(qr.zone, qr.accelerator.family, qr.spot, limit), at)
             return
-        qr.holds_quota = True
+        self._hold_quota(qr, True)
         self._set_qr_state(qr, QrState.WAITING_FOR_RESOURCES, at)
 
     def _capacity_check(self, qr: QueuedResourceRecord, at: float, horizon: float) -> bool:
@@ -859,8 +863,11 @@ class FakeTpuWorld:
             return None
         rules = self.scenario.preemption
         candidates = []
-        if rules.mean_spot_lifetime:
-            candidates.append(active_since + self.rng.expovariate(1.0 / rules.mean_spot_lifetime))
+        incarnation = self._incarnations.get(node.name, 0)
+        self._incarnations[node.name] = incarnation + 1
+        lifetime = self.scenario.spot_lifetime(node.zone, node.accelerator.family, node.name, incarnation)
+        if lifetime is not None:
+            candidates.append(active_since + lifetime)
         for rule in rules.scripted:
             if rule.after_active is not None and rule.matches(node.zone, node.accelerator.family, node.node_id):
                 candidates.append(active_since + rule.after_active)
@@ -919,15 +926,15 @@ class FakeTpuWorld:
             return self._quota_used(project, zone, family, tier)
 
     def _quota_used(self, project: str, zone: str, family: str, tier: str) -> int:
-        return sum(
-            q.accelerator.chips
-            for q in self.queued_resources.values()
-            if q.holds_quota
-            and q.project == project
-            and q.zone == zone
-            and q.accelerator.family == family
-            and q.tier == tier
-        )
+        return self._chips_held.get((project, zone, family, tier), 0)
+
+    def _hold_quota(self, qr: QueuedResourceRecord, hold: bool) -> None:
+        """The one place holds_quota changes, so `_chips_held` always sums the live requests that hold."""
+        if qr.holds_quota == hold:
+            return
+        qr.holds_quota = hold
+        key = (qr.project, qr.zone, qr.accelerator.family, qr.tier)
+        self._chips_held[key] = self._chips_held.get(key, 0) + (qr.accelerator.chips if hold else -qr.accelerator.chips)
 
     # -- host hand-off (server) ---------------------------------------------------------
 
