@@ -14,7 +14,7 @@ from tpuq.capacitymodel.model import FakeTpuWorld, NodeState
 from tpuq.capacitymodel.scenario import ScenarioError, parse_scenario
 from tpuq.claimer.tpuapi import NodeJsonReader, TpuApi
 from tpuq.documents import MaintenanceStatus, NodeHealth, SymptomType, TpuHealth
-from tpuq_dev.faketpu.api import render_node
+from tpuq.capacitymodel.render import render_node
 from tpuq_dev.faketpu.control import FakeTpuControl, FakeTpuControlError
 from tpuq_dev.faketpu.server import FakeTpuServer
 

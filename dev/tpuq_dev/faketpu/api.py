@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import zlib
 from urllib.parse import unquote
 from collections.abc import Callable
 from typing import Any
@@ -23,27 +22,10 @@ from tpuq.capacitymodel.clock import rfc3339
 from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
 from .faults import FaultLayer, add_fault_layer
 from tpuq.capacitymodel.errors import ERROR_CLASSES, HTTP_STATUS, ApiError, invalid
-from tpuq.capacitymodel.model import (
-    ApiCallFault,
-    FakeTpuWorld,
-    NodeRecord,
-    NodeState,
-    Operation,
-    QrState,
-    QueuedResourceRecord,
-)
+from tpuq.capacitymodel.render import render_node, render_operation, render_queued_resource
+from tpuq.capacitymodel.model import ApiCallFault, FakeTpuWorld
 
 API_VERSIONS = ("v2", "v2alpha1")
-_STATE_DATA_FIELD = {
-    QrState.CREATING: "creatingData",
-    QrState.ACCEPTED: "acceptedData",
-    QrState.PROVISIONING: "provisioningData",
-    QrState.ACTIVE: "activeData",
-    QrState.DELETING: "deletingData",
-    QrState.SUSPENDING: "suspendingData",
-    QrState.SUSPENDED: "suspendedData",
-}
-_ECHOED_QR_FIELDS = ("spot", "guaranteed", "bestEffort", "queueingPolicy", "reservationName", "provisioningModel")
 
 
 class CallLog:
@@ -64,128 +46,6 @@ class CallLog:
     def clear(self) -> None:
         with self._lock:
             self._calls.clear()
-
-
-# -- rendering -------------------------------------------------------------------------------
-
-
-def topology(chips: int, family: str) -> str:
-    """acceleratorConfig.topology as the API reports it: v4-8 2x2x1, v4-32 2x2x4, v5litepod-64 8x8."""
-    if family in ("v4", "v5p"):  # 3-D tori; the smallest slice is one 2x2x1 host
-        dims, remaining = [2, 2, 1], max(1, chips // 4)
-    else:
-        dims, remaining = [1, 1], chips
-    while remaining > 1:
-        # Grow the last of the smallest dimensions: 2x2x2 -> 2x2x4 -> 2x4x4 -> 4x4x4.
-        smallest = min(dims)
-        last = max(i for i, d in enumerate(dims) if d == smallest)
-        dims[last] *= 2
-        remaining //= 2
-    return "x".join(str(d) for d in dims)
-
-
-def render_queued_resource(world: FakeTpuWorld, qr: QueuedResourceRecord) -> dict:
-    parent = f"projects/{qr.project}/locations/{qr.zone}"
-    out: dict[str, Any] = {
-        "name": qr.name,
-        "createTime": rfc3339(world.clock.wall(qr.create_time)),
-        "tpu": {"nodeSpec": [{"parent": parent, "nodeId": qr.node_id, "node": qr.node_spec}]},
-    }
-    for key in _ECHOED_QR_FIELDS:
-        if key in qr.body:
-            out[key] = qr.body[key]
-    state: dict[str, Any] = {"state": qr.state.value, "stateInitiator": qr.initiator}
-    if qr.state == QrState.FAILED and qr.failed_error is not None:
-        state["failedData"] = {"error": qr.failed_error.to_json()}
-    elif qr.state in _STATE_DATA_FIELD:
-        state[_STATE_DATA_FIELD[qr.state]] = {}
-    out["state"] = state
-    return out
-
-
-def render_node(world: FakeTpuWorld, node: NodeRecord) -> dict:
-    spec = node.spec
-    out: dict[str, Any] = {
-        "name": node.name,
-        "acceleratorType": node.accelerator.name,
-        "runtimeVersion": node.runtime_version,
-        "state": node.state.value,
-        "createTime": rfc3339(world.clock.wall(node.create_time)),
-        "networkConfig": {"network": "default", "subnetwork": "default", **(spec.get("networkConfig") or {})},
-        "cidrBlock": "10.130.0.0/20",
-        "schedulingConfig": {"spot": True} if node.spot else {},
-        "labels": spec.get("labels") or {},
-        "metadata": spec.get("metadata") or {},
-        "queuedResource": node.queued_resource,
-        "acceleratorConfig": {
-            "type": node.accelerator.generation,
-            "topology": topology(node.accelerator.chips, node.accelerator.family),
-        },
-        "apiVersion": "V2",
-        "id": str(zlib.crc32(node.name.encode()) * 7919),
-    }
-    if node.state == NodeState.READY:
-        out.update(render_health(world, node))
-    if node.endpoints and node.state == NodeState.READY:
-        endpoints = []
-        for e in node.endpoints:
-            entry: dict[str, Any] = {"ipAddress": e.ip_address, "port": e.port}
-            if e.external_ip:
-                entry["accessConfig"] = {"externalIp": e.external_ip}
-            endpoints.append(entry)
-        out["networkEndpoints"] = endpoints
-    for key in ("serviceAccount", "tags", "dataDisks", "description", "shieldedInstanceConfig"):
-        if key in spec:
-            out[key] = spec[key]
-    return out
-
-
-def render_health(world: FakeTpuWorld, node: NodeRecord) -> dict:
-    """`health`, `healthDescription`, `symptoms` and `upcomingMaintenance` of a READY node, in tpu.v2's field names
-    and enum names. Symptom times are scenario wall times like createTime; the maintenance window's times are the
-    real times the fake will reach them (`Clock.real_wall`), because clients compare them with their own clock."""
-    out: dict[str, Any] = {"health": node.health.value}
-    if node.health_description:
-        out["healthDescription"] = node.health_description
-    if node.symptoms:
-        out["symptoms"] = [{"createTime": rfc3339(world.clock.wall(s.at)), "symptomType": s.symptom_type.value,
-                            **({"details": s.details} if s.details else {}), "workerId": str(s.worker)}
-                           for s in node.symptoms]
-    m = node.maintenance
-    if m is not None:
-        real = world.clock.real_wall
-        out["upcomingMaintenance"] = {
-            "type": m.type.value, "canReschedule": m.can_reschedule,
-            "windowStartTime": rfc3339(real(m.start)), "windowEndTime": rfc3339(real(m.end)),
-            "latestWindowStartTime": rfc3339(real(m.start)),
-            "maintenanceStatus": m.status(world.clock.now()).value,
-        }
-    return out
-
-
-def render_operation(world: FakeTpuWorld, op: Operation, api_version: str) -> dict:
-    metadata: dict[str, Any] = {
-        "@type": f"type.googleapis.com/google.cloud.tpu.{api_version}.OperationMetadata",
-        "createTime": rfc3339(world.clock.wall(op.create_time)),
-        "target": op.target,
-        "verb": op.verb,
-        "cancelRequested": False,
-        "apiVersion": api_version,
-    }
-    if op.end_time is not None:
-        metadata["endTime"] = rfc3339(world.clock.wall(op.end_time))
-    out: dict[str, Any] = {"name": op.name, "metadata": metadata, "done": op.done}
-    if op.done:
-        if op.error is not None:
-            out["error"] = op.error.to_json()
-        elif op.response is not None:
-            out["response"] = {
-                "@type": f"type.googleapis.com/google.cloud.tpu.{api_version}.QueuedResource",
-                **render_queued_resource(world, op.response),
-            }
-        else:
-            out["response"] = {"@type": "type.googleapis.com/google.protobuf.Empty"}
-    return out
 
 
 # -- routing ---------------------------------------------------------------------------------

@@ -33,63 +33,13 @@ from werkzeug.exceptions import HTTPException
 
 from tpuq.capacitymodel.clock import rfc3339
 from tpuq.capacitymodel.scenario import FirewallRule
-from tpuq.tputypes import _FAMILIES
 
 from .api import CallLog, add_log_routes, record_call
-from tpuq.capacitymodel.errors import ApiError, quota_id
+from tpuq.capacitymodel.errors import ApiError
 from tpuq.capacitymodel.model import FakeTpuWorld
+from tpuq.capacitymodel.render import TPU_SERVICE, quota_ids, render_billing_info, render_quota_info
 
 QUOTA_VERSIONS = ("v1", "v1beta")
-TPU_SERVICE = "tpu.googleapis.com"
-_TIERS = (("on_demand", False), ("spot", True))
-FAKE_BILLING_ACCOUNT = "billingAccounts/000000-FAKE00-000000"
-
-
-def quota_ids() -> dict[str, tuple[str, str]]:
-    """Every per-zone TPU quota ID the fake knows -> (family, tier)."""
-    return {quota_id(family, spot): (family, tier) for family in _FAMILIES for tier, spot in _TIERS}
-
-
-def quota_units(family: str) -> tuple[int, str]:
-    """(units per chip, unit name): the unit the family's type names count in."""
-    counts_cores = _FAMILIES[family][0]
-    return (2, "TensorCores") if counts_cores else (1, "chips")
-
-
-def _details(value: int) -> dict:
-    return {"value": str(value)} if value else {}  # proto3 JSON: int64 as a string, zero left out
-
-
-def render_quota_info(world: FakeTpuWorld, project: str, qid: str) -> dict:
-    family, tier = quota_ids()[qid]
-    per_chip, _ = quota_units(family)
-    scenario = world.scenario
-    zones = sorted(scenario.zones)
-    infos = []
-    for zone in zones:  # most specific first: the zones that list the family on their own
-        own = scenario.zones[zone].quota.get(family)
-        if own is not None:
-            infos.append({"dimensions": {"zone": zone}, "details": _details(getattr(own, tier) * per_chip),
-                          "applicableLocations": [zone]})
-    default = scenario.default_quota.get(family)
-    infos.append({"details": _details((getattr(default, tier) if default else 0) * per_chip),
-                  "applicableLocations": zones})
-    return {
-        "name": f"projects/{project}/locations/global/services/{TPU_SERVICE}/quotaInfos/{qid}",
-        "quotaId": qid,
-        "service": TPU_SERVICE,
-        "containerType": "PROJECT",
-        "dimensions": ["zone"],
-        "isPrecise": True,
-        "dimensionsInfos": infos,
-    }
-
-
-def render_billing_info(world: FakeTpuWorld, project: str) -> dict:
-    body = {"name": f"projects/{project}/billingInfo", "projectId": project}
-    if not world.billing_disabled(project):
-        body.update(billingAccountName=FAKE_BILLING_ACCOUNT, billingEnabled=True)
-    return body
 
 
 def _json(body: dict, status: int = 200) -> Response:
