@@ -68,7 +68,10 @@ STOCKOUT = {"stockout_model": {"v4": {"fraction": 0.3, "mean_window": 7200, "eff
     ({"delays": {"provisioning": {"dist": "lognormal", "median": 600}}}, "delays.provisioning.lognormal.sigma: Field required"),
     ({"delays": {"provisioning": {"dist": "lognormal", "median": 600, "sigma": 0.5, "mean": 3}}},
      "delays.provisioning.lognormal.mean: Extra inputs are not permitted"),
-    ({"delays": {"waiting": -3}}, "delays.waiting.fixed.value: Input should be greater than or equal to 0"),
+    ({"delays": {"waiting": -3}}, "delays.waiting: Value error, a delay must be 0 or more seconds, got -3"),
+    ({"delays": {"provisioning": "fast"}}, "delays.provisioning: Value error, expected a number of seconds or {dist:"),
+    ({"delays": {"provisioning": {"median": 600}}}, "delays.provisioning: Value error, a distribution needs dist: one of"),
+    ({"preemption": {"lifetimes": [{"zone": "nowhere", "mean": 5}]}}, "preemption.lifetimes.0.zone: Value error, not a zone"),
     ({"zone": {"provisioning": {"v4": {"dist": "fixed"}}}}, "zones.us-central2-b.provisioning.v4.fixed.value"),
 ])
 def test_a_bad_stochastic_field_is_one_line_naming_it(extra, fragment):
@@ -109,7 +112,8 @@ def test_stockout_windows_have_the_fraction_and_mean_length_asked():
 
 def test_a_scripted_window_and_an_override_win_over_the_generated_ones():
     s = scenario(zone={**STOCKOUT, "stockouts": [{"start": 0, "end": 10 * DAY, "effect": "wait"}]})
-    generated = stockout_windows(s, Z, "v4", 20 * DAY)
+    generated = stockout_windows(s, Z, "v4", 20 * DAY, scripted=False)
+    assert stockout_windows(s, Z, "v4", 20 * DAY) == [s.zones[Z].stockouts[0], *generated]
     assert s.stockout_at(Z, "v4", 5).effect == "wait"
     late = next(w for w in generated if w.start > 10 * DAY)
     assert s.stockout_at(Z, "v4", late.start) == late

@@ -140,9 +140,19 @@ class LognormalDelay(_Strict):
         return self.median
 
 
+DISTRIBUTIONS = ("fixed", "uniform", "exponential", "lognormal")
+
+
 def _number_is_fixed(value: object) -> object:
+    """A number is a fixed delay; anything else must name its distribution (one clear line otherwise)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"a delay must be 0 or more seconds, got {value}")
         return {"dist": "fixed", "value": value}
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a number of seconds or {{dist: {'|'.join(DISTRIBUTIONS)}, ...}}, got {value!r}")
+    if "dist" not in value:
+        raise ValueError(f"a distribution needs dist: one of {', '.join(DISTRIBUTIONS)}")
     return value
 
 
@@ -268,6 +278,13 @@ class SpotLifetime(_Strict):
     mean: float = Field(gt=0)
 
     _family = field_validator("family")(_check_family)
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z]+-[a-z]+\d+-[a-z]", value):
+            raise ValueError(f"not a zone name: {value!r} (expected e.g. us-central2-b)")
+        return value
 
     @property
     def specificity(self) -> int:
@@ -461,11 +478,13 @@ class Scenario(_Strict):
     def waiting_delay(self, zone: str, family: str, qr_name: str) -> float:
         """WAITING_FOR_RESOURCES -> capacity check for that queued resource (full name), drawn from its own RNG."""
         dist = self.zones.get(zone, ZoneScenario()).waiting.get(family, self.delays.waiting)
-        return sample(dist, keyed_rng(self.seed, "waiting", qr_name))
+        return dist.value if dist.dist == "fixed" else sample(dist, keyed_rng(self.seed, "waiting", qr_name))
 
     def provisioning_delay(self, zone: str, family: str, qr_name: str) -> float:
         """PROVISIONING -> ACTIVE for that queued resource (full name), drawn from its own RNG."""
         dist = self.zones.get(zone, ZoneScenario()).provisioning.get(family, self.delays.provisioning)
+        if dist.dist == "fixed":
+            return dist.value  # no RNG to seed (seeding one costs ~10 µs)
         return sample(dist, keyed_rng(self.seed, "provisioning", qr_name))
 
     def spot_lifetime(self, zone: str, family: str, node_name: str, incarnation: int = 0) -> float | None:
@@ -490,15 +509,22 @@ class Scenario(_Strict):
         return self.billing.disabled or any(w.contains(t) for w in self.billing.disabled_windows)
 
 
-def stockout_windows(scenario: Scenario, zone: str, family: str, until: float) -> list[Stockout]:
-    """The stockout_model's windows of (zone, family) that start before `until`, in time order: the same ones the
-    capacity model consults, drawn from (seed, zone, family) alone. Scripted windows are not included."""
+def stockout_windows(scenario: Scenario, zone: str, family: str, until: float, *,
+                     scripted: bool = True) -> list[Stockout]:
+    """The stockout windows of (zone, family) that start before `until`, by start time: the stockout_model's,
+    drawn from (seed, zone, family) alone, and (unless scripted=False) the scripted ones of that family or of
+    every family. The capacity model consults the same ones (a scripted window first where they overlap);
+    the control API's overrides belong to a running fake, not to the scenario, and are not here."""
+    out = []
+    if scripted:
+        out = [w for w in scenario.zones.get(zone, ZoneScenario()).stockouts
+               if (w.family is None or w.family == family) and w.start < until]
     generated = scenario._stockout_generator(zone, family)
-    if generated is None:
-        return []
-    windows, model, _ = generated
-    return [Stockout.model_construct(start=start, end=end, family=family, effect=model.effect)
-            for start, end in windows.upto(until)]
+    if generated is not None:
+        windows, model, _ = generated
+        out += [Stockout.model_construct(start=start, end=end, family=family, effect=model.effect)
+                for start, end in windows.upto(until)]
+    return sorted(out, key=lambda w: w.start)
 
 
 def parse_scenario(data: object, source: str = "scenario") -> Scenario:

@@ -59,7 +59,7 @@ class AlternatingWindows:
         while t <= until:
             if self._out_next:
                 length = rng.expovariate(1.0 / self._mean_out)
-                if length > 0:
+                if t + length > t:  # never an empty window
                     self.starts.append(t)
                     self.ends.append(t + length)
                 t += length
