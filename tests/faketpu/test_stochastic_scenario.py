@@ -91,10 +91,18 @@ def test_stockout_windows_are_a_pure_function_of_seed_zone_and_family():
     for t in range(0, 30 * DAY, 3 * 3600):
         other.stockout_at(Z, "v4", t)
     assert stockout_windows(other, Z, "v4", 30 * DAY) == full
-    assert stockout_windows(scenario(seed=12, zone=STOCKOUT), Z, "v4", 30 * DAY) != full
     assert all(w.effect == "fail" and w.family == "v4" for w in full)
     assert all(a.end < b.start for a, b in zip(full, full[1:]))  # alternating: an in-stock gap between windows
     assert stockout_windows(s, Z2, "v4", 30 * DAY) == []  # no model there
+    # A copy with another seed (`--seed K`) draws its own; the original keeps its windows.
+    reseeded = s.model_copy(update={"seed": 12})
+    twelve = stockout_windows(scenario(seed=12, zone=STOCKOUT), Z, "v4", 30 * DAY)
+    assert stockout_windows(reseeded, Z, "v4", 30 * DAY) == twelve != full
+    assert stockout_windows(s, Z, "v4", 30 * DAY) == full
+    rezoned = s.model_copy(update={"zones": {Z: s.zones[Z].model_copy(
+        update={"stockout_model": {"v4": s.zones[Z].stockout_model["v4"].model_copy(update={"fraction": 0.6})}})}})
+    assert stockout_windows(rezoned, Z, "v4", 30 * DAY) != full
+    assert stockout_windows(s, Z, "v4", 30 * DAY) == full
 
 
 def test_stockout_windows_have_the_fraction_and_mean_length_asked():

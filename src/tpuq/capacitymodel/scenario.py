@@ -411,7 +411,7 @@ class Scenario(_Strict):
     billing: Billing = Field(default_factory=Billing)
     network: Network = Field(default_factory=Network)
     # The stockout_model windows drawn so far, per (zone, family): a memo of a pure function of the seed.
-    _generated: dict[tuple[str, str], tuple[AlternatingWindows, StockoutModel, list[Stockout]]] = PrivateAttr(
+    _generated: dict[tuple[int, str, str], tuple[AlternatingWindows, StockoutModel, list[Stockout]]] = PrivateAttr(
         default_factory=dict)
 
     @field_validator("zones")
@@ -466,14 +466,21 @@ class Scenario(_Strict):
         return made[i]
 
     def _stockout_generator(self, zone: str, family: str):
-        key = (zone, family)
-        if key not in self._generated:
-            model = self.zones.get(zone, ZoneScenario()).stockout_model.get(family)
-            if model is None or model.fraction == 0:
-                return None
-            self._generated[key] = (AlternatingWindows(keyed_rng(self.seed, "stockout", zone, family), model.fraction,
-                                                       model.mean_window), model, [])
-        return self._generated[key]
+        model = self.zones.get(zone, ZoneScenario()).stockout_model.get(family)
+        if model is None or model.fraction == 0:
+            return None
+        key = (self.seed, zone, family)
+        entry = self._generated.get(key)
+        if entry is not None and entry[1] is not model:
+            # A model_copy with other zones shares its original's memo (pydantic copies private attributes
+            # shallowly): give this copy its own.
+            self._generated = {}
+            entry = None
+        if entry is None:
+            entry = (AlternatingWindows(keyed_rng(self.seed, "stockout", zone, family), model.fraction,
+                                        model.mean_window), model, [])
+            self._generated[key] = entry
+        return entry
 
     def waiting_delay(self, zone: str, family: str, qr_name: str) -> float:
         """WAITING_FOR_RESOURCES -> capacity check for that queued resource (full name), drawn from its own RNG."""

@@ -12,7 +12,8 @@ Definition (`compute_bound`). The bound sees the whole future of the scenario an
     effect) and no scripted failure is in force at t (the instant the real capacity check would run);
   - over the slice's whole life [t, end) the scenario's quota of (zone, family, tier) admits the slice's chips
     beside every slice the bound already holds there, the entry's `count` admits one more slice and its
-    `chip_limit` (if any) the chips.
+    `chip_limit` (if any) the chips. The quota is the scenario's (what Cloud TPU enforces), not the fleet's
+    `quota:` override (what tpuq is told); the external IP quota and billing windows are not modelled.
   Of the candidates, the one whose work can start first wins (then the earliest t, then fleet order).
 - The slice is billed from t: the provisioning delay (drawn exactly as the capacity model draws it,
   `Scenario.provisioning_delay`, for the queued resource name `projects/P/locations/Z/queuedResources/
