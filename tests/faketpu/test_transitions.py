@@ -9,6 +9,7 @@ import random
 import pytest
 
 from tpuq.capacitymodel.clock import ManualClock
+from tpuq.documents import TpuHealth
 from tpuq.capacitymodel.model import FakeTpuWorld, NodeState, QrState, Transition
 from tpuq.capacitymodel.scenario import parse_scenario
 
@@ -176,3 +177,17 @@ def test_thousands_of_records_created_and_deleted_leave_nothing_to_scan():
     assert sum(1 for t in seen if t.removed and t.kind == "node") == 2000
     assert all(op.done for op in w.operations.values())
     assert not any(t.state == NodeState.PREEMPTED for t in seen)
+
+
+def test_a_maintenance_the_control_api_scheduled_opens_and_closes_with_no_health_rules_in_the_scenario():
+    """advance() skips the READY nodes' health scan when nothing can change health by itself; a control call's
+    maintenance notice is such a thing."""
+    w, clock, _ = world()
+    create(w)
+    clock.advance(106)
+    w.schedule_maintenance(P, Z, "n1", starts_in=100, duration=50)
+    clock.advance(120)
+    assert w.get_node(P, Z, "n1").health is TpuHealth.UNHEALTHY_MAINTENANCE
+    clock.advance(100)
+    node = w.get_node(P, Z, "n1")
+    assert node.health is TpuHealth.HEALTHY and node.maintenance is None

@@ -1018,6 +1018,7 @@ class FakeTpuWorld:
             now = self.clock.now()
             node.maintenance = Maintenance(now + starts_in, now + starts_in + duration, type, can_reschedule)
             node.advance_maintenance(now)
+            self._health_scan = True  # its window opens and closes with time: advance() must look at READY nodes
             return node
 
     def _ready_node(self, project: str, zone: str, node_id: str) -> NodeRecord:
