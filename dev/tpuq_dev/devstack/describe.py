@@ -47,7 +47,8 @@ def scenario_lines(scenario: Scenario, time_scale: float) -> list[str]:
     if scenario.preemption.mean_spot_lifetime:
         lines.append(f"spot nodes live {_secs(scenario.preemption.mean_spot_lifetime, time_scale)} on average")
     d = scenario.delays
-    lines.append(f"a slice turns ACTIVE about {_secs(d.accepted + d.waiting + d.provisioning, time_scale)} after it "
+    typical = d.accepted + d.waiting.typical + d.provisioning.typical  # a distribution's median (or mean)
+    lines.append(f"a slice turns ACTIVE about {_secs(typical, time_scale)} after it "
                  "is queued")
     if scenario.billing.disabled:
         lines.append("billing is disabled")

@@ -29,10 +29,13 @@ worker hosts (sshd): a test imports them alone and checks that.
 from __future__ import annotations
 
 import copy
+import heapq
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from tpuq.documents import MaintenanceStatus, MaintenanceType, QueuedResourceState, SymptomType, TpuHealth, TpuNodeState
 from tpuq.tputypes import AcceleratorType, zone_region
@@ -63,6 +66,32 @@ NodeState = TpuNodeState
 DELETABLE_WITHOUT_FORCE = (QrState.ACCEPTED, QrState.FAILED, QrState.SUSPENDED)
 # States in which an unprovisioned request can still expire (validUntil).
 EXPIRABLE = (QrState.ACCEPTED, QrState.WAITING_FOR_RESOURCES)
+
+
+# -- the transition record ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One state change of a queued resource or a node, stamped with the scenario time it is scheduled at (not
+    the time `advance()` happened to apply it). A record's first transition is its creation (a queued resource
+    ACCEPTED, a node CREATING); `state` None is its final removal (deleted: gone from the API). A node exists,
+    and is billed, from its creation to its removal."""
+
+    kind: Literal["queued_resource", "node"]
+    name: str  # full resource name
+    state: QrState | NodeState | None  # None: removed
+    at: float  # scenario seconds
+    accelerator_type: str  # canonical, e.g. "v4-32"
+    zone: str
+    project: str
+    spot: bool
+    chips: int
+    queued_resource: str | None = None  # a node's owning queued resource (full name)
+
+    @property
+    def removed(self) -> bool:
+        return self.state is None
 
 
 # -- records -------------------------------------------------------------------------------
@@ -195,6 +224,10 @@ class QueuedResourceRecord:
     holds_quota: bool = False
     node: NodeRecord | None = None
     delete_done_at: float | None = None
+    # Drawn once per request at create from its own seeded RNG (Scenario.waiting_delay, provisioning_delay), kept
+    # across resets.
+    waiting_delay: float = 0.0
+    provisioning_delay: float = 0.0
 
     @property
     def name(self) -> str:
@@ -247,10 +280,19 @@ class ApiCallFault:
 
 
 class FakeTpuWorld:
-    """Every queued resource, node and operation of the fake, for every project. Thread-safe."""
+    """Every queued resource, node and operation of the fake, for every project. Thread-safe.
 
-    def __init__(self, scenario: Scenario, clock: Clock, rng: random.Random | None = None, *, hosts_required=False):
+    on_transition, when given, is called (under the world's lock) with a `Transition` for every state change of a
+    queued resource or node, their creation and their final removal included, in scenario-time order.
+
+    Scheduling: each live record has at most one next due time (`_due`), kept in a heap; `advance()` pops what is
+    due in time order and `next_due()` peeks, so neither scans the records. A deleted record leaves the live dicts.
+    """
+
+    def __init__(self, scenario: Scenario, clock: Clock, rng: random.Random | None = None, *, hosts_required=False,
+                 on_transition: Callable[[Transition], None] | None = None):
         self.scenario = scenario
+        self.on_transition = on_transition
         self.clock = clock
         self.rng = rng if rng is not None else random.Random(scenario.seed)
         self.hosts_required = hosts_required
@@ -264,6 +306,15 @@ class FakeTpuWorld:
         self.faults: list[ApiCallFault] = []
         self._fired_at_rules: set[tuple[int, str]] = set()
         self._ip_counter = 0
+        self._due: dict[str, float] = {}  # record name -> its next scheduled transition
+        self._heap: list[tuple[float, int, str]] = []  # (due, seq, name); stale when _due disagrees
+        self._seq = 0
+        self._chips_held: dict[tuple[str, str, str, str], int] = {}  # (project, zone, family, tier) -> chips
+        self._incarnations: dict[str, int] = {}  # node name -> times a node of that name turned READY
+        self._dirty: dict[str, None] = {}  # (an ordered set) records whose due time must be recomputed
+        self._pending_deletes: dict[str, list[Operation]] = {}  # target -> its delete operations not done yet
+        # Health rules need a scan of READY nodes; skip it when nothing can change a node's health by itself.
+        self._health_scan = bool(scenario.health.events or scenario.health.maintenance)
 
     # -- checks shared by every API call ----------------------------------------------
 
@@ -338,8 +389,12 @@ class FakeTpuWorld:
                 valid_until=valid_until,
                 state=QrState.ACCEPTED,
                 state_since=now,
+                waiting_delay=self.scenario.waiting_delay(zone, parsed.accelerator.family, name),
+                provisioning_delay=self.scenario.provisioning_delay(zone, parsed.accelerator.family, name),
             )
             self.queued_resources[name] = qr
+            self._dirty.setdefault(name)
+            self._emit_qr(qr, now)
             op = self._new_operation(project, zone, "create", name, api_version)
             self._finish(op, response=copy.deepcopy(qr))
             if request_id:
@@ -388,7 +443,7 @@ class FakeTpuWorld:
             now = self.clock.now()
             op = self._new_operation(project, zone, "delete", qr.name, api_version)
             if qr.state != QrState.DELETING:
-                qr.set_state(QrState.DELETING, now, "USER")
+                self._set_qr_state(qr, QrState.DELETING, now, "USER")
                 qr.delete_done_at = now + self.scenario.delays.deleting
                 if qr.node is not None:
                     self._start_node_delete(qr.node, now)
@@ -405,12 +460,12 @@ class FakeTpuWorld:
                 )
             now = self.clock.now()
             if qr.node is not None:
-                self._remove_node(qr.node)
+                self._remove_node(qr.node, now)
                 qr.node = None
             # Back in the queue; the quota check runs again on leaving ACCEPTED.
-            qr.holds_quota = False
+            self._hold_quota(qr, False)
             qr.failed_error = None
-            qr.set_state(QrState.ACCEPTED, now, "USER")
+            self._set_qr_state(qr, QrState.ACCEPTED, now, "USER")
             op = self._new_operation(project, zone, "reset", qr.name, api_version)
             self._finish(op, response=copy.deepcopy(qr))
             return op
@@ -476,20 +531,50 @@ class FakeTpuWorld:
                 self._start_node_delete(node, now)
                 if qr is not None and qr.state == QrState.ACTIVE:
                     # The slice is gone; the request keeps its quota until deleted itself.
-                    qr.set_state(QrState.SUSPENDED, now, "USER")
+                    self._set_qr_state(qr, QrState.SUSPENDED, now, "USER")
             self.advance()
             return op
 
     def _start_node_delete(self, node: NodeRecord, now: float) -> None:
-        node.state = NodeState.DELETING
+        self._set_node_state(node, NodeState.DELETING, now)
         node.awaiting_hosts = False
         node.delete_done_at = now + self.scenario.delays.deleting
 
-    def _remove_node(self, node: NodeRecord) -> None:
-        self.nodes.pop(node.name, None)
+    def _remove_node(self, node: NodeRecord, at: float) -> None:
+        if self.nodes.pop(node.name, None) is not None:
+            self._emit_node(node, None, at)
+        self._dirty.setdefault(node.name)
         qr = self.queued_resources.get(node.queued_resource)
         if qr is not None and qr.node is node:
             qr.node = None
+        self._complete_deletes(node.name)
+
+    # -- the transition record ---------------------------------------------------------
+
+    def _set_qr_state(self, qr: QueuedResourceRecord, state: QrState, at: float, initiator: str | None = None) -> None:
+        changed = qr.state != state
+        qr.set_state(state, at, initiator)
+        self._dirty.setdefault(qr.name)
+        if changed:
+            self._emit_qr(qr, at)
+
+    def _set_node_state(self, node: NodeRecord, state: NodeState, at: float) -> None:
+        changed = node.state != state
+        node.state = state
+        self._dirty.setdefault(node.name)
+        self._dirty.setdefault(node.queued_resource)
+        if changed:
+            self._emit_node(node, state, at)
+
+    def _emit_qr(self, qr: QueuedResourceRecord, at: float, removed: bool = False) -> None:
+        if self.on_transition is not None:
+            self.on_transition(Transition("queued_resource", qr.name, None if removed else qr.state, at,
+                                          qr.accelerator.name, qr.zone, qr.project, qr.spot, qr.accelerator.chips))
+
+    def _emit_node(self, node: NodeRecord, state: NodeState | None, at: float) -> None:
+        if self.on_transition is not None:
+            self.on_transition(Transition("node", node.name, state, at, node.accelerator.name, node.zone,
+                                          node.project, node.spot, node.accelerator.chips, node.queued_resource))
 
     # -- operations ---------------------------------------------------------------------
 
@@ -507,6 +592,8 @@ class FakeTpuWorld:
         op_id = f"operation-{int(self.clock.wall(now).timestamp() * 1000)}-{uuid.UUID(int=self.rng.getrandbits(128)).hex[:20]}"
         op = Operation(project, zone, op_id, verb, target, now, api_version)
         self.operations[op.name] = op
+        if verb == "delete":
+            self._pending_deletes.setdefault(target, []).append(op)
         return op
 
     def _finish(self, op: Operation, response: QueuedResourceRecord | None = None, error: RpcStatus | None = None):
@@ -515,17 +602,109 @@ class FakeTpuWorld:
     # -- time -------------------------------------------------------------------------
 
     def advance(self) -> None:
-        """Apply every transition due by now."""
+        """Apply every transition due by now, in scenario-time order, each stamped at its own scheduled time.
+
+        Only the records with something due are touched (a heap of next due times), so the cost does not grow
+        with the records ever created."""
         with self.lock:
             now = self.clock.now()
-            for qr in list(self.queued_resources.values()):
-                self._advance_queued_resource(qr, now)
-            for node in list(self.nodes.values()):
-                if node.state == NodeState.DELETING and node.delete_done_at is not None and node.delete_done_at <= now:
-                    self._remove_node(node)
-                    self._complete_deletes(node.name)
-                elif node.state == NodeState.READY:
-                    self._advance_health(node, now)
+            self._reschedule()
+            heap, due = self._heap, self._due
+            while heap and heap[0][0] <= now:
+                at, _, name = heapq.heappop(heap)
+                if due.get(name) != at:
+                    continue  # superseded by a later reschedule
+                del due[name]
+                applied = self._apply_due(name, now)
+                self._dirty[name] = None
+                self._reschedule()
+                if not applied and due.get(name, now + 1) <= now:
+                    due.pop(name)  # nothing happened: never spin on it (it is rescheduled when next touched)
+            if self._health_scan:
+                for node in list(self.nodes.values()):
+                    if node.state == NodeState.READY:
+                        self._advance_health(node, now)
+
+    def next_due(self) -> float | None:
+        """The earliest scenario time at which a transition is scheduled (a delay's end, a preemption, a delete
+        completing, an expiry, the end of a `wait` stockout a waiting request sits in); None when nothing will
+        happen by itself. A node awaiting its hosts (hosts_required) waits for the server, not for a time."""
+        with self.lock:
+            self._reschedule()
+            heap, due = self._heap, self._due
+            while heap and due.get(heap[0][2]) != heap[0][0]:
+                heapq.heappop(heap)
+            return heap[0][0] if heap else None
+
+    def _reschedule(self) -> None:
+        if not self._dirty:
+            return
+        names = list(self._dirty)
+        self._dirty.clear()
+        for name in names:
+            at = self._record_due(name)
+            if at is None:
+                self._due.pop(name, None)
+            elif self._due.get(name) != at:
+                self._due[name] = at
+                self._seq += 1
+                heapq.heappush(self._heap, (at, self._seq, name))
+
+    def _record_due(self, name: str) -> float | None:
+        qr = self.queued_resources.get(name)
+        if qr is not None:
+            return self._qr_due(qr)
+        node = self.nodes.get(name)
+        if node is not None and node.state == NodeState.DELETING:
+            return node.delete_done_at
+        return None
+
+    def _apply_due(self, name: str, now: float) -> bool:
+        qr = self.queued_resources.get(name)
+        if qr is not None:
+            return self._step(qr, now)
+        node = self.nodes.get(name)
+        if node is not None and node.state == NodeState.DELETING and node.delete_done_at is not None \
+                and node.delete_done_at <= now:
+            self._remove_node(node, node.delete_done_at)
+            return True
+        return False
+
+    def _qr_due(self, qr: QueuedResourceRecord) -> float | None:
+        """When `_step` will next move this request (mirrors it; None: not by itself)."""
+        state, since = qr.state, qr.state_since
+        if state in EXPIRABLE:
+            if state == QrState.ACCEPTED:
+                at = since + self.scenario.delays.accepted
+            else:
+                at = self._capacity_time(qr, since + qr.waiting_delay)
+            if qr.valid_until is not None and (at is None or qr.valid_until < at):
+                return qr.valid_until
+            return at
+        if state == QrState.PROVISIONING:
+            return None if qr.node is None or qr.node.awaiting_hosts else since + qr.provisioning_delay
+        if state == QrState.ACTIVE and qr.node is not None and qr.node.state == NodeState.READY:
+            return self._preemption_time(qr.node)
+        if state == QrState.SUSPENDING:
+            return since + self.scenario.delays.suspending
+        if state == QrState.DELETING:
+            return qr.delete_done_at
+        return None
+
+    def _capacity_time(self, qr: QueuedResourceRecord, start: float) -> float | None:
+        """When a capacity check first run at `start` settles (as `_capacity_check` walks): at once on a scripted
+        failure, a `fail` stockout or free capacity; at the end of a chain of `wait` stockouts; None: never."""
+        zone, family = qr.zone, qr.accelerator.family
+        if self.scenario.failure_at(zone, family, start) is not None:
+            return start
+        at = start
+        while True:
+            stockout = self.scenario.stockout_at(zone, family, at, self.stockout_overrides)
+            if stockout is None or stockout.effect == "fail":
+                return at
+            if stockout.end is None:
+                return None
+            at = stockout.end
 
     def _advance_health(self, node: NodeRecord, now: float) -> None:
         """The scenario's health events and maintenance notices due for a READY node, in time order."""
@@ -550,14 +729,11 @@ class FakeTpuWorld:
                                                rule.can_reschedule)
         node.advance_maintenance(now)
 
-    def _advance_queued_resource(self, qr: QueuedResourceRecord, now: float) -> None:
-        while self._step(qr, now):
-            pass
-
     def _step(self, qr: QueuedResourceRecord, now: float) -> bool:
         """Apply the next due transition of one queued resource; False when nothing is due."""
         delays = self.scenario.delays
         state, since = qr.state, qr.state_since
+        self._dirty.setdefault(qr.name)
         if state in EXPIRABLE:
             expires = qr.valid_until is not None and qr.valid_until <= now
             # Transitions due before the expiry still happen; the expiry wins over later ones.
@@ -565,15 +741,15 @@ class FakeTpuWorld:
             if state == QrState.ACCEPTED and since + delays.accepted <= horizon:
                 self._quota_check(qr, since + delays.accepted)
                 return True
-            if state == QrState.WAITING_FOR_RESOURCES and since + delays.waiting <= horizon:
-                if self._capacity_check(qr, since + delays.waiting, horizon):
+            if state == QrState.WAITING_FOR_RESOURCES and since + qr.waiting_delay <= horizon:
+                if self._capacity_check(qr, since + qr.waiting_delay, horizon):
                     return True
             if expires:
                 wall = self.clock.wall(qr.valid_until).strftime("%Y-%m-%dT%H:%M:%SZ")
                 self._fail(qr, expired_error(wall), qr.valid_until)
                 return True
             return False
-        if state == QrState.PROVISIONING and since + delays.provisioning <= now:
+        if state == QrState.PROVISIONING and since + qr.provisioning_delay <= now:
             node = qr.node
             assert node is not None
             if node.awaiting_hosts:
@@ -581,7 +757,7 @@ class FakeTpuWorld:
             if self.hosts_required:
                 node.awaiting_hosts = True
                 return False
-            self._activate(qr, self._synthetic_endpoints(node), since + delays.provisioning)
+            self._activate(qr, self._synthetic_endpoints(node), since + qr.provisioning_delay)
             return True
         if state == QrState.ACTIVE and qr.node is not None and qr.node.state == NodeState.READY:
             at = self._preemption_due(qr.node, now)
@@ -590,13 +766,16 @@ class FakeTpuWorld:
                 return True
             return False
         if state == QrState.SUSPENDING and since + delays.suspending <= now:
-            qr.set_state(QrState.SUSPENDED, since + delays.suspending, qr.initiator)
+            self._set_qr_state(qr, QrState.SUSPENDED, since + delays.suspending, qr.initiator)
             return True
         if state == QrState.DELETING and qr.delete_done_at is not None and qr.delete_done_at <= now:
             if qr.node is not None:
-                self._remove_node(qr.node)
+                self._remove_node(qr.node, qr.delete_done_at)
             del self.queued_resources[qr.name]
+            self._hold_quota(qr, False)
+            self._emit_qr(qr, qr.delete_done_at, removed=True)
             self._complete_deletes(qr.name)
+            return True
         return False
 
     def _quota_check(self, qr: QueuedResourceRecord, at: float) -> None:
@@ -605,8 +784,8 @@ class FakeTpuWorld:
         if used + qr.accelerator.chips > limit:
             self._fail(qr, quota_error(qr.zone, qr.accelerator.family, qr.spot, limit), at)
             return
-        qr.holds_quota = True
-        qr.set_state(QrState.WAITING_FOR_RESOURCES, at)
+        self._hold_quota(qr, True)
+        self._set_qr_state(qr, QrState.WAITING_FOR_RESOURCES, at)
 
     def _capacity_check(self, qr: QueuedResourceRecord, at: float, horizon: float) -> bool:
         """True when the request moved on by `horizon`; False when it is still waiting for capacity."""
@@ -628,7 +807,7 @@ class FakeTpuWorld:
             region = zone_region(qr.zone)
             self._fail(qr, external_ip_error(region, self.scenario.external_ip_limit(region) or 0), at)
             return True
-        qr.set_state(QrState.PROVISIONING, at)
+        self._set_qr_state(qr, QrState.PROVISIONING, at)
         node = NodeRecord(
             project=qr.project,
             zone=qr.zone,
@@ -642,6 +821,7 @@ class FakeTpuWorld:
         )
         qr.node = node
         self.nodes[node.name] = node
+        self._emit_node(node, node.state, at)
         return True
 
     def _external_ips_short(self, qr: QueuedResourceRecord) -> bool:
@@ -664,7 +844,7 @@ class FakeTpuWorld:
 
     def _fail(self, qr: QueuedResourceRecord, error: RpcStatus, at: float) -> None:
         qr.failed_error = error
-        qr.set_state(QrState.FAILED, at, "SERVICE")
+        self._set_qr_state(qr, QrState.FAILED, at, "SERVICE")
         if qr.node is not None:
             self._start_node_delete(qr.node, at)
 
@@ -673,22 +853,34 @@ class FakeTpuWorld:
         assert node is not None
         node.endpoints = endpoints
         node.awaiting_hosts = False
-        node.state = NodeState.READY
         node.active_since = at
         node.preempt_at = self._draw_preemption(node, at)
-        qr.set_state(QrState.ACTIVE, at)
+        self._set_node_state(node, NodeState.READY, at)
+        self._set_qr_state(qr, QrState.ACTIVE, at)
 
     def _draw_preemption(self, node: NodeRecord, active_since: float) -> float | None:
         if not node.spot:
             return None
         rules = self.scenario.preemption
         candidates = []
-        if rules.mean_spot_lifetime:
-            candidates.append(active_since + self.rng.expovariate(1.0 / rules.mean_spot_lifetime))
+        incarnation = self._incarnations.get(node.name, 0)
+        self._incarnations[node.name] = incarnation + 1
+        lifetime = self.scenario.spot_lifetime(node.zone, node.accelerator.family, node.name, incarnation)
+        if lifetime is not None:
+            candidates.append(active_since + lifetime)
         for rule in rules.scripted:
             if rule.after_active is not None and rule.matches(node.zone, node.accelerator.family, node.node_id):
                 candidates.append(active_since + rule.after_active)
         return min(candidates) if candidates else None
+
+    def _preemption_time(self, node: NodeRecord) -> float | None:
+        """When a READY node is next preempted: its drawn lifetime's end or a scripted `at` since it turned READY."""
+        due = [node.preempt_at] if node.preempt_at is not None else []
+        if node.spot and node.active_since is not None:
+            due += [rule.at for rule in self.scenario.preemption.scripted
+                    if rule.at is not None and node.active_since <= rule.at
+                    and rule.matches(node.zone, node.accelerator.family, node.node_id)]
+        return min(due) if due else None
 
     def _preemption_due(self, node: NodeRecord, now: float) -> float | None:
         due = []
@@ -707,13 +899,13 @@ class FakeTpuWorld:
     def _preempt(self, qr: QueuedResourceRecord, at: float) -> None:
         node = qr.node
         assert node is not None
-        node.state = NodeState.PREEMPTED
         node.preempt_at = None
-        qr.set_state(QrState.SUSPENDING, at, "SERVICE")
+        self._set_node_state(node, NodeState.PREEMPTED, at)
+        self._set_qr_state(qr, QrState.SUSPENDING, at, "SERVICE")
 
     def _complete_deletes(self, target: str) -> None:
-        for op in self.operations.values():
-            if op.target == target and op.verb == "delete" and not op.done:
+        for op in self._pending_deletes.pop(target, ()):
+            if not op.done:
                 self._finish(op)
 
     def _synthetic_endpoints(self, node: NodeRecord) -> tuple[Endpoint, ...]:
@@ -734,15 +926,15 @@ class FakeTpuWorld:
             return self._quota_used(project, zone, family, tier)
 
     def _quota_used(self, project: str, zone: str, family: str, tier: str) -> int:
-        return sum(
-            q.accelerator.chips
-            for q in self.queued_resources.values()
-            if q.holds_quota
-            and q.project == project
-            and q.zone == zone
-            and q.accelerator.family == family
-            and q.tier == tier
-        )
+        return self._chips_held.get((project, zone, family, tier), 0)
+
+    def _hold_quota(self, qr: QueuedResourceRecord, hold: bool) -> None:
+        """The one place holds_quota changes, so `_chips_held` always sums the live requests that hold."""
+        if qr.holds_quota == hold:
+            return
+        qr.holds_quota = hold
+        key = (qr.project, qr.zone, qr.accelerator.family, qr.tier)
+        self._chips_held[key] = self._chips_held.get(key, 0) + (qr.accelerator.chips if hold else -qr.accelerator.chips)
 
     # -- host hand-off (server) ---------------------------------------------------------
 
@@ -826,6 +1018,7 @@ class FakeTpuWorld:
             now = self.clock.now()
             node.maintenance = Maintenance(now + starts_in, now + starts_in + duration, type, can_reschedule)
             node.advance_maintenance(now)
+            self._health_scan = True  # its window opens and closes with time: advance() must look at READY nodes
             return node
 
     def _ready_node(self, project: str, zone: str, node_id: str) -> NodeRecord:
@@ -864,6 +1057,9 @@ class FakeTpuWorld:
                 self.stockout_overrides.pop(key, None)
             else:
                 self.stockout_overrides[key] = Stockout(family=family, effect=effect) if stocked_out else None
+            for qr in self.queued_resources.values():
+                if qr.state == QrState.WAITING_FOR_RESOURCES and qr.zone == zone:
+                    self._dirty.setdefault(qr.name)  # its capacity check may settle at another time now
 
     def set_billing(self, project: str | None, enabled: bool | None) -> None:
         with self.lock:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
 from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
 from tpuq.tputypes import _FAMILIES, zone_region
 
 from .errors import ERROR_CLASSES
+from .timeline import AlternatingWindows, keyed_rng, sample
 
 FAMILIES = tuple(_FAMILIES)
 Tier = Literal["spot", "on_demand"]
@@ -89,15 +91,106 @@ class ScriptedFailure(Window):
         return value
 
 
+# -- delay distributions (seconds) -------------------------------------------------------
+
+
+class FixedDelay(_Strict):
+    dist: Literal["fixed"]
+    value: float = Field(ge=0)
+
+    @property
+    def typical(self) -> float:
+        return self.value
+
+
+class UniformDelay(_Strict):
+    dist: Literal["uniform"]
+    low: float = Field(ge=0)
+    high: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformDelay:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not be above high ({self.high})")
+        return self
+
+    @property
+    def typical(self) -> float:
+        return (self.low + self.high) / 2
+
+
+class ExponentialDelay(_Strict):
+    dist: Literal["exponential"]
+    mean: float = Field(gt=0)
+
+    @property
+    def typical(self) -> float:
+        return self.mean
+
+
+class LognormalDelay(_Strict):
+    """exp(N(ln median, sigma^2)): the median and the spread of the log (0.5 gives a p90 of about 1.9x the median)."""
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+
+    @property
+    def typical(self) -> float:
+        return self.median
+
+
+DISTRIBUTIONS = ("fixed", "uniform", "exponential", "lognormal")
+
+
+def _number_is_fixed(value: object) -> object:
+    """A number is a fixed delay; anything else must name its distribution (one clear line otherwise)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"a delay must be 0 or more seconds, got {value}")
+        return {"dist": "fixed", "value": value}
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a number of seconds or {{dist: {'|'.join(DISTRIBUTIONS)}, ...}}, got {value!r}")
+    if "dist" not in value:
+        raise ValueError(f"a distribution needs dist: one of {', '.join(DISTRIBUTIONS)}")
+    return value
+
+
+# A number (a fixed delay) or {dist: fixed|uniform|exponential|lognormal, ...}.
+Delay = Annotated[
+    Union[FixedDelay, UniformDelay, ExponentialDelay, LognormalDelay],
+    Field(discriminator="dist"),
+    BeforeValidator(_number_is_fixed),
+]
+
+
+def fixed(seconds: float) -> FixedDelay:
+    return FixedDelay(dist="fixed", value=seconds)
+
+
+class StockoutModel(_Strict):
+    """Stochastic stockouts of one family in one zone: out `fraction` of the time, in windows of mean length
+    `mean_window` seconds (alternating exponential in-stock and out-of-stock periods, from the scenario seed)."""
+
+    fraction: float = Field(ge=0, lt=1)
+    mean_window: float = Field(gt=0)
+    effect: Literal["fail", "wait"] = "fail"
+
+
 class ZoneScenario(_Strict):
     quota: dict[str, FamilyQuota] = Field(default_factory=dict)
     stockouts: list[Stockout] = Field(default_factory=list)
     failures: list[ScriptedFailure] = Field(default_factory=list)
+    stockout_model: dict[str, StockoutModel] = Field(default_factory=dict)  # per family
+    # Per family: this zone's own delay distributions, in place of delays.waiting / delays.provisioning.
+    waiting: dict[str, Delay] = Field(default_factory=dict)
+    provisioning: dict[str, Delay] = Field(default_factory=dict)
 
-    _families = field_validator("quota")(lambda value: _check_families(value))
+    _families = field_validator("quota", "stockout_model", "waiting", "provisioning")(
+        lambda value: _check_families(value))
 
 
-def _check_families(value: dict[str, FamilyQuota]) -> dict[str, FamilyQuota]:
+def _check_families(value: dict) -> dict:
     for family in value:
         _check_family(family)
     return value
@@ -107,8 +200,10 @@ class Delays(_Strict):
     """Scenario seconds spent in each state on the normal path."""
 
     accepted: float = Field(1, ge=0)  # ACCEPTED -> WAITING_FOR_RESOURCES (quota check here)
-    waiting: float = Field(5, ge=0)  # WAITING_FOR_RESOURCES -> PROVISIONING (capacity check here)
-    provisioning: float = Field(600, ge=0)  # PROVISIONING -> ACTIVE
+    # WAITING_FOR_RESOURCES -> PROVISIONING (capacity check here) and PROVISIONING -> ACTIVE: a number or a
+    # distribution, drawn once per queued resource (Scenario.waiting_delay / provisioning_delay).
+    waiting: Delay = Field(default_factory=lambda: fixed(5))
+    provisioning: Delay = Field(default_factory=lambda: fixed(600))
     suspending: float = Field(30, ge=0)  # SUSPENDING -> SUSPENDED after a preemption
     deleting: float = Field(5, ge=0)  # DELETING -> gone
     # ACTIVE (every sshd up) -> the hosts' keys in guest attributes. On a real VM the guest agent publishes
@@ -175,9 +270,49 @@ class ScriptedMaintenance(_NodeRule):
     can_reschedule: bool = True
 
 
+class SpotLifetime(_Strict):
+    """The mean (exponential) lifetime of spot nodes from ACTIVE, in `zone` and/or of `family` (absent: any)."""
+
+    zone: str | None = None
+    family: str | None = None
+    mean: float = Field(gt=0)
+
+    _family = field_validator("family")(_check_family)
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z]+-[a-z]+\d+-[a-z]", value):
+            raise ValueError(f"not a zone name: {value!r} (expected e.g. us-central2-b)")
+        return value
+
+    @property
+    def specificity(self) -> int:
+        """zone and family > zone > family > neither."""
+        return 2 * (self.zone is not None) + (self.family is not None)
+
+
 class Preemption(_Strict):
-    mean_spot_lifetime: float | None = Field(None, gt=0)  # exponential, from the seeded RNG
+    mean_spot_lifetime: float | None = Field(None, gt=0)  # exponential, per node; the fallback of `lifetimes`
+    lifetimes: list[SpotLifetime] = Field(default_factory=list)  # the most specific match wins
     scripted: list[ScriptedPreemption] = Field(default_factory=list)
+
+    @field_validator("lifetimes")
+    @classmethod
+    def _distinct(cls, value: list[SpotLifetime]) -> list[SpotLifetime]:
+        seen = set()
+        for entry in value:
+            key = (entry.zone, entry.family)
+            if key in seen:
+                raise ValueError(f"two lifetimes for zone {entry.zone or 'any'}, family {entry.family or 'any'}")
+            seen.add(key)
+        return value
+
+    def mean_lifetime(self, zone: str, family: str) -> float | None:
+        matches = [e for e in self.lifetimes if e.zone in (None, zone) and e.family in (None, family)]
+        if matches:
+            return max(matches, key=lambda e: e.specificity).mean
+        return self.mean_spot_lifetime
 
 
 class NodeHealthScenario(_Strict):
@@ -275,6 +410,9 @@ class Scenario(_Strict):
     health: NodeHealthScenario = Field(default_factory=NodeHealthScenario)
     billing: Billing = Field(default_factory=Billing)
     network: Network = Field(default_factory=Network)
+    # The stockout_model windows drawn so far, per (zone, family): a memo of a pure function of the seed.
+    _generated: dict[tuple[int, str, str], tuple[AlternatingWindows, StockoutModel, list[Stockout]]] = PrivateAttr(
+        default_factory=dict)
 
     @field_validator("zones")
     @classmethod
@@ -315,7 +453,54 @@ class Scenario(_Strict):
         for window in self.zones.get(zone, ZoneScenario()).stockouts:
             if (window.family is None or window.family == family) and window.contains(t):
                 return window
-        return None
+        generated = self._stockout_generator(zone, family)
+        if generated is None:
+            return None
+        windows, model, made = generated
+        i = windows.index_at(t)
+        if i is None:
+            return None
+        while len(made) <= i:
+            start, end = windows.starts[len(made)], windows.ends[len(made)]
+            made.append(Stockout.model_construct(start=start, end=end, family=family, effect=model.effect))
+        return made[i]
+
+    def _stockout_generator(self, zone: str, family: str):
+        model = self.zones.get(zone, ZoneScenario()).stockout_model.get(family)
+        if model is None or model.fraction == 0:
+            return None
+        key = (self.seed, zone, family)
+        entry = self._generated.get(key)
+        if entry is not None and entry[1] is not model:
+            # A model_copy with other zones shares its original's memo (pydantic copies private attributes
+            # shallowly): give this copy its own.
+            self._generated = {}
+            entry = None
+        if entry is None:
+            entry = (AlternatingWindows(keyed_rng(self.seed, "stockout", zone, family), model.fraction,
+                                        model.mean_window), model, [])
+            self._generated[key] = entry
+        return entry
+
+    def waiting_delay(self, zone: str, family: str, qr_name: str) -> float:
+        """WAITING_FOR_RESOURCES -> capacity check for that queued resource (full name), drawn from its own RNG."""
+        dist = self.zones.get(zone, ZoneScenario()).waiting.get(family, self.delays.waiting)
+        return dist.value if dist.dist == "fixed" else sample(dist, keyed_rng(self.seed, "waiting", qr_name))
+
+    def provisioning_delay(self, zone: str, family: str, qr_name: str) -> float:
+        """PROVISIONING -> ACTIVE for that queued resource (full name), drawn from its own RNG."""
+        dist = self.zones.get(zone, ZoneScenario()).provisioning.get(family, self.delays.provisioning)
+        if dist.dist == "fixed":
+            return dist.value  # no RNG to seed (seeding one costs ~10 µs)
+        return sample(dist, keyed_rng(self.seed, "provisioning", qr_name))
+
+    def spot_lifetime(self, zone: str, family: str, node_name: str, incarnation: int = 0) -> float | None:
+        """Seconds from ACTIVE to preemption of that spot node (full name; `incarnation` counts earlier times a
+        node of that name was READY), or None when the scenario gives no mean lifetime there."""
+        mean = self.preemption.mean_lifetime(zone, family)
+        if mean is None:
+            return None
+        return keyed_rng(self.seed, "preemption", node_name, incarnation).expovariate(1.0 / mean)
 
     def failure_at(self, zone: str, family: str, t: float) -> ScriptedFailure | None:
         """The scripted failure in force for (zone, family) at time t, if any."""
@@ -329,6 +514,24 @@ class Scenario(_Strict):
 
     def billing_disabled_at(self, t: float) -> bool:
         return self.billing.disabled or any(w.contains(t) for w in self.billing.disabled_windows)
+
+
+def stockout_windows(scenario: Scenario, zone: str, family: str, until: float, *,
+                     scripted: bool = True) -> list[Stockout]:
+    """The stockout windows of (zone, family) that start before `until`, by start time: the stockout_model's,
+    drawn from (seed, zone, family) alone, and (unless scripted=False) the scripted ones of that family or of
+    every family. The capacity model consults the same ones (a scripted window first where they overlap);
+    the control API's overrides belong to a running fake, not to the scenario, and are not here."""
+    out = []
+    if scripted:
+        out = [w for w in scenario.zones.get(zone, ZoneScenario()).stockouts
+               if (w.family is None or w.family == family) and w.start < until]
+    generated = scenario._stockout_generator(zone, family)
+    if generated is not None:
+        windows, model, _ = generated
+        out += [Stockout.model_construct(start=start, end=end, family=family, effect=model.effect)
+                for start, end in windows.upto(until)]
+    return sorted(out, key=lambda w: w.start)
 
 
 def parse_scenario(data: object, source: str = "scenario") -> Scenario:
