@@ -55,7 +55,8 @@ def _load_fleet(path: Path):
 
 
 _PYDANTIC_PHRASES = (("Extra inputs are not permitted", "unknown field"), ("Field required", "is required"),
-                     ("Value error, ", ""), ("Input should be greater than", "must be >"))
+                     ("Value error, ", ""),
+                     ("Input should be greater than or equal to", "must be >="), ("Input should be greater than", "must be >"))
 
 
 def _load_scenario(path: Path):
