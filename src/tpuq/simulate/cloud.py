@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from tpuq.capacitymodel.model import FakeTpuWorld
+from tpuq.capacitymodel.model import FakeTpuWorld, Transition
 from tpuq.capacitymodel.render import render_node, render_operation, render_queued_resource
 from tpuq.capacitymodel.scenario import Scenario
 
@@ -22,7 +22,10 @@ class SimCloud:
     def __init__(self, scenario: Scenario, loop: EventLoop, project: str = SIM_PROJECT, **world_options) -> None:
         self.loop = loop
         self.project = project
-        self.world = FakeTpuWorld(scenario, clock=loop, rng=random.Random(scenario.seed), **world_options)
+        self.transitions: list[Transition] = []  # every state change, stamped when it happened
+        self.listeners: list = []  # called with each transition (the workers: a node that goes, goes with its work)
+        self.world = FakeTpuWorld(scenario, clock=loop, rng=random.Random(scenario.seed),
+                                  on_transition=self._transition, **world_options)
         self.calls: Counter[str] = Counter()
         self.creates_per_zone: Counter[str] = Counter()
         self.mutations = 0  # creates and deletes asked for
@@ -40,10 +43,17 @@ class SimCloud:
                        if t is not None})
 
     def next_transition(self) -> float | None:
-        """When the cloud next changes by itself (a request moving on, a preemption, a delete finishing)."""
-        if hasattr(self.world, "next_due"):
-            return self.world.next_due()
-        return _next_due(self.world)
+        """When the cloud next changes by itself (a request moving on, a preemption, a delete finishing, a
+        billing window's edge)."""
+        due = self.world.next_due()
+        now = self.loop.now()
+        edges = [t for t in self.scenario_changes() if t > now]
+        return min([t for t in (due, *edges) if t is not None], default=None)
+
+    def _transition(self, t: Transition) -> None:
+        self.transitions.append(t)
+        for listener in self.listeners:
+            listener(t)
 
     # -- the REST API, in its JSON ------------------------------------------------------------
     def create_queued_resource(self, zone: str, qr_id: str, body: dict, request_id: str | None = None) -> dict:
@@ -85,38 +95,34 @@ class SimCloud:
         return render_operation(self.world, self.world.delete_node(self.project, zone, node_id), "v2")
 
 
-def _next_due(world: FakeTpuWorld) -> float | None:
-    """The earliest scheduled change of the model's live records (until the model says it itself)."""
-    from tpuq.documents import QueuedResourceState as Qr, TpuNodeState as Node
 
-    d = world.scenario.delays
-    now = world.clock.now()
-    times: list[float] = []
-    for qr in world.queued_resources.values():
-        since = qr.state_since
-        if qr.state == Qr.ACCEPTED:
-            times.append(since + d.accepted)
-        elif qr.state == Qr.WAITING_FOR_RESOURCES:
-            times.append(max(since + d.waiting, now))  # waiting on a stockout: asked again at every read
-        elif qr.state == Qr.PROVISIONING:
-            times.append(since + d.provisioning)
-        elif qr.state == Qr.SUSPENDING:
-            times.append(since + d.suspending)
-        elif qr.state == Qr.DELETING and qr.delete_done_at is not None:
-            times.append(qr.delete_done_at)
-        if qr.valid_until is not None and qr.state in (Qr.ACCEPTED, Qr.WAITING_FOR_RESOURCES):
-            times.append(qr.valid_until)
-        node = qr.node
-        if node is not None and node.state == Node.READY:
-            if node.preempt_at is not None:
-                times.append(node.preempt_at)
-            for rule in world.scenario.preemption.scripted:
-                if rule.at is not None and rule.at >= (node.active_since or 0):
-                    times.append(rule.at)
-    for node in world.nodes.values():
-        if node.state == Node.DELETING and node.delete_done_at is not None:
-            times.append(node.delete_done_at)
-    times += [t for t in world.scenario.billing.disabled_windows and
-              [e for w in world.scenario.billing.disabled_windows for e in (w.start, w.end) if e is not None]
-              if t > now]
-    return min(times) if times else None
+def slice_lives(transitions: list[Transition], horizon: float) -> list:
+    """Each node's life from the transition record: created (PROVISIONING began), READY, PREEMPTED, removed."""
+    from tpuq.documents import TpuNodeState
+    from tpuq.tputypes import parse_accelerator_type
+
+    from .metrics import SliceLife
+
+    lives: dict[str, dict] = {}
+    for t in transitions:
+        if t.kind != "node":
+            continue
+        life = lives.get(t.name)
+        if life is None:
+            life = lives[t.name] = {"t": t, "created_at": t.at, "active_at": None, "ended_at": None,
+                                    "preempted_at": None}
+        if t.state is None:
+            life["ended_at"] = t.at
+        elif t.state == TpuNodeState.READY and life["active_at"] is None:
+            life["active_at"] = t.at
+        elif t.state == TpuNodeState.PREEMPTED and life["preempted_at"] is None:
+            life["preempted_at"] = t.at
+    out = []
+    for name, life in lives.items():
+        t = life["t"]
+        accel = parse_accelerator_type(t.accelerator_type)
+        out.append(SliceLife(name=name, zone=t.zone, accelerator_type=t.accelerator_type, chips=t.chips,
+                             hosts=accel.hosts, created_at=life["created_at"], active_at=life["active_at"],
+                             ended_at=min(horizon, life["ended_at"] if life["ended_at"] is not None else horizon),
+                             preempted_at=life["preempted_at"]))
+    return out

@@ -10,7 +10,7 @@ from tpuq.capacitymodel.scenario import Scenario
 from tpuq.documents import TpuNodeState
 from tpuq.fleet import FleetFile
 
-from .cloud import SimCloud
+from .cloud import SimCloud, slice_lives
 from .events import EventLoop
 from .workers import RunEnd, SimWorkers
 from .workload import SimJob
@@ -27,6 +27,11 @@ class Run:
     jobs: list[SimJob]
     horizon: float
     driver: object = None
+
+    @property
+    def slices(self):
+        """Every slice that existed, from the cloud's own transition record."""
+        return slice_lives(self.cloud.transitions, self.horizon)
 
 
 def _policy_driver(name: str, **kwargs):
@@ -47,26 +52,16 @@ def simulate(policy: str, *, fleet: FleetFile, scenario: Scenario, jobs: list[Si
     cloud = SimCloud(scenario, loop)
     workers = SimWorkers(loop, {j.job_id: j for j in jobs})
     run = Run(policy, loop, cloud, workers, jobs, horizon)
-    workers.before_end = lambda: sync_workers(run)
+    workers.before_end = cloud.world.advance  # a preemption stamped before the work's end comes first
+    cloud.listeners.append(lambda t: _stop_lost_work(workers, t))
     run.driver = _policy_driver(policy, loop=loop, cloud=cloud, workers=workers, jobs=jobs, fleet=fleet,
                                 rng=random.Random(seed), **policy_options)
     run.driver.start()
-    loop.every(60.0, lambda: sync_workers(run), first=0.0)
     loop.run(horizon, on_progress=on_progress)
     return run
 
 
-def sync_workers(run: Run) -> None:
-    """Stop the attempts whose hosts went away, at the time they went (the model stamps every change)."""
-    world = run.cloud.world
-    world.advance()
-    for node_name in list(run.workers._by_node):
-        if not run.workers._by_node[node_name]:
-            continue
-        node = world.nodes.get(node_name)
-        if node is None:
-            run.workers.node_gone(node_name, run.loop.now())
-        elif node.state != TpuNodeState.READY:
-            qr = world.queued_resources.get(node.queued_resource)
-            at = qr.state_since if qr is not None else run.loop.now()
-            run.workers.node_gone(node_name, at, RunEnd.preempted)
+def _stop_lost_work(workers: SimWorkers, t) -> None:
+    """A node preempted or removed takes its running attempts' work with it, at the instant it went."""
+    if t.kind == "node" and (t.state is None or t.state == TpuNodeState.PREEMPTED):
+        workers.node_gone(t.name, t.at, RunEnd.preempted)
