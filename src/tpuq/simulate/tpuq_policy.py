@@ -13,6 +13,7 @@ Nothing here decides anything the services decide.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from tpuq.claimer import handlers as claimer_handlers
 from tpuq.claimer.tpuapi import TpuApi
 from tpuq.cloudchecks import PrecheckCache, PrecheckReader
 from tpuq.clients import Clients, Settings
-from tpuq.documents import TpuNodeState
+from tpuq.documents import NodeHealth, TpuNodeState
 from tpuq.executor import handlers as executor_handlers
 from tpuq.executor.executor import StartResult, WorkerProbe
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
@@ -132,6 +133,28 @@ class SimExecutor:
         return 0
 
 
+class SimTpuApi(TpuApi):
+    """The claimer's TPU shell, with each node's JSON parsed once per distinct answer (a watch pass reads every
+    ACTIVE node each tick; most answers are the same as the last one)."""
+
+    def __init__(self, client: SimTpuClient, parsed: dict, **kwargs):
+        super().__init__(client, node_json=client.node_json, **kwargs)
+        self._parsed = parsed
+
+    def get_node(self, name: str):
+        from google.cloud import tpu_v2
+
+        data = self._call(self.node_json, name=name)
+        key = json.dumps(data, sort_keys=True)
+        hit = self._parsed.get(key)
+        if hit is None:
+            if len(self._parsed) > 20_000:
+                self._parsed.clear()
+            node = tpu_v2.Node.from_json(key, ignore_unknown_fields=True)
+            hit = self._parsed[key] = (tpu_v2.Node.serialize(node), NodeHealth.from_api(data))
+        return tpu_v2.Node.deserialize(hit[0]), hit[1]
+
+
 class ScenarioPrecheckCache(PrecheckCache):
     """The claimer's quota and billing cache, read again only when the scenario's quota or billing can have
     changed (`changes`: the scenario instants where it does) or when the claimer asks for a fresh read.
@@ -174,6 +197,7 @@ class TpuqPolicy:
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.clients = Clients(Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET))
         self.tpu_client = SimTpuClient(cloud)
+        self._parsed_nodes: dict = {}
         self.clients.__dict__["firestore"] = self.db
         self.clients.__dict__["tpu"] = self.tpu_client
         services = self._services()
@@ -193,8 +217,7 @@ class TpuqPolicy:
         services = {
             "claimer": claimer_handlers.build_service(
                 public_key=lambda fleet: SIM_PUBLIC_KEY, sleep=self._handler_sleep,
-                tpu_factory=lambda ctx: TpuApi(self.tpu_client, node_json=self.tpu_client.node_json, max_workers=1,
-                                              attempts=1),
+                tpu_factory=lambda ctx: SimTpuApi(self.tpu_client, self._parsed_nodes, max_workers=1, attempts=1),
                 prechecks_factory=lambda ctx: prechecks),
             "scheduler": scheduler_handlers.build_service(),
             "executor": executor_handlers.build_service(),
