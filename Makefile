@@ -13,7 +13,8 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 install: install-system install-python
 
 # OpenSSH's sshd plays the TPU worker hosts; tmux is the terminal the live views' tests
-# (`tpuq watch`) type into and read. Java and the gcloud Pub/Sub and Firestore
+# (`tpuq watch`) type into and read; Debian's Chromium is the browser of the dashboard's tests (tests/ui,
+# through Playwright: its own browser downloads are not used). Java and the gcloud Pub/Sub and Firestore
 # emulator components are prerequisites (see README); this only checks for them.
 install-system:
 	@command -v /usr/sbin/sshd >/dev/null 2>&1 || { \
@@ -22,6 +23,9 @@ install-system:
 	@command -v tmux >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux; \
 	  else echo "tmux is missing (the live views' tests run tpuq watch in it): sudo apt-get install tmux" >&2; exit 1; fi; }
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	  else echo "chromium is missing (the dashboard's browser tests drive it; they skip without it): sudo apt-get install chromium chromium-driver" >&2; fi; }
 	@mkdir -p /run/sshd 2>/dev/null || true
 	@command -v java >/dev/null 2>&1 || { echo "Java is missing (the emulators need it): apt-get install default-jre-headless" >&2; exit 1; }
 	@command -v gcloud >/dev/null 2>&1 || { echo "gcloud is missing: install the Google Cloud CLI with the pubsub and firestore emulator components" >&2; exit 1; }

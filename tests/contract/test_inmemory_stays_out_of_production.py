@@ -21,8 +21,18 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_no_production_module_imports_tpuq_inmemory():
-    sources = [p for p in PACKAGE.rglob("*.py") if PACKAGE / "inmemory" not in p.parents]
+    sources = [p for p in PACKAGE.rglob("*.py")
+               if PACKAGE / "inmemory" not in p.parents and PACKAGE / "simulate" not in p.parents]
     sources += list((REPO / "services").rglob("*.py"))
     offenders = sorted(str(p.relative_to(REPO)) for p in sources
                        if any(m == "tpuq.inmemory" or m.startswith("tpuq.inmemory.") for m in imported_modules(p)))
+    assert len(sources) > 50 and offenders == []
+
+
+def test_no_service_module_imports_the_simulator():
+    sources = [p for p in PACKAGE.rglob("*.py") if PACKAGE / "simulate" not in p.parents
+               and not str(p.relative_to(PACKAGE)).startswith("cli/")]
+    sources += list((REPO / "services").rglob("*.py"))
+    offenders = sorted(str(p.relative_to(REPO)) for p in sources
+                       if any(m == "tpuq.simulate" or m.startswith("tpuq.simulate.") for m in imported_modules(p)))
     assert len(sources) > 50 and offenders == []

@@ -203,8 +203,10 @@ def test_what_deploy_creates_carries_its_marks():
             described = body["serviceAccount"]["description"] if api == "iam" else body["description"]
             assert described == TARGET.marker, a.what
             marked += 1
-    # topics, push and hold subscriptions, services, the bucket, the repository, accounts, the tick job
-    assert marked == len(topology.TOPICS) + len(topology.SUBSCRIPTIONS) + 1 + 4 + 1 + 1 + 7 + 1
+    # topics, push and hold subscriptions, services (the four and the dashboard), the bucket, the repository,
+    # accounts, the tick job
+    assert marked == (len(topology.TOPICS) + len(topology.SUBSCRIPTIONS) + 1 + len(INFRA.services.services) + 1 + 1
+                      + len(INFRA.iam.service_accounts) + 1)
 
 
 # ------------------------------------------------------------ Cloud Build

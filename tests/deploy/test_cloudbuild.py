@@ -44,8 +44,9 @@ def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
     return out
 
 
-def test_infra_declares_exactly_the_topology_services():
-    assert sorted(INFRA_SERVICES) == sorted(topology.SERVICES)
+def test_infra_declares_exactly_the_topology_services_and_the_dashboard():
+    # The dashboard (ui, tpuq.ui) is the one service no push reaches: tests/ui/test_ui_deploy.py checks its image.
+    assert sorted(INFRA_SERVICES) == sorted([*topology.SERVICES, "ui"])
 
 
 def test_every_file_a_step_names_exists():
@@ -83,7 +84,7 @@ def test_every_service_is_built_pushed_and_deployed():
 
 
 def test_each_dockerfile_cmd_starts_the_entry_point_the_local_stack_runs():
-    for name in INFRA_SERVICES:
+    for name in topology.SERVICES:
         instructions = dockerfile_instructions(REPO / "services" / name / "Dockerfile")
         cmd = json.loads([rest for keyword, rest in instructions if keyword == "CMD"][-1])
         workdir = [rest for keyword, rest in instructions if keyword == "WORKDIR"][-1]
@@ -152,7 +153,7 @@ def test_no_service_answers_on_a_path_cloud_run_reserves():
     assert found == []
 def test_each_services_main_py_is_the_installed_entry_module():
     """services/<name>/main.py stays where reviewers look, and serves exactly what the containers start."""
-    for name in INFRA_SERVICES:
+    for name in topology.SERVICES:
         entry = importlib.import_module(f"tpuq.entrypoints.{name}")
         spec = importlib.util.spec_from_file_location(f"main_{name}", REPO / "services" / name / "main.py")
         main = importlib.util.module_from_spec(spec)

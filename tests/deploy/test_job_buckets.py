@@ -22,15 +22,17 @@ def target(**fleet) -> Target:
     return Target(fleet=FleetFile.model_validate({**BASE, **fleet}), project_number="42")
 
 
-def grants_on(actions, bucket: str):
-    return [a for a in actions if a.verb == "grant" and a.iam.label == f"bucket gs://{bucket}"]
+def grants_on(actions, bucket: str, member: str | None = None):
+    """The grants on one bucket (to one member: the dashboard's account reads them too)."""
+    return [a for a in actions if a.verb == "grant" and a.iam.label == f"bucket gs://{bucket}"
+            and (member is None or a.member == member)]
 
 
 def test_each_job_bucket_gets_object_admin_for_the_workers_account():
     t = target(job_buckets=["gs://data-eu", "data-us"])
     actions = plan(t, load_infra(t.variables()), ProjectState())
     for bucket in ("data-eu", "data-us"):
-        (grant,) = grants_on(actions, bucket)
+        (grant,) = grants_on(actions, bucket, WORKER)
         assert (grant.role, grant.member) == ("roles/storage.objectAdmin", WORKER)
         assert (grant.iam.get.method, grant.iam.get.path) == ("GET", f"b/{bucket}/iam")
         assert (grant.iam.set_method, grant.iam.set_path, grant.iam.wrap_policy) == ("PUT", f"b/{bucket}/iam", False)
@@ -62,7 +64,7 @@ class BucketIam:
 
 def test_the_grant_is_a_read_modify_write_that_keeps_every_other_binding():
     t = target(job_buckets=["gs://data-eu"])
-    (grant,) = grants_on(plan(t, load_infra(t.variables()), ProjectState()), "data-eu")
+    (grant,) = grants_on(plan(t, load_infra(t.variables()), ProjectState()), "data-eu", WORKER)
     others = [{"role": "roles/storage.objectViewer", "members": ["allUsers"]},
               {"role": "roles/storage.objectAdmin", "members": ["user:me@example.com"],
                "condition": {"title": "tmp", "expression": "true"}}]

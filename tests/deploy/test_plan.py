@@ -42,7 +42,7 @@ def test_a_new_image_tag_updates_the_services_only():
     retagged = replace(TARGET, image_tag="b42")
     again = plan(retagged, load_infra(retagged.variables()), state)
     assert sorted(f"{a.verb} {a.what}" for a in again if a.sends) == [
-        f"update Cloud Run service tpuq-{name}" for name in sorted(("claimer", "executor", "janitor", "scheduler"))]
+        f"update Cloud Run service tpuq-{name}" for name in sorted(("claimer", "executor", "janitor", "scheduler", "ui"))]
 
 
 def test_the_plan_never_writes_to_the_network_api():

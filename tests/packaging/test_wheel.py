@@ -204,6 +204,23 @@ def test_help_init_and_validate_work_from_the_wheel(installed):
     assert "ok:" in ok(installed.tpuq("validate", "example/job.yaml")).stdout
 
 
+def test_the_dashboard_ships_its_templates_and_static_files_and_serves_them_from_the_wheel(wheel, installed):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    ui = REPO / "src" / "tpuq" / "ui"
+    files = {f"tpuq/ui/{p.relative_to(ui).as_posix()}" for folder in ("templates", "static")
+             for p in (ui / folder).iterdir()}
+    assert {"tpuq/ui/static/htmx.min.js", "tpuq/ui/static/chart.umd.min.js", "tpuq/ui/templates/job.html"} <= files
+    assert files - names == set(), "pyproject.toml's package data misses these"
+    assert "--port" in ok(installed.tpuq("ui", "--help")).stdout
+    # The deployed app (python -m tpuq.ui) from the installed package: a static file, and a refused change
+    # rendered from a template (refused before any backend is asked).
+    probe = ("from tpuq.ui.serve import deployed_app; c = deployed_app({'GOOGLE_CLOUD_PROJECT': 'p'}).test_client(); "
+             "s = c.get('/static/htmx.min.js'); r = c.post('/jobs/j/cancel'); "
+             "print(s.status_code, len(s.data) > 10000, r.status_code, b'CSRF token' in r.data)")
+    assert ok(run([installed.python, "-c", probe], installed.work, installed.env)).stdout.split() == \
+        ["200", "True", "403", "True"]
+
+
 def test_deploy_dry_run_offline_prints_the_plan_from_the_wheel(installed):
     ok(installed.tpuq("init", "deploying"))
     result = ok(installed.tpuq("deploy", "deploying/fleet.yaml", "--dry-run", "--offline"))

@@ -18,11 +18,11 @@ import json
 import logging
 import os
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from google.protobuf import duration_pb2
 
+from tpuq.concurrency import map_concurrently
 from tpuq.claimer.model import NodeInfo, Observation, QrRecord, create_request_id
 from tpuq.claimer.sshkeys import ssh_keys_metadata
 from tpuq.documents import NodeHealth
@@ -249,8 +249,7 @@ class TpuApi:
         qrs = list(qrs)
         if not qrs:
             return {}
-        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(qrs))) as pool:
-            return dict(zip((q.qr_id for q in qrs), pool.map(self.observe, qrs)))
+        return dict(zip((q.qr_id for q in qrs), map_concurrently(self.observe, qrs, self.max_workers)))
 
     # ------------------------------------------------------------ delete
     def delete(self, qr: QrRecord, fleet: FleetFile, force: bool, resource: Any = None) -> str:

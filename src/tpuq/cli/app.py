@@ -16,7 +16,7 @@ from typer.exceptions import TyperException
 
 from importlib.metadata import entry_points
 
-from tpuq.cli import config, deadletters, deploy, files, fleet, jobs, ssh
+from tpuq.cli import config, deadletters, deploy, files, fleet, jobs, simulate, ssh, ui
 from tpuq.cli.console import CliError, err, one_line
 from tpuq.errors import TpuqError
 from tpuq.stackenv import StackError
@@ -64,7 +64,7 @@ COMMANDS = (
     (fleet_app, "pause", fleet.fleet_pause), (fleet_app, "resume", fleet.fleet_resume),
     (fleet_app, "drain", fleet.fleet_drain),
     (app, "deploy", deploy.deploy), (app, "undeploy", deploy.undeploy), (app, "config", config.config),
-    (app, "dead-letters", deadletters.dead_letters),
+    (app, "dead-letters", deadletters.dead_letters), (app, "ui", ui.ui), (app, "simulate", simulate.simulate),
 )
 for group, name, command in COMMANDS:
     group.command(name)(command)

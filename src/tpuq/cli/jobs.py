@@ -198,7 +198,6 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
     """Cancel jobs: a pending one at once, a running one by stopping it on every worker. With --if-pending, only
     those not started: exit 2 if one was skipped, 1 if one is unknown or someone else's (without --force)."""
     from tpuq.cli.identity import current_owner
-    from tpuq.messages import CancelRequest
     from tpuq.queries import UnknownJob, get_job
 
     clients = cli_clients()
@@ -227,8 +226,7 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
             code = EXIT_CONFLICT
             continue
         attempt = int(job.get("attempt") or 0)
-        clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=me,
-                                                 if_pending=if_pending, expected_attempt=attempt if if_pending else None))
+        request_cancel(clients, job_id, reason, me, if_pending, attempt if if_pending else None)
         if if_pending:
             asked[job_id] = attempt
         else:
@@ -237,6 +235,15 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
         code = EXIT_CONFLICT
     if code:
         raise typer.Exit(code)
+
+
+def request_cancel(clients, job_id: str, reason: str, requested_by: str, if_pending: bool = False,
+                   expected_attempt: int | None = None) -> None:
+    """Ask the scheduler to cancel a job (`cancels` topic): `tpuq cancel` and the dashboard (tpuq.ui)."""
+    from tpuq.messages import CancelRequest
+
+    clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=requested_by,
+                                             if_pending=if_pending, expected_attempt=expected_attempt))
 
 
 def cancel_refusal(job_id: str, owner: str | None, me: str, force: bool) -> str | None:
@@ -282,31 +289,14 @@ def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
     priority (exit 2), as in tpu-runner."""
     from datetime import datetime, timezone
 
-    from tpuq import store
-    from tpuq.cli.fleet import _nudge
-    from tpuq.guarded import WriteSet, read_decide_commit
     from tpuq.jobspec import Priority
-    from tpuq.jobstate import IllegalTransition, reprioritized
 
     try:
         wanted = Priority(priority)
     except ValueError:
         raise CliError(f"priority: {priority!r} is not one of low, normal, high") from None
     clients = cli_clients()
-    db = clients.firestore
-    ref = db.collection(store.JOBS).document(job_id)
-
-    def decide(snap):
-        if not snap.exists:
-            return WriteSet(), ("unknown", None)
-        job = snap.to_dict()
-        try:
-            fields = reprioritized(job, wanted, datetime.now(timezone.utc))
-        except IllegalTransition:
-            return WriteSet(), ("conflict", job)
-        return WriteSet().update(snap, fields), ("changed" if fields else "same", job)
-
-    result, job = read_decide_commit(db, [ref], decide)
+    result, job = change_priority(clients, job_id, wanted, datetime.now(timezone.utc))
     if result == "unknown":
         raise CliError(f"no job {job_id!r} (tpuq list shows the recent ones)")
     if result == "conflict":
@@ -316,8 +306,32 @@ def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
     if result == "same":
         out.print(f"{job_id} already has priority {wanted.value}")
         return
-    _nudge(clients, "set-priority")  # the scheduler's next pass, now, takes the queue in the new order
     out.print(f"{job_id}: priority {wanted.value} (was {job.get('priority')}); the scheduler re-plans now")
+
+
+def change_priority(clients, job_id: str, wanted, now) -> tuple[str, dict | None]:
+    """Set a pending job's priority (a guarded read-decide-commit) and nudge the scheduler: `set-priority` and the
+    dashboard (tpuq.ui). ("unknown" | "conflict" | "same" | "changed", the job as read)."""
+    from tpuq.cli.fleet import _nudge
+    from tpuq.guarded import WriteSet, read_decide_commit
+    from tpuq.jobstate import IllegalTransition, reprioritized
+
+    ref = clients.firestore.collection(store.JOBS).document(job_id)
+
+    def decide(snap):
+        if not snap.exists:
+            return WriteSet(), ("unknown", None)
+        job = snap.to_dict()
+        try:
+            fields = reprioritized(job, wanted, now)
+        except IllegalTransition:
+            return WriteSet(), ("conflict", job)
+        return WriteSet().update(snap, fields), ("changed" if fields else "same", job)
+
+    result, job = read_decide_commit(clients.firestore, [ref], decide)
+    if result == "changed":
+        _nudge(clients, "set-priority")  # the scheduler's next pass, now, takes the queue in the new order
+    return result, job
 
 
 def logs(job_id: str = typer.Argument(...),

@@ -16,6 +16,7 @@ from typing import Any
 from tpuq.deploy.infra import Infra, SubscriptionSpec
 from tpuq.fleet import FleetFile
 from tpuq.ownership import owner_labels
+from tpuq import topology
 from tpuq.topology import subscription_body
 from tpuq.tputypes import zone_region
 
@@ -421,9 +422,10 @@ def desired_run_service(target: Target, infra: Infra, name: str, existing_secret
     spec = infra.services.service(name)
     url = target.service_url(infra, name)
     env = {"GOOGLE_CLOUD_PROJECT": target.project, "TPUQ_RUNNER_BUCKET": target.runner_bucket,
-           "TPUQ_FLEET": target.fleet.name, "TPUQ_SERVICE": name, "TPUQ_PUSH_AUTH": "oidc",
-           "TPUQ_PUSH_AUDIENCE": url, "TPUQ_PUSH_SERVICE_ACCOUNT": target.sa_email(infra.pubsub.push_service_account),
-           **spec.env}
+           "TPUQ_FLEET": target.fleet.name, "TPUQ_SERVICE": name, **spec.env}
+    if name in topology.SERVICES:  # a push service; the dashboard (ui) is reached by people, never by a push
+        env |= {"TPUQ_PUSH_AUTH": "oidc", "TPUQ_PUSH_AUDIENCE": url,
+                "TPUQ_PUSH_SERVICE_ACCOUNT": target.sa_email(infra.pubsub.push_service_account)}
     container: dict[str, Any] = {
         "image": infra.services.image.replace("${service}", name),
         "ports": [{"containerPort": RUN_PORT}],

@@ -97,6 +97,7 @@ class ExecutorRuntime:
 
     def __init__(self, clients):
         self.clients = clients
+        self.probe_every: timedelta | None = PROBE_EVERY  # None: never probe (the simulator's workers)
 
     @cached_property
     def executor(self) -> Executor:
@@ -133,9 +134,21 @@ _RUNTIMES: dict[int, ExecutorRuntime] = {}
 
 
 def runtime(ctx: Context) -> ExecutorRuntime:
-    rt = _RUNTIMES.get(id(ctx.clients))
+    return runtime_for(ctx.clients)
+
+
+def use_executor(clients, executor, probe_every: timedelta | None = PROBE_EVERY) -> None:
+    """Serve these clients' messages with this executor shell instead of one built from the environment (the
+    fleet simulator's modelled workers, which are never lost without their node: it never probes them)."""
+    rt = runtime_for(clients)
+    rt.__dict__["executor"] = executor
+    rt.probe_every = probe_every
+
+
+def runtime_for(clients) -> ExecutorRuntime:
+    rt = _RUNTIMES.get(id(clients))
     if rt is None:
-        rt = _RUNTIMES[id(ctx.clients)] = ExecutorRuntime(ctx.clients)
+        rt = _RUNTIMES[id(clients)] = ExecutorRuntime(clients)
     return rt
 
 
@@ -212,7 +225,8 @@ def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:
     supervisor killed with its host (or by the OOM killer) leaves no status object to wake us, and one whose
     status object GCS refused leaves only its local copy, which says why."""
     now = ctx.now()
-    if not decide.probe_due(stored, now, PROBE_EVERY):
+    every = runtime(ctx).probe_every
+    if every is None or not decide.probe_due(stored, now, every):
         return decide.Probed()
     ref.set({"probed_at": now}, merge=True)
     assignment = Assignment.model_validate(stored["assignment"])

@@ -86,6 +86,57 @@ def _encode(value: Any, in_array: bool = False) -> Any:
     raise TypeError(f"Cannot convert to a Firestore Value: {value!r} (type {type(value).__name__})")
 
 
+def _copy(value: Any) -> Any:
+    """A stored value's copy: stored values are only maps, arrays and immutable scalars (`_encode`)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy(v) for v in value]
+    return value
+
+
+def _index_key(value: Any) -> Any:
+    """What an equality index files a scalar under (None: not indexed; such filters scan). Keys are equal
+    exactly when `_equal` says the values are: 1 == 1.0, but True is not 1."""
+    kind = type(value)
+    if value is None:
+        return (0, None)
+    if kind is bool:
+        return (1, value)
+    if kind in (int, float):
+        return None if value != value else (2, value)  # NaN equals nothing
+    if kind is str:
+        return (4, value)
+    return None
+
+
+def _index_values(data: dict | None, field: str, elements: bool) -> list[Any]:
+    if data is None:
+        return []
+    value = _lookup(data, field)
+    if value is _MISSING:
+        return []
+    if elements:
+        return [k for k in {_index_key(v) for v in value} if k is not None] if isinstance(value, list) else []
+    key = _index_key(value)
+    return [] if key is None else [key]
+
+
+def _index(index: dict, field: str, elements: bool, doc_id: str, data: dict | None) -> None:
+    for key in _index_values(data, field, elements):
+        index.setdefault(key, set()).add(doc_id)
+
+
+def _unindex(index: dict, field: str, elements: bool, doc_id: str, data: dict | None) -> None:
+    for key in _index_values(data, field, elements):
+        ids = index.get(key)
+        if ids is not None:
+            ids.discard(doc_id)
+            if not ids:
+                del index[key]
+
+
 # Firestore's order of value types: null < boolean < number < timestamp < string < bytes < array < map.
 def _type_rank(value: Any) -> int:
     if value is None:
@@ -272,7 +323,7 @@ def _apply(write: _Write, current: _Stored | None, commit_time: datetime) -> _St
         _check_option(write.option, current, write.path)
         return None
     if write.kind == "set":
-        data = copy.deepcopy(current.data) if (current is not None and write.merge) else {}
+        data = _copy(current.data) if (current is not None and write.merge) else {}
         if write.merge:
             _merge_into(data, write.data or {}, commit_time)
         else:
@@ -282,7 +333,7 @@ def _apply(write: _Write, current: _Stored | None, commit_time: datetime) -> _St
             raise NotFound(f"No document to update: {write.path}")
         _check_option(write.option, current, write.path)
         assert current is not None
-        data = copy.deepcopy(current.data)
+        data = _copy(current.data)
         _update_into(data, write.data or {}, commit_time)
     if current is None:
         return _Stored(data, commit_time, commit_time)
@@ -305,6 +356,10 @@ class MemoryFirestore:
         self._collections: dict[str, dict[str, _Stored]] = {}  # collection path -> document id -> document
         self._lock = threading.RLock()
         self._last_commit: datetime | None = None
+        self.changes = 0  # documents created, changed or deleted (a write that changes nothing is not counted)
+        # Equality indexes, made on a query's first use and kept up to date by every write: collection path ->
+        # (field, by array element?) -> value key -> document ids. Only the speed of queries depends on them.
+        self._indexes: dict[str, dict[tuple[str, bool], dict[Any, set[str]]]] = {}
 
     # ---- references
     def collection(self, *path: str) -> "MemoryCollection":
@@ -336,7 +391,34 @@ class MemoryFirestore:
         read_time = self._time()
         if stored is None:
             return MemorySnapshot(ref, None, None, None, read_time)
-        return MemorySnapshot(ref, copy.deepcopy(stored.data), stored.create_time, stored.update_time, read_time)
+        return MemorySnapshot(ref, stored.data, stored.create_time, stored.update_time, read_time)
+
+    def _candidates(self, collection_path: str, filters) -> list[tuple[str, _Stored]]:
+        """The documents that can match `filters`: from an equality index when a filter allows one."""
+        best: set[str] | None = None
+        for f in filters:
+            if f.op in ("==", "in", "array_contains", "array_contains_any"):
+                values = f.value if f.op in ("in", "array_contains_any") else [f.value]
+                keys = [_index_key(v) for v in values]
+                if any(k is None for k in keys):
+                    continue
+                index = self._index_for(collection_path, f.field, f.op.startswith("array"))
+                ids = set().union(*(index.get(k, ()) for k in keys)) if keys else set()
+                if best is None or len(ids) < len(best):
+                    best = ids
+        if best is None:
+            return self._children(collection_path)
+        docs = self._collections.get(collection_path, {})
+        return [(f"{collection_path}/{doc_id}", docs[doc_id]) for doc_id in sorted(best) if doc_id in docs]
+
+    def _index_for(self, collection_path: str, field: str, elements: bool) -> dict[Any, set[str]]:
+        indexes = self._indexes.setdefault(collection_path, {})
+        index = indexes.get((field, elements))
+        if index is None:
+            index = indexes[(field, elements)] = {}
+            for doc_id, stored in self._collections.get(collection_path, {}).items():
+                _index(index, field, elements, doc_id, stored.data)
+        return index
 
     def _children(self, collection_path: str) -> list[tuple[str, _Stored]]:
         docs = self._collections.get(collection_path, {})
@@ -348,6 +430,12 @@ class MemoryFirestore:
 
     def _store(self, path: str, stored: _Stored | None) -> None:
         collection, doc_id = path.rsplit("/", 1)
+        current = self._collections.get(collection, {}).get(doc_id)
+        if current is not stored:
+            self.changes += 1
+            for (field, elements), index in self._indexes.get(collection, {}).items():
+                _unindex(index, field, elements, doc_id, current.data if current else None)
+                _index(index, field, elements, doc_id, stored.data if stored else None)
         if stored is not None:
             self._collections.setdefault(collection, {})[doc_id] = stored
         elif doc_id in self._collections.get(collection, {}):
@@ -503,7 +591,7 @@ class MemorySnapshot:
         return self._data is not None
 
     def to_dict(self) -> dict | None:
-        return copy.deepcopy(self._data)
+        return _copy(self._data)  # the stored map is shared (a write stores a new one): every caller gets a copy
 
     def get(self, field_path: str) -> Any:
         if self._data is None:
@@ -511,7 +599,7 @@ class MemorySnapshot:
         value = _lookup(self._data, field_path)
         if value is _MISSING:
             raise KeyError(f"No field {field_path!r} in document {self.reference.path}")
-        return copy.deepcopy(value)
+        return _copy(value)
 
 
 # ------------------------------------------------------------------ batches and transactions
@@ -705,7 +793,7 @@ class MemoryQuery:
         last_direction = orders[-1][1] if orders else ASCENDING
         with db._lock:
             read_time = db._time()
-            hits = [(path, stored) for path, stored in db._children(self._parent.path)
+            hits = [(path, stored) for path, stored in db._candidates(self._parent.path, self._filters)
                     if all(f.matches(stored.data) for f in self._filters)
                     and all(_lookup(stored.data, o) is not _MISSING for o, _ in orders)]
             hits.sort(key=lambda hit: hit[0].rsplit("/", 1)[-1], reverse=last_direction == DESCENDING)
@@ -714,7 +802,7 @@ class MemoryQuery:
             hits = hits[self._offset:]
             if self._limit is not None:
                 hits = hits[: self._limit]
-            return [MemorySnapshot(db.document(path), copy.deepcopy(s.data), s.create_time, s.update_time, read_time)
+            return [MemorySnapshot(db.document(path), s.data, s.create_time, s.update_time, read_time)
                     for path, s in hits]
 
     def stream(self, transaction: MemoryTransaction | None = None, **_: Any) -> Iterator[MemorySnapshot]:

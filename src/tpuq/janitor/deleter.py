@@ -16,10 +16,10 @@ redelivers the message; the redelivery reads the state again first.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuq.concurrency import map_concurrently
 from tpuq.errors import NotFound, Permanent, TpuqError, call_api
 from tpuq.fleet import FleetFile
 from tpuq.ownership import is_ours, name_and_labels
@@ -80,8 +80,7 @@ class DeleteAdapter:
             except TpuqError as e:
                 return e
 
-        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(names))) as pool:
-            return dict(zip(names, pool.map(read, names)))
+        return dict(zip(names, map_concurrently(read, names, self.max_workers)))
 
     def list_zone(self, zone: str) -> list[Any]:
         """Every queued resource and node in one zone of the fleet's project (paged by the client)."""

@@ -50,6 +50,10 @@ class EventLoop:
             self.after(period, fire)
         self.at(self._now + period if first is None else first, fire)
 
+    def advance_within_event(self, seconds: float) -> None:
+        """The running event takes `seconds` (a handler that waits): events due meanwhile run after it."""
+        self._now += max(0.0, seconds)
+
     def next_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
@@ -59,7 +63,7 @@ class EventLoop:
         next_report = self._now + progress_every
         while self._heap and self._heap[0][0] < until:
             when, _, fn, args = heapq.heappop(self._heap)
-            self._now = when
+            self._now = max(self._now, when)  # an event due while a handler waited runs when it returns
             if on_progress is not None and when >= next_report:
                 on_progress(when)
                 next_report = when + progress_every

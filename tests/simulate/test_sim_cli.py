@@ -1,0 +1,105 @@
+"""`tpuq simulate` as a user runs it: a tiny fleet, scenario and workload over a day, on the real engine.
+
+Each run of the engine takes seconds to tens of seconds on a loaded machine: the module runs it three times."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+TINY = Path(__file__).parent / "tiny"
+FILES = ["--fleet", str(TINY / "fleet.yaml"), "--scenario", str(TINY / "scenario.yaml"),
+         "--workload", str(TINY / "workload.yaml")]
+TIMEOUT = 900  # a subprocess on a machine running two suites at once
+
+
+def tpuq(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["tpuq", "simulate", *args], capture_output=True, text=True, timeout=TIMEOUT, cwd=cwd)
+
+
+def test_a_day_on_the_tiny_fleet_prints_json_and_writes_the_report(tmp_path):
+    done = tpuq(*FILES, "--days", "1", "--seed", "3", "--policy", "tpuq", "--policy", "bound", "--json",
+                "--out", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["days"], data["seed"], data["jobs"]) == (1, 3, 6)
+    by_policy = {r["policy"]: r for r in data["results"]}
+    assert set(by_policy) | {"bound" for n in data["unavailable"] if n.startswith("bound")} == {"tpuq", "bound"}
+    tpuq_result = by_policy["tpuq"]
+    assert tpuq_result["jobs"]["submitted"] == 6 and tpuq_result["jobs"]["finished"] >= 1
+    assert tpuq_result["api_calls"]["queuedResources.create"] == sum(tpuq_result["creates_per_zone"].values()) >= 1
+    assert set(tpuq_result["creates_per_zone"]) <= {"us-central2-a", "us-central2-b"}
+    assert "series" not in tpuq_result
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "tpuq" in html and "utilization" in html
+    stored = json.loads((tmp_path / "report" / "metrics.json").read_text())
+    assert stored[0]["policy"] == "tpuq" and len(stored[0]["series"]["t"]) == 500
+
+
+def test_compare_runs_the_policy_on_both_fleets_and_prints_the_difference(tmp_path):
+    done = tpuq("--compare", str(TINY / "fleet.yaml"), str(TINY / "fleet-one.yaml"), *FILES[2:], "--days", "1",
+                "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["fleets"] == ["fleet.yaml", "fleet-one.yaml"]
+    (pair,) = data["compare"]
+    a, b = pair["results"]
+    assert pair["policy"] == a["policy"] == b["policy"] == "tpuq"
+    assert pair["difference"]["jobs_finished"] == b["jobs"]["finished"] - a["jobs"]["finished"]
+    assert a["jobs"]["submitted"] == b["jobs"]["submitted"] == 6  # the same workload and seed on both
+    # one small slice at a time, in one zone: fleet-one never creates in us-central2-a
+    assert "us-central2-a" not in b["creates_per_zone"]
+    assert not list(tmp_path.iterdir())  # --json without --out writes no report
+
+
+def write(path: Path, data) -> Path:
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
+    fleet = yaml.safe_load((TINY / "fleet.yaml").read_text())
+    workload = yaml.safe_load((TINY / "workload.yaml").read_text())
+    scenario = str(TINY / "scenario.yaml")
+    other_zone = write(tmp / "zone.yaml", {**fleet, "tpus": [{"id": "x", "type": "v4-8", "zones": ["us-east5-b"]}]})
+    no_quota = write(tmp / "family.yaml", {**fleet, "tpus": [{"id": "x", "type": "v6e-8", "zones": ["us-central2-b"]}]})
+    too_big = write(tmp / "big.yaml", {**fleet, "tpus": [{"id": "x", "type": "v4-64", "zones": ["us-central2-a"]}]})
+    sigma = write(tmp / "sigma.yaml", {**workload, "duration": {"dist": "lognormal", "median": 60, "sigma": -1}})
+    unknown = write(tmp / "unknown.yaml", {**workload, "jobz": 3})
+    unoffered = write(tmp / "unoffered.yaml", {**workload, "types": [{"tpu": "v5e-8", "weight": 1}]})
+    bad_scenario = write(tmp / "scenario.yaml", "zones:\n  us-central2-b:\n    quota: {v4: {spot: -1}}\n")
+    files = lambda f=str(TINY / "fleet.yaml"), s=scenario, w=str(TINY / "workload.yaml"): [  # noqa: E731
+        "--fleet", str(f), "--scenario", str(s), "--workload", str(w)]
+    return [
+        (files(f=other_zone), "fleet tpus[0] (x): zone us-east5-b is not in the scenario (its zones: us-central2-a, "
+                              "us-central2-b)"),
+        (files(f=no_quota), "fleet tpus[0] (x): the scenario offers 0 spot v6e chips in us-central2-b, less than "
+                            "one v6e-8 slice (8 chips)"),
+        (files(f=too_big), "fleet tpus[0] (x): the scenario offers 8 spot v4 chips in us-central2-a, less than one "
+                           "v4-64 slice (32 chips)"),
+        (files(w=sigma), f"{sigma}: workload.duration.sigma: must be > 0"),
+        (files(w=unknown), f"{unknown}: workload.jobz: unknown field"),
+        (files(w=unoffered), "workload: job job-00000 wants v5litepod-8, which no fleet entry offers (the fleet's "
+                             "types: v4-32, v4-8)"),
+        (files(s=bad_scenario), f"scenario {bad_scenario}: zones.us-central2-b.quota.v4.spot: must be >= 0"),
+        (files(w=tmp / "missing.yaml"), f"workload {tmp / 'missing.yaml'}: no such file"),
+        (files(f=TINY / "workload.yaml"), f"fleet {TINY / 'workload.yaml'}: invalid fleet file: name: is required"),
+        (files()[:4], "--workload is required (or --example for the standard scenario's files)"),
+        ([*files(), "--policy", "fifo"], "--policy: unknown policy 'fifo'; expected one of tpuq, polling, bound"),
+        ([*files(), "--days", "-1"], "--days: must be > 0 and at most 3650, got -1"),
+        (["--compare", str(TINY / "fleet.yaml"), str(other_zone), *files()[2:]],
+         "fleet tpus[0] (x): zone us-east5-b is not in the scenario (its zones: us-central2-a, us-central2-b)"),
+    ]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    for args, message in bad_inputs(tmp_path):
+        done = tpuq(*args)
+        lines = done.stderr.strip().splitlines()
+        assert (done.returncode, len(lines), done.stdout) == (2, 1, ""), (args, done.stderr)
+        assert lines[0].startswith(f"error: {message}"), (lines[0], message)
+        assert "Traceback" not in done.stderr
