@@ -22,7 +22,7 @@ from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
 from tpuq.tputypes import _FAMILIES, zone_region
 
 from .errors import ERROR_CLASSES
-from .timeline import AlternatingWindows, keyed_rng, sample
+from .timeline import AlternatingWindows, exponential, keyed_rng, keyed_uniforms, sample
 
 FAMILIES = tuple(_FAMILIES)
 Tier = Literal["spot", "on_demand"]
@@ -188,6 +188,9 @@ class ZoneScenario(_Strict):
 
     _families = field_validator("quota", "stockout_model", "waiting", "provisioning")(
         lambda value: _check_families(value))
+
+
+_NO_ZONE = ZoneScenario()  # what a zone the scenario does not list has: nothing (built once: lookups are hot)
 
 
 def _check_families(value: dict) -> dict:
@@ -432,7 +435,7 @@ class Scenario(_Strict):
 
     def quota_limit(self, zone: str, family: str, tier: Tier) -> int:
         """Chips; the zone's own entry for the family, else the default entry (scenario zones only), else 0."""
-        own = self.zones.get(zone, ZoneScenario()).quota
+        own = self.zones.get(zone, _NO_ZONE).quota
         if family in own:
             return getattr(own[family], tier)
         default = self.default_quota.get(family) if zone in self.zones else None
@@ -450,7 +453,7 @@ class Scenario(_Strict):
         for key in ((zone, family), (zone, None)):
             if key in overrides:
                 return overrides[key]
-        for window in self.zones.get(zone, ZoneScenario()).stockouts:
+        for window in self.zones.get(zone, _NO_ZONE).stockouts:
             if (window.family is None or window.family == family) and window.contains(t):
                 return window
         generated = self._stockout_generator(zone, family)
@@ -466,7 +469,7 @@ class Scenario(_Strict):
         return made[i]
 
     def _stockout_generator(self, zone: str, family: str):
-        model = self.zones.get(zone, ZoneScenario()).stockout_model.get(family)
+        model = self.zones.get(zone, _NO_ZONE).stockout_model.get(family)
         if model is None or model.fraction == 0:
             return None
         key = (self.seed, zone, family)
@@ -484,15 +487,13 @@ class Scenario(_Strict):
 
     def waiting_delay(self, zone: str, family: str, qr_name: str) -> float:
         """WAITING_FOR_RESOURCES -> capacity check for that queued resource (full name), drawn from its own RNG."""
-        dist = self.zones.get(zone, ZoneScenario()).waiting.get(family, self.delays.waiting)
-        return dist.value if dist.dist == "fixed" else sample(dist, keyed_rng(self.seed, "waiting", qr_name))
+        dist = self.zones.get(zone, _NO_ZONE).waiting.get(family, self.delays.waiting)
+        return dist.value if dist.dist == "fixed" else sample(dist, keyed_uniforms(self.seed, "waiting", qr_name))
 
     def provisioning_delay(self, zone: str, family: str, qr_name: str) -> float:
         """PROVISIONING -> ACTIVE for that queued resource (full name), drawn from its own RNG."""
-        dist = self.zones.get(zone, ZoneScenario()).provisioning.get(family, self.delays.provisioning)
-        if dist.dist == "fixed":
-            return dist.value  # no RNG to seed (seeding one costs ~10 µs)
-        return sample(dist, keyed_rng(self.seed, "provisioning", qr_name))
+        dist = self.zones.get(zone, _NO_ZONE).provisioning.get(family, self.delays.provisioning)
+        return dist.value if dist.dist == "fixed" else sample(dist, keyed_uniforms(self.seed, "provisioning", qr_name))
 
     def spot_lifetime(self, zone: str, family: str, node_name: str, incarnation: int = 0) -> float | None:
         """Seconds from ACTIVE to preemption of that spot node (full name; `incarnation` counts earlier times a
@@ -500,11 +501,11 @@ class Scenario(_Strict):
         mean = self.preemption.mean_lifetime(zone, family)
         if mean is None:
             return None
-        return keyed_rng(self.seed, "preemption", node_name, incarnation).expovariate(1.0 / mean)
+        return exponential(mean, keyed_uniforms(self.seed, "preemption", node_name, incarnation)[0])
 
     def failure_at(self, zone: str, family: str, t: float) -> ScriptedFailure | None:
         """The scripted failure in force for (zone, family) at time t, if any."""
-        for window in self.zones.get(zone, ZoneScenario()).failures:
+        for window in self.zones.get(zone, _NO_ZONE).failures:
             if (window.family is None or window.family == family) and window.contains(t):
                 return window
         return None
@@ -524,7 +525,7 @@ def stockout_windows(scenario: Scenario, zone: str, family: str, until: float, *
     the control API's overrides belong to a running fake, not to the scenario, and are not here."""
     out = []
     if scripted:
-        out = [w for w in scenario.zones.get(zone, ZoneScenario()).stockouts
+        out = [w for w in scenario.zones.get(zone, _NO_ZONE).stockouts
                if (w.family is None or w.family == family) and w.start < until]
     generated = scenario._stockout_generator(zone, family)
     if generated is not None:

@@ -2,7 +2,7 @@
 
 Every stochastic thing in a scenario (a zone's stockout windows for a family, a request's provisioning delay,
 a node's spot lifetime) has a key: (scenario seed, what, zone, family) or (seed, what, resource name). Its
-RNG is seeded from that key alone (`keyed_rng`), so the capacity model, the offline bound and a rerun see the
+draws come from that key alone (`keyed_rng` for a sequence, `keyed_uniforms` for one value), so the capacity model, the offline bound and a rerun see the
 same value whatever else happened, and however many API calls came before.
 
 Pure arithmetic here; the scenario's pydantic types (scenario.py) use it.
@@ -11,28 +11,51 @@ Pure arithmetic here; the scenario's pydantic types (scenario.py) use it.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import math
 import random
 
 
+def _key(seed: int, key: tuple) -> str:
+    return "|".join(str(part) for part in (seed, *key))
+
+
 def keyed_rng(seed: int, *key: object) -> random.Random:
-    """An RNG determined by (seed, key...) alone. A str seed goes through SHA-512 (random.Random's version 2
-    seeding): stable across runs and Python processes, unlike hash()."""
-    return random.Random("|".join(str(part) for part in (seed, *key)))
+    """An RNG determined by (seed, key...) alone, for a sequence of draws. A str seed goes through SHA-512
+    (random.Random's version 2 seeding): stable across runs and Python processes, unlike hash(). Seeding one
+    costs ~10 µs: for a single value, `keyed_uniforms` is ten times cheaper."""
+    return random.Random(_key(seed, key))
 
 
-def sample(dist: object, rng: random.Random) -> float:
-    """One draw of a delay distribution (scenario.py: fixed, uniform, exponential, lognormal), in seconds."""
+def keyed_uniforms(seed: int, *key: object) -> tuple[float, float]:
+    """Two independent uniforms in [0, 1), determined by (seed, key...) alone (BLAKE2b of the key, 53 bits each)."""
+    digest = hashlib.blake2b(_key(seed, key).encode(), digest_size=16).digest()
+    return ((int.from_bytes(digest[:8], "big") >> 11) * _TWO_TO_MINUS_53,
+            (int.from_bytes(digest[8:], "big") >> 11) * _TWO_TO_MINUS_53)
+
+
+_TWO_TO_MINUS_53 = 1.0 / (1 << 53)
+
+
+def sample(dist: object, u: tuple[float, float]) -> float:
+    """One draw of a delay distribution (scenario.py: fixed, uniform, exponential, lognormal), in seconds, from
+    two uniforms in [0, 1) (inverse transform; Box-Muller for the lognormal's normal)."""
     kind = dist.dist  # type: ignore[attr-defined]
     if kind == "fixed":
         return float(dist.value)  # type: ignore[attr-defined]
     if kind == "uniform":
-        return rng.uniform(dist.low, dist.high)  # type: ignore[attr-defined]
+        return dist.low + u[0] * (dist.high - dist.low)  # type: ignore[attr-defined]
     if kind == "exponential":
-        return rng.expovariate(1.0 / dist.mean)  # type: ignore[attr-defined]
+        return exponential(dist.mean, u[0])  # type: ignore[attr-defined]
     if kind == "lognormal":
-        return rng.lognormvariate(math.log(dist.median), dist.sigma)  # type: ignore[attr-defined]
+        normal = math.sqrt(-2.0 * math.log(1.0 - u[0])) * math.cos(2.0 * math.pi * u[1])
+        return dist.median * math.exp(dist.sigma * normal)  # type: ignore[attr-defined]
     raise ValueError(f"unknown distribution {kind!r}")
+
+
+def exponential(mean: float, u: float) -> float:
+    """The exponential of that mean at uniform u in [0, 1)."""
+    return -mean * math.log(1.0 - u)
 
 
 class AlternatingWindows:

@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from tpuq.capacitymodel.scenario import Scenario
+from tpuq.capacitymodel.scenario import Scenario, stockout_windows
 from tpuq.fleet import FleetEntry, FleetFile, ProvisioningModel
 from tpuq.jobspec import Priority
 from tpuq.tputypes import AcceleratorType, parse_accelerator_type, zone_region
@@ -85,11 +85,16 @@ class BoundResult:
 
 
 class _Held:
-    """A step function of time, level[i] on [times[i], times[i+1]): what the bound holds in one pool."""
+    """A step function of time, level[i] on [times[i], times[i+1]): what the bound holds in one pool.
+
+    Levels only grow (the bound never takes a slice back), so for each room asked about, the times when the
+    level is above it only grow too: kept merged (`_over`), a search jumps over a whole busy run at once
+    instead of walking it slice by slice (a saturated pool would make that quadratic)."""
 
     def __init__(self) -> None:
         self.times: list[float] = [-math.inf]
         self.levels: list[int] = [0]
+        self._over: dict[int, tuple[list[float], list[float]]] = {}  # room -> merged [start, end) above it
 
     def _split(self, t: float) -> int:
         i = bisect.bisect_right(self.times, t) - 1
@@ -99,23 +104,87 @@ class _Held:
             self.levels.insert(i, self.levels[i - 1])
         return i
 
+    def _segment_end(self, k: int) -> float:
+        return self.times[k + 1] if k + 1 < len(self.times) else math.inf
+
     def add(self, start: float, end: float, amount: int) -> None:
         if end <= start:
             return
         i, j = self._split(start), self._split(end)
         for k in range(i, j):
             self.levels[k] += amount
+        for room, over in self._over.items():
+            self._mark_over(over, room, i, j)
 
-    def clear_after(self, start: float, end: float, room: int) -> float | None:
-        """None if the level stays within `room` on [start, end); else the end of the last segment there that
-        exceeds it (no start before that can fit)."""
-        times, levels = self.times, self.levels
-        i = bisect.bisect_right(times, start) - 1
-        j = bisect.bisect_left(times, end)  # segments i..j-1 overlap [start, end)
-        for k in range(j - 1, i - 1, -1):
-            if levels[k] > room:
-                return times[k + 1] if k + 1 < len(times) else math.inf
-        return None
+    def _mark_over(self, over: tuple[list[float], list[float]], room: int, i: int, j: int) -> None:
+        """Merge the runs of segments i..j-1 above `room` into `over`."""
+        k = i
+        while k < j:
+            if self.levels[k] <= room:
+                k += 1
+                continue
+            run_start = self.times[k]
+            while k < j and self.levels[k] > room:
+                k += 1
+            _merge(over, run_start, self._segment_end(k - 1))
+
+    def first_fit(self, start: float, life: float | Callable[[float], float], room: int) -> float:
+        """The earliest s >= start with the level within `room` all over [s, s + life(s)) (`life` a number when
+        it does not depend on s); inf if none."""
+        over = self._over.get(room)
+        if over is None:
+            over = self._over[room] = ([], [])
+            self._mark_over(over, room, 0, len(self.times))
+        starts, ends = over
+        varies = callable(life)
+        s, need = start, life(start) if varies else life
+        while True:
+            i = bisect.bisect_right(starts, s) - 1
+            if i >= 0 and s < ends[i]:  # inside a busy run: after it
+                s = ends[i]
+            else:
+                following = starts[i + 1] if i + 1 < len(starts) else math.inf
+                if following >= s + need:
+                    return s
+                s = ends[i + 1]  # the next run comes too soon: after it
+            if s == math.inf:
+                return s
+            if varies:
+                need = life(s)
+
+
+def _merge(over: tuple[list[float], list[float]], start: float, end: float) -> None:
+    """Add [start, end) to sorted, disjoint, non-touching intervals, merging what it meets or touches."""
+    starts, ends = over
+    lo = bisect.bisect_left(ends, start)  # the first interval that ends at or after start
+    hi = bisect.bisect_right(starts, end)  # intervals lo..hi-1 meet or touch [start, end)
+    if lo < hi:
+        start, end = min(start, starts[lo]), max(end, ends[hi - 1])
+    starts[lo:hi] = [start]
+    ends[lo:hi] = [end]
+
+
+class _Blocked:
+    """When a (zone, family) has no capacity: the union of its stockout windows (scripted and generated,
+    either effect) and its scripted failures, merged, up to the horizon."""
+
+    def __init__(self, scenario: Scenario, zone: str, family: str, horizon: float) -> None:
+        failures = [w for w in scenario.zones[zone].failures if w.family in (None, family) and w.start < horizon]
+        windows = sorted(((w.start, math.inf if w.end is None else w.end)
+                          for w in [*stockout_windows(scenario, zone, family, horizon), *failures]))
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        for start, end in windows:
+            if self.ends and start <= self.ends[-1]:
+                self.ends[-1] = max(self.ends[-1], end)
+            else:
+                self.starts.append(start)
+                self.ends.append(end)
+
+    def free_from(self, t: float) -> float:
+        """The earliest instant >= t with capacity (inf: none ever again)."""
+        i = bisect.bisect_right(self.starts, t) - 1
+        return self.ends[i] if i >= 0 and t < self.ends[i] else t
 
 
 @dataclass
@@ -126,6 +195,9 @@ class _Candidate:
     tier: str
     quota: _Held
     limit: int
+    blocked: _Blocked
+    scripted_after: tuple[tuple[str | None, float], ...]  # (node_id rule, after_active) matching zone and family
+    scripted_at: tuple[tuple[str | None, float], ...]  # (node_id rule, at)
 
 
 def compute_bound(scenario: Scenario, fleet: FleetFile, jobs: Iterable[SimJob], horizon_seconds: float,
@@ -133,6 +205,7 @@ def compute_bound(scenario: Scenario, fleet: FleetFile, jobs: Iterable[SimJob], 
     """The bound of the module docstring for these jobs on this fleet and scenario, up to the horizon."""
     jobs = sorted(jobs, key=lambda j: (-_rank(j), j.submit_at, j.job_id))
     pools: dict[tuple[str, str, str], _Held] = {}
+    blocked: dict[tuple[str, str], _Blocked] = {}
     entry_slices = {e.id: _Held() for e in fleet.tpus}
     entry_chips = {e.id: _Held() for e in fleet.tpus}
     by_type: dict[str, list[_Candidate]] = {}
@@ -140,13 +213,19 @@ def compute_bound(scenario: Scenario, fleet: FleetFile, jobs: Iterable[SimJob], 
         if entry.existing or entry.count == 0:
             continue
         accelerator = parse_accelerator_type(entry.type)
+        family = accelerator.family
         tier = "spot" if entry.provisioning_model == ProvisioningModel.spot else "on_demand"
         for zone in entry.zones:
             if not scenario.has_zone(zone):
                 continue
-            pool = pools.setdefault((zone, accelerator.family, tier), _Held())
-            limit = scenario.quota_limit(zone, accelerator.family, tier)
-            by_type.setdefault(accelerator.name, []).append(_Candidate(entry, zone, accelerator, tier, pool, limit))
+            pool = pools.setdefault((zone, family, tier), _Held())
+            if (zone, family) not in blocked:
+                blocked[(zone, family)] = _Blocked(scenario, zone, family, horizon_seconds)
+            rules = [r for r in scenario.preemption.scripted if r.zone in (None, zone) and r.family in (None, family)]
+            by_type.setdefault(accelerator.name, []).append(_Candidate(
+                entry, zone, accelerator, tier, pool, scenario.quota_limit(zone, family, tier), blocked[(zone, family)],
+                tuple((r.node_id, r.after_active) for r in rules if r.after_active is not None),
+                tuple(sorted((r.node_id, r.at) for r in rules if r.at is not None))))
 
     attempts: list[BoundAttempt] = []
     first_work: dict[str, float] = {}
@@ -202,65 +281,70 @@ def _names(fleet: FleetFile, zone: str, job: SimJob, attempt: int) -> tuple[str,
 def _place(scenario, fleet, job, attempt, candidates, ready, progress, setup, horizon, entry_slices, entry_chips):
     """(candidate, start, active_at, preempt_at) of the best placement at or after `ready`, or None."""
     best = None
-    remaining = max(0.0, job.work_seconds - progress)
+    work = setup + max(0.0, job.work_seconds - progress)
     for c in candidates:
         qr_name, node_name = _names(fleet, c.zone, job, attempt)
         provisioning = scenario.provisioning_delay(c.zone, c.accelerator.family, qr_name)
-        lifetime = scenario.spot_lifetime(c.zone, c.accelerator.family, node_name) if c.tier == "spot" else None
-        start = _earliest(scenario, c, ready, horizon, provisioning, setup + remaining, lifetime, node_name,
-                          entry_slices[c.entry.id], entry_chips[c.entry.id])
+        preempt, offset, ats = _preemption(scenario, c, node_name)
+        life: float | Callable[[float], float]
+        if ats:  # a scripted preemption at a fixed time: how long the slice lives depends on when it starts
+            def life(t: float, provisioning=provisioning, preempt=preempt) -> float:
+                at = preempt(t + provisioning)
+                end = t + provisioning + work
+                return (end if at is None else min(end, at)) - t
+        else:
+            life = provisioning + (work if offset is None else min(work, offset))
+
+        start = _earliest(c, ready, horizon, life, entry_slices[c.entry.id], entry_chips[c.entry.id])
         if start is None:
             continue
-        active_at = start + provisioning
-        preempt_at = _preempt_at(scenario, c, node_name, active_at, lifetime)
-        key = (active_at, start)
+        key = (start + provisioning, start)
         if best is None or key < best[0]:
-            best = (key, (c, start, active_at, preempt_at))
+            best = (key, (c, start, start + provisioning, preempt(start + provisioning)))
     return best[1] if best else None
 
 
-def _preempt_at(scenario: Scenario, c: _Candidate, node_name: str, active_at: float,
-                lifetime: float | None) -> float | None:
+def _preemption(scenario: Scenario, c: _Candidate, node_name: str):
+    """When a slice of this candidate, that node, ACTIVE at `active_at`, is preempted (None: never), as the
+    model decides it: its drawn lifetime, or a scripted preemption. Returns (preempt_at(active_at), the
+    preemption's offset from ACTIVE if any, the scripted fixed times)."""
     if c.tier != "spot":
-        return None
+        return (lambda active_at: None), None, []
     node_id = node_name.rsplit("/", 1)[1]
-    due = [active_at + lifetime] if lifetime is not None else []
-    for rule in scenario.preemption.scripted:
-        if not rule.matches(c.zone, c.accelerator.family, node_id):
-            continue
-        if rule.after_active is not None:
-            due.append(active_at + rule.after_active)
-        elif rule.at is not None and rule.at >= active_at:
-            due.append(rule.at)
-    return min(due) if due else None
+    offsets = [after for rule_node, after in c.scripted_after if rule_node in (None, node_id)]
+    lifetime = scenario.spot_lifetime(c.zone, c.accelerator.family, node_name)
+    if lifetime is not None:
+        offsets.append(lifetime)
+    offset = min(offsets) if offsets else None
+    ats = sorted(at for rule_node, at in c.scripted_at if rule_node in (None, node_id))
+
+    def preempt_at(active_at: float) -> float | None:
+        due = active_at + offset if offset is not None else None
+        i = bisect.bisect_left(ats, active_at)
+        if i < len(ats) and (due is None or ats[i] < due):
+            due = ats[i]
+        return due
+
+    return preempt_at, offset, ats
 
 
-def _earliest(scenario: Scenario, c: _Candidate, t: float, horizon: float, provisioning: float, work: float,
-              lifetime: float | None, node_name: str, slices: _Held, chips: _Held) -> float | None:
+def _earliest(c: _Candidate, t: float, horizon: float, life: float | Callable[[float], float], slices: _Held,
+              chips: _Held) -> float | None:
     """The earliest start >= t before the horizon at which the zone has capacity and every limit admits the
     slice for its whole life; None if there is none."""
-    family, chips_needed = c.accelerator.family, c.accelerator.chips
-    if chips_needed > c.limit or (c.entry.chip_limit is not None and chips_needed > c.entry.chip_limit):
+    chips_needed, chip_limit = c.accelerator.chips, c.entry.chip_limit
+    if chips_needed > c.limit or (chip_limit is not None and chips_needed > chip_limit):
         return None
     while t < horizon:
-        blocked = scenario.stockout_at(c.zone, family, t) or scenario.failure_at(c.zone, family, t)
-        if blocked is not None:
-            if blocked.end is None:
-                return None
-            t = blocked.end
+        free = c.blocked.free_from(t)
+        if free != t:
+            t = free
             continue
-        preempt_at = _preempt_at(scenario, c, node_name, t + provisioning, lifetime)
-        end = t + provisioning + work
-        if preempt_at is not None:
-            end = min(end, preempt_at)
-        later = [x for x in (
-            c.quota.clear_after(t, end, c.limit - chips_needed),
-            slices.clear_after(t, end, c.entry.count - 1),
-            chips.clear_after(t, end, c.entry.chip_limit - chips_needed) if c.entry.chip_limit is not None else None,
-        ) if x is not None]
-        if not later:
+        fit = max(c.quota.first_fit(t, life, c.limit - chips_needed), slices.first_fit(t, life, c.entry.count - 1),
+                  chips.first_fit(t, life, chip_limit - chips_needed) if chip_limit is not None else t)
+        if fit == t:
             return t
-        t = max(later)
+        t = fit
     return None
 
 
