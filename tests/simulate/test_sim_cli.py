@@ -103,3 +103,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         assert (done.returncode, len(lines), done.stdout) == (2, 1, ""), (args, done.stderr)
         assert lines[0].startswith(f"error: {message}"), (lines[0], message)
         assert "Traceback" not in done.stderr
+
+
+def test_the_standard_scenarios_files_ship_in_the_package_and_agree():
+    from tpuq.capacitymodel.scenario import ZoneScenario
+    from tpuq.cli.simulate import EXAMPLE_FILES, EXAMPLES, _load_fleet, _load_jobs, check_jobs_against_fleet, read_inputs
+    from tpuq.simulate.workload import load_workload
+    from tpuq.tputypes import parse_accelerator_type
+
+    paths = {kind: EXAMPLES / name for kind, name in EXAMPLE_FILES.items()}
+    fleet = _load_fleet(paths["fleet"])
+    jobs = _load_jobs(paths["workload"], seed=0, horizon=30 * 86400.0)
+    assert len(jobs) == 2000
+    multi = sum(any(parse_accelerator_type(t).hosts > 1 for t in j.types) for j in jobs)
+    assert 0.17 < multi / 2000 < 0.23  # 20% multi-host
+    assert {j.priority for j in jobs} == {"high", "normal", "low"}
+    check_jobs_against_fleet(jobs, fleet)
+    spot_zones = {z for e in fleet.tpus if e.accelerator.family == "v4" and e.spot for z in e.zones}
+    assert len(spot_zones) == 3 and load_workload(paths["workload"]).checkpoint_every
+    if "stockout_model" not in ZoneScenario.model_fields:
+        pytest.skip("the scenario's stochastic fields (stockout_model, lifetimes, delay distributions) have not landed")
+    inputs = read_inputs(paths["fleet"], paths["scenario"], paths["workload"], seed=0, horizon=30 * 86400.0)
+    assert set(inputs.scenario.zones) == {z for e in fleet.tpus for z in e.zones}  # and each has quota for it
