@@ -280,7 +280,8 @@ def _print_compare(policy: str, names: tuple[str, str], a, b) -> None:
     out.print(table)
 
 
-def _print_notes(notes: list[str], results: list) -> None:
+def _print_notes(unavailable: list[str], results: list) -> None:
+    notes = list(unavailable)
     for m in results:
         if m.runs_without_slice:
             notes.append(f"{m.policy}: {m.runs_without_slice} attempts ran on slices this run did not record, so its "
