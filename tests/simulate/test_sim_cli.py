@@ -5,6 +5,7 @@ Each run of the engine takes seconds to tens of seconds on a loaded machine: the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -17,8 +18,9 @@ FILES = ["--fleet", str(TINY / "fleet.yaml"), "--scenario", str(TINY / "scenario
 TIMEOUT = 900  # a subprocess on a machine running two suites at once
 
 
-def tpuq(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["tpuq", "simulate", *args], capture_output=True, text=True, timeout=TIMEOUT, cwd=cwd)
+def tpuq(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["tpuq", "simulate", *args], capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, **(env or {})})
 
 
 def test_a_day_on_the_tiny_fleet_prints_json_and_writes_the_report(tmp_path):
@@ -41,9 +43,13 @@ def test_a_day_on_the_tiny_fleet_prints_json_and_writes_the_report(tmp_path):
     assert stored[0]["policy"] == "tpuq" and len(stored[0]["series"]["t"]) == 500
 
 
-def test_compare_runs_the_policy_on_both_fleets_and_prints_the_difference(tmp_path):
+def test_compare_runs_the_policy_on_both_fleets_and_prints_the_difference_even_without_matplotlib(tmp_path):
+    blocked = tmp_path / "no-matplotlib" / "matplotlib"  # an install without the simulate extra
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('matplotlib is not installed')\n")
+    path = os.pathsep.join(filter(None, (str(blocked.parent), os.environ.get("PYTHONPATH"))))
     done = tpuq("--compare", str(TINY / "fleet.yaml"), str(TINY / "fleet-one.yaml"), *FILES[2:], "--days", "1",
-                "--json")
+                "--json", "--out", str(tmp_path / "report"), env={"PYTHONPATH": path})
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["fleets"] == ["fleet.yaml", "fleet-one.yaml"]
@@ -54,7 +60,10 @@ def test_compare_runs_the_policy_on_both_fleets_and_prints_the_difference(tmp_pa
     assert a["jobs"]["submitted"] == b["jobs"]["submitted"] == 6  # the same workload and seed on both
     # one small slice at a time, in one zone: fleet-one never creates in us-central2-a
     assert "us-central2-a" not in b["creates_per_zone"]
-    assert not list(tmp_path.iterdir())  # --json without --out writes no report
+    assert "pip install 'tpuq[simulate]'" in done.stderr
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "tpuq (fleet.yaml)" in html and "tpuq (fleet-one.yaml)" in html and "tpuq[simulate]" in html
+    assert not list((tmp_path / "report").glob("*.png"))
 
 
 def write(path: Path, data) -> Path:
