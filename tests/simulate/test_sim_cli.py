@@ -81,6 +81,7 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     sigma = write(tmp / "sigma.yaml", {**workload, "duration": {"dist": "lognormal", "median": 60, "sigma": -1}})
     unknown = write(tmp / "unknown.yaml", {**workload, "jobz": 3})
     unoffered = write(tmp / "unoffered.yaml", {**workload, "types": [{"tpu": "v5e-8", "weight": 1}]})
+    not_yaml = write(tmp / "not-yaml.yaml", "jobs: [\n")
     bad_scenario = write(tmp / "scenario.yaml", "zones:\n  us-central2-b:\n    quota: {v4: {spot: -1}}\n")
     files = lambda f=str(TINY / "fleet.yaml"), s=scenario, w=str(TINY / "workload.yaml"): [  # noqa: E731
         "--fleet", str(f), "--scenario", str(s), "--workload", str(w)]
@@ -96,6 +97,7 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (files(w=unoffered), "workload: job job-00000 wants v5litepod-8, which no fleet entry offers (the fleet's "
                              "types: v4-32, v4-8)"),
         (files(s=bad_scenario), f"scenario {bad_scenario}: zones.us-central2-b.quota.v4.spot: must be >= 0"),
+        (files(w=not_yaml), f"workload {not_yaml}: not valid YAML at line 2"),
         (files(w=tmp / "missing.yaml"), f"workload {tmp / 'missing.yaml'}: no such file"),
         (files(f=TINY / "workload.yaml"), f"fleet {TINY / 'workload.yaml'}: invalid fleet file: name: is required"),
         (files()[:4], "--workload is required (or --example for the standard scenario's files)"),

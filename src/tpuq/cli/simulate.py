@@ -84,7 +84,8 @@ def _load_jobs(path: Path, seed: int, horizon: float) -> list:
     try:
         return generate(load_workload(path), seed, horizon)
     except WorkloadError as e:
-        raise BadInput(f"{path}: {e}") from None
+        message = str(e)  # a file's own problem names the file; a field's is prefixed with it
+        raise BadInput(message if message.startswith(f"workload {path}") else f"{path}: {message}") from None
 
 
 def check_fleet_against_scenario(fleet, scenario) -> None:
