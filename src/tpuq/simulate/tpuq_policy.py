@@ -245,7 +245,9 @@ class TpuqPolicy:
         self.loop.every(self.tick_seconds, self._tick, first=self.tick_seconds)
 
     def _submit(self, job: SimJob) -> None:
-        published = PublishedJob(id=job.job_id, tpu=list(job.types), priority=job.priority,
+        # A job held to regions names one bucket in each, as a user does (the scheduler runs it where one is).
+        buckets = [{"uri": f"gs://tpuq-sim-{region}", "region": region} for region in job.regions or ()]
+        published = PublishedJob(id=job.job_id, tpu=list(job.types), priority=job.priority, buckets=buckets,
                                  command=f"sim-work {job.work_seconds:.0f}")
         self.bus.publish("jobs", published.model_dump_json(exclude_none=True).encode())
 
