@@ -99,6 +99,47 @@ def _copy(value: Any) -> Any:
 _CONTAINERS = (dict, list)
 
 
+def _index_key(value: Any) -> Any:
+    """What an equality index files a scalar under (None: not indexed; such filters scan). Keys are equal
+    exactly when `_equal` says the values are: 1 == 1.0, but True is not 1."""
+    kind = type(value)
+    if value is None:
+        return (0, None)
+    if kind is bool:
+        return (1, value)
+    if kind in (int, float):
+        return None if value != value else (2, value)  # NaN equals nothing
+    if kind is str:
+        return (4, value)
+    return None
+
+
+def _index_values(data: dict | None, field: str, elements: bool) -> list[Any]:
+    if data is None:
+        return []
+    value = _lookup(data, field)
+    if value is _MISSING:
+        return []
+    if elements:
+        return [k for k in {_index_key(v) for v in value} if k is not None] if isinstance(value, list) else []
+    key = _index_key(value)
+    return [] if key is None else [key]
+
+
+def _index(index: dict, field: str, elements: bool, doc_id: str, data: dict | None) -> None:
+    for key in _index_values(data, field, elements):
+        index.setdefault(key, set()).add(doc_id)
+
+
+def _unindex(index: dict, field: str, elements: bool, doc_id: str, data: dict | None) -> None:
+    for key in _index_values(data, field, elements):
+        ids = index.get(key)
+        if ids is not None:
+            ids.discard(doc_id)
+            if not ids:
+                del index[key]
+
+
 # Firestore's order of value types: null < boolean < number < timestamp < string < bytes < array < map.
 def _type_rank(value: Any) -> int:
     if value is None:
