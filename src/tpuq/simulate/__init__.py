@@ -11,4 +11,36 @@
 - metrics, report: utilization, waste by cause, waits, API calls; JSON and an HTML report
 
 No service imports it; it imports no dev tooling (tests/unit/test_no_dev_imports.py).
+
+Fidelity (tests/e2e/test_simulate_fidelity.py). One workload, 20 jobs on three fleet entries with two
+stockouts, a quota-0 zone and two scripted preemptions (tests/e2e/fidelity/: every zone and every
+preemption is forced, the scenario says how), runs on the local stack (the services as processes, the fake
+Cloud TPU at time_scale 1, real sshd workers, a tick a second) and here (the same fleet and scenario files,
+tick_seconds=1, setup_seconds=3, each job submitted at the offset the stack stored it at). These must be
+equal: every job's final state, its number of attempts, the zone of each attempt, and, per entry, the order
+in which attempts were given a slice.
+
+Units: scenario seconds are the capacity model's clock. The stack's fake runs them time_scale times faster
+than the services' real seconds; here services and cloud share one clock. So the two runs agree only at
+time_scale 1, or when every scenario time is divided by the scale (ticks, jobs and fleet timeouts stay in
+real seconds).
+
+What may differ is timing only:
+- a new slice: on the stack it turns ACTIVE only once the fake has started its sshd hosts (seconds each on a
+  loaded machine); here, exactly at the scenario's delays;
+- an attempt's setup: the stack's SSH, supervisor, status object and its notification, against a constant
+  setup_seconds;
+- ticks: the stack's ticker has its own phase, so a step that waits for a tick (the claimer's watch, the
+  backstops) takes up to tick_seconds more or less; Pub/Sub latency: the emulator's push, against
+  Delivery.latency;
+- events due while a handler waits (the claimer's fast watch sleeps) run when it returns, so a scheduler
+  tick may record an ACTIVE slice before the claimer's event arrives (the log's "whose ACTIVE event never
+  arrived"): the same result by another path;
+- which job's request makes the slice that replaces a preempted one (so that node's name): the preempted job
+  backs off (retry.backoff_*) and the pass asks for the first job not backing off, which depends on how long
+  the old slice took to go. Its zone, and who runs on it, do not change.
+Bound: a job finishes later on the stack by at most (slices created on its path) x (host start + a tick) +
+(attempts before it on its slice) x (|the stack's setup - setup_seconds| + a tick). Measured on the fidelity
+workload (about a minute of work, load average about 10): 3 to 15 s. The test asserts the order, not the
+seconds, which depend on the machine's load.
 """
