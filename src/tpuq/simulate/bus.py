@@ -20,6 +20,7 @@ from tpuq.inmemory.pubsub import _Published
 from tpuq.service import PushMessage, Service
 
 from .events import EventLoop
+from .waits import Waits
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,10 @@ class SimBus:
     """`clients.publisher` for the services: `publish(topic_path, data, **attributes)` as the real client."""
 
     def __init__(self, loop: EventLoop, services: dict[str, Service], rng: random.Random,
-                 delivery: Delivery = Delivery(), topic_prefix: str = "") -> None:
+                 delivery: Delivery = Delivery(), topic_prefix: str = "", waits: Waits | None = None,
+                 waiting_topics: frozenset[str] | set[str] = frozenset()) -> None:
         self.loop, self.services, self.rng, self.delivery = loop, services, rng, delivery
+        self.waits, self.waiting_topics = waits, frozenset(waiting_topics)  # pushes whose handler may wait
         self.topic_prefix = topic_prefix
         self._ids = itertools.count(1)
         self.published: Counter[str] = Counter()
@@ -66,8 +69,18 @@ class SimBus:
 
     def _deliver(self, sub: topology.Subscription, msg: PushMessage, attempt: int) -> None:
         self.delivered[sub.name] += 1
-        _, status = self.services[sub.service].deliver(sub, PushMessage(
-            msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
+
+        def push():
+            return self.services[sub.service].deliver(sub, PushMessage(
+                msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
+
+        if self.waits is not None and sub.topic in self.waiting_topics:
+            self.waits.run(push, lambda answer: self._answered(sub, msg, attempt, answer))
+        else:
+            self._answered(sub, msg, attempt, push())
+
+    def _answered(self, sub: topology.Subscription, msg: PushMessage, attempt: int, answer) -> None:
+        _, status = answer
         if status >= 500:
             self.failed[sub.name] += 1
             backoff = min(sub.max_backoff_seconds, sub.min_backoff_seconds * 2 ** (attempt - 1))
