@@ -8,7 +8,7 @@ The workload (20 jobs, 3 fleet entries, 2 stockouts, a quota-0 zone, 2 scripted 
 choice is forced are in tests/e2e/fidelity/scenario.yaml. On the stack the jobs are submitted one at a time, each
 once the one before is stored, with the fleet paused (`tpuq fleet pause`), and the fleet is resumed once all are
 in: so both runs see the same queue order, and no job's intake runs while a new slice waits for its first job
-(see "noticed" in the simulator's Fidelity notes). The simulator, which has no pause, gets the same jobs in the
+(see "Not modelled" in the simulator's Fidelity notes). The simulator, which has no pause, gets the same jobs in the
 same order at the instant it starts claiming; both runs' times count from that instant.
 """
 

@@ -15,10 +15,10 @@ No service imports it; it imports no dev tooling (tests/unit/test_no_dev_imports
 Fidelity (tests/e2e/test_simulate_fidelity.py). One workload, 20 jobs on three fleet entries with two
 stockouts, a quota-0 zone and two scripted preemptions (tests/e2e/fidelity/: every zone and every
 preemption is forced, the scenario says how), runs on the local stack (the services as processes, the fake
-Cloud TPU at time_scale 1, real sshd workers, a tick a second) and here (the same fleet and scenario files,
-tick_seconds=1, setup_seconds=3, each job submitted at the offset the stack stored it at). These must be
-equal: every job's final state, its number of attempts, the zone of each attempt, and, per entry, the order
-in which attempts were given a slice.
+Cloud TPU at time_scale 1, real sshd workers, a tick a second; the jobs submitted to a paused fleet, which is
+then resumed) and here (the same fleet and scenario files, tick_seconds=1, setup_seconds=3, the same jobs in
+the same order at the start). These must be equal: every job's final state, its number of attempts, the zone
+of each attempt, and, per entry, the order in which attempts were given a slice.
 
 Units: scenario seconds are the capacity model's clock. The stack's fake runs them time_scale times faster
 than the services' real seconds; here services and cloud share one clock. So the two runs agree only at
@@ -32,15 +32,20 @@ What may differ is timing only:
   setup_seconds;
 - ticks: the stack's ticker has its own phase, so a step that waits for a tick (the claimer's watch, the
   backstops) takes up to tick_seconds more or less; Pub/Sub latency: the emulator's push, against
-  Delivery.latency;
-- events due while a handler waits (the claimer's fast watch sleeps) run when it returns, so a scheduler
-  tick may record an ACTIVE slice before the claimer's event arrives (the log's "whose ACTIVE event never
-  arrived"): the same result by another path;
+  Delivery.latency (the test uses 5 ms, loopback's order of magnitude);
+- the path: on a loaded stack a scheduler tick may record an ACTIVE slice before the claimer's event arrives
+  (the log's "whose ACTIVE event never arrived"); the same result;
 - which job's request makes the slice that replaces a preempted one (so that node's name): the preempted job
   backs off (retry.backoff_*) and the pass asks for the first job not backing off, which depends on how long
   the old slice took to go. Its zone, and who runs on it, do not change.
 Bound: a job finishes later on the stack by at most (slices created on its path) x (host start + a tick) +
 (attempts before it on its slice) x (|the stack's setup - setup_seconds| + a tick). Measured on the fidelity
-workload (about a minute of work, load average about 10): 3 to 15 s. The test asserts the order, not the
-seconds, which depend on the machine's load.
+workload (about 75 s on the stack, load average 5 to 12): 4 to 13 s later. The test asserts the order, not
+the seconds, which depend on the machine's load.
+
+Not modelled: a handler here takes no virtual time, and handlers run one at a time (a waiting one lets the
+rest go on: `waits`). On a loaded stack a pass can take seconds and overlap another, so races between passes
+happen there and never here. One seen on the stack: a job's intake pass (a pass for that job only) gave a
+slice that had just turned idle to that job, before the ACTIVE event's pass gave it to an older, higher
+priority job. The fidelity test keeps that race out by submitting to a paused fleet.
 """
