@@ -5,6 +5,7 @@
 - workload: the jobs (generated from a workload file, or a trace)
 - workers: the slices' hosts as a model: an attempt's work, checkpoints, what a preemption loses
 - bus: Pub/Sub in process, with delivery latency and duplicates
+- waits: a handler that waits (the claimer's fast watch) without holding the rest of the world
 - tpuq_policy: the four services' handlers over the in-memory store, driven by the bus and the ticks
 - polling: a model of a single polling controller (tpu-runner 0.1.12's)
 - bound: what any policy could at best get from the same capacity timeline
@@ -35,13 +36,14 @@ What may differ is timing only:
   Delivery.latency (the test uses 5 ms, loopback's order of magnitude);
 - the path: on a loaded stack a scheduler tick may record an ACTIVE slice before the claimer's event arrives
   (the log's "whose ACTIVE event never arrived"); the same result;
-- which job's request makes the slice that replaces a preempted one (so that node's name): the preempted job
+- node names: after a resume, two claimer ticks may race for a zone and the winner creates generation 1
+  (tpuq-<request>-<zone>-1); which job's request makes the slice that replaces a preempted one: the preempted job
   backs off (retry.backoff_*) and the pass asks for the first job not backing off, which depends on how long
   the old slice took to go. Its zone, and who runs on it, do not change.
-Bound: a job finishes later on the stack by at most (slices created on its path) x (host start + a tick) +
-(attempts before it on its slice) x (|the stack's setup - setup_seconds| + a tick). Measured on the fidelity
-workload (about 75 s on the stack, load average 5 to 12): 4 to 13 s later. The test asserts the order, not
-the seconds, which depend on the machine's load.
+Bound: a job's finish differs by at most (slices created on its path) x (host start + a tick) + (attempts
+before it on its slice) x (|the stack's setup - setup_seconds| + a tick). Measured on the fidelity workload
+(about 75 s on the stack, load average 5 to 12, two runs): the stack finished each job 0 to 13 s later.
+The test asserts the order, not the seconds, which depend on the machine's load.
 
 Not modelled: a handler here takes no virtual time, and handlers run one at a time (a waiting one lets the
 rest go on: `waits`). On a loaded stack a pass can take seconds and overlap another, so races between passes
