@@ -221,6 +221,20 @@ def test_the_dashboard_ships_its_templates_and_static_files_and_serves_them_from
         ["200", "True", "403", "True"]
 
 
+def test_simulate_runs_the_standard_scenario_from_the_wheel_without_the_dev_tools(wheel, installed):
+    """`tpuq simulate --example` from a plain install: the example files are package data, the capacity model and
+    the in-memory store ship with tpuq, nothing of tpuq_dev is needed (none is installed here), and without the
+    simulate extra the figures still print and the note says how to get the charts."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"tpuq/simulate/examples/trc-scenario.yaml", "tpuq/capacitymodel/scenarios/default.yaml"} <= names
+    assert not any(n.startswith("tpuq_dev/") for n in names)
+    done = ok(installed.tpuq("simulate", "--example", "--days", "0.05", "--policy", "tpuq", "--policy", "bound",
+                             "--json", timeout=900))
+    figures = json.loads(done.stdout)
+    assert {r["policy"] for r in figures["results"]} == {"tpuq", "bound"}
+    assert figures["jobs"] >= 1
+
+
 def test_deploy_dry_run_offline_prints_the_plan_from_the_wheel(installed):
     ok(installed.tpuq("init", "deploying"))
     result = ok(installed.tpuq("deploy", "deploying/fleet.yaml", "--dry-run", "--offline"))

@@ -131,12 +131,12 @@ def test_series_counts_slices_by_state_and_the_queue():
     slices = [life("a", 0, 1000, 9000)]
     runs = [run("j1", "a", 3000, 6000, RunEnd.finished, kept=2970)]
     jobs = [job("j1", 0), job("j2", 2000)]
-    m = summarize("p", jobs, runs, slices, {}, {}, 9000.0, series_points=10)  # one point every 1000 s
+    m = summarize("p", jobs, runs, slices, {}, {}, 10000.0, series_points=10)  # one point every 1000 s
     s = m.series
     assert s.t == [1000.0 * i for i in range(10)]
     assert s.provisioning == [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
     assert s.busy == [0, 0, 0, 1, 1, 1, 0, 0, 0, 0]
-    assert s.idle == [0, 1, 1, 0, 0, 0, 1, 1, 1, 0]
+    assert s.idle == [0, 1, 1, 0, 0, 0, 1, 1, 1, 0]  # the slice is gone at 9000
     assert s.queue == [1, 1, 2, 1, 1, 1, 1, 1, 1, 1]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 COMMANDS = ["init", "validate", "submit", "status", "list", "watch", "logs", "cancel", "set-priority",
             "validate-fleet", "validate-jobs", "fleet", "fleet apply", "demo",
-            "dev", "dev up", "dev down", "dev env", "dev status"]
+            "dev", "dev up", "dev down", "dev env", "dev status", "simulate"]
 
 
 def run(args, tmp_path, **env):

@@ -56,7 +56,8 @@ def _load_fleet(path: Path):
 
 _PYDANTIC_PHRASES = (("Extra inputs are not permitted", "unknown field"), ("Field required", "is required"),
                      ("Value error, ", ""),
-                     ("Input should be greater than or equal to", "must be >="), ("Input should be greater than", "must be >"))
+                     ("Input should be greater than or equal to", "must be >="),
+                     ("Input should be greater than", "must be >"))
 
 
 def _load_scenario(path: Path):
@@ -83,7 +84,8 @@ def _load_jobs(path: Path, seed: int, horizon: float) -> list:
     try:
         return generate(load_workload(path), seed, horizon)
     except WorkloadError as e:
-        raise BadInput(f"{path}: {e}") from None
+        message = str(e)  # a file's own problem names the file; a field's is prefixed with it
+        raise BadInput(message if message.startswith(f"workload {path}") else f"{path}: {message}") from None
 
 
 def check_fleet_against_scenario(fleet, scenario) -> None:
@@ -197,7 +199,8 @@ def _progress(total_days: float) -> Iterator[Callable[[str], Callable[[float], N
         yield make
 
 
-def run_policies(policies: list[str], inputs: Inputs, horizon: float, seed: int, label: str = "") -> tuple[list, list[str]]:
+def run_policies(policies: list[str], inputs: Inputs, horizon: float, seed: int,
+                 label: str = "") -> tuple[list, list[str]]:
     """(metrics of each policy that ran, a note for each that is not available)."""
     results, notes = [], []
     with _services_quiet(), _progress(horizon / DAY) as progress:
@@ -280,7 +283,8 @@ def _print_compare(policy: str, names: tuple[str, str], a, b) -> None:
     out.print(table)
 
 
-def _print_notes(notes: list[str], results: list) -> None:
+def _print_notes(unavailable: list[str], results: list) -> None:
+    notes = list(unavailable)
     for m in results:
         if m.runs_without_slice:
             notes.append(f"{m.policy}: {m.runs_without_slice} attempts ran on slices this run did not record, so its "
@@ -317,7 +321,8 @@ def _input_paths(example: bool, fleet: Optional[Path], scenario: Optional[Path],
 def simulate(
     fleet: Optional[Path] = typer.Option(None, "--fleet", metavar="FLEET", help="A tpuq fleet file"),
     scenario: Optional[Path] = typer.Option(None, "--scenario", metavar="SCENARIO",
-                                            help="A capacity-model scenario file (quota, stockouts, preemptions, delays)"),
+                                            help="A capacity-model scenario file (quota, stockouts, preemptions, "
+                                                 "delays)"),
     workload: Optional[Path] = typer.Option(None, "--workload", metavar="WORKLOAD",
                                             help="A workload file: generated jobs, or a trace"),
     example: bool = typer.Option(False, "--example", "--standard",
@@ -364,7 +369,8 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
     if out_dir is None and not as_json:
         out_dir = DEFAULT_OUT
     if compare:
-        second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon, scenario=_load_scenario(scenario_path))
+        second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon,
+                             scenario=_load_scenario(scenario_path))  # a fresh copy: nothing carries over
         _compare(chosen, (first, second), horizon, seed, days, out_dir, as_json)
         return
     results, notes = run_policies(chosen, first, horizon, seed)

@@ -90,10 +90,13 @@ def _copy(value: Any) -> Any:
     """A stored value's copy: stored values are only maps, arrays and immutable scalars (`_encode`)."""
     kind = type(value)
     if kind is dict:
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: (_copy(v) if type(v) in _CONTAINERS else v) for k, v in value.items()}
     if kind is list:
-        return [_copy(v) for v in value]
+        return [(_copy(v) if type(v) in _CONTAINERS else v) for v in value]
     return value
+
+
+_CONTAINERS = (dict, list)
 
 
 def _index_key(value: Any) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 from google.cloud.firestore import FieldFilter
 
 from tpuq import guarded, store
-from tpuq.documents import JobState, TpuState, short_node_name
+from tpuq.documents import TPU_STATES_HOLDING_A_SLICE, JobState, TpuState, short_node_name
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import TpuqError
 from tpuq.fleet import FleetFile
@@ -74,8 +74,12 @@ class Janitor:
             q = q.where(filter=FieldFilter(key, "==", value))
         return [s.to_dict() for s in q.stream()]
 
-    def tpu_docs(self) -> list[d.TpuDoc]:
+    def tpu_docs(self, live_only: bool = False) -> list[d.TpuDoc]:
+        """The fleet's TPUs; `live_only`: not gone (a tick's sweep, reaping and drain need no others, and the gone
+        ones are every TPU the fleet ever had: read on every tick, they would grow the tick's reads for ever)."""
         q = self.db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", self.fleet.name))
+        if live_only:
+            q = q.where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
         return [d.TpuDoc.from_doc(s.id, s.to_dict()) for s in q.stream()]
 
     def request_demand(self, request_id: str) -> tuple[int, set[str]]:
@@ -304,10 +308,10 @@ def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_ada
                 fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
                 janitor = janitor_for(ctx, fleet)
                 control = load_control(ctx.clients.firestore, fleet.name)
-                tpus = janitor.tpu_docs()
+                tpus = janitor.tpu_docs(live_only=True)
                 if control.drain_pending:
                     janitor.drain(control, tpus)
-                    tpus = janitor.tpu_docs()
+                    tpus = janitor.tpu_docs(live_only=True)
                 janitor.sweep(tpus)
                 janitor.paused = control.paused
                 janitor.reap_idle(tpus)

@@ -4,8 +4,12 @@ What it keeps of Pub/Sub push, because the services would notice:
 - at least once: with `duplicate_probability` a message is delivered a second time, `duplicate_delay` later;
 - a push that answers 5xx is redelivered after the subscription's exponential backoff (min..max), and the
   service's own delivery count dead-letters it after `max_delivery_attempts`, as in production;
-- no order between subscriptions or messages: each delivery waits its own latency, drawn from the run's RNG.
+- no order between subscriptions or messages: each delivery waits its own latency.
 Deliveries are events of the loop, so a handler never runs inside another one.
+
+Randomness is keyed, not streamed: a delivery's latency, its duplicate, and the `rng` its handler gets are drawn
+from (seed, subscription, message id, attempt), and ticks are numbered apart from other messages. So a run's
+messages and their randomness do not depend on how many ticks ran: skipping a quiet tick changes nothing else.
 """
 
 from __future__ import annotations
@@ -33,11 +37,17 @@ class Delivery:
 class SimBus:
     """`clients.publisher` for the services: `publish(topic_path, data, **attributes)` as the real client."""
 
-    def __init__(self, loop: EventLoop, services: dict[str, Service], rng: random.Random,
-                 delivery: Delivery = Delivery(), topic_prefix: str = "", waits: Waits | None = None,
-                 waiting_topics: frozenset[str] | set[str] = frozenset()) -> None:
-        self.loop, self.services, self.rng, self.delivery = loop, services, rng, delivery
-        self.waits, self.waiting_topics = waits, frozenset(waiting_topics)  # pushes whose handler may wait
+    TICK_IDS_FROM = 10 ** 12  # ticks' message ids, apart from the others'
+
+    def __init__(self, loop: EventLoop, services: dict[str, Service], seed: int,
+                 delivery: Delivery = Delivery(), topic_prefix: str = "", observe_ticks=None,
+                 waits: Waits | None = None, waiting_topics: frozenset[str] | set[str] = frozenset()) -> None:
+        """`observe_ticks`: (activity(), the call counter, report(message_id, subscription, changed, reads)),
+        told after each tick delivery whether its handler changed anything and which API calls it made.
+        `waits` runs the pushes of `waiting_topics`, whose handlers may wait (simulate.waits)."""
+        self.observe_ticks = observe_ticks
+        self.loop, self.services, self.seed, self.delivery = loop, services, seed, delivery
+        self.waits, self.waiting_topics = waits, frozenset(waiting_topics)
         self.topic_prefix = topic_prefix
         self._ids = itertools.count(1)
         self.published: Counter[str] = Counter()
@@ -53,34 +63,67 @@ class SimBus:
         if not isinstance(data, bytes):
             raise TypeError("Data being published to Pub/Sub must be sent as a bytestring.")
         name = topic.rsplit("/", 1)[-1].removeprefix(self.topic_prefix)
-        message_id = str(next(self._ids))
+        message_id = attributes.pop("_sim_message_id", None) or str(next(self._ids))
         self.published[name] += 1
         for sub in self._subs.get(name, ()):
             msg = PushMessage(message_id, data, dict(attributes), self.loop.utcnow(), sub.name)
-            self.loop.after(self._latency(), self._deliver, sub, msg, 1)
-            if self.delivery.duplicate_probability and self.rng.random() < self.delivery.duplicate_probability:
-                self.loop.after(self._latency() + self.rng.expovariate(1 / self.delivery.duplicate_delay),
-                                self._deliver, sub, msg, 1)
+            for delay in self._delays(sub.name, message_id):
+                self.loop.after(delay, self._deliver, sub, msg, 1)
         return _Published(message_id)
 
-    def _latency(self) -> float:
+    def subscriptions_of(self, topic: str) -> set[str]:
+        return {sub.name for sub in self._subs.get(topic, ())}
+
+    def _delays(self, subscription: str, message_id: str) -> list[float]:
+        """When (after its publish) a message reaches a subscription's push endpoint: once, or twice."""
+        rng = self.rng_for(subscription, message_id, 0)
+        delays = [self._latency(rng)]
+        if self.delivery.duplicate_probability and rng.random() < self.delivery.duplicate_probability:
+            delays.append(self._latency(rng) + rng.expovariate(1 / self.delivery.duplicate_delay))
+        return delays
+
+    def publish_tick(self, data: bytes, number: int) -> str:
+        """Tick `number` (the n-th period of the run, whether the ticks before it ran or not) has its own id."""
+        return self.publish("ticks", data, _sim_message_id=self.tick_id(number)).result()
+
+    def tick_id(self, number: int) -> str:
+        return str(self.TICK_IDS_FROM + number)
+
+    def tick_reaches_all_by(self, number: int) -> float:
+        """How long after its publish tick `number` reaches every service (its last delivery)."""
+        message_id = self.tick_id(number)
+        return max((d for sub in self._subs.get("ticks", ()) for d in self._delays(sub.name, message_id)),
+                   default=0.0)
+
+    def rng_for(self, subscription: str, message_id: str, attempt: int) -> random.Random:
+        return random.Random(f"{self.seed}:{subscription}:{message_id}:{attempt}")
+
+    def _latency(self, rng: random.Random) -> float:
         mean = self.delivery.latency
-        return self.rng.expovariate(1 / mean) if mean > 0 else 0.0
+        return rng.expovariate(1 / mean) if mean > 0 else 0.0
 
     def _deliver(self, sub: topology.Subscription, msg: PushMessage, attempt: int) -> None:
         self.delivered[sub.name] += 1
+        service = self.services[sub.service]
+        service.rng = self.rng_for(sub.name, msg.message_id, attempt)  # the handler's randomness, keyed too
 
         def push():
-            return self.services[sub.service].deliver(sub, PushMessage(
+            return service.deliver(sub, PushMessage(
                 msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
 
         if self.waits is not None and sub.topic in self.waiting_topics:
-            self.waits.run(push, lambda answer: self._answered(sub, msg, attempt, answer))
-        else:
-            self._answered(sub, msg, attempt, push())
+            self.waits.run(push, lambda answer: self._answered(sub, msg, attempt, answer[1]))
+            return
+        observed = self.observe_ticks if sub.topic == "ticks" else None
+        if observed:
+            activity, calls, report = observed
+            before, calls_before = activity(), calls.copy()
+        _, status = push()
+        if observed:
+            report(msg.message_id, sub.name, activity() != before or status >= 500, calls - calls_before)
+        self._answered(sub, msg, attempt, status)
 
-    def _answered(self, sub: topology.Subscription, msg: PushMessage, attempt: int, answer) -> None:
-        _, status = answer
+    def _answered(self, sub: topology.Subscription, msg: PushMessage, attempt: int, status: int) -> None:
         if status >= 500:
             self.failed[sub.name] += 1
             backoff = min(sub.max_backoff_seconds, sub.min_backoff_seconds * 2 ** (attempt - 1))

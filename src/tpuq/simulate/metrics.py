@@ -92,7 +92,8 @@ class JobMetrics(BaseModel):
 
 
 class Series(BaseModel):
-    """Sampled at `t` (seconds): slices in each state, and jobs submitted, not finished and not running."""
+    """Sampled at `t` (seconds, evenly from 0 to just before the horizon): slices in each state, and jobs
+    submitted, not finished and not running."""
 
     t: list[float]
     provisioning: list[int]
@@ -228,7 +229,7 @@ def summarize(policy: str, jobs: Sequence[SimJob], runs: Sequence[AttemptRun], s
 
     causes = [c.value for c in WasteCause]
     waste_vm = {c: host_seconds[c] / HOUR for c in causes}
-    grid = [horizon * i / (series_points - 1) for i in range(series_points)] if series_points > 1 else [0.0]
+    grid = [horizon * i / series_points for i in range(max(1, series_points))]  # [0, horizon): all still there
     busy_counts = _step_counts(busy_iv, grid)
     series = Series(t=grid, provisioning=_step_counts(provisioning_iv, grid), busy=busy_counts,
                     idle=[r - b for r, b in zip(_step_counts(ready_iv, grid), busy_counts)],

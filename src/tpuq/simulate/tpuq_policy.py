@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -194,8 +195,10 @@ class TpuqPolicy:
         self.skip_quiet_ticks = skip_quiet_ticks or verify_quiet
         self.verify_quiet = verify_quiet
         self.ticks_run = self.ticks_skipped = 0
+        self.ticks_quiet_checked = 0  # verify: ticks skipping would have skipped, run and checked
         self.violations: list[float] = []  # verify: ticks skipping would have skipped that did something
-        self._last_tick: tuple | None = None  # (activity, calls) right after the last tick that ran
+        self._last_tick: tuple | None = None  # (activity, reads) once the last tick that ran was handled, if quiet
+        self._tick_in_flight: _TickRecord | None = None
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.clients = Clients(Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET))
         self.tpu_client = SimTpuClient(cloud)
@@ -203,14 +206,15 @@ class TpuqPolicy:
         self.clients.__dict__["firestore"] = self.db
         self.clients.__dict__["tpu"] = self.tpu_client
         services = self._services()
-        self.bus = SimBus(loop, services, rng, delivery, waits=self.waits, waiting_topics={"capacity"})
+        self.bus = SimBus(loop, services, rng.randrange(2 ** 32), delivery,
+                          observe_ticks=(self.activity, self.cloud.calls, self.on_tick_delivered),
+                          waits=self.waits, waiting_topics={"capacity"})
         self.clients.__dict__["publisher"] = self.bus
         self.executor = SimExecutor(loop, cloud, workers, self.bus)
         workers.on_end = self.executor.run_ended
         # The modelled workers are lost only with their node, which the claimer's watch reports: a probe
         # would never find anything (and each would be a tick that cannot be skipped).
         executor_handlers.use_executor(self.clients, self.executor, probe_every=None)
-        self._tick_seq = 0
 
     def _services(self) -> dict[str, Service]:
         prechecks = ScenarioPrecheckCache(
@@ -229,7 +233,7 @@ class TpuqPolicy:
         for service in services.values():
             service.clients_factory = lambda: self.clients
             service.now = self.clock
-            service.rng = self.rng
+            service.rng = random.Random(0)  # replaced at each delivery by the bus's keyed one
             service.push_auth = PushAuth.from_env({})
         return services
 
@@ -244,7 +248,9 @@ class TpuqPolicy:
         self.loop.every(self.tick_seconds, self._tick, first=self.tick_seconds)
 
     def _submit(self, job: SimJob) -> None:
-        published = PublishedJob(id=job.job_id, tpu=list(job.types), priority=job.priority,
+        # A job held to regions names one bucket in each, as a user does (the scheduler runs it where one is).
+        buckets = [{"uri": f"gs://tpuq-sim-{region}", "region": region} for region in job.regions or ()]
+        published = PublishedJob(id=job.job_id, tpu=list(job.types), priority=job.priority, buckets=buckets,
                                  command=f"sim-work {job.work_seconds:.0f}")
         self.bus.publish("jobs", published.model_dump_json(exclude_none=True).encode())
 
@@ -254,44 +260,58 @@ class TpuqPolicy:
                 sum(self.bus.failed.values()), self.cloud.mutations, len(self.workers.runs))
 
     def _quiet_since_last_tick(self) -> bool:
-        """The last tick and everything since only read: nothing changed, and no instant the services' rules
-        or the cloud's schedule care about has come."""
+        """The last tick only read (every service's handling of it changed nothing), nothing happened since, and
+        no instant the services' rules or the cloud's schedule care about comes before this tick would."""
         if self._last_tick is None:
             return False
         activity, _ = self._last_tick
-        now = self.loop.now()
+        # The tick's handlers would run when its deliveries arrive: every one of them must come before the
+        # earliest instant a rule flips or the cloud changes.
+        reached = self.loop.now() + self.bus.tick_reaches_all_by(self._tick_number())
         due = self.cloud.next_transition()
-        return (activity == self.activity() and not self.deadlines.opaque and now < self.deadlines.earliest
-                and (due is None or now < due))
+        return (activity == self.activity() and not self.deadlines.opaque and reached < self.deadlines.earliest
+                and (due is None or reached < due))
 
     def _tick(self) -> None:
+        verifying = False
         if self.skip_quiet_ticks and self._quiet_since_last_tick():
             if not self.verify_quiet:
                 self.ticks_skipped += 1
-                self.cloud.calls.update(self._tick_reads)  # what the skipped tick would have read
+                self.cloud.calls.update(self._last_tick[1])  # what the skipped tick would have read
                 return
-            self._verifying = True
-        else:
-            self._verifying = False
-        self._publish_tick()
-
-    def _publish_tick(self) -> None:
-        before_calls = self.cloud.calls.copy()
-        before = self.activity()
+            verifying = True
+            self.ticks_quiet_checked += 1
+        self._last_tick = None
         self.deadlines.reset()
-        self._tick_seq += 1
         self.ticks_run += 1
-        self.bus.publish("ticks", Tick(at=self.loop.utcnow(), seq=self._tick_seq, source="simulator")
-                         .model_dump_json(exclude_none=True).encode())
-        # Once every service had the tick (deliveries take `latency`), note what it read and where it left.
-        self.loop.after(self.tick_seconds * 0.5, self._after_tick, before, before_calls, self._verifying)
+        number = self._tick_number()
+        message_id = self.bus.publish_tick(Tick(at=self.loop.utcnow(), seq=number, source="simulator")
+                                           .model_dump_json(exclude_none=True).encode(), number)
+        self._tick_in_flight = _TickRecord(message_id, verifying, self.bus.subscriptions_of("ticks"))
 
-    def _after_tick(self, before, before_calls, verifying: bool) -> None:
-        after = self.activity()
-        if verifying and after != before:
+    def _tick_number(self) -> int:
+        return round(self.loop.now() / self.tick_seconds)
+
+    def on_tick_delivered(self, message_id: str, subscription: str, changed: bool, reads) -> None:
+        """The bus reports each tick delivery: whether the handler changed anything, and what it read."""
+        record = self._tick_in_flight
+        if record is None or record.message_id != message_id:
+            return  # a redelivery or a duplicate of an older tick: its handling counts as activity if it acts
+        record.pending.discard(subscription)
+        record.changed = record.changed or changed
+        record.reads.update(reads)
+        if record.pending:
+            return
+        self._tick_in_flight = None
+        if record.verifying and record.changed:
             self.violations.append(self.loop.now())
-        if after == before:
-            self._tick_reads = self.cloud.calls - before_calls
-            self._last_tick = (after, self._tick_reads)
-        else:
-            self._last_tick = None
+        self._last_tick = None if record.changed else (self.activity(), record.reads)
+
+
+@dataclass
+class _TickRecord:
+    message_id: str
+    verifying: bool
+    pending: set[str]
+    changed: bool = False
+    reads: Counter = field(default_factory=Counter)

@@ -276,7 +276,8 @@ def _message(e: dict) -> str:
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
     if kind in bounds:
         limit = next(iter(ctx.values()), "")
-        return f"must be {bounds[kind]} {limit:g}" if isinstance(limit, (int, float)) else f"must be {bounds[kind]} {limit}"
+        shown = f"{limit:g}" if isinstance(limit, (int, float)) else limit
+        return f"must be {bounds[kind]} {shown}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
         return "must be a whole number"
     if kind in ("float_parsing", "float_type"):

@@ -1,0 +1,94 @@
+"""The standard scenario (`tpuq simulate --example`): a TRC-like grant, 2,000 jobs over 30 days, every policy.
+
+Prints one JSON line per policy (utilization, wasted VM-hours, jobs, the run's CPU and wall seconds), then one
+line with the issue's three figures:
+- tpuq's utilization as a fraction of the bound's (goal >= 0.95);
+- tpuq's wasted VM-hours as a fraction of the polling policy's (goal <= 0.2);
+- the whole 30-day run's seconds (goal <= 60 on a 2-core machine), for each policy and in all.
+
+    python benchmarks/bench_simulate.py [--days 30] [--seed 0] [--policy tpuq ...]
+    python benchmarks/bench_simulate.py --scale     # 100,000 jobs over 90 days: prints how long it took
+
+Each policy runs in its own process (two cores: two at once), so the run's wall time is the slowest policy's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+DAY = 86400.0
+
+
+def _inputs(days: float, seed: int, jobs: int | None):
+    from tpuq.cli.simulate import EXAMPLE_FILES, EXAMPLES, read_inputs
+
+    workload = EXAMPLES / EXAMPLE_FILES["workload"]
+    if jobs is not None:  # the scale run: the standard mix, more jobs, arriving over the whole run
+        spec = yaml.safe_load(workload.read_text())
+        spec["jobs"] = jobs
+        spec["arrivals"] = {"rate_per_hour": jobs / (days * 24)}
+        workload = Path(os.environ.get("TMPDIR", "/tmp")) / f"tpuq-bench-workload-{os.getpid()}.yaml"
+        workload.write_text(yaml.safe_dump(spec))
+    return read_inputs(EXAMPLES / EXAMPLE_FILES["fleet"], EXAMPLES / EXAMPLE_FILES["scenario"], workload, seed,
+                       days * DAY)
+
+
+def run_one(policy: str, days: float, seed: int, jobs: int | None) -> dict:
+    logging.disable(logging.WARNING)  # a month of the services' own log lines
+    from tpuq.cli.simulate import run_policy
+
+    inputs = _inputs(days, seed, jobs)
+    cpu, wall = time.process_time(), time.perf_counter()
+    metrics = run_policy(policy, inputs, days * DAY, seed)
+    figures = json.loads(metrics.to_json(series=False))
+    return {
+        "policy": policy, "days": days, "jobs_submitted": len(inputs.jobs),
+        "utilization": figures["utilization"], "billed_vm_hours": figures["billed_vm_hours"],
+        "wasted_vm_hours": figures["wasted_vm_hours"],
+        "waste_vm_hours": figures["waste_vm_hours"], "jobs_finished": figures["jobs"]["finished"],
+        "wait_p50_s": figures["jobs"]["wait"]["all"]["p50"], "wait_p95_s": figures["jobs"]["wait"]["all"]["p95"],
+        "api_calls": figures["api_calls_total"], "creates_per_zone": figures["creates_per_zone"],
+        "cpu_seconds": round(time.process_time() - cpu, 1), "wall_seconds": round(time.perf_counter() - wall, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--days", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--policy", action="append", choices=("tpuq", "polling", "bound"))
+    parser.add_argument("--scale", action="store_true", help="100,000 jobs over 90 days")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    days = args.days or (90.0 if args.scale else 30.0)
+    jobs = 100_000 if args.scale else None
+    policies = args.policy or ["tpuq", "polling", "bound"]
+    start = time.perf_counter()
+    results: dict[str, dict] = {}
+    with ProcessPoolExecutor(max_workers=min(args.workers, len(policies))) as pool:
+        futures = {p: pool.submit(run_one, p, days, args.seed, jobs) for p in policies}
+        for policy, future in futures.items():
+            results[policy] = future.result()
+            print(json.dumps(results[policy]), flush=True)
+    summary = {"summary": True, "days": days, "scale": args.scale, "load_average": os.getloadavg()[0],
+               "run_wall_seconds": round(time.perf_counter() - start, 1)}
+    if "tpuq" in results and "bound" in results and results["bound"]["utilization"]:
+        summary["tpuq_utilization_of_bound"] = round(results["tpuq"]["utilization"] / results["bound"]["utilization"], 3)
+    if "tpuq" in results and "polling" in results and results["polling"]["wasted_vm_hours"]:
+        summary["tpuq_waste_of_polling"] = round(results["tpuq"]["wasted_vm_hours"]
+                                                 / results["polling"]["wasted_vm_hours"], 3)
+    summary["seconds_by_policy"] = {p: r["wall_seconds"] for p, r in results.items()}
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Skipping quiet ticks is exact: the traced clock finds where the services' time rules flip, and a busy run in
+verify mode (every tick runs, and each one skipping would have skipped is checked) finds no tick that did
+something. Outcomes with and without skipping agree job by job."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta, timezone
+
+import pytest
+
+from tpuq.capacitymodel.scenario import parse_scenario
+from tpuq.fleet import FleetFile
+from tpuq.simulate.events import EventLoop
+from tpuq.simulate.quiet import Deadlines, TracedClock
+from tpuq.simulate.run import simulate
+from tpuq.simulate.workload import SimJob
+
+NOW = 100.0
+
+
+def _at(loop: EventLoop, seconds: float):
+    return loop.wall(seconds)
+
+
+CASES = [  # (what the rule computes, the instant its answer changes)
+    ("now - t > 600 s", lambda now, w: now - w(50) > timedelta(seconds=600), 650),
+    ("t + 600 s <= now", lambda now, w: w(50) + timedelta(seconds=600) <= now, 650),
+    ("(now - t).total_seconds() >= 900", lambda now, w: (now - w(50)).total_seconds() >= 900, 950),
+    ("until > now", lambda now, w: w(400) > now, 400),
+    ("now < until", lambda now, w: now < w(300), 300),
+    ("min(now + 30 s, x)", lambda now, w: min(now + timedelta(seconds=30), w(1000)), 970),
+    ("t - now < -700 s", lambda now, w: (w(50) - now) < timedelta(seconds=-700), 750),
+    ("2 * (now - t) > 1000 s", lambda now, w: 2 * (now - w(50)) > timedelta(seconds=1000), 550),
+    ("(now - t) / 1 min >= 20", lambda now, w: (now - w(50)) / timedelta(minutes=1) >= 20, 1250),
+    ("now.astimezone(utc) >= t", lambda now, w: now.astimezone(timezone.utc) >= w(200), 200),
+    ("a time from the past is a constant", lambda now, w: w(10) < w(20), None),
+]
+
+
+@pytest.mark.parametrize("name,rule,flips_at", CASES, ids=[c[0] for c in CASES])
+def test_the_traced_clock_notes_where_a_rule_flips(name, rule, flips_at):
+    loop = EventLoop()
+    deadlines = Deadlines()
+    loop.at(NOW, lambda: rule(TracedClock(loop, deadlines)(), loop.wall))
+    loop.run(NOW + 1)
+    if flips_at is None:
+        assert deadlines.earliest == float("inf")
+    else:
+        assert deadlines.earliest == pytest.approx(flips_at, abs=1e-3)
+
+
+def test_a_now_kept_for_a_later_event_is_a_constant_then():
+    loop = EventLoop()
+    deadlines = Deadlines()
+    clock = TracedClock(loop, deadlines)
+    kept = {}
+    loop.at(10.0, lambda: kept.setdefault("read_at", clock()))
+    # 50 s later a cache compares its old read time with the new now: the old one no longer moves.
+    loop.at(60.0, lambda: clock() - kept["read_at"] < timedelta(seconds=300))
+    loop.run(61.0)
+    assert deadlines.earliest == pytest.approx(310.0, abs=1e-3)
+
+
+FLEET = {"name": "quiet", "project": "tpuq-sim", "tpus": [
+    {"id": "v4", "type": "v4-8", "zones": ["us-central2-b", "us-central2-c"], "count": 3},
+    {"id": "v5e", "type": "v5litepod-8", "zones": ["europe-west4-b"], "count": 1}]}
+SCENARIO = {
+    "seed": 5,
+    "zones": {
+        "us-central2-b": {"quota": {"v4": {"spot": 8}}, "stockouts": [{"start": 3000, "end": 9000}]},
+        "us-central2-c": {"quota": {"v4": {"spot": 8}}},
+        "europe-west4-b": {"quota": {"v5litepod": {"spot": 8}}},
+    },
+    "delays": {"accepted": 2, "waiting": 30, "provisioning": 300, "suspending": 30, "deleting": 20},
+    "preemption": {"mean_spot_lifetime": 7200},
+}
+
+
+def _jobs(n: int, seed: int = 2) -> list[SimJob]:
+    rng = random.Random(seed)
+    return sorted((SimJob(f"job-{i}", rng.uniform(0, 8 * 3600), (rng.choice(["v4-8", "v5litepod-8"]),),
+                          rng.choice(["low", "normal", "high"]), rng.uniform(600, 5400), 600) for i in range(n)),
+                  key=lambda j: j.submit_at)
+
+
+def _run(**options):
+    return simulate("tpuq", fleet=FleetFile.model_validate(FLEET), scenario=parse_scenario(SCENARIO), jobs=_jobs(14),
+                    horizon=12 * 3600, seed=4, **options)
+
+
+def _outcomes(run) -> dict[str, tuple]:
+    out = {}
+    for job in run.jobs:
+        doc = run.driver.db.collection("jobs").document(job.job_id).get().to_dict() or {}
+        zones = tuple(r.node.split("/")[3] for r in run.workers.runs if r.job_id == job.job_id)
+        out[job.job_id] = (doc.get("state"), len(zones), zones)
+    return out
+
+
+def test_no_tick_skipping_would_skip_does_anything_in_a_busy_run():
+    run = _run(verify_quiet=True)
+    policy = run.driver
+    assert policy.ticks_skipped == 0 and policy.ticks_run == 12 * 60 - 1  # every minute before the horizon
+    would_skip = policy.ticks_quiet_checked
+    assert would_skip > 100, "the run must give skipping something to prove"
+    assert policy.violations == []
+    states = {s for s, _, _ in _outcomes(run).values()}
+    assert "succeeded" in states
+
+
+def test_skipping_changes_no_job_outcome_attempt_count_or_zone():
+    skipped, every_tick = _run(), _run(skip_quiet_ticks=False)
+    assert skipped.driver.ticks_skipped > 100 and every_tick.driver.ticks_skipped == 0
+    assert _outcomes(skipped) == _outcomes(every_tick)
