@@ -19,7 +19,7 @@ preemption is forced, the scenario says how), runs on the local stack (the servi
 Cloud TPU at time_scale 1, real sshd workers, a tick a second; the jobs submitted to a paused fleet, which is
 then resumed) and here (the same fleet and scenario files, tick_seconds=1, setup_seconds=3, the same jobs in
 the same order at the start). These must be equal: every job's final state, its number of attempts, the zone
-of each attempt, and, per entry, the order in which attempts were given a slice.
+of each attempt, and, per one-slice entry, the order in which attempts were given its slice.
 
 Units: scenario seconds are the capacity model's clock. The stack's fake runs them time_scale times faster
 than the services' real seconds; here services and cloud share one clock. So the two runs agree only at
