@@ -24,6 +24,7 @@ from tpuq.inmemory.pubsub import _Published
 from tpuq.service import PushMessage, Service
 
 from .events import EventLoop
+from .waits import Waits
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,14 @@ class SimBus:
     TICK_IDS_FROM = 10 ** 12  # ticks' message ids, apart from the others'
 
     def __init__(self, loop: EventLoop, services: dict[str, Service], seed: int,
-                 delivery: Delivery = Delivery(), topic_prefix: str = "", observe_ticks=None) -> None:
+                 delivery: Delivery = Delivery(), topic_prefix: str = "", observe_ticks=None,
+                 waits: Waits | None = None, waiting_topics: frozenset[str] | set[str] = frozenset()) -> None:
         """`observe_ticks`: (activity(), the call counter, report(message_id, subscription, changed, reads)),
-        told after each tick delivery whether its handler changed anything and which API calls it made."""
+        told after each tick delivery whether its handler changed anything and which API calls it made.
+        `waits` runs the pushes of `waiting_topics`, whose handlers may wait (simulate.waits)."""
         self.observe_ticks = observe_ticks
         self.loop, self.services, self.seed, self.delivery = loop, services, seed, delivery
+        self.waits, self.waiting_topics = waits, frozenset(waiting_topics)
         self.topic_prefix = topic_prefix
         self._ids = itertools.count(1)
         self.published: Counter[str] = Counter()
@@ -102,14 +106,24 @@ class SimBus:
         self.delivered[sub.name] += 1
         service = self.services[sub.service]
         service.rng = self.rng_for(sub.name, msg.message_id, attempt)  # the handler's randomness, keyed too
+
+        def push():
+            return service.deliver(sub, PushMessage(
+                msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
+
+        if self.waits is not None and sub.topic in self.waiting_topics:
+            self.waits.run(push, lambda answer: self._answered(sub, msg, attempt, answer[1]))
+            return
         observed = self.observe_ticks if sub.topic == "ticks" else None
         if observed:
             activity, calls, report = observed
             before, calls_before = activity(), calls.copy()
-        _, status = service.deliver(sub, PushMessage(
-            msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
+        _, status = push()
         if observed:
             report(msg.message_id, sub.name, activity() != before or status >= 500, calls - calls_before)
+        self._answered(sub, msg, attempt, status)
+
+    def _answered(self, sub: topology.Subscription, msg: PushMessage, attempt: int, status: int) -> None:
         if status >= 500:
             self.failed[sub.name] += 1
             backoff = min(sub.max_backoff_seconds, sub.min_backoff_seconds * 2 ** (attempt - 1))

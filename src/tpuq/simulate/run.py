@@ -47,10 +47,11 @@ def _policy_driver(name: str, **kwargs):
 
 
 def simulate(policy: str, *, fleet: FleetFile, scenario: Scenario, jobs: list[SimJob], horizon: float,
-             seed: int = 0, on_progress: Callable[[float], None] | None = None, **policy_options) -> Run:
+             seed: int = 0, on_progress: Callable[[float], None] | None = None,
+             setup_seconds: float = SimWorkers.setup_seconds, **policy_options) -> Run:
     loop = EventLoop()
     cloud = SimCloud(scenario, loop)
-    workers = SimWorkers(loop, {j.job_id: j for j in jobs})
+    workers = SimWorkers(loop, {j.job_id: j for j in jobs}, setup_seconds=setup_seconds)
     run = Run(policy, loop, cloud, workers, jobs, horizon)
     workers.before_end = cloud.world.advance  # a preemption stamped before the work's end comes first
     cloud.listeners.append(lambda t: _stop_lost_work(workers, t))

@@ -46,6 +46,7 @@ from .events import EventLoop
 from .inprocess import SimGoogleApisSession, SimTpuClient
 from .workers import AttemptRun, SimWorkers
 from .quiet import Deadlines, TracedClock
+from .waits import Waits
 from .workload import SimJob
 
 RUNNER_BUCKET = "gs://tpuq-sim-runner"
@@ -190,6 +191,7 @@ class TpuqPolicy:
         self.tick_seconds = tick_seconds
         self.deadlines = Deadlines()
         self.clock = TracedClock(loop, self.deadlines)
+        self.waits = Waits(loop)
         self.skip_quiet_ticks = skip_quiet_ticks or verify_quiet
         self.verify_quiet = verify_quiet
         self.ticks_run = self.ticks_skipped = 0
@@ -205,7 +207,8 @@ class TpuqPolicy:
         self.clients.__dict__["tpu"] = self.tpu_client
         services = self._services()
         self.bus = SimBus(loop, services, rng.randrange(2 ** 32), delivery,
-                          observe_ticks=(self.activity, self.cloud.calls, self.on_tick_delivered))
+                          observe_ticks=(self.activity, self.cloud.calls, self.on_tick_delivered),
+                          waits=self.waits, waiting_topics={"capacity"})
         self.clients.__dict__["publisher"] = self.bus
         self.executor = SimExecutor(loop, cloud, workers, self.bus)
         workers.on_end = self.executor.run_ended
@@ -235,8 +238,8 @@ class TpuqPolicy:
         return services
 
     def _handler_sleep(self, seconds: float) -> None:
-        """A handler that waits (the claimer's fast watch) holds its push that long: virtual time moves on."""
-        self.loop.advance_within_event(seconds)
+        """A handler that waits (the claimer's fast watch) holds its own push that long; the rest goes on."""
+        self.waits.sleep(seconds)
 
     def start(self) -> None:
         save_fleet(self.db, self.fleet, self.loop.utcnow())

@@ -1,0 +1,77 @@
+"""Handlers that wait without holding the world (the claimer's fast watch sleeps between its re-reads).
+
+In production a service's wait holds only its own request: the other services, the users and the cloud go on.
+`Waits.run` calls a handler in a thread of its own; when the handler sleeps (`Waits.sleep`), the loop gets control
+back and runs the events due meanwhile, at their own times, and the handler goes on at its wake time, as one more
+event. Exactly one thread runs at a time (each hands over to the other and waits), so a run stays a function of its
+inputs and seed. Before this, a wait moved the clock inside the event (`EventLoop.advance_within_event`): every
+event due meanwhile then ran at its end, all at once, so jobs submitted during a fast watch reached the scheduler
+late and, with the bus's random latency, out of order (tests/e2e/test_simulate_fidelity.py found it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .events import EventLoop
+
+
+class Waits:
+    def __init__(self, loop: EventLoop) -> None:
+        self.loop = loop
+        self._local = threading.local()  # the task a thread runs, in that thread
+
+    def run(self, fn: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        """Call `fn()` and, once it has returned (now, or after its waits), `then(its result)`."""
+        _Task(self, fn, then).start()
+
+    def sleep(self, seconds: float) -> None:
+        """A handler's wait: inside `run`, the loop goes on meanwhile; elsewhere, the event takes that long."""
+        task = getattr(self._local, "task", None)
+        if task is None:
+            self.loop.advance_within_event(seconds)
+            return
+        task.wait_until(self.loop.now() + max(0.0, seconds))
+
+
+class _Task:
+    def __init__(self, waits: Waits, fn: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        self.waits, self.fn, self.then = waits, fn, then
+        self._go = threading.Semaphore(0)  # the task's turn
+        self._back = threading.Semaphore(0)  # the loop's turn
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._main, daemon=True, name="sim-handler").start()
+        self._back.acquire()
+        self._after_turn()
+
+    def _main(self) -> None:
+        self.waits._local.task = self
+        try:
+            self.result = self.fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the loop's thread, raised there
+            self.error = e
+        self.done = True
+        self._back.release()
+
+    def wait_until(self, when: float) -> None:  # in the task's thread
+        self.waits.loop.at(when, self._resume)
+        self._back.release()
+        self._go.acquire()
+
+    def _resume(self) -> None:  # an event of the loop
+        self._go.release()
+        self._back.acquire()
+        self._after_turn()
+
+    def _after_turn(self) -> None:
+        if not self.done:
+            return
+        if self.error is not None:
+            raise self.error
+        self.then(self.result)
