@@ -111,3 +111,31 @@ def test_one_attempt_that_cannot_be_judged_never_stops_the_tick_for_the_others(m
     monkeypatch.setattr(handlers, "_probe", lambda ctx, ref, stored: decide.Probed())
     handlers.on_tick(None, ctx)
     assert judged == ["j1", "j2"]
+
+
+def test_a_worker_unreachable_at_every_probe_for_the_grace_ends_its_attempt():
+    from dataclasses import dataclass as _dc
+    from datetime import datetime as _dt, timedelta as _td, timezone as _tz
+
+    from tpuq.executor import decide as _decide
+
+    @_dc(frozen=True)
+    class Probe:
+        reachable: bool
+        lost: bool = False
+        status_error: str | None = None
+
+    t0 = _dt(2026, 1, 1, tzinfo=_tz.utc)
+    grace = _td(seconds=180)
+    down = _decide.probed({0: Probe(True), 1: Probe(False)})
+    assert down.unreachable == frozenset({1})
+    since = _decide.unreachable_since({}, down, t0)
+    assert since == t0
+    assert _decide.unreachable_problem(down, since, t0 + _td(seconds=179), grace).problem is None
+    later = _decide.unreachable_since({"unreachable_since": t0}, down, t0 + _td(seconds=200))
+    assert later == t0
+    problem = _decide.unreachable_problem(down, later, t0 + _td(seconds=200), grace).problem
+    assert problem == "worker 1 unreachable over SSH for 200 s (its host is down)"
+    # Every worker answered again: the clock starts over.
+    up = _decide.probed({0: Probe(True), 1: Probe(True)})
+    assert _decide.unreachable_since({"unreachable_since": t0}, up, t0 + _td(seconds=300)) is None

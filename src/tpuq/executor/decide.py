@@ -85,12 +85,34 @@ def probe_due(execution: Doc, now: datetime, every: timedelta) -> bool:
 class Probed:
     lost: frozenset[int] = frozenset()  # workers whose supervisor is gone without a status object
     unwritable: Mapping[int, str] = field(default_factory=dict)  # worker -> why its status is not in GCS
+    unreachable: frozenset[int] = frozenset()  # workers SSH could not reach at this probe
+    problem: str | None = None  # set by `unreachable_problem`: the attempt ends as an infrastructure failure
 
 
 def probed(probes: Mapping[int, Any]) -> Probed:
-    """The workers' answers (`ssh.Probe`-like: `.lost`, `.status_error`) as what the outcome needs."""
+    """The workers' answers (`ssh.Probe`-like: `.lost`, `.status_error`, `.reachable`) as what the outcome needs."""
     return Probed(frozenset(w for w, p in probes.items() if p.lost),
-                  {w: p.status_error for w, p in probes.items() if p.status_error})
+                  {w: p.status_error for w, p in probes.items() if p.status_error},
+                  frozenset(w for w, p in probes.items() if not getattr(p, "reachable", True)))
+
+
+def unreachable_since(execution: Doc, probed_now: Probed, now: datetime) -> datetime | None:
+    """Since when some worker has been unreachable at every probe (None: every worker answered)."""
+    if not probed_now.unreachable:
+        return None
+    return execution.get("unreachable_since") or now
+
+
+def unreachable_problem(probed_now: Probed, since: datetime | None, now: datetime, grace: timedelta) -> Probed:
+    """A worker unreachable at every probe for `grace`, on a node the API still calls READY: its host is down
+    (a VM that crashed, or lost its network) and its supervisor can write no status. Without this the attempt
+    would wait for ever; it ends as an infrastructure failure, retried from that budget."""
+    if since is None or now - since < grace:
+        return probed_now
+    workers = ", ".join(str(w) for w in sorted(probed_now.unreachable))
+    seconds = int((now - since).total_seconds())
+    return Probed(probed_now.lost, probed_now.unwritable, probed_now.unreachable,
+                  f"worker {workers} unreachable over SSH for {seconds} s (its host is down)")
 
 
 @dataclass(frozen=True)

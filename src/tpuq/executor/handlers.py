@@ -46,6 +46,9 @@ log = logging.getLogger("tpuq.executor")
 EXECUTIONS = store.EXECUTIONS
 TICK_BATCH = 50
 # How often a running attempt's workers are asked whether it still runs (SSH to every worker).
+# A worker SSH cannot reach at every probe for this long, on a node the API calls READY, ends its attempt.
+UNREACHABLE_PROBES = 3
+UNREACHABLE_MIN = timedelta(seconds=60)
 PROBE_EVERY = timedelta(seconds=float(os.environ.get("TPUQ_EXECUTOR_PROBE_SECONDS", "60")))
 
 
@@ -204,7 +207,7 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) 
     assignment = Assignment.model_validate(stored["assignment"])
     executor = runtime(ctx).executor
     tpu = _tpu_doc(ctx.clients.firestore, assignment.node)
-    problem = decide.node_problem(tpu)
+    problem = decide.node_problem(tpu) or probed.problem
     decision = executor.read_outcome(assignment, decide.node_state(tpu), probed.lost, probed.unwritable,
                                      node_problem=problem)
     if not isinstance(decision, Decided):
@@ -228,9 +231,11 @@ def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:
     every = runtime(ctx).probe_every
     if every is None or not decide.probe_due(stored, now, every):
         return decide.Probed()
-    ref.set({"probed_at": now}, merge=True)
     assignment = Assignment.model_validate(stored["assignment"])
-    return decide.probed(runtime(ctx).executor.probe_attempt(assignment))
+    answers = decide.probed(runtime(ctx).executor.probe_attempt(assignment))
+    since = decide.unreachable_since(stored, answers, now)
+    ref.set({"probed_at": now, "unreachable_since": since}, merge=True)
+    return decide.unreachable_problem(answers, since, now, max(UNREACHABLE_PROBES * every, UNREACHABLE_MIN))
 
 
 def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:
