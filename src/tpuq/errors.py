@@ -255,6 +255,15 @@ def call_api(fn, *, attempts: int, initial_wait: float, max_wait: float, annotat
     `__cause__`; `annotate(mapped, original)` may copy details (an RPC code, the ErrorInfo) onto the mapped error."""
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
+    # The first try goes without tenacity (building its Retrying costs more than a local call: the janitor and
+    # the claimer's watch make one call per resource per pass); only a Retryable failure enters the loop, as
+    # its first attempt, so the waits and the number of tries are tenacity's.
+    try:
+        return _mapped_call(fn, kwargs, annotate)
+    except Retryable as e:
+        if attempts <= 1:
+            raise
+        first_failure: Retryable | None = e
     retrying = Retrying(
         retry=retry_if_exception_type(Retryable),
         stop=stop_after_attempt(attempts),
@@ -263,12 +272,19 @@ def call_api(fn, *, attempts: int, initial_wait: float, max_wait: float, annotat
     )
     for attempt in retrying:
         with attempt:
-            try:
-                return fn(**kwargs)
-            except TpuqError:
-                raise
-            except Exception as e:  # noqa: BLE001 - mapped into the taxonomy just below
-                mapped = from_api_error(e)
-                if annotate is not None:
-                    annotate(mapped, e)
-                raise mapped from e
+            if first_failure is not None:
+                failure, first_failure = first_failure, None
+                raise failure
+            return _mapped_call(fn, kwargs, annotate)
+
+
+def _mapped_call(fn, kwargs, annotate):
+    try:
+        return fn(**kwargs)
+    except TpuqError:
+        raise
+    except Exception as e:  # noqa: BLE001 - mapped into the taxonomy just below
+        mapped = from_api_error(e)
+        if annotate is not None:
+            annotate(mapped, e)
+        raise mapped from e

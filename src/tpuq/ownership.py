@@ -13,6 +13,7 @@ from typing import Any
 
 from tpuq.documents import short_node_name
 from tpuq.fleet import FleetFile
+from tpuq.rawproto import has_field, raw_message
 
 LABEL_OWNER = "tpuq-owner"
 LABEL_FLEET = "tpuq-fleet"
@@ -24,6 +25,13 @@ def owner_labels(fleet: FleetFile, request_id: str | None = None) -> dict[str, s
     if request_id:
         labels[LABEL_REQUEST] = request_id
     return labels
+
+
+def _raw_name_and_labels(raw: Any) -> tuple[str, dict[str, str]]:
+    labels = dict(raw.labels) if has_field(raw, "labels") else {}
+    if not labels and has_field(raw, "tpu") and len(raw.tpu.node_spec):
+        labels = dict(raw.tpu.node_spec[0].node.labels)
+    return raw.name, labels
 
 
 def _get(obj: Any, *keys: str) -> Any:
@@ -39,6 +47,9 @@ def name_and_labels(resource: Any) -> tuple[str, dict[str, str]]:
 
     A queued resource carries the labels of the node it asks for (tpu.nodeSpec[0].node.labels).
     """
+    raw = raw_message(resource)
+    if raw is not None:
+        return _raw_name_and_labels(raw)
     name = _get(resource, "name") or ""
     labels = _get(resource, "labels")
     if not labels:

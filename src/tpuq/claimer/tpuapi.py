@@ -32,6 +32,7 @@ from tpuq.errors import AlreadyExists, NotFound, Retryable, TpuqError, call_api,
 from tpuq.fleet import FleetFile, worker_network_tag
 from tpuq.messages import WorkerEndpoint
 from tpuq.ownership import is_ours, owner_labels
+from tpuq.rawproto import raw_message, state_name
 
 log = logging.getLogger("tpuq.claimer.tpu")
 
@@ -98,6 +99,7 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
 
 
 def _endpoints(node) -> tuple[WorkerEndpoint, ...]:
+    node = raw_message(node) or node  # read through the protobuf: one pass a tick over every ACTIVE node
     return tuple(
         WorkerEndpoint(worker_id=i, ip=ep.ip_address, external_ip=ep.access_config.external_ip or None,
                        port=ep.port or None)
@@ -197,7 +199,8 @@ class TpuApi:
             return Observation("not_found")
         except TpuqError as e:
             return Observation("unknown", error_message=str(e))
-        state = resource.state.state.name
+        raw = raw_message(resource)
+        state = state_name(raw) if raw is not None else resource.state.state.name
         if state == Qr.FAILED:
             error = resource.state.failed_data.error
             return Observation.found(state, error_code=error.code, error_message=error.message,
@@ -220,7 +223,7 @@ class TpuApi:
         return tpu_v2.Node.from_json(json.dumps(data), ignore_unknown_fields=True), NodeHealth.from_api(data)
 
     def _node_info(self, resource, qr: QrRecord) -> NodeInfo | None:
-        specs = resource.tpu.node_spec
+        specs = (raw_message(resource) or resource).tpu.node_spec
         name = f"{specs[0].parent}/nodes/{specs[0].node_id}" if specs else qr.node_name
         try:
             node, health = self.get_node(name)

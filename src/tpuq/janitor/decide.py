@@ -44,6 +44,7 @@ from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetFile
 from tpuq.messages import AttemptEvent, AttemptEventKind, AttemptOutcome
 from tpuq.ownership import LABEL_REQUEST, is_ours, name_and_labels
+from tpuq.rawproto import has_field, raw_message, state_name
 
 # A pending racer can be deleted without force: it has no node yet.
 CANCELLABLE_STATES = frozenset({Qr.ACCEPTED, Qr.WAITING_FOR_RESOURCES})
@@ -64,6 +65,9 @@ class Delete:
 
 def state_of(resource: Any) -> str | None:
     """The state name of a tpu_v2 QueuedResource (`state.state`) or Node (`state`), or of a REST dict."""
+    raw = raw_message(resource)
+    if raw is not None and has_field(raw, "state"):
+        return state_name(raw)
     state = resource.get("state") if isinstance(resource, Mapping) else getattr(resource, "state", None)
     inner = state.get("state") if isinstance(state, Mapping) else getattr(state, "state", None)
     if inner is not None and not isinstance(state, str):
