@@ -458,3 +458,53 @@ def test_single_slot_setting_defaults_on_for_v6e_only(tpu_type, setting, single)
 def test_single_slot_setting_is_validated():
     with pytest.raises(ValueError, match="single_slot"):
         make_fleet(tpus=[{"id": "e", "type": "v6e-8", "zones": [ZONES[0]], "single_slot": "maybe"}])
+
+
+def test_capacity_granted_in_one_zone_cancels_the_queued_racers_at_once():
+    state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
+    qa, qb, qc = (f"tq-r1-{z}" for z in ZONES)
+    state, eff = run(state, Observed({qa: Observation.found("PROVISIONING"),
+                                      qb: Observation.found("WAITING_FOR_RESOURCES"),
+                                      qc: Observation.found("ACCEPTED")}))
+    assert sorted(d.qr.qr_id for d in eff.deletes) == [qb, qc] and eff.creates == []
+    # Redelivered: nothing more. The PROVISIONING one is never sent a delete.
+    _, again = run(state, Observed({qa: Observation.found("PROVISIONING")}))
+    assert again.deletes == [] and again.creates == []
+    # It fails: the request races again, in the other zones (the failed zone backs off).
+    state, _ = run(state, Observed({qb: Observation("not_found"), qc: Observation("not_found")}))
+    _, eff = run(state, Observed({qa: Observation.found("FAILED", error_code=8, error_message=CAPACITY_TEXT)}))
+    assert sorted(c.qr.zone for c in eff.creates) == ZONES[1:]
+
+
+def test_hedged_race_starts_in_one_zone_and_adds_one_after_each_hedge():
+    fleet = make_fleet(claim={"hedge_seconds": 120})
+    state, eff = run(ClaimState(fleet), RequestReceived(request()))
+    assert [c.qr.zone for c in eff.creates] == ZONES[:1]
+    qa = f"tq-r1-{ZONES[0]}"
+    state, eff = run(state, Observed({qa: Observation.found("WAITING_FOR_RESOURCES")}),
+                     now=NOW + timedelta(seconds=119))
+    assert eff.creates == []
+    state, eff = run(state, Observed({qa: Observation.found("WAITING_FOR_RESOURCES")}),
+                     now=NOW + timedelta(seconds=120))
+    assert [c.qr.zone for c in eff.creates] == [ZONES[1]]
+    # The hedge counts from the newest racer.
+    _, eff = run(state, Observed({}), now=NOW + timedelta(seconds=200))
+    assert eff.creates == []
+    _, eff = run(state, Observed({}), now=NOW + timedelta(seconds=240))
+    assert [c.qr.zone for c in eff.creates] == [ZONES[2]]
+
+
+def test_hedged_race_moves_to_the_next_zone_at_once_after_a_stockout():
+    state, _ = run(ClaimState(make_fleet(claim={"hedge_seconds": 600})), RequestReceived(request()))
+    qa = f"tq-r1-{ZONES[0]}"
+    state, eff = run(state, Observed({qa: Observation.found("FAILED", error_code=8, error_message=CAPACITY_TEXT)}),
+                     now=NOW + timedelta(seconds=30))
+    assert [c.qr.zone for c in eff.creates] == [ZONES[1]]
+
+
+@pytest.mark.parametrize("value", [-1, 86401, "soon"])
+def test_hedge_setting_is_validated_with_the_field_named(value):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="hedge_seconds"):
+        make_fleet(claim={"hedge_seconds": value})

@@ -13,7 +13,14 @@ that type in that zone (from any request). `count` (max_slices) caps the slices
 HELD (PROVISIONING or ACTIVE, `HELD_STATES`), not the racers: an entry with
 count 1 and three zones races all three; the first to win is kept and the rest
 are cancelled at once (below, and the janitor on the ACTIVE event). Every live
-queued resource holds quota in its zone, racers included.
+queued resource holds quota in its zone, racers included. With
+`claim.hedge_seconds` a request races one zone at first and adds the next zone
+only once its newest racer has waited that long (`racers_allowed`).
+
+Granted. Once a request's HELD slices cover its count, its racers still queued
+(ACCEPTED, WAITING_FOR_RESOURCES) are cancelled: a second grant would be a slice
+billed through a PROVISIONING the API will not let us cancel. If a held one
+fails, the request races again.
 
 Single-slot entries (`FleetEntry.is_single_slot`, v6e by default): at most one
 racer of that type in the whole fleet, and never alongside other types' racers
@@ -394,6 +401,15 @@ class _Decision:
                 if qr.pending and not qr.delete_requested:
                     self.request_delete(qr, force=False, reason="request satisfied: cancel the losers")
             return
+        held = sum(1 for q in mine if q.state in HELD_STATES)
+        if held >= request.count:
+            # Capacity granted (PROVISIONING) covers the request: the racers still queued are cancelled now,
+            # while the API still lets them go. Left to race, one granted too would be a second slice billed
+            # to the end of its provisioning, for nothing. Should a granted one fail, the request races again.
+            for qr in mine:
+                if qr.pending and qr.state not in HELD_STATES and not qr.delete_requested:
+                    self.request_delete(qr, force=False, reason="capacity granted elsewhere: cancel the racers")
+            return
         if self.blocked or claim_gate(self.state, request.request_id, request.types, self.qrs.values(),
                                         self.now) is not None:
             return
@@ -402,13 +418,17 @@ class _Decision:
             return  # a single-slot racer races alone
         racing_zones = {q.zone for q in racing}
         zones = self.candidate_zones(request)
+        new_racers = self.racers_allowed(racing)
         for zone in zones:
+            if new_racers <= 0:
+                break
             if zone in racing_zones:
                 continue
             entry = self.pick_entry(request, zone, single_slot=False)
             if entry is not None:
                 request = self.create(request, zone, entry)
                 racing_zones.add(zone)
+                new_racers -= 1
         if racing_zones:
             return  # other types race for this request: no single-slot type alongside them
         for zone in zones:  # nothing races for it: one single-slot racer, in the first zone that takes one
@@ -416,6 +436,17 @@ class _Decision:
             if entry is not None:
                 self.create(request, zone, entry)
                 return
+
+    def racers_allowed(self, racing: list[QrRecord]) -> float:
+        """How many zones a request may add to its race now: all of them, or with `claim.hedge_seconds` one,
+        once its newest racer has waited that long (a request that races nowhere starts in one zone at once)."""
+        hedge = self.fleet.claim.hedge_seconds
+        if not hedge:
+            return float("inf")
+        if not racing:
+            return 1
+        newest = max((q.created_at or self.now) for q in racing)
+        return 1 if self.now >= newest + timedelta(seconds=hedge) else 0
 
     def single_slot(self, qr: QrRecord) -> bool:
         entry = self.fleet.entry(qr.entry_id)
