@@ -6,7 +6,7 @@ line with the issue's three figures:
 - tpuq's wasted VM-hours as a fraction of the polling policy's (goal <= 0.2);
 - the whole 30-day run's seconds (goal <= 60 on a 2-core machine), for each policy and in all.
 
-    python benchmarks/bench_simulate.py [--days 30] [--seed 0] [--policy tpuq ...]
+    python benchmarks/bench_simulate.py [--days 30] [--seed 0] [--policy tpuq ...] [--fleet FILE]
     python benchmarks/bench_simulate.py --scale     # 100,000 jobs over 90 days: prints how long it took
 
 Each policy runs in its own process (two cores: two at once), so the run's wall time is the slowest policy's.
@@ -28,7 +28,7 @@ import yaml
 DAY = 86400.0
 
 
-def _inputs(days: float, seed: int, jobs: int | None):
+def _inputs(days: float, seed: int, jobs: int | None, fleet: str | None = None):
     from tpuq.cli.simulate import EXAMPLE_FILES, EXAMPLES, read_inputs
 
     workload = EXAMPLES / EXAMPLE_FILES["workload"]
@@ -38,15 +38,15 @@ def _inputs(days: float, seed: int, jobs: int | None):
         spec["arrivals"] = {"rate_per_hour": jobs / (days * 24)}
         workload = Path(os.environ.get("TMPDIR", "/tmp")) / f"tpuq-bench-workload-{os.getpid()}.yaml"
         workload.write_text(yaml.safe_dump(spec))
-    return read_inputs(EXAMPLES / EXAMPLE_FILES["fleet"], EXAMPLES / EXAMPLE_FILES["scenario"], workload, seed,
-                       days * DAY)
+    fleet_path = Path(fleet) if fleet else EXAMPLES / EXAMPLE_FILES["fleet"]
+    return read_inputs(fleet_path, EXAMPLES / EXAMPLE_FILES["scenario"], workload, seed, days * DAY)
 
 
-def run_one(policy: str, days: float, seed: int, jobs: int | None) -> dict:
+def run_one(policy: str, days: float, seed: int, jobs: int | None, fleet: str | None = None) -> dict:
     logging.disable(logging.WARNING)  # a month of the services' own log lines
     from tpuq.cli.simulate import run_policy
 
-    inputs = _inputs(days, seed, jobs)
+    inputs = _inputs(days, seed, jobs, fleet)
     cpu, wall = time.process_time(), time.perf_counter()
     metrics = run_policy(policy, inputs, days * DAY, seed)
     figures = json.loads(metrics.to_json(series=False))
@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--policy", action="append", choices=("tpuq", "polling", "bound"))
     parser.add_argument("--scale", action="store_true", help="100,000 jobs over 90 days")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--fleet", help="another fleet file than the standard one (what-if runs)")
     args = parser.parse_args()
     days = args.days or (90.0 if args.scale else 30.0)
     jobs = 100_000 if args.scale else None
@@ -75,11 +76,12 @@ def main() -> None:
     start = time.perf_counter()
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(max_workers=min(args.workers, len(policies))) as pool:
-        futures = {p: pool.submit(run_one, p, days, args.seed, jobs) for p in policies}
+        futures = {p: pool.submit(run_one, p, days, args.seed, jobs, args.fleet) for p in policies}
         for policy, future in futures.items():
             results[policy] = future.result()
             print(json.dumps(results[policy]), flush=True)
-    summary = {"summary": True, "days": days, "scale": args.scale, "load_average": os.getloadavg()[0],
+    summary = {"summary": True, "days": days, "fleet": args.fleet or "standard", "scale": args.scale,
+               "load_average": os.getloadavg()[0],
                "run_wall_seconds": round(time.perf_counter() - start, 1)}
     if "tpuq" in results and "bound" in results and results["bound"]["utilization"]:
         summary["tpuq_utilization_of_bound"] = round(results["tpuq"]["utilization"] / results["bound"]["utilization"], 3)

@@ -68,3 +68,25 @@ def test_suspended_before_active_keeps_the_tpu_gone(sched):
     assert sched.tpu("n1")["state"] == "gone"
     sched.deliver("jobs", job("j1"))
     assert sched.job("j1")["state"] == "pending"
+
+
+def test_a_new_jobs_pass_never_takes_a_tpu_an_older_higher_priority_job_fits(sched):
+    """On Cloud Run two pushes run at once: the ACTIVE event's handler has stored its TPU idle, and its pass has
+    not run yet, when a new job's pass (planned for the new job only) sees that TPU. The older, higher-priority
+    job must get it all the same."""
+    from datetime import datetime, timezone
+
+    from tpuq import store
+    from tpuq.fleetstore import load_fleet
+    from tpuq.scheduler.lifecycle import tpu_on_active
+
+    sched.deliver("jobs", job("high", priority="high"))
+    assert sched.job("high")["state"] == "pending"
+    # The TPU as the ACTIVE event's handler stores it, before that handler's own pass.
+    event = active("n1")
+    now = datetime.now(timezone.utc)
+    sched.db.collection(store.TPUS).document("n1").set(tpu_on_active(None, event, load_fleet(sched.db), now))
+    sched.deliver("jobs", job("low", priority="low"))
+    assert sched.job("high")["state"] == "assigned" and sched.job("high")["tpu"].endswith("/n1")
+    assert sched.job("low")["state"] == "pending"
+    assert [m["job_id"] for m in sched.drain("assignments")] == ["high"]

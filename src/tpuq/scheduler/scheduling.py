@@ -209,7 +209,8 @@ def scheduling_pass(
     against the idle TPUs: any TPU idle before they arrived already had every
     older pending job offered to it and none fitted, so the new jobs are the
     only new demand. Otherwise (new or freed TPU, requeued job, tick) the
-    whole queue is read.
+    whole queue is read; so it is when a new job would get an idle TPU (that
+    TPU may have turned idle in another push whose pass has not run yet).
     """
     db = ctx.clients.firestore
     report = PassReport()
@@ -223,6 +224,12 @@ def scheduling_pass(
         report.tpus_read += len(tpu_snaps)
         now = ctx.now()
         decision = decide_pass(snapshot, fleet, runner_bucket, now)
+        if trigger_job_ids and not full and decision.assignments:
+            # An idle TPU fits a new job. It may have turned idle after the older jobs were last offered one
+            # (its own pass still to come, in another push): the whole queue decides who gets it, not the
+            # new job alone.
+            full = True
+            continue
         lost = _apply(ctx, fleet, decision, job_snaps, tpu_snaps, now, report)
         if not lost or not _unresolved(db, lost):
             break

@@ -47,7 +47,9 @@ The test asserts the order, not the seconds, which depend on the machine's load.
 
 Not modelled: a handler here takes no virtual time, and handlers run one at a time (a waiting one lets the
 rest go on: `waits`). On a loaded stack a pass can take seconds and overlap another, so races between passes
-happen there and never here. One seen on the stack: a job's intake pass (a pass for that job only) gave a
-slice that had just turned idle to that job, before the ACTIVE event's pass gave it to an older, higher
-priority job. The fidelity test keeps that race out by submitting to a paused fleet.
+happen there and never here. One seen on the stack, and fixed since: a job's intake pass (a pass for that job
+only) gave a slice that had just turned idle to that job, before the ACTIVE event's pass gave it to an older,
+higher priority job; an intake pass that would assign now plans the whole queue
+(`tests/scheduler/test_assignment.py`). The fidelity test still submits to a paused fleet, so that every job is
+queued before the first slice exists in both runs.
 """
