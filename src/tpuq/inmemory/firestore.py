@@ -170,7 +170,13 @@ def _order_key(value: Any) -> tuple:
     return rank, value if rank else 0
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})  # equal as Firestore compares them iff equal in Python
+
+
 def _equal(a: Any, b: Any) -> bool:
+    kind = type(a)
+    if kind is type(b) and kind in _PLAIN:  # the common case, without building order keys
+        return a == b
     return _type_rank(a) == _type_rank(b) and _order_key(a) == _order_key(b)
 
 
@@ -179,6 +185,8 @@ def _field_path(path: str) -> list[str]:
 
 
 def _lookup(data: dict, path: str) -> Any:
+    if "." not in path:  # a top-level field: most lookups
+        return data.get(path, _MISSING) if isinstance(data, dict) else _MISSING
     node: Any = data
     for part in _field_path(path):
         if not isinstance(node, dict) or part not in node:
