@@ -83,6 +83,12 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     unoffered = write(tmp / "unoffered.yaml", {**workload, "types": [{"tpu": "v5e-8", "weight": 1}]})
     not_yaml = write(tmp / "not-yaml.yaml", "jobs: [\n")
     bad_scenario = write(tmp / "scenario.yaml", "zones:\n  us-central2-b:\n    quota: {v4: {spot: -1}}\n")
+    scenario_not_yaml = write(tmp / "scenario-not-yaml.yaml", "zones:\n  us-central2-b: {quota: {v4: {spot: 8}}\n")
+    binary = tmp / "binary.yaml"
+    binary.write_bytes(b"\xd0\xff\x00 not text")
+    elsewhere = write(tmp / "elsewhere.yaml", {**workload, "types": [{"tpu": "v4-8", "regions": ["europe-west4"]}]})
+    late = write(tmp / "late.yaml", {**workload, "arrivals": {"bursts": [{"at_hours": 30, "count": 6}]}})
+    a_file = write(tmp / "a-file", "")
     files = lambda f=str(TINY / "fleet.yaml"), s=scenario, w=str(TINY / "workload.yaml"): [  # noqa: E731
         "--fleet", str(f), "--scenario", str(s), "--workload", str(w)]
     return [
@@ -100,6 +106,17 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (files(w=not_yaml), f"workload {not_yaml}: not valid YAML at line 2"),
         (files(w=tmp / "missing.yaml"), f"workload {tmp / 'missing.yaml'}: no such file"),
         (files(f=TINY / "workload.yaml"), f"fleet {TINY / 'workload.yaml'}: invalid fleet file: name: is required"),
+        (files(f=tmp / "missing.yaml"), f"fleet {tmp / 'missing.yaml'}: no such file"),
+        (files(s=scenario_not_yaml), f"scenario {scenario_not_yaml}: not valid YAML at line 3, column 1: "),
+        (files(s=binary), f"scenario {binary}: not a text file"),
+        (files(w=binary), f"workload {binary}: not a text file"),
+        (files(w=tmp), f"workload {tmp}: is a directory"),
+        (files(w=elsewhere), "workload: job job-00000 wants v4-8 in europe-west4, which no fleet entry offers (the "
+                             "fleet's: v4-32 in us-central2, v4-8 in us-central2)"),
+        ([*files(w=late), "--days", "1"], f"workload {late}: no job is submitted within --days 1"),
+        ([*files(), "--days", "0.1", "--out", str(a_file)], f"--out {a_file}: cannot write the report there: "),
+        (["--compare", str(TINY / "fleet.yaml"), *files()[2:]],
+         "--compare: takes two fleet files (FLEET1 FLEET2), got '--scenario' as the second"),
         (files()[:4], "--workload is required (or --example for the standard scenario's files)"),
         ([*files(), "--policy", "fifo"], "--policy: unknown policy 'fifo'; expected one of tpuq, polling, bound"),
         ([*files(), "--days", "-1"], "--days: must be > 0 and at most 3650, got -1"),

@@ -45,11 +45,23 @@ class Inputs:
 # -- reading and checking the files -----------------------------------------------------------------
 
 
-def _load_fleet(path: Path):
-    from tpuq.cli.files import load_yaml_file, validate_data
+def _read_yaml(kind: str, path: Path) -> object:
+    """The file's data, or BadInput `KIND PATH: no such file` (not a text file, not valid YAML at line L...)."""
+    from tpuq.cli.files import load_yaml_file
 
     try:
-        return validate_data(load_yaml_file(path), "fleet")
+        return load_yaml_file(path)
+    except CliError as e:
+        message = one_line(e)
+        raise BadInput(f"{kind} {path}: {message.removeprefix(f'{path}: ')}") from None
+
+
+def _load_fleet(path: Path):
+    from tpuq.cli.files import validate_data
+
+    data = _read_yaml("fleet", path)
+    try:
+        return validate_data(data, "fleet")
     except CliError as e:
         raise BadInput(f"fleet {path}: {one_line(e)}") from None
 
@@ -61,12 +73,11 @@ _PYDANTIC_PHRASES = (("Extra inputs are not permitted", "unknown field"), ("Fiel
 
 
 def _load_scenario(path: Path):
-    from tpuq.capacitymodel.scenario import ScenarioError, load_scenario
+    from tpuq.capacitymodel.scenario import ScenarioError, parse_scenario
 
-    if not path.is_file():
-        raise BadInput(f"scenario {path}: no such file")
+    data = _read_yaml("scenario", path)
     try:
-        return load_scenario(path)
+        return parse_scenario(data, source=f"scenario {path}")
     except ScenarioError as e:
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         problem = lines[1] if len(lines) > 1 else lines[0]
@@ -79,13 +90,16 @@ def _load_scenario(path: Path):
 def _load_jobs(path: Path, seed: int, horizon: float) -> list:
     from tpuq.simulate.workload import WorkloadError, generate, load_workload
 
-    if not path.is_file():
+    if not path.exists():
         raise BadInput(f"workload {path}: no such file")
     try:
-        return generate(load_workload(path), seed, horizon)
+        jobs = generate(load_workload(path), seed, horizon)
     except WorkloadError as e:
         message = str(e)  # a file's own problem names the file; a field's is prefixed with it
         raise BadInput(message if message.startswith(f"workload {path}") else f"{path}: {message}") from None
+    if not jobs:
+        raise BadInput(f"workload {path}: no job is submitted within --days {horizon / DAY:g}")
+    return jobs
 
 
 def check_fleet_against_scenario(fleet, scenario) -> None:
@@ -108,11 +122,19 @@ def check_fleet_against_scenario(fleet, scenario) -> None:
 
 
 def check_jobs_against_fleet(jobs: list, fleet) -> None:
-    offered = {entry.accelerator.name for entry in fleet.tpus}
+    """Every job can run somewhere: one of its types, in one of its regions (if it names any), is a fleet entry's."""
+    from tpuq.tputypes import zone_region
+
+    offered = {(entry.accelerator.name, zone_region(zone)) for entry in fleet.tpus for zone in entry.zones}
+    types = sorted({t for t, _ in offered})
     for job in jobs:
-        if not offered.intersection(job.types):
+        if not {t for t, _ in offered}.intersection(job.types):
             raise BadInput(f"workload: job {job.job_id} wants {', '.join(job.types)}, which no fleet entry offers "
-                           f"(the fleet's types: {', '.join(sorted(offered))})")
+                           f"(the fleet's types: {', '.join(types)})")
+        if job.regions and not any((t, r) in offered for t in job.types for r in job.regions):
+            where = ", ".join(f"{t} in {r}" for t, r in sorted(offered))
+            raise BadInput(f"workload: job {job.job_id} wants {' or '.join(job.types)} in {' or '.join(job.regions)}"
+                           f", which no fleet entry offers (the fleet's: {where})")
 
 
 def read_inputs(fleet_path: Path, scenario_path: Path, workload_path: Path, seed: int, horizon: float,
@@ -306,6 +328,29 @@ def _write_report(out_dir: Path, results: list, title: str) -> Path:
 # -- the command ------------------------------------------------------------------------------------------
 
 
+def _usage_error(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    return typer.Exit(EXIT_USAGE)
+
+
+def _two_fleets(value: Optional[tuple[Path, Path]]) -> Optional[tuple[Path, Path]]:
+    """`--compare F1 --scenario S` takes `--scenario` for F2: say so, not "unexpected extra argument S"."""
+    for which, path in zip(("first", "second"), value or ()):
+        if str(path).startswith("-"):
+            raise _usage_error(f"--compare: takes two fleet files (FLEET1 FLEET2), got {str(path)!r} as the {which}")
+    return value
+
+
+def _check_out(out_dir: Path) -> None:
+    """The report's directory can be made, before a run of minutes that would end in a traceback."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput(f"--out {out_dir}: cannot write the report there: it is a file, not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"--out {out_dir}: cannot write the report there: {(e.strerror or str(e)).lower()}") from None
+
+
 def _input_paths(example: bool, fleet: Optional[Path], scenario: Optional[Path],
                  workload: Optional[Path]) -> tuple[Path, Path, Path]:
     given = {"fleet": fleet, "scenario": scenario, "workload": workload}
@@ -337,7 +382,7 @@ def simulate(
                                            help=f"Where to write report.html and its charts (default: "
                                                 f"./{DEFAULT_OUT}; with --json: none unless given)"),
     compare: Optional[tuple[Path, Path]] = typer.Option(
-        None, "--compare", metavar="FLEET1 FLEET2",
+        None, "--compare", metavar="FLEET1 FLEET2", callback=_two_fleets,
         help="Run the same scenario, workload and seed on two fleet files and print the difference"),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON on stdout"),
 ) -> None:
@@ -346,8 +391,7 @@ def simulate(
     try:
         _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir, compare, as_json)
     except BadInput as e:
-        err.print(f"[red]error:[/red] {escape(one_line(e))}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise _usage_error(one_line(e)) from None
 
 
 def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir, compare, as_json) -> None:
@@ -368,6 +412,8 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
     first = read_inputs(fleet_path, scenario_path, workload_path, seed, horizon)
     if out_dir is None and not as_json:
         out_dir = DEFAULT_OUT
+    if out_dir is not None:
+        _check_out(out_dir)
     if compare:
         second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon,
                              scenario=_load_scenario(scenario_path))  # a fresh copy: nothing carries over
