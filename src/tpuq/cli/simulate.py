@@ -239,11 +239,15 @@ def run_policies(policies: list[str], inputs: Inputs, horizon: float, seed: int,
 
 
 def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}%"
+    from tpuq.simulate.report import percent_text
+
+    return percent_text(value)
 
 
 def _hours(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds / 3600:.1f} h"
+    from tpuq.simulate.report import duration_text
+
+    return duration_text(seconds)
 
 
 SUMMARY = (
@@ -298,7 +302,7 @@ def _print_compare(policy: str, names: tuple[str, str], a, b) -> None:
          _signed(d["wasted_vm_hours"], lambda v: f"{v:,.1f}")),
         ("jobs finished", str(a.jobs.finished), str(b.jobs.finished), _signed(d["jobs_finished"], str)),
         *((f"wait {k}", _hours(getattr(a.jobs.wait["all"], k)), _hours(getattr(b.jobs.wait["all"], k)),
-           _signed(d[f"wait_{k}_seconds"], lambda v: f"{v / 3600:.1f} h")) for k in ("p50", "p95", "max")),
+           _signed(d[f"wait_{k}_seconds"], _hours)) for k in ("p50", "p95", "max")),
     )
     for row in rows:
         table.add_row(*row)
