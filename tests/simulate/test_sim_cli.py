@@ -89,6 +89,11 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     elsewhere = write(tmp / "elsewhere.yaml", {**workload, "types": [{"tpu": "v4-8", "regions": ["europe-west4"]}]})
     late = write(tmp / "late.yaml", {**workload, "arrivals": {"bursts": [{"at_hours": 30, "count": 6}]}})
     a_file = write(tmp / "a-file", "")
+    zones = "zones:\n  us-central2-b: {quota: {v4: {spot: 32}}}\n  us-central2-a: {quota: {v4: {spot: 8}}}\n"
+    fraction = write(tmp / "fraction.yaml", zones.replace("}}}\n  us-central2-a", "}},\n    stockout_model: "
+                                                          "{v4: {fraction: 1.5, mean_window: 60}}}\n  us-central2-a"))
+    gamma = write(tmp / "gamma.yaml", zones + "delays: {provisioning: {dist: gamma, k: 3}}\n")
+    second = write(tmp / "second.yaml", zones + "preemption: {lifetimes: [{family: v4, mean: 60}, {family: v4}]}\n")
     files = lambda f=str(TINY / "fleet.yaml"), s=scenario, w=str(TINY / "workload.yaml"): [  # noqa: E731
         "--fleet", str(f), "--scenario", str(s), "--workload", str(w)]
     return [
@@ -109,6 +114,10 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (files(f=tmp / "missing.yaml"), f"fleet {tmp / 'missing.yaml'}: no such file"),
         (files(s=scenario_not_yaml), f"scenario {scenario_not_yaml}: not valid YAML at line 3, column 1: "),
         (files(s=binary), f"scenario {binary}: not a text file"),
+        (files(s=fraction), f"scenario {fraction}: zones.us-central2-b.stockout_model.v4.fraction: must be < 1"),
+        (files(s=gamma), f"scenario {gamma}: delays.provisioning.dist: 'gamma' is not one of fixed, uniform, "
+                         "exponential, lognormal"),
+        (files(s=second), f"scenario {second}: preemption.lifetimes[1].mean: is required"),
         (files(w=binary), f"workload {binary}: not a text file"),
         (files(w=tmp), f"workload {tmp}: is a directory"),
         (files(w=elsewhere), "workload: job job-00000 wants v4-8 in europe-west4, which no fleet entry offers (the "

@@ -10,6 +10,7 @@ import inspect
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,7 +70,23 @@ def _load_fleet(path: Path):
 _PYDANTIC_PHRASES = (("Extra inputs are not permitted", "unknown field"), ("Field required", "is required"),
                      ("Value error, ", ""),
                      ("Input should be greater than or equal to", "must be >="),
-                     ("Input should be greater than", "must be >"))
+                     ("Input should be greater than", "must be >"),
+                     ("Input should be less than or equal to", "must be <="),
+                     ("Input should be less than", "must be <"))
+_LIST_INDEX = re.compile(r"[.]([0-9]+)(?=[.]|$)")
+_PYDANTIC_TAG = re.compile(r"^(?P<where>[^:]*): Input tag '(?P<tag>[^']*)' found using '(?P<key>[^']*)' does not match "
+                           r"any of the expected tags: (?P<tags>.*)$")
+
+
+def _plain(problem: str) -> str:
+    """A scenario's pydantic line as the workload's read: `a.b[1].c: must be < 1`, `d.dist: 'x' is not one of ...`."""
+    tag = _PYDANTIC_TAG.match(problem)
+    if tag:
+        problem = f"{tag['where']}.{tag['key']}: '{tag['tag']}' is not one of {tag['tags'].replace(chr(39), '')}"
+    where, _, reason = problem.partition(": ")
+    for phrase, plain in _PYDANTIC_PHRASES:
+        reason = reason.replace(phrase, plain)
+    return _LIST_INDEX.sub(r"[\1]", where) + f": {reason}"
 
 
 def _load_scenario(path: Path):
@@ -80,9 +97,7 @@ def _load_scenario(path: Path):
         return parse_scenario(data, source=f"scenario {path}")
     except ScenarioError as e:
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        problem = lines[1] if len(lines) > 1 else lines[0]
-        for phrase, plain in _PYDANTIC_PHRASES:
-            problem = problem.replace(phrase, plain)
+        problem = _plain(lines[1]) if len(lines) > 1 else lines[0]
         more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
         raise BadInput(f"scenario {path}: {problem}{more}") from None
 
