@@ -89,6 +89,10 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     elsewhere = write(tmp / "elsewhere.yaml", {**workload, "types": [{"tpu": "v4-8", "regions": ["europe-west4"]}]})
     late = write(tmp / "late.yaml", {**workload, "arrivals": {"bursts": [{"at_hours": 30, "count": 6}]}})
     a_file = write(tmp / "a-file", "")
+    adopted = write(tmp / "adopted.yaml", {**fleet, "tpus": [
+        {"id": "mine", "type": "v4-8", "zone": "us-central2-b", "existing": "my-node"},
+        {"id": "pod", "type": "v4-32", "zones": ["us-central2-b"]}]})
+    small = write(tmp / "small.yaml", {**workload, "types": [{"tpu": "v4-8"}]})
     zones = "zones:\n  us-central2-b: {quota: {v4: {spot: 32}}}\n  us-central2-a: {quota: {v4: {spot: 8}}}\n"
     fraction = write(tmp / "fraction.yaml", zones.replace("}}}\n  us-central2-a", "}},\n    stockout_model: "
                                                           "{v4: {fraction: 1.5, mean_window: 60}}}\n  us-central2-a"))
@@ -122,6 +126,8 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (files(w=tmp), f"workload {tmp}: is a directory"),
         (files(w=elsewhere), "workload: job job-00000 wants v4-8 in europe-west4, which no fleet entry offers (the "
                              "fleet's: v4-32 in us-central2, v4-8 in us-central2)"),
+        (files(f=adopted, w=small), "workload: job job-00000 wants v4-8, which no fleet entry offers (the fleet's "
+                                    "types: v4-32; the simulated cloud has no existing: node)"),
         ([*files(w=late), "--days", "1"], f"workload {late}: no job is submitted within --days 1"),
         ([*files(), "--days", "0.1", "--out", str(a_file)], f"--out {a_file}: cannot write the report there: "),
         (["--compare", str(TINY / "fleet.yaml"), *files()[2:]],

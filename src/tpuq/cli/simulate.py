@@ -140,12 +140,14 @@ def check_jobs_against_fleet(jobs: list, fleet) -> None:
     """Every job can run somewhere: one of its types, in one of its regions (if it names any), is a fleet entry's."""
     from tpuq.tputypes import zone_region
 
-    offered = {(entry.accelerator.name, zone_region(zone)) for entry in fleet.tpus for zone in entry.zones}
+    created = [entry for entry in fleet.tpus if not entry.existing]  # the simulated cloud has no one else's node
+    offered = {(entry.accelerator.name, zone_region(zone)) for entry in created for zone in entry.zones}
     types = sorted({t for t, _ in offered})
+    adopted = "; the simulated cloud has no existing: node" if len(created) < len(fleet.tpus) else ""
     for job in jobs:
-        if not {t for t, _ in offered}.intersection(job.types):
+        if not set(types).intersection(job.types):
             raise BadInput(f"workload: job {job.job_id} wants {', '.join(job.types)}, which no fleet entry offers "
-                           f"(the fleet's types: {', '.join(types)})")
+                           f"(the fleet's types: {', '.join(types) or 'none'}{adopted})")
         if job.regions and not any((t, r) in offered for t in job.types for r in job.regions):
             where = ", ".join(f"{t} in {r}" for t, r in sorted(offered))
             raise BadInput(f"workload: job {job.job_id} wants {' or '.join(job.types)} in {' or '.join(job.regions)}"
