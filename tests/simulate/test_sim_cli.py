@@ -66,6 +66,14 @@ def test_compare_runs_the_policy_on_both_fleets_and_prints_the_difference_even_w
     assert not list((tmp_path / "report").glob("*.png"))
 
 
+def test_the_table_names_the_report_by_a_link_that_opens_from_anywhere(tmp_path):
+    done = subprocess.run(["tpuq", "simulate", *FILES, "--days", "0.5", "--policy", "bound", "--out", "report"],
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "wait p50" in done.stdout
+    assert done.stdout.splitlines()[-1] == f"report: {(tmp_path / 'report' / 'report.html').as_uri()}"
+
+
 def write(path: Path, data) -> Path:
     path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
     return path

@@ -336,6 +336,11 @@ def _print_notes(unavailable: list[str], results: list) -> None:
         err.print(f"note: {escape(note)}", highlight=False)
 
 
+def _print_report_link(report: Path) -> None:
+    """A file:// link, which a terminal opens with a click from whatever directory it is in; never wrapped."""
+    out.print(f"report: {report.resolve().as_uri()}", soft_wrap=True, highlight=False)
+
+
 def _write_report(out_dir: Path, results: list, title: str) -> Path:
     from tpuq.simulate.report import MISSING_MATPLOTLIB, have_matplotlib, write_report
 
@@ -450,7 +455,7 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
         return
     _print_table(results, f"{len(first.jobs)} jobs, {days:g} days, seed {seed}")
     if report is not None:
-        out.print(f"report: {report}")
+        _print_report_link(report)
 
 
 def _compare(policies: list[str], inputs: tuple[Inputs, Inputs], horizon: float, seed: int, days: float,
@@ -478,4 +483,4 @@ def _compare(policies: list[str], inputs: tuple[Inputs, Inputs], horizon: float,
     for a, b in pairs:
         _print_compare(a.policy, names, a, b)
     if out_dir is not None:
-        out.print(f"report: {report}")
+        _print_report_link(report)
