@@ -177,3 +177,22 @@ def test_the_standard_scenarios_files_ship_in_the_package_and_agree():
         pytest.skip("the scenario's stochastic fields (stockout_model, lifetimes, delay distributions) have not landed")
     inputs = read_inputs(paths["fleet"], paths["scenario"], paths["workload"], seed=0, horizon=30 * 86400.0)
     assert set(inputs.scenario.zones) == {z for e in fleet.tpus for z in e.zones}  # and each has quota for it
+
+
+@pytest.mark.parametrize("extra, notes", [
+    ({}, []),
+    ({"grant_expires": "2026-12-31"}, []),  # after a 30-day run from the simulated start (2026-01-05)
+    ({"grant_expires": "2026-01-20"}, ["the fleet's grant_expires (2026-01-20) comes before the run ends (it runs "
+                                       "2026-01-05 to 2026-02-04): the tpuq policy claims nothing after it; polling "
+                                       "and bound ignore it"]),
+    ({"budget": {"vm_hours_per_day": 50}}, ["the fleet's budget (50 VM-hours a day) brakes the tpuq policy only"]),
+])
+def test_a_brake_only_the_tpuq_policy_honours_is_noted(extra, notes):
+    """A real fleet file's brakes stop tpuq's claims but not polling's or the bound's: the user is told why."""
+    from tpuq.cli.simulate import _load_fleet, brake_notes
+    from tpuq.fleet import FleetFile
+
+    fleet = _load_fleet(TINY / "fleet.yaml")
+    fleet = FleetFile.model_validate({**fleet.model_dump(exclude_none=True), **extra})
+    assert brake_notes(fleet, 30 * 86400.0, ["tpuq", "polling", "bound"]) == notes
+    assert brake_notes(fleet, 30 * 86400.0, ["polling", "bound"]) == []

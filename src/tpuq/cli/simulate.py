@@ -326,6 +326,25 @@ def _print_compare(policy: str, names: tuple[str, str], a, b) -> None:
     out.print(table)
 
 
+def brake_notes(fleet, horizon: float, policies: list[str]) -> list[str]:
+    """The fleet's brakes that bind the tpuq policy (the services read them) but not polling's or the bound's."""
+    from datetime import timedelta
+
+    from tpuq.simulate.events import DEFAULT_START
+
+    if "tpuq" not in policies:
+        return []
+    notes = []
+    start, end = DEFAULT_START.date(), (DEFAULT_START + timedelta(seconds=horizon)).date()
+    if fleet.grant_expires is not None and fleet.grant_expires < end:
+        notes.append(f"the fleet's grant_expires ({fleet.grant_expires}) comes before the run ends (it runs {start} "
+                     f"to {end}): the tpuq policy claims nothing after it; polling and bound ignore it")
+    if fleet.budget is not None:
+        notes.append(f"the fleet's budget ({fleet.budget.vm_hours_per_day:g} VM-hours a day) brakes the tpuq policy "
+                     "only")
+    return notes
+
+
 def _print_notes(unavailable: list[str], results: list) -> None:
     notes = list(unavailable)
     for m in results:
@@ -333,7 +352,11 @@ def _print_notes(unavailable: list[str], results: list) -> None:
             notes.append(f"{m.policy}: {m.runs_without_slice} attempts ran on slices this run did not record, so its "
                          "utilization and waste leave them out")
     for note in notes:
-        err.print(f"note: {escape(note)}", highlight=False)
+        _note(note)
+
+
+def _note(text: str) -> None:
+    err.print(f"note: {escape(text)}", highlight=False)
 
 
 def _print_report_link(report: Path) -> None:
@@ -347,7 +370,7 @@ def _write_report(out_dir: Path, results: list, title: str) -> Path:
     path = write_report(out_dir, results, title)
     (out_dir / "metrics.json").write_text(json.dumps([json.loads(m.to_json()) for m in results], indent=1) + "\n")
     if not have_matplotlib():
-        err.print(f"note: {escape(MISSING_MATPLOTLIB)}", highlight=False)
+        _note(MISSING_MATPLOTLIB)
     return path
 
 
@@ -436,6 +459,8 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
         fleet = compare[0]
     fleet_path, scenario_path, workload_path = _input_paths(example, fleet, scenario, workload)
     first = read_inputs(fleet_path, scenario_path, workload_path, seed, horizon)
+    for note in brake_notes(first.fleet, horizon, chosen):
+        _note(f"{fleet_path.name}: {note}" if compare else note)
     if out_dir is None and not as_json:
         out_dir = DEFAULT_OUT
     if out_dir is not None:
@@ -443,6 +468,8 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
     if compare:
         second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon,
                              scenario=_load_scenario(scenario_path))  # a fresh copy: nothing carries over
+        for note in brake_notes(second.fleet, horizon, chosen):
+            _note(f"{compare[1].name}: {note}")
         _compare(chosen, (first, second), horizon, seed, days, out_dir, as_json)
         return
     results, notes = run_policies(chosen, first, horizon, seed)
