@@ -459,17 +459,16 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
         fleet = compare[0]
     fleet_path, scenario_path, workload_path = _input_paths(example, fleet, scenario, workload)
     first = read_inputs(fleet_path, scenario_path, workload_path, seed, horizon)
-    for note in brake_notes(first.fleet, horizon, chosen):
-        _note(f"{fleet_path.name}: {note}" if compare else note)
+    second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon,
+                         scenario=_load_scenario(scenario_path)) if compare else None  # a fresh copy of the scenario
+    for side in (first, second) if compare else (first,):
+        for note in brake_notes(side.fleet, horizon, chosen):
+            _note(f"{side.fleet_path.name}: {note}" if compare else note)
     if out_dir is None and not as_json:
         out_dir = DEFAULT_OUT
     if out_dir is not None:
         _check_out(out_dir)
     if compare:
-        second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon,
-                             scenario=_load_scenario(scenario_path))  # a fresh copy: nothing carries over
-        for note in brake_notes(second.fleet, horizon, chosen):
-            _note(f"{compare[1].name}: {note}")
         _compare(chosen, (first, second), horizon, seed, days, out_dir, as_json)
         return
     results, notes = run_policies(chosen, first, horizon, seed)
