@@ -66,6 +66,14 @@ def test_compare_runs_the_policy_on_both_fleets_and_prints_the_difference_even_w
     assert not list((tmp_path / "report").glob("*.png"))
 
 
+def test_the_table_names_the_report_by_a_link_that_opens_from_anywhere(tmp_path):
+    done = subprocess.run(["tpuq", "simulate", *FILES, "--days", "0.5", "--policy", "bound", "--out", "report"],
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "wait p50" in done.stdout
+    assert done.stdout.splitlines()[-1] == f"report: {(tmp_path / 'report' / 'report.html').as_uri()}"
+
+
 def write(path: Path, data) -> Path:
     path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
     return path
@@ -83,6 +91,21 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     unoffered = write(tmp / "unoffered.yaml", {**workload, "types": [{"tpu": "v5e-8", "weight": 1}]})
     not_yaml = write(tmp / "not-yaml.yaml", "jobs: [\n")
     bad_scenario = write(tmp / "scenario.yaml", "zones:\n  us-central2-b:\n    quota: {v4: {spot: -1}}\n")
+    scenario_not_yaml = write(tmp / "scenario-not-yaml.yaml", "zones:\n  us-central2-b: {quota: {v4: {spot: 8}}\n")
+    binary = tmp / "binary.yaml"
+    binary.write_bytes(b"\xd0\xff\x00 not text")
+    elsewhere = write(tmp / "elsewhere.yaml", {**workload, "types": [{"tpu": "v4-8", "regions": ["europe-west4"]}]})
+    late = write(tmp / "late.yaml", {**workload, "arrivals": {"bursts": [{"at_hours": 30, "count": 6}]}})
+    a_file = write(tmp / "a-file", "")
+    adopted = write(tmp / "adopted.yaml", {**fleet, "tpus": [
+        {"id": "mine", "type": "v4-8", "zone": "us-central2-b", "existing": "my-node"},
+        {"id": "pod", "type": "v4-32", "zones": ["us-central2-b"]}]})
+    small = write(tmp / "small.yaml", {**workload, "types": [{"tpu": "v4-8"}]})
+    zones = "zones:\n  us-central2-b: {quota: {v4: {spot: 32}}}\n  us-central2-a: {quota: {v4: {spot: 8}}}\n"
+    fraction = write(tmp / "fraction.yaml", zones.replace("}}}\n  us-central2-a", "}},\n    stockout_model: "
+                                                          "{v4: {fraction: 1.5, mean_window: 60}}}\n  us-central2-a"))
+    gamma = write(tmp / "gamma.yaml", zones + "delays: {provisioning: {dist: gamma, k: 3}}\n")
+    second = write(tmp / "second.yaml", zones + "preemption: {lifetimes: [{family: v4, mean: 60}, {family: v4}]}\n")
     files = lambda f=str(TINY / "fleet.yaml"), s=scenario, w=str(TINY / "workload.yaml"): [  # noqa: E731
         "--fleet", str(f), "--scenario", str(s), "--workload", str(w)]
     return [
@@ -100,6 +123,23 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (files(w=not_yaml), f"workload {not_yaml}: not valid YAML at line 2"),
         (files(w=tmp / "missing.yaml"), f"workload {tmp / 'missing.yaml'}: no such file"),
         (files(f=TINY / "workload.yaml"), f"fleet {TINY / 'workload.yaml'}: invalid fleet file: name: is required"),
+        (files(f=tmp / "missing.yaml"), f"fleet {tmp / 'missing.yaml'}: no such file"),
+        (files(s=scenario_not_yaml), f"scenario {scenario_not_yaml}: not valid YAML at line 3, column 1: "),
+        (files(s=binary), f"scenario {binary}: not a text file"),
+        (files(s=fraction), f"scenario {fraction}: zones.us-central2-b.stockout_model.v4.fraction: must be < 1"),
+        (files(s=gamma), f"scenario {gamma}: delays.provisioning.dist: 'gamma' is not one of fixed, uniform, "
+                         "exponential, lognormal"),
+        (files(s=second), f"scenario {second}: preemption.lifetimes[1].mean: is required"),
+        (files(w=binary), f"workload {binary}: not a text file"),
+        (files(w=tmp), f"workload {tmp}: is a directory"),
+        (files(w=elsewhere), "workload: job job-00000 wants v4-8 in europe-west4, which no fleet entry offers (the "
+                             "fleet's: v4-32 in us-central2, v4-8 in us-central2)"),
+        (files(f=adopted, w=small), "workload: job job-00000 wants v4-8, which no fleet entry offers (the fleet's "
+                                    "types: v4-32; the simulated cloud has no existing: node)"),
+        ([*files(w=late), "--days", "1"], f"workload {late}: no job is submitted within --days 1"),
+        ([*files(), "--days", "0.1", "--out", str(a_file)], f"--out {a_file}: cannot write the report there: "),
+        (["--compare", str(TINY / "fleet.yaml"), *files()[2:]],
+         "--compare: takes two fleet files (FLEET1 FLEET2), got '--scenario' as the second"),
         (files()[:4], "--workload is required (or --example for the standard scenario's files)"),
         ([*files(), "--policy", "fifo"], "--policy: unknown policy 'fifo'; expected one of tpuq, polling, bound"),
         ([*files(), "--days", "-1"], "--days: must be > 0 and at most 3650, got -1"),
@@ -137,3 +177,22 @@ def test_the_standard_scenarios_files_ship_in_the_package_and_agree():
         pytest.skip("the scenario's stochastic fields (stockout_model, lifetimes, delay distributions) have not landed")
     inputs = read_inputs(paths["fleet"], paths["scenario"], paths["workload"], seed=0, horizon=30 * 86400.0)
     assert set(inputs.scenario.zones) == {z for e in fleet.tpus for z in e.zones}  # and each has quota for it
+
+
+@pytest.mark.parametrize("extra, notes", [
+    ({}, []),
+    ({"grant_expires": "2026-12-31"}, []),  # after a 30-day run from the simulated start (2026-01-05)
+    ({"grant_expires": "2026-01-20"}, ["the fleet's grant_expires (2026-01-20) comes before the run ends (it runs "
+                                       "2026-01-05 to 2026-02-04): the tpuq policy claims nothing after it; polling "
+                                       "and bound ignore it"]),
+    ({"budget": {"vm_hours_per_day": 50}}, ["the fleet's budget (50 VM-hours a day) brakes the tpuq policy only"]),
+])
+def test_a_brake_only_the_tpuq_policy_honours_is_noted(extra, notes):
+    """A real fleet file's brakes stop tpuq's claims but not polling's or the bound's: the user is told why."""
+    from tpuq.cli.simulate import _load_fleet, brake_notes
+    from tpuq.fleet import FleetFile
+
+    fleet = _load_fleet(TINY / "fleet.yaml")
+    fleet = FleetFile.model_validate({**fleet.model_dump(exclude_none=True), **extra})
+    assert brake_notes(fleet, 30 * 86400.0, ["tpuq", "polling", "bound"]) == notes
+    assert brake_notes(fleet, 30 * 86400.0, ["polling", "bound"]) == []

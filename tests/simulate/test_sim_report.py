@@ -50,3 +50,21 @@ def test_without_matplotlib_the_report_is_the_table_and_how_to_install_the_extra
     text = path.read_text()
     assert "pip install &#x27;tpuq[simulate]&#x27;" in text and "<img" not in text
     assert "wasted VM-hours" in text and not list(tmp_path.glob("*.png"))
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (None, "–"), (0, "0 min"), (89, "1 min"), (2520, "42 min"), (-2520, "-42 min"), (3599, "60 min"),
+    (3600, "1.0 h"), (5040, "1.4 h"), (-5040, "-1.4 h"), (200 * 3600, "200.0 h"),
+])
+def test_a_wait_under_an_hour_reads_in_minutes(seconds, text):
+    """A short run's waits are minutes: "0.0 h" would hide them."""
+    assert report.duration_text(seconds) == text
+
+
+def test_the_cli_table_and_the_report_show_a_wait_the_same_way(tmp_path):
+    from tpuq.cli.simulate import SUMMARY
+
+    tpuq_run = results()[0]
+    wait = tpuq_run.jobs.wait["all"].p50
+    assert wait < 3600 and dict(SUMMARY)["wait p50"](tpuq_run) == report.duration_text(wait) == f"{wait / 60:.0f} min"
+    assert f"{wait / 60:.0f} min / " in report.write_report(tmp_path, [tpuq_run], "t").read_text()

@@ -167,3 +167,25 @@ def test_poisson_arrivals_come_at_the_rate_until_the_horizon_or_the_count():
     capped = parse_workload(generated(jobs=50, arrivals={"rate_per_hour": 10}))
     jobs = generate(capped, seed=5, horizon_seconds=10 * DAY)
     assert len(jobs) == 50 and jobs[-1].submit_at < 12 * 3600
+
+
+def test_a_type_without_a_weight_weighs_one():
+    spec = parse_workload(generated(jobs=2000, types=[{"tpu": ["v4-8"]}, {"tpu": ["v4-32"], "weight": 3}]))
+    assert [t.weight for t in spec.types] == [1.0, 3.0]
+    counts = Counter(j.types for j in generate(spec, seed=0, horizon_seconds=DAY))
+    assert 0.2 < counts[("v4-8",)] / 2000 < 0.3
+
+
+def test_a_trace_file_is_a_workload_of_its_own(tmp_path, monkeypatch):
+    write_trace(tmp_path, [GOOD])
+    monkeypatch.chdir("/")
+    spec = load_workload(tmp_path / "jobs.jsonl")
+    assert generate(spec, seed=0, horizon_seconds=DAY) == [SimJob("a", 10, ("v4-8",), "high", 60)]
+
+
+def test_a_workload_that_is_not_yaml_says_where_and_why(tmp_path):
+    (tmp_path / "w.yaml").write_text("jobs: 3\n  arrivals: [\n")
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(tmp_path / "w.yaml")
+    assert str(caught.value) == f"workload {tmp_path / 'w.yaml'}: not valid YAML at line 2, column 11: " \
+                                "mapping values are not allowed here"

@@ -10,6 +10,7 @@ import inspect
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,11 +46,23 @@ class Inputs:
 # -- reading and checking the files -----------------------------------------------------------------
 
 
-def _load_fleet(path: Path):
-    from tpuq.cli.files import load_yaml_file, validate_data
+def _read_yaml(kind: str, path: Path) -> object:
+    """The file's data, or BadInput `KIND PATH: no such file` (not a text file, not valid YAML at line L...)."""
+    from tpuq.cli.files import load_yaml_file
 
     try:
-        return validate_data(load_yaml_file(path), "fleet")
+        return load_yaml_file(path)
+    except CliError as e:
+        message = one_line(e)
+        raise BadInput(f"{kind} {path}: {message.removeprefix(f'{path}: ')}") from None
+
+
+def _load_fleet(path: Path):
+    from tpuq.cli.files import validate_data
+
+    data = _read_yaml("fleet", path)
+    try:
+        return validate_data(data, "fleet")
     except CliError as e:
         raise BadInput(f"fleet {path}: {one_line(e)}") from None
 
@@ -57,21 +70,34 @@ def _load_fleet(path: Path):
 _PYDANTIC_PHRASES = (("Extra inputs are not permitted", "unknown field"), ("Field required", "is required"),
                      ("Value error, ", ""),
                      ("Input should be greater than or equal to", "must be >="),
-                     ("Input should be greater than", "must be >"))
+                     ("Input should be greater than", "must be >"),
+                     ("Input should be less than or equal to", "must be <="),
+                     ("Input should be less than", "must be <"))
+_LIST_INDEX = re.compile(r"[.]([0-9]+)(?=[.]|$)")
+_PYDANTIC_TAG = re.compile(r"^(?P<where>[^:]*): Input tag '(?P<tag>[^']*)' found using '(?P<key>[^']*)' does not match "
+                           r"any of the expected tags: (?P<tags>.*)$")
+
+
+def _plain(problem: str) -> str:
+    """A scenario's pydantic line as the workload's read: `a.b[1].c: must be < 1`, `d.dist: 'x' is not one of ...`."""
+    tag = _PYDANTIC_TAG.match(problem)
+    if tag:
+        problem = f"{tag['where']}.{tag['key']}: '{tag['tag']}' is not one of {tag['tags'].replace(chr(39), '')}"
+    where, _, reason = problem.partition(": ")
+    for phrase, plain in _PYDANTIC_PHRASES:
+        reason = reason.replace(phrase, plain)
+    return _LIST_INDEX.sub(r"[\1]", where) + f": {reason}"
 
 
 def _load_scenario(path: Path):
-    from tpuq.capacitymodel.scenario import ScenarioError, load_scenario
+    from tpuq.capacitymodel.scenario import ScenarioError, parse_scenario
 
-    if not path.is_file():
-        raise BadInput(f"scenario {path}: no such file")
+    data = _read_yaml("scenario", path)
     try:
-        return load_scenario(path)
+        return parse_scenario(data, source=f"scenario {path}")
     except ScenarioError as e:
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        problem = lines[1] if len(lines) > 1 else lines[0]
-        for phrase, plain in _PYDANTIC_PHRASES:
-            problem = problem.replace(phrase, plain)
+        problem = _plain(lines[1]) if len(lines) > 1 else lines[0]
         more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
         raise BadInput(f"scenario {path}: {problem}{more}") from None
 
@@ -79,13 +105,16 @@ def _load_scenario(path: Path):
 def _load_jobs(path: Path, seed: int, horizon: float) -> list:
     from tpuq.simulate.workload import WorkloadError, generate, load_workload
 
-    if not path.is_file():
+    if not path.exists():
         raise BadInput(f"workload {path}: no such file")
     try:
-        return generate(load_workload(path), seed, horizon)
+        jobs = generate(load_workload(path), seed, horizon)
     except WorkloadError as e:
         message = str(e)  # a file's own problem names the file; a field's is prefixed with it
         raise BadInput(message if message.startswith(f"workload {path}") else f"{path}: {message}") from None
+    if not jobs:
+        raise BadInput(f"workload {path}: no job is submitted within --days {horizon / DAY:g}")
+    return jobs
 
 
 def check_fleet_against_scenario(fleet, scenario) -> None:
@@ -108,11 +137,21 @@ def check_fleet_against_scenario(fleet, scenario) -> None:
 
 
 def check_jobs_against_fleet(jobs: list, fleet) -> None:
-    offered = {entry.accelerator.name for entry in fleet.tpus}
+    """Every job can run somewhere: one of its types, in one of its regions (if it names any), is a fleet entry's."""
+    from tpuq.tputypes import zone_region
+
+    created = [entry for entry in fleet.tpus if not entry.existing]  # the simulated cloud has no one else's node
+    offered = {(entry.accelerator.name, zone_region(zone)) for entry in created for zone in entry.zones}
+    types = sorted({t for t, _ in offered})
+    adopted = "; the simulated cloud has no existing: node" if len(created) < len(fleet.tpus) else ""
     for job in jobs:
-        if not offered.intersection(job.types):
+        if not set(types).intersection(job.types):
             raise BadInput(f"workload: job {job.job_id} wants {', '.join(job.types)}, which no fleet entry offers "
-                           f"(the fleet's types: {', '.join(sorted(offered))})")
+                           f"(the fleet's types: {', '.join(types) or 'none'}{adopted})")
+        if job.regions and not any((t, r) in offered for t in job.types for r in job.regions):
+            where = ", ".join(f"{t} in {r}" for t, r in sorted(offered))
+            raise BadInput(f"workload: job {job.job_id} wants {' or '.join(job.types)} in {' or '.join(job.regions)}"
+                           f", which no fleet entry offers (the fleet's: {where})")
 
 
 def read_inputs(fleet_path: Path, scenario_path: Path, workload_path: Path, seed: int, horizon: float,
@@ -217,11 +256,15 @@ def run_policies(policies: list[str], inputs: Inputs, horizon: float, seed: int,
 
 
 def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}%"
+    from tpuq.simulate.report import percent_text
+
+    return percent_text(value)
 
 
 def _hours(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds / 3600:.1f} h"
+    from tpuq.simulate.report import duration_text
+
+    return duration_text(seconds)
 
 
 SUMMARY = (
@@ -276,11 +319,30 @@ def _print_compare(policy: str, names: tuple[str, str], a, b) -> None:
          _signed(d["wasted_vm_hours"], lambda v: f"{v:,.1f}")),
         ("jobs finished", str(a.jobs.finished), str(b.jobs.finished), _signed(d["jobs_finished"], str)),
         *((f"wait {k}", _hours(getattr(a.jobs.wait["all"], k)), _hours(getattr(b.jobs.wait["all"], k)),
-           _signed(d[f"wait_{k}_seconds"], lambda v: f"{v / 3600:.1f} h")) for k in ("p50", "p95", "max")),
+           _signed(d[f"wait_{k}_seconds"], _hours)) for k in ("p50", "p95", "max")),
     )
     for row in rows:
         table.add_row(*row)
     out.print(table)
+
+
+def brake_notes(fleet, horizon: float, policies: list[str]) -> list[str]:
+    """The fleet's brakes that bind the tpuq policy (the services read them) but not polling's or the bound's."""
+    from datetime import timedelta
+
+    from tpuq.simulate.events import DEFAULT_START
+
+    if "tpuq" not in policies:
+        return []
+    notes = []
+    start, end = DEFAULT_START.date(), (DEFAULT_START + timedelta(seconds=horizon)).date()
+    if fleet.grant_expires is not None and fleet.grant_expires < end:
+        notes.append(f"the fleet's grant_expires ({fleet.grant_expires}) comes before the run ends (it runs {start} "
+                     f"to {end}): the tpuq policy claims nothing after it; polling and bound ignore it")
+    if fleet.budget is not None:
+        notes.append(f"the fleet's budget ({fleet.budget.vm_hours_per_day:g} VM-hours a day) brakes the tpuq policy "
+                     "only")
+    return notes
 
 
 def _print_notes(unavailable: list[str], results: list) -> None:
@@ -290,7 +352,16 @@ def _print_notes(unavailable: list[str], results: list) -> None:
             notes.append(f"{m.policy}: {m.runs_without_slice} attempts ran on slices this run did not record, so its "
                          "utilization and waste leave them out")
     for note in notes:
-        err.print(f"note: {escape(note)}", highlight=False)
+        _note(note)
+
+
+def _note(text: str) -> None:
+    err.print(f"note: {escape(text)}", highlight=False)
+
+
+def _print_report_link(report: Path) -> None:
+    """A file:// link, which a terminal opens with a click from whatever directory it is in; never wrapped."""
+    out.print(f"report: {report.resolve().as_uri()}", soft_wrap=True, highlight=False)
 
 
 def _write_report(out_dir: Path, results: list, title: str) -> Path:
@@ -299,11 +370,34 @@ def _write_report(out_dir: Path, results: list, title: str) -> Path:
     path = write_report(out_dir, results, title)
     (out_dir / "metrics.json").write_text(json.dumps([json.loads(m.to_json()) for m in results], indent=1) + "\n")
     if not have_matplotlib():
-        err.print(f"note: {escape(MISSING_MATPLOTLIB)}", highlight=False)
+        _note(MISSING_MATPLOTLIB)
     return path
 
 
 # -- the command ------------------------------------------------------------------------------------------
+
+
+def _usage_error(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    return typer.Exit(EXIT_USAGE)
+
+
+def _two_fleets(value: Optional[tuple[Path, Path]]) -> Optional[tuple[Path, Path]]:
+    """`--compare F1 --scenario S` takes `--scenario` for F2: say so, not "unexpected extra argument S"."""
+    for which, path in zip(("first", "second"), value or ()):
+        if str(path).startswith("-"):
+            raise _usage_error(f"--compare: takes two fleet files (FLEET1 FLEET2), got {str(path)!r} as the {which}")
+    return value
+
+
+def _check_out(out_dir: Path) -> None:
+    """The report's directory can be made, before a run of minutes that would end in a traceback."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput(f"--out {out_dir}: cannot write the report there: it is a file, not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"--out {out_dir}: cannot write the report there: {(e.strerror or str(e)).lower()}") from None
 
 
 def _input_paths(example: bool, fleet: Optional[Path], scenario: Optional[Path],
@@ -337,7 +431,7 @@ def simulate(
                                            help=f"Where to write report.html and its charts (default: "
                                                 f"./{DEFAULT_OUT}; with --json: none unless given)"),
     compare: Optional[tuple[Path, Path]] = typer.Option(
-        None, "--compare", metavar="FLEET1 FLEET2",
+        None, "--compare", metavar="FLEET1 FLEET2", callback=_two_fleets,
         help="Run the same scenario, workload and seed on two fleet files and print the difference"),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON on stdout"),
 ) -> None:
@@ -346,8 +440,7 @@ def simulate(
     try:
         _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir, compare, as_json)
     except BadInput as e:
-        err.print(f"[red]error:[/red] {escape(one_line(e))}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise _usage_error(one_line(e)) from None
 
 
 def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir, compare, as_json) -> None:
@@ -366,11 +459,16 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
         fleet = compare[0]
     fleet_path, scenario_path, workload_path = _input_paths(example, fleet, scenario, workload)
     first = read_inputs(fleet_path, scenario_path, workload_path, seed, horizon)
+    second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon,
+                         scenario=_load_scenario(scenario_path)) if compare else None  # a fresh copy of the scenario
+    for side in (first, second) if compare else (first,):
+        for note in brake_notes(side.fleet, horizon, chosen):
+            _note(f"{side.fleet_path.name}: {note}" if compare else note)
     if out_dir is None and not as_json:
         out_dir = DEFAULT_OUT
+    if out_dir is not None:
+        _check_out(out_dir)
     if compare:
-        second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon,
-                             scenario=_load_scenario(scenario_path))  # a fresh copy: nothing carries over
         _compare(chosen, (first, second), horizon, seed, days, out_dir, as_json)
         return
     results, notes = run_policies(chosen, first, horizon, seed)
@@ -383,7 +481,7 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
         return
     _print_table(results, f"{len(first.jobs)} jobs, {days:g} days, seed {seed}")
     if report is not None:
-        out.print(f"report: {report}")
+        _print_report_link(report)
 
 
 def _compare(policies: list[str], inputs: tuple[Inputs, Inputs], horizon: float, seed: int, days: float,
@@ -411,4 +509,4 @@ def _compare(policies: list[str], inputs: tuple[Inputs, Inputs], horizon: float,
     for a, b in pairs:
         _print_compare(a.policy, names, a, b)
     if out_dir is not None:
-        out.print(f"report: {report}")
+        _print_report_link(report)

@@ -91,24 +91,29 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def _hours(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds / 3600:.1f} h"
+def duration_text(seconds: float | None) -> str:
+    """A wait or a makespan as the CLI's table and the report show it: minutes under an hour, else hours."""
+    if seconds is None:
+        return "–"
+    return f"{seconds / 60:.0f} min" if abs(seconds) < 3600 else f"{seconds / 3600:.1f} h"
+
+
+def percent_text(fraction: float | None) -> str:
+    return "–" if fraction is None else f"{100 * fraction:.1f}%"
+
 
 
 def _summary_rows(results: Sequence[Metrics]) -> list[tuple[str, list[str]]]:
-    def pct(m: Metrics) -> str:
-        return "–" if m.utilization is None else f"{100 * m.utilization:.1f}%"
-
     return [
-        ("utilization (useful / billed chip-hours)", [pct(m) for m in results]),
+        ("utilization (useful / billed chip-hours)", [percent_text(m.utilization) for m in results]),
         ("useful chip-hours", [f"{m.useful_chip_hours:,.0f}" for m in results]),
         ("billed chip-hours", [f"{m.billed_chip_hours:,.0f}" for m in results]),
         ("wasted VM-hours", [f"{m.wasted_vm_hours:,.0f}" for m in results]),
         ("jobs finished / submitted", [f"{m.jobs.finished} / {m.jobs.submitted}" for m in results]),
-        ("wait p50 / p95 / max", [" / ".join(_hours(getattr(m.jobs.wait["all"], k)) for k in ("p50", "p95", "max"))
-                                  for m in results]),
-        ("wait p95, high priority", [_hours(m.jobs.wait["high"].p95) for m in results]),
-        ("makespan", [_hours(m.jobs.makespan_seconds) for m in results]),
+        ("wait p50 / p95 / max", [" / ".join(duration_text(getattr(m.jobs.wait["all"], k))
+                                             for k in ("p50", "p95", "max")) for m in results]),
+        ("wait p95, high priority", [duration_text(m.jobs.wait["high"].p95) for m in results]),
+        ("makespan", [duration_text(m.jobs.makespan_seconds) for m in results]),
         ("attempts per job (mean)", ["–" if m.jobs.attempts_mean is None else f"{m.jobs.attempts_mean:.2f}"
                                      for m in results]),
         ("slices (never READY / never used)", [f"{m.slices} ({m.slices_never_ready} / {m.slices_never_used})"

@@ -8,10 +8,11 @@ A workload file (YAML) either generates jobs:
     priority: {high: 0.1, normal: 0.7, low: 0.2}                       # weights, normalised
     types:
       - {tpu: [v4-8], weight: 0.5, regions: [us-central2]}
-      - {tpu: [v4-32], weight: 0.1}
+      - {tpu: [v4-32], weight: 0.1}    # weight absent: 1
     checkpoint_every: 1800          # seconds; null (the default): no checkpoints
 
-or reads a trace, one JSON object a line, its path relative to the workload file:
+or reads a trace, one JSON object a line, its path relative to the workload file (a `.jsonl` file given as the
+workload is read as that trace):
 
     trace: jobs.jsonl   # {"id": "a", "submit_at": 0, "tpu": ["v4-8"], "priority": "normal", "work_seconds": 3600,
                         #  "checkpoint_seconds": 600, "regions": ["us-central2"]}
@@ -181,7 +182,7 @@ def _region_names(regions: list[str] | None) -> list[str] | None:
 
 class JobType(_Strict):
     tpu: Annotated[list[str], BeforeValidator(_as_list)] = Field(min_length=1)  # acceptable types, raced
-    weight: float = Field(gt=0)
+    weight: float = Field(1.0, gt=0)  # relative to the other types' (absent: 1)
     regions: list[str] | None = Field(None, min_length=1)
 
     _tpu = field_validator("tpu")(lambda value: _accelerator_names(value))
@@ -355,16 +356,24 @@ def read_trace(path: Path, root: str = "workload.trace") -> list[SimJob]:
     return jobs
 
 
+TRACE_SUFFIXES = (".jsonl", ".ndjson")
+
+
 def load_workload(path: str | Path) -> WorkloadSpec:
+    """A workload file (YAML), or a trace file (`.jsonl`) on its own."""
     path = Path(path)
+    if path.suffix in TRACE_SUFFIXES:
+        return parse_workload({"trace": path.name}, base_dir=path.parent)
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as e:
-        raise WorkloadError(f"workload {path}: {e.strerror or e}") from None
+        raise WorkloadError(f"workload {path}: {(e.strerror or str(e)).lower()}") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"workload {path}: not a text file") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise WorkloadError(f"workload {path}: not valid YAML{where}") from None
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise WorkloadError(f"workload {path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
     return parse_workload(data, base_dir=path.parent)
 
 
