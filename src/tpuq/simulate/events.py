@@ -58,8 +58,11 @@ class EventLoop:
         return self._heap[0][0] if self._heap else None
 
     def run(self, until: float, on_progress: Callable[[float], None] | None = None,
-            progress_every: float = 86400.0) -> None:
-        """Run every event due before `until`; the clock ends at `until`."""
+            progress_every: float | None = None) -> None:
+        """Run every event due before `until`; the clock ends at `until`. `on_progress(now)` is told at least
+        every `progress_every` virtual seconds (default: a hundredth of the run, at most a day)."""
+        if progress_every is None:
+            progress_every = min(86400.0, max(1.0, (until - self._now) / 100))
         next_report = self._now + progress_every
         while self._heap and self._heap[0][0] < until:
             when, _, fn, args = heapq.heappop(self._heap)
