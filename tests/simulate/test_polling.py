@@ -411,3 +411,15 @@ def test_a_multi_host_slice_is_one_resource_and_one_attempt_on_all_its_chips(typ
     views = [replace(node(st, zone), type=e.type), replace(qr(st, zone), type=e.type)]
     _, actions = reconcile(st, observed(*views, submitted=[job(types=(e.type,))]), 10.0)
     assert kinds(actions, Dispatch) == [Dispatch("j1", 1, zone, e.slots[0][1], chips)]
+
+
+@pytest.mark.parametrize("split, counts", [(False, [5, 5, 5]), (True, [2, 2, 1])])
+def test_a_multi_zone_entry_is_one_tpu_runner_entry_per_zone_with_its_count_whole_or_shared(split, counts):
+    config = config_from_fleet(fleet(zones=(B, C, "us-central2-a"), count=5), PROJECT, split_counts=split)
+    assert [e.count for e in config.entries] == counts
+    assert [len(e.slots) for e in config.entries] == counts
+
+
+def test_a_shared_count_lists_no_zone_left_with_none():
+    config = config_from_fleet(fleet(zones=(B, C, "us-central2-a"), count=1), PROJECT, split_counts=True)
+    assert [(e.zone, e.count) for e in config.entries] == [(B, 1)]

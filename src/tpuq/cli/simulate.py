@@ -187,8 +187,9 @@ def _bound_metrics(inputs: Inputs, horizon: float):
 
 
 def run_policy(policy: str, inputs: Inputs, horizon: float, seed: int,
-               on_progress: Callable[[float], None] | None = None):
-    """The policy's Metrics on these inputs."""
+               on_progress: Callable[[float], None] | None = None, **policy_options):
+    """The policy's Metrics on these inputs (`policy_options`: the policy driver's own, e.g. polling's
+    `split_counts`)."""
     from tpuq.simulate.metrics import summarize
     from tpuq.simulate.run import simulate
 
@@ -196,7 +197,7 @@ def run_policy(policy: str, inputs: Inputs, horizon: float, seed: int,
         return _bound_metrics(inputs, horizon)
     try:
         run = simulate(policy, fleet=inputs.fleet, scenario=inputs.scenario, jobs=inputs.jobs, horizon=horizon,
-                       seed=seed, on_progress=on_progress)
+                       seed=seed, on_progress=on_progress, **policy_options)
     except ModuleNotFoundError as e:
         if (e.name or "").startswith("tpuq.simulate."):
             raise PolicyUnavailable(f"{policy} not available in this tpuq") from None

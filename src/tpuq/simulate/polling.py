@@ -97,7 +97,10 @@ Modelled loosely or left out (assumptions)
 - Left out: adopted (`existing`) TPUs, pinned `tpu_name` jobs, cancellations and interruption requests, the
   exit-75 recycle, the orphaned-PROVISIONING-node grace (300 s), maintenance, disk recovery.
 - A tpuq fleet entry with several zones is one tpu-runner entry per zone with the same count (that is how a
-  tpu-runner file lists them); chip_limit is the fleet's declared quota for (zone, family, tier), else the entry's
+  tpu-runner file lists them), so the controller may hold up to count x zones slices where tpuq holds count;
+  `split_counts=True` shares the count out over the zones instead (the first zones take the remainder; a zone
+  left with 0 is not listed), the same total as tpuq's: `bench_simulate.py` reports the waste ratio both
+  ways. chip_limit is the fleet's declared quota for (zone, family, tier), else the entry's
   chip_limit, else count x chips. idle_timeout is the fleet's (tpu-runner has no per-entry one).
 """
 
@@ -201,18 +204,27 @@ def slot_names(runner: str, entry_id: str, zone: str, type_: str, ordinal: int) 
     return f"qr-{base}", base
 
 
-def config_from_fleet(fleet: FleetFile, project: str) -> Config:
+def zone_counts(count: int, zones: int, split: bool) -> list[int]:
+    """Each zone's tpu-runner `count` for a tpuq entry of `count` over `zones` zones."""
+    if not split:
+        return [count] * zones
+    return [count // zones + (1 if i < count % zones else 0) for i in range(zones)]
+
+
+def config_from_fleet(fleet: FleetFile, project: str, split_counts: bool = False) -> Config:
     entries = []
     for fe in fleet.tpus:
         if fe.existing or not fe.spot:
             continue  # tpu-runner creates spot entries only (tpu_runner/specs.py: fleet_spec_from_dict)
         accel = fe.accelerator
-        for zone in fe.zones:
+        for zone, count in zip(fe.zones, zone_counts(fe.count, len(fe.zones), split_counts)):
+            if count == 0:
+                continue
             eid = f"{fe.id}-{zone}"
             declared = fleet.declared_quota_chips(zone, accel.family, fe.provisioning_model)
-            limit = declared if declared is not None else (fe.chip_limit or fe.count * accel.chips)
-            slots = tuple(slot_names(fleet.name, eid, zone, accel.name, k) for k in range(1, fe.count + 1))
-            entries.append(Entry(eid, zone, accel.name, accel.family, accel.chips, fe.count, fe.keep_warm_count,
+            limit = declared if declared is not None else (fe.chip_limit or count * accel.chips)
+            slots = tuple(slot_names(fleet.name, eid, zone, accel.name, k) for k in range(1, count + 1))
+            entries.append(Entry(eid, zone, accel.name, accel.family, accel.chips, count, fe.keep_warm_count,
                                  limit, fe.runtime_version, slots))
     return Config(fleet.name, project, tuple(entries), float(fleet.idle_timeout_seconds),
                   fleet.ssh_transport is SshTransport.direct, fleet.network, fleet.subnetwork)
@@ -727,10 +739,11 @@ class PollingPolicy:
     runs `reconcile`, and makes the calls; attempts run on `SimWorkers`."""
 
     def __init__(self, *, loop: EventLoop, cloud: SimCloud, workers: SimWorkers, jobs: list[SimJob],
-                 fleet: FleetFile, rng: random.Random, period: float = RECONCILE_SECONDS) -> None:
+                 fleet: FleetFile, rng: random.Random, period: float = RECONCILE_SECONDS,
+                 split_counts: bool = False) -> None:
         self.loop, self.cloud, self.workers, self.rng, self.period = loop, cloud, workers, rng, period
         self.jobs = sorted(jobs, key=lambda j: (j.submit_at, j.job_id))
-        self.state = ControllerState(config_from_fleet(fleet, cloud.project))
+        self.state = ControllerState(config_from_fleet(fleet, cloud.project, split_counts))
         self._next_job = 0
         self.log: list[tuple[float, Action]] = []  # every action made, with its time
         self.create_errors: list[tuple[float, str, str]] = []  # (time, zone, RPC status) of refused creates
