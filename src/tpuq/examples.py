@@ -21,6 +21,7 @@ claim:
   unknown_error_retries: 1      # an unknown error (or the region's external IP quota) is retried once after a
                                 # back-off, then that zone and type stop for unknown_error_backoff_seconds
   unknown_error_backoff_seconds: 3600
+  hedge_seconds: 0              # 0: race every zone at once; N: one zone first, the next after N s without capacity
 budget:
   vm_hours_per_day: 200         # claiming stops for the (UTC) day once the day's VM-hours (hosts x hours alive),
                                 # plus one more hour of every slice alive and of the new one, would pass this
