@@ -10,6 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tpuq import store
+
 from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WAIT_ZONE, WIN_ZONE, wait_until
 
 
@@ -175,10 +177,15 @@ def test_orphans_are_deleted_on_a_tick_and_the_scan_is_rate_limited(janitor_stac
     s.fleet_event("ACTIVE", known, "r11")
     assert s.deletes() == []  # events never scan
 
+    # Known only through a TPU document of another id that names it: the scan must read every document then.
+    named = s.create_owned("r12", THIRD_ZONE, record=False)
+    s.db.collection(store.TPUS).document("renamed").set({"fleet": s.fleet.name, "queued_resource": named,
+                                                         "state": "idle"})
     s.tick()
     lists = [c for c in s.control.calls(method="GET") if s.fleet.project in c["path"] and c["path"].endswith(
         ("/queuedResources", "/nodes"))]
     assert s.deleted_ids() == [orphan.rsplit("/", 1)[-1]]
+    assert s.state(named) is not None
     assert len(lists) == 2 * 3  # queued resources and nodes, in each of the fleet's 3 zones, once
     s.tick()
     lists_after = [c for c in s.control.calls(method="GET") if s.fleet.project in c["path"] and c["path"].endswith(

@@ -356,6 +356,11 @@ def orphan_scan_due(last_scan: datetime | None, now: datetime, interval_seconds:
     return last_scan is None or now - last_scan >= timedelta(seconds=interval_seconds)
 
 
+def listed_owned_ids(listed: Iterable[Any], fleet: FleetFile) -> set[str]:
+    """The short ids of the listed resources that are ours: the ones `decide_orphans` asks `known_ids` about."""
+    return {short_node_name(name_and_labels(r)[0]) for r in listed if r is not None and is_ours(r, fleet)}
+
+
 def known_ids(claimer_docs: Iterable[Mapping[str, Any]], tpus: Iterable[TpuDoc]) -> set[str]:
     """Every short id Firestore knows a resource by: the claimer's queued resources and nodes, and tpus/."""
     known: set[str] = set()

@@ -82,6 +82,23 @@ class Janitor:
             q = q.where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
         return [d.TpuDoc.from_doc(s.id, s.to_dict()) for s in q.stream()]
 
+    def known_among(self, listed) -> set[str]:
+        """Of the listed resources' ids, those `d.known_ids` counts as known (all `decide_orphans` asks about).
+
+        Usually each has a document of its own id (`queued_resources/{id}` or `tpus/{id}`, in this fleet): one
+        batched read of those. Only when one has not are every queued resource and TPU document of the fleet
+        read, as the rule says; a fleet keeps every document it ever had, so reading them all on every scan
+        would grow without end."""
+        ids = d.listed_owned_ids(listed, self.fleet)
+        if not ids:
+            return set()
+        refs = [self.db.collection(c).document(i) for c in (CLAIMER_QUEUED_RESOURCES, store.TPUS) for i in sorted(ids)]
+        found = {s.id for s in self.db.get_all(refs)
+                 if s.exists and (s.to_dict() or {}).get("fleet") == self.fleet.name}
+        if ids <= found:
+            return found
+        return d.known_ids(self.claimer_docs(), self.tpu_docs())
+
     def request_demand(self, request_id: str) -> tuple[int, set[str]]:
         """The slices the request asked for, and the jobs it asks for."""
         snap = self.db.collection(store.REQUESTS).document(request_id).get()
@@ -270,7 +287,7 @@ class Janitor:
         if not guarded.commit_if_unchanged(self.db, election):
             return False  # another tick handler is scanning
         listed, _ = self.list_fleet_zones()
-        known = d.known_ids(self.claimer_docs(), self.tpu_docs())
+        known = self.known_among(listed)
         first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
         decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
         self.delete(decision.deletes)
