@@ -233,9 +233,10 @@ class ClaimPolicy(StrictModel):
     capacity_backoff_max_seconds: float = Field(default=1800.0, ge=0)
     hedge_seconds: float = Field(
         default=0.0, ge=0, le=86400,
-        description="0: a request races every zone that can take it at once. Above 0: it starts in one zone (in "
-        "the fleet's zone order) and adds the next only once its newest racer has waited this long without capacity "
-        "(none PROVISIONING or ACTIVE): fewer slices provisioned for nothing, a later start when the first zone is out")
+        description="0: a request races every zone that can take it at once. Above 0: it starts in as many zones "
+        "as it asks slices (in the fleet's zone order) and adds one more zone each time its newest racer has waited "
+        "this long without the capacity it asks: fewer slices provisioned for nothing, a later start when the first "
+        "zone is out")
     watch_interval_seconds: float = Field(default=5.0, gt=0, description="Fast watch after a create")
     orphan_grace_seconds: float = Field(default=600.0, ge=0)
 

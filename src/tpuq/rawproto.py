@@ -28,9 +28,11 @@ def has_field(raw: Any, name: str) -> bool:
 
 
 def state_name(raw: Any) -> str:
-    """The enum name of `state`: a Node's `state`, or a QueuedResource's `state.state`."""
+    """The enum name of `state`: a Node's `state`, or a QueuedResource's `state.state`; a number this
+    google-cloud-tpu does not know (a state the API added since) as its digits, as proto-plus gives it."""
     field = raw.DESCRIPTOR.fields_by_name["state"]
     if field.message_type is not None:  # a QueuedResource's QueuedResourceState message
         raw = raw.state
         field = raw.DESCRIPTOR.fields_by_name["state"]
-    return field.enum_type.values_by_number[raw.state].name
+    value = field.enum_type.values_by_number.get(raw.state)
+    return value.name if value is not None else str(raw.state)

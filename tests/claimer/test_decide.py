@@ -508,3 +508,16 @@ def test_hedge_setting_is_validated_with_the_field_named(value):
 
     with pytest.raises(ValidationError, match="hedge_seconds"):
         make_fleet(claim={"hedge_seconds": value})
+
+
+def test_hedged_race_for_two_slices_starts_in_two_zones():
+    state, eff = run(ClaimState(make_fleet(claim={"hedge_seconds": 600})), RequestReceived(request(count=2)))
+    assert [c.qr.zone for c in eff.creates] == ZONES[:2]
+    qa, qb = (f"tq-r1-{z}" for z in ZONES[:2])
+    # One is granted: the other still races for the second slice; no third zone before the hedge.
+    state, eff = run(state, Observed({qa: Observation.found("PROVISIONING"),
+                                      qb: Observation.found("WAITING_FOR_RESOURCES")}),
+                     now=NOW + timedelta(seconds=60))
+    assert eff.creates == [] and eff.deletes == []
+    _, eff = run(state, Observed({}), now=NOW + timedelta(seconds=600))
+    assert [c.qr.zone for c in eff.creates] == [ZONES[2]]

@@ -90,3 +90,23 @@ def test_a_new_jobs_pass_never_takes_a_tpu_an_older_higher_priority_job_fits(sch
     assert sched.job("high")["state"] == "assigned" and sched.job("high")["tpu"].endswith("/n1")
     assert sched.job("low")["state"] == "pending"
     assert [m["job_id"] for m in sched.drain("assignments")] == ["high"]
+
+
+def test_a_new_job_that_fits_an_idle_tpu_gets_it_behind_a_long_queue_that_does_not(sched):
+    """The whole-queue read is bounded per type; the new job that set off the pass is planned in it anyway."""
+    from datetime import datetime, timezone
+
+    from tpuq.fleetstore import save_fleet
+    from tpuq.scheduler.scheduling import PER_TYPE_EXTRA
+
+    from tests.scheduler.conftest import PROJECT_ZONE, fleet_file
+
+    other_zone = "us-central2-a"
+    save_fleet(sched.db, fleet_file(tpus=[{"id": "v4", "type": "v4-8", "zones": [PROJECT_ZONE, other_zone],
+                                           "count": 4}]), datetime.now(timezone.utc))
+    for i in range(PER_TYPE_EXTRA + 1):  # older, higher priority, and held to the zone with no idle TPU
+        sched.deliver("jobs", job(f"old-{i:03d}", priority="high", zone=other_zone), times=1)
+    sched.deliver("fleet-events", active("n1"))  # idle in PROJECT_ZONE: none of them can use it
+    assert sched.tpu("n1")["state"] == "idle"
+    sched.deliver("jobs", job("new", priority="low"))
+    assert sched.job("new")["state"] == "assigned" and sched.tpu("n1")["job_id"] == "new"

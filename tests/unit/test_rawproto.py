@@ -30,6 +30,12 @@ CASES = {
     "ready node": tpu_v2.Node(name=NODE_NAME, labels=LABELS, state=tpu_v2.Node.State.READY),
     "preempted node": tpu_v2.Node(name=NODE_NAME, labels=LABELS, state=tpu_v2.Node.State.PREEMPTED),
     "empty node": tpu_v2.Node(),
+    # States the API added after this google-cloud-tpu: parsed, kept as numbers.
+    "node in a state unknown here": tpu_v2.Node.from_json(json.dumps(
+        {"name": NODE_NAME, "state": 99, "labels": LABELS})),
+    "queued resource in a state unknown here": tpu_v2.QueuedResource.from_json(json.dumps(
+        {"name": QR_NAME, "state": {"state": 42}, "tpu": {"nodeSpec": [{"nodeId": "tpuq-a1",
+                                                                          "node": {"labels": LABELS}}]}})),
 }
 
 
@@ -53,6 +59,17 @@ def test_typed_resource_reads_as_its_attributes_and_its_rest_json_do(resource):
     assert state_of(resource) == state_of(_Attributes(resource))
     if "state" in rest:
         assert state_of(resource) == state_of(rest)
+
+
+def test_a_state_unknown_here_reads_as_its_number_and_decides_nothing():
+    from tpuq.janitor.decide import decide_dead
+    from tpuq.fleet import FleetFile
+
+    fleet = FleetFile.model_validate({"name": "trc", "project": "p", "owner_prefix": "tpuq",
+                                      "tpus": [{"id": "v4", "type": "v4-8", "zones": ["us-central2-b"]}]})
+    node = CASES["node in a state unknown here"]
+    assert state_of(node) == "99" and state_of(CASES["queued resource in a state unknown here"]) == "42"
+    assert decide_dead([node, CASES["queued resource in a state unknown here"]], fleet) == []
 
 
 def test_dicts_and_stand_ins_are_not_messages():

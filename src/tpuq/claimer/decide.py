@@ -418,7 +418,7 @@ class _Decision:
             return  # a single-slot racer races alone
         racing_zones = {q.zone for q in racing}
         zones = self.candidate_zones(request)
-        new_racers = self.racers_allowed(racing)
+        new_racers = self.racers_allowed(request, held, racing)
         for zone in zones:
             if new_racers <= 0:
                 break
@@ -437,15 +437,18 @@ class _Decision:
                 self.create(request, zone, entry)
                 return
 
-    def racers_allowed(self, racing: list[QrRecord]) -> float:
-        """How many zones a request may add to its race now: all of them, or with `claim.hedge_seconds` one,
-        once its newest racer has waited that long (a request that races nowhere starts in one zone at once)."""
+    def racers_allowed(self, request: RequestRecord, held: int, racing: list[QrRecord]) -> float:
+        """How many zones a request may add to its race now: all of them; or with `claim.hedge_seconds`, as
+        many as its count still lacks (slices held and racers queued counted), and beyond that one more each
+        time its newest racer has waited that long."""
         hedge = self.fleet.claim.hedge_seconds
         if not hedge:
             return float("inf")
-        if not racing:
-            return 1
-        newest = max((q.created_at or self.now) for q in racing)
+        queued = [q for q in racing if q.state not in HELD_STATES]
+        lacking = request.count - held - len(queued)
+        if lacking > 0:
+            return lacking
+        newest = max((q.created_at or self.now) for q in queued)
         return 1 if self.now >= newest + timedelta(seconds=hedge) else 0
 
     def single_slot(self, qr: QrRecord) -> bool:

@@ -164,10 +164,14 @@ def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
     """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against."""
     paused = paused_fleets(db)  # `tpuq fleet pause`: its idle TPUs take no new job (the janitor deletes them)
     tpu_snaps = [s for s in idle_tpu_snapshots(db) if (s.to_dict() or {}).get("fleet") not in paused]
+    triggered = [s for s in job_snapshots(db, trigger_job_ids) if _is_pending(s)] if trigger_job_ids else []
     if trigger_job_ids and not full:
-        job_snaps = [s for s in job_snapshots(db, trigger_job_ids) if _is_pending(s)]
+        job_snaps = triggered
     else:
         job_snaps = pending_job_snapshots(db, [s.to_dict() or {} for s in tpu_snaps], fleet)
+        # The full read is bounded per type: the jobs that triggered this pass are planned in it all the same.
+        read = {s.id for s in job_snaps}
+        job_snaps += [s for s in triggered if s.id not in read]
     job_snaps.sort(key=_queue_order)
     queue = queue_of([(s.id, s.to_dict() or {}) for s in job_snaps])
     entries = entries_to_count(queue, fleet)
@@ -217,7 +221,8 @@ def scheduling_pass(
     started = time.monotonic()
     trigger_job_ids = list(trigger_job_ids)
     runner_bucket = ctx.clients.settings.runner_bucket or (fleet.runner_bucket if fleet else None)
-    for _ in range(MAX_ROUNDS):
+    rounds = MAX_ROUNDS
+    while report.rounds < rounds:
         report.rounds += 1
         snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full)
         report.jobs_read += len(job_snaps)
@@ -229,6 +234,7 @@ def scheduling_pass(
             # (its own pass still to come, in another push): the whole queue decides who gets it, not the
             # new job alone.
             full = True
+            rounds += 1  # a round planned again, not one lost to another instance
             continue
         lost = _apply(ctx, fleet, decision, job_snaps, tpu_snaps, now, report)
         if not lost or not _unresolved(db, lost):
