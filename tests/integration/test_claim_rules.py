@@ -115,10 +115,11 @@ def test_count_one_races_every_zone_with_quota_once(claim_stack):
 
 
 def test_the_first_winner_is_kept_and_the_losers_go_in_the_event_that_shows_they_lost(claim_stack):
-    # A has capacity; B waits 300 s, then provisions (still PROVISIONING when A wins); C never gets capacity.
-    s = claim_stack(scenario({A: [], B: [{"start": 0, "end": 300, "effect": "wait"}],
-                              C: [{"start": 0, "effect": "wait"}]}),
-                    fleet([{"id": "v4", "type": "v4-32", "zones": [A, B, C], "count": 1}], [A, B, C]))
+    # A and B both get capacity at once; B provisions 300 s longer (still PROVISIONING when A wins); C never
+    # gets capacity.
+    data = scenario({A: [], B: [], C: [{"start": 0, "effect": "wait"}]})
+    data["zones"][B]["provisioning"] = {"v4": 900}
+    s = claim_stack(data, fleet([{"id": "v4", "type": "v4-32", "zones": [A, B, C], "count": 1}], [A, B, C]))
 
     def scheduler(event):  # the scheduler puts the job on the first slice it hears of
         if event.kind is FleetEventKind.active and event.zone == A:
@@ -127,15 +128,17 @@ def test_the_first_winner_is_kept_and_the_losers_go_in_the_event_that_shows_they
     s.request("r1")
     assert len(s.creates()) == 3
     ticks_until(s, ACTIVE_AFTER + TICK)
+    granted_at = min(e.at for e in s.events if e.kind is FleetEventKind.provisioning)
     won_at = next(e.at for e in s.events if e.kind is FleetEventKind.active)
     assert s.state(f"tq-r1-{B}", B) == "PROVISIONING"
-    # C was cancelled in the handling of the tick that saw A win; B cannot be deleted while PROVISIONING.
+    # C, still queued, was cancelled in the handling that saw capacity granted, before anything won; B cannot
+    # be deleted while PROVISIONING.
     assert s.deleted_ids() == [f"tq-r1-{C}"]
     [cancel] = s.calls("DELETE", C)
-    assert s.clock.wall(cancel["scenario_time"]) == won_at
-    ticks_until(s, 300 + 600 + TICK)  # B leaves PROVISIONING (ACTIVE at 900): deleted by the first tick after
+    assert s.clock.wall(cancel["scenario_time"]) == granted_at < won_at
+    ticks_until(s, 1 + 5 + 900 + TICK)  # B leaves PROVISIONING (ACTIVE at 906): deleted by the first tick after
     [gone] = s.calls("DELETE", B)
-    assert 900 <= gone["scenario_time"] < 900 + TICK
+    assert 906 <= gone["scenario_time"] < 906 + TICK
     assert s.deleted_ids(A) == [] and s.state(f"tq-r1-{A}", A) == "ACTIVE"
 
 
