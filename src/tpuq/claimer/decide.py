@@ -14,8 +14,9 @@ HELD (PROVISIONING or ACTIVE, `HELD_STATES`), not the racers: an entry with
 count 1 and three zones races all three; the first to win is kept and the rest
 are cancelled at once (below, and the janitor on the ACTIVE event). Every live
 queued resource holds quota in its zone, racers included. With
-`claim.hedge_seconds` a request races one zone at first and adds the next zone
-only once its newest racer has waited that long (`racers_allowed`).
+`claim.hedge_seconds` a request races at first as many zones as it lacks slices
+and adds one more zone each time its newest racer has waited that long
+(`racers_allowed`).
 
 Granted. Once a request's HELD slices cover its count, its racers still queued
 (ACCEPTED, WAITING_FOR_RESOURCES) are cancelled: a second grant would be a slice
