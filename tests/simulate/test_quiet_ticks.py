@@ -113,3 +113,47 @@ def test_skipping_changes_no_job_outcome_attempt_count_or_zone():
     skipped, every_tick = _run(), _run(skip_quiet_ticks=False)
     assert skipped.driver.ticks_skipped > 100 and every_tick.driver.ticks_skipped == 0
     assert _outcomes(skipped) == _outcomes(every_tick)
+
+
+def test_a_quiet_handlings_reads_are_affected_only_by_changes_to_what_it_read():
+    from google.cloud.firestore import FieldFilter
+
+    from tpuq.inmemory import MemoryFirestore
+    from tpuq.simulate.tpuq_policy import _ReadSet
+
+    class Recorder:
+        def __init__(self):
+            self.reads, self.changes = _ReadSet(), []
+
+        def read_document(self, path):
+            self.reads.documents.add(path)
+
+        def read_query(self, collection, filters):
+            self.reads.queries.setdefault(collection, []).append(filters)
+
+        def changed(self, path, before, after):
+            self.changes.append(self.reads.affected_by(path, before, after))
+
+    db = MemoryFirestore()
+    db.collection("jobs").document("a").set({"state": "pending"})
+    db.collection("jobs").document("b").set({"state": "running"})
+    db.observer = recorder = Recorder()
+    list(db.collection("jobs").where(filter=FieldFilter("state", "==", "pending")).limit(1).stream())
+    db.collection("tpus").document("t").get()
+    # The handling is over: from here on only changes are judged.
+    db.observer = type("Judge", (), {"read_document": lambda *_: None, "read_query": lambda *_: None,
+                                     "changed": recorder.changed})()
+    db.collection("jobs").document("b").update({"attempt": 2})  # matched neither before nor after: unaffected
+    db.collection("jobs").document("b").update({"state": "pending"})  # matches now: affected
+    db.collection("jobs").document("a").update({"state": "running"})  # matched before: affected
+    db.collection("tpus").document("t").set({"state": "idle"})  # a document it got (then missing): affected
+    db.collection("tpus").document("u").set({"state": "idle"})  # another: unaffected
+    assert recorder.changes == [False, True, True, True, False]
+
+
+def test_most_handlings_are_skipped_and_each_service_is_judged_on_its_own():
+    policy = _run().driver
+    assert policy.service_ticks_skipped > policy.service_ticks_run
+    # A tick often reaches some services and not others (a whole-tick rule would run or skip all four).
+    assert policy.service_ticks_run > 4 * policy.ticks_run * 0.25
+    assert policy.service_ticks_run < 4 * policy.ticks_run

@@ -39,7 +39,7 @@ import string
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.api_core.exceptions import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -356,6 +356,17 @@ def _apply(write: _Write, current: _Stored | None, commit_time: datetime) -> _St
 # ------------------------------------------------------------------ the client
 
 
+class StoreObserver(Protocol):
+    """What a `MemoryFirestore` tells its observer. Documents are told as full paths; a query as its collection's
+    path and its filters (`_Filter.matches` says whether a document's data would be among its results)."""
+
+    def read_document(self, path: str) -> None: ...
+
+    def read_query(self, collection_path: str, filters: tuple["_Filter", ...]) -> None: ...
+
+    def changed(self, path: str, before: dict | None, after: dict | None) -> None: ...
+
+
 class MemoryFirestore:
     """One in-memory database. Thread-safe: every read and commit holds one lock."""
 
@@ -364,6 +375,7 @@ class MemoryFirestore:
         self.project = project
         self._now = now
         self._rng = rng or random.Random(0)
+        self._order_seed = self._rng.randrange(2 ** 32)
         self._collections: dict[str, dict[str, _Stored]] = {}  # collection path -> document id -> document
         self._lock = threading.RLock()
         self._last_commit: datetime | None = None
@@ -371,6 +383,8 @@ class MemoryFirestore:
         # Equality indexes, made on a query's first use and kept up to date by every write: collection path ->
         # (field, by array element?) -> value key -> document ids. Only the speed of queries depends on them.
         self._indexes: dict[str, dict[tuple[str, bool], dict[Any, set[str]]]] = {}
+        # Told of every read and every change (the simulator's quiet ticks: tpuq.simulate.tpuq_policy); None: nobody.
+        self.observer: StoreObserver | None = None
 
     # ---- references
     def collection(self, *path: str) -> "MemoryCollection":
@@ -390,7 +404,10 @@ class MemoryFirestore:
                 **_: Any) -> Iterator["MemorySnapshot"]:
         unique = list({ref.path: ref for ref in references}.values())
         with self._lock:
-            self._rng.shuffle(unique)  # Firestore answers in no promised order: callers must map results by id
+            # Firestore answers in no promised order: callers must map results by id. The order is drawn from the
+            # read and the store's state, not from a stream, so one read more or fewer elsewhere changes no other.
+            if len(unique) > 1:
+                random.Random(f"{self._order_seed}:{self.changes}:{len(unique)}:{unique[0].path}").shuffle(unique)
             snaps = [self._snapshot(ref) for ref in unique]
         for snap in snaps:
             if transaction is not None:
@@ -398,6 +415,8 @@ class MemoryFirestore:
             yield snap
 
     def _snapshot(self, ref: "MemoryDocument") -> "MemorySnapshot":
+        if self.observer is not None:
+            self.observer.read_document(ref.path)
         stored = self._stored(ref.path)
         read_time = self._time()
         if stored is None:
@@ -444,6 +463,8 @@ class MemoryFirestore:
         current = self._collections.get(collection, {}).get(doc_id)
         if current is not stored:
             self.changes += 1
+            if self.observer is not None:
+                self.observer.changed(path, current.data if current else None, stored.data if stored else None)
             for (field, elements), index in self._indexes.get(collection, {}).items():
                 _unindex(index, field, elements, doc_id, current.data if current else None)
                 _index(index, field, elements, doc_id, stored.data if stored else None)
@@ -479,6 +500,9 @@ class MemoryFirestore:
 
     def _commit(self, writes: list[_Write], reads: dict[str, datetime | None] | None = None) -> list[WriteResult]:
         with self._lock:
+            if self.observer is not None:  # a precondition reads what it checks, whether the commit goes on or not
+                for path in {*(reads or ()), *(w.path for w in writes)}:
+                    self.observer.read_document(path)
             for path, seen in (reads or {}).items():
                 stored = self._stored(path)
                 if (stored.update_time if stored else None) != seen:
@@ -803,6 +827,8 @@ class MemoryQuery:
         orders = self._ordering()
         last_direction = orders[-1][1] if orders else ASCENDING
         with db._lock:
+            if db.observer is not None:
+                db.observer.read_query(self._parent.path, self._filters)
             read_time = db._time()
             hits = [(path, stored) for path, stored in db._candidates(self._parent.path, self._filters)
                     if all(f.matches(stored.data) for f in self._filters)
@@ -864,4 +890,6 @@ class MemoryCollection(MemoryQuery, _Named):
 
     def list_documents(self, **_: Any) -> list[MemoryDocument]:
         with self._client._lock:
+            if self._client.observer is not None:
+                self._client.observer.read_query(self.path, ())
             return [self._client.document(path) for path, _ in self._client._children(self.path)]

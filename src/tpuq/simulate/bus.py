@@ -18,6 +18,7 @@ import itertools
 import random
 from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
 from tpuq import topology
 from tpuq.inmemory.pubsub import _Published
@@ -34,18 +35,32 @@ class Delivery:
     duplicate_delay: float = 10.0  # mean seconds before the duplicate (exponential)
 
 
+QUIET = object()  # a tick push the observer knows would be quiet: not pushed
+
+
+class DeliveryObserver(Protocol):
+    def tick_push(self, subscription: str, message_id: str) -> object:
+        """A tick is about to be pushed to `subscription`; the token comes back with its answer. `QUIET`: the
+        push would change nothing and is not made."""
+
+    def tick_answered(self, token: object, status: int) -> None: ...
+
+    def other_push(self, service: str) -> None:
+        """Any other push to `service` (before it, and once more when a waiting one has answered)."""
+
+
 class SimBus:
     """`clients.publisher` for the services: `publish(topic_path, data, **attributes)` as the real client."""
 
     TICK_IDS_FROM = 10 ** 12  # ticks' message ids, apart from the others'
 
     def __init__(self, loop: EventLoop, services: dict[str, Service], seed: int,
-                 delivery: Delivery = Delivery(), topic_prefix: str = "", observe_ticks=None,
+                 delivery: Delivery = Delivery(), topic_prefix: str = "", observer: "DeliveryObserver | None" = None,
                  waits: Waits | None = None, waiting_topics: frozenset[str] | set[str] = frozenset()) -> None:
-        """`observe_ticks`: (activity(), the call counter, report(message_id, subscription, changed, reads)),
-        told after each tick delivery whether its handler changed anything and which API calls it made.
-        `waits` runs the pushes of `waiting_topics`, whose handlers may wait (simulate.waits)."""
-        self.observe_ticks = observe_ticks
+        """`observer` (a `DeliveryObserver`) is told of every push before and after it, so that a tick's handling
+        can be judged quiet or not. `waits` runs the pushes of `waiting_topics`, whose handlers may wait
+        (simulate.waits)."""
+        self.observer = observer
         self.loop, self.services, self.seed, self.delivery = loop, services, seed, delivery
         self.waits, self.waiting_topics = waits, frozenset(waiting_topics)
         self.topic_prefix = topic_prefix
@@ -89,12 +104,6 @@ class SimBus:
     def tick_id(self, number: int) -> str:
         return str(self.TICK_IDS_FROM + number)
 
-    def tick_reaches_all_by(self, number: int) -> float:
-        """How long after its publish tick `number` reaches every service (its last delivery)."""
-        message_id = self.tick_id(number)
-        return max((d for sub in self._subs.get("ticks", ()) for d in self._delays(sub.name, message_id)),
-                   default=0.0)
-
     def rng_for(self, subscription: str, message_id: str, attempt: int) -> random.Random:
         return random.Random(f"{self.seed}:{subscription}:{message_id}:{attempt}")
 
@@ -111,16 +120,29 @@ class SimBus:
             return service.deliver(sub, PushMessage(
                 msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
 
+        observer = self.observer
         if self.waits is not None and sub.topic in self.waiting_topics:
-            self.waits.run(push, lambda answer: self._answered(sub, msg, attempt, answer[1]))
+            if observer is not None:
+                observer.other_push(sub.service)
+
+            def answered(answer) -> None:
+                if observer is not None:
+                    observer.other_push(sub.service)  # what it did while it waited, too
+                self._answered(sub, msg, attempt, answer[1])
+
+            self.waits.run(push, answered)
             return
-        observed = self.observe_ticks if sub.topic == "ticks" else None
-        if observed:
-            activity, calls, report = observed
-            before, calls_before = activity(), calls.copy()
-        _, status = push()
-        if observed:
-            report(msg.message_id, sub.name, activity() != before or status >= 500, calls - calls_before)
+        if observer is None:
+            _, status = push()
+        elif sub.topic == "ticks":
+            token = observer.tick_push(sub.name, msg.message_id)
+            if token is QUIET:
+                return  # its handling would change nothing: as if pushed and answered 204
+            _, status = push()
+            observer.tick_answered(token, status)
+        else:
+            observer.other_push(sub.service)
+            _, status = push()
         self._answered(sub, msg, attempt, status)
 
     def _answered(self, sub: topology.Subscription, msg: PushMessage, attempt: int, status: int) -> None:

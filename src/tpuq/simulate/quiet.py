@@ -1,21 +1,27 @@
-"""Quiet ticks: skipping the ticks that would change nothing, exactly.
+"""Quiet ticks: skipping, service by service, the tick handlings that would change nothing, exactly.
 
-A month of production's one-a-minute ticks is 43,200 ticks of four services. Most of them change nothing:
-every job runs, every slice is busy, every request waits. A tick can be skipped when
+A month of production's one-a-minute ticks is 43,200 ticks of four services. Most handlings change nothing:
+every job runs, every slice is busy, every request waits. A service's handling of a tick can be skipped when,
+at the instant the tick reaches it,
 
-1. the tick before it was quiet: nothing but reads happened from its publish until now (no document changed,
-   nothing was published, no queued resource was created or deleted, the cloud made no transition), and
-2. no instant at which one of the services' time rules would decide otherwise has come.
+1. its handling of the tick before was quiet (it wrote no document, published nothing, created or deleted no
+   queued resource, answered no 5xx), it has handled no other message since, and nothing it read has changed
+   since: no document it got, no document any of its queries matched before or after the change (order and
+   limit only pick among the matches), and, if it read the cloud (the TPU API, the workers), no create, delete
+   or transition there, nor one due by now; and
+2. no instant at which one of its time rules would decide otherwise has come.
 
-(2) is found without knowing the rules: during a tick the services' clock (`ctx.now()`) hands out a
-`TracedNow`, a datetime that notes where each comparison involving it would flip. `now - t > limit`,
-`until <= now`, `(now - t).total_seconds() >= n`, `min(now + d, x)`: each records the virtual instant at
-which its answer changes. The next tick at or after the earliest such instant runs; so does the next tick
-after anything happens, and after the cloud's next scheduled transition.
+(1) is tracked by `tpuq.simulate.tpuq_policy` through the in-memory Firestore's observer and the bus's. (2) is
+found without knowing the rules: during a tick the services' clock (`ctx.now()`) hands out a `TracedNow`, a
+datetime that notes where each comparison involving it would flip. `now - t > limit`, `until <= now`,
+`(now - t).total_seconds() >= n`, `min(now + d, x)`: each records the virtual instant at which its answer
+changes, in that service's own `Deadlines`.
 
-A skipped tick's reads are counted as the last quiet tick's reads (a quiet tick's reads are a function of an
-unchanged state). `verify=True` runs every tick anyway and counts the ticks that skipping would have
-skipped but that did something (`violations`): the test of this module runs a busy scenario that way.
+The judgement is made when the tick reaches the service, not when it is published: the other services'
+handling of the same tick, a few milliseconds earlier, counts. A skipped handling's API reads are counted as its
+last quiet handling's reads (a quiet handling's reads are a function of an unchanged state). `verify=True` runs
+every handling anyway and counts those skipping would have skipped but that did something (`violations`): the
+test of this module runs a busy scenario that way, and another compares outcomes with and without skipping.
 """
 
 from __future__ import annotations

@@ -14,13 +14,14 @@ Nothing here decides anything the services decide.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from tpuq import gcslayout
+from tpuq import gcslayout, topology
 from tpuq.auth import PushAuth
 from tpuq.claimer import handlers as claimer_handlers
 from tpuq.claimer.tpuapi import TpuApi
@@ -40,7 +41,7 @@ from tpuq.messages import Assignment, AttemptOutcome, GcsObjectEvent, Tick
 from tpuq.scheduler import handlers as scheduler_handlers
 from tpuq.service import Service
 
-from .bus import Delivery, SimBus
+from .bus import QUIET, Delivery, SimBus
 from .cloud import SimCloud
 from .events import EventLoop
 from .inprocess import SimGoogleApisSession, SimTpuClient
@@ -66,6 +67,7 @@ class SimExecutor:
     workers: SimWorkers
     bus: SimBus
     failure_grace: timedelta = DEFAULT_FAILURE_GRACE
+    on_read: Callable[[], None] = lambda: None  # told whenever a handler reads the nodes' or workers' state
     connection_cache = None
     statuses: dict[tuple[str, int], dict[int, WorkerStatus]] = field(default_factory=dict)
     cancelled: set[tuple[str, int]] = field(default_factory=set)
@@ -73,6 +75,7 @@ class SimExecutor:
     attempt_ids: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def _node(self, name: str):
+        self.on_read()
         return self.cloud.world.nodes.get(name)
 
     def _ready(self, name: str) -> bool:
@@ -81,6 +84,7 @@ class SimExecutor:
 
     def start_attempt(self, assignment: Assignment) -> StartResult:
         key = (assignment.job_id, assignment.attempt)
+        self.on_read()
         self.cloud.world.advance()
         if self.workers.running(*key) or key in self.statuses:
             return StartResult(True, already=True)
@@ -108,6 +112,7 @@ class SimExecutor:
     def cancel_attempt(self, assignment, reason: str = "cancelled", grace_seconds: float | None = None,
                        marker: bool = True) -> Decided:
         key = (assignment.job_id, assignment.attempt)
+        self.on_read()
         self.workers.stop(assignment.job_id, assignment.attempt, self.loop.now())
         if marker:
             self.cancelled.add(key)
@@ -117,6 +122,7 @@ class SimExecutor:
                      lost_workers: frozenset[int] = frozenset(), unwritable_statuses: Mapping[int, str] = {},
                      node_problem: str | None = None) -> Decision:
         key = (attempt.job_id, attempt.attempt)
+        self.on_read()
         return decide_outcome(
             worker_count=self.worker_counts.get(key, max(1, len(attempt.endpoints))),
             statuses=self.statuses.get(key, {}), node_state=node_state, now=self.loop.utcnow(),
@@ -125,6 +131,7 @@ class SimExecutor:
 
     def probe_attempt(self, attempt) -> dict[int, WorkerProbe]:
         key = (attempt.job_id, attempt.attempt)
+        self.on_read()
         reachable = self._ready(attempt.node)
         running = self.workers.running(*key) is not None
         return {w: WorkerProbe(w, reachable=reachable, current=True, launched=True, supervisor_alive=running,
@@ -164,9 +171,10 @@ class ScenarioPrecheckCache(PrecheckCache):
     Production re-reads every 5 minutes because a person may change either at any time; in a scenario they
     change only at its own instants, so every other re-read would read the same answer."""
 
-    def __init__(self, reader, changes: list[float]):
+    def __init__(self, reader, changes: list[float], deadlines: Callable[[], Deadlines] = Deadlines):
         super().__init__(reader, ttl_seconds=3.0e9)  # "never", in what timedelta holds
         self.changes = sorted(changes)
+        self.deadlines = deadlines  # where the next change is noted: a quiet tick is not skipped past it
         self._read_at: float | None = None
 
     def get(self, fleet, now, fresh: bool = False):
@@ -175,6 +183,9 @@ class ScenarioPrecheckCache(PrecheckCache):
         t = seconds_of(now)
         if self._read_at is not None and any(self._read_at < c <= t for c in self.changes):
             fresh = True
+        upcoming = [c for c in self.changes if c > t]
+        if upcoming:
+            self.deadlines().note(upcoming[0], t)
         if fresh or self._read_at is None:
             self._read_at = t
         return super().get(fleet, now, fresh)
@@ -189,17 +200,19 @@ class TpuqPolicy:
         self.loop, self.cloud, self.workers, self.jobs, self.rng = loop, cloud, workers, jobs, rng
         self.fleet = fleet.model_copy(update={"project": cloud.project})
         self.tick_seconds = tick_seconds
-        self.deadlines = Deadlines()
-        self.clock = TracedClock(loop, self.deadlines)
+        self._scratch_deadlines = Deadlines()  # what other handlers' time rules note: their service runs anyway
+        self.clock = TracedClock(loop, self._scratch_deadlines)
         self.waits = Waits(loop)
         self.skip_quiet_ticks = skip_quiet_ticks or verify_quiet
         self.verify_quiet = verify_quiet
-        self.ticks_run = self.ticks_skipped = 0
-        self.ticks_quiet_checked = 0  # verify: ticks skipping would have skipped, run and checked
-        self.violations: list[float] = []  # verify: ticks skipping would have skipped that did something
-        self._last_tick: tuple | None = None  # (activity, reads) once the last tick that ran was handled, if quiet
-        self._tick_in_flight: _TickRecord | None = None
+        self.ticks_published = 0
+        self._ticks_handled: set[str] = set()  # the ids of the ticks some service's handler got
+        self.service_ticks_run = self.service_ticks_skipped = 0
+        self.ticks_quiet_checked = 0  # verify: service ticks skipping would have skipped, run and checked
+        self.violations: list[tuple[float, str]] = []  # verify: those that did something (when, subscription)
+        self._reading: _ReadSet | None = None  # the reads of the tick being handled
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
+        self.db.observer = self
         self.clients = Clients(Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET))
         self.tpu_client = SimTpuClient(cloud)
         self._parsed_nodes: dict = {}
@@ -207,10 +220,11 @@ class TpuqPolicy:
         self.clients.__dict__["tpu"] = self.tpu_client
         services = self._services()
         self.bus = SimBus(loop, services, rng.randrange(2 ** 32), delivery,
-                          observe_ticks=(self.activity, self.cloud.calls, self.on_tick_delivered),
-                          waits=self.waits, waiting_topics={"capacity"})
+                          observer=self, waits=self.waits, waiting_topics={"capacity"})
         self.clients.__dict__["publisher"] = self.bus
-        self.executor = SimExecutor(loop, cloud, workers, self.bus)
+        self.executor = SimExecutor(loop, cloud, workers, self.bus, on_read=self.note_workers_read)
+        self._service_ticks = {sub.name: _ServiceTicks(sub.name, sub.service) for sub in topology.SUBSCRIPTIONS
+                               if sub.topic == "ticks" and sub.service in services}
         workers.on_end = self.executor.run_ended
         # The modelled workers are lost only with their node, which the claimer's watch reports: a probe
         # would never find anything (and each would be a tick that cannot be skipped).
@@ -219,7 +233,7 @@ class TpuqPolicy:
     def _services(self) -> dict[str, Service]:
         prechecks = ScenarioPrecheckCache(
             PrecheckReader(SimGoogleApisSession(self.cloud), "https://sim-quotas/", "https://sim-billing/"),
-            changes=self.cloud.scenario_changes())
+            changes=self.cloud.scenario_changes(), deadlines=lambda: self.clock.deadlines)
         services = {
             "claimer": claimer_handlers.build_service(
                 public_key=lambda fleet: SIM_PUBLIC_KEY, sleep=self._handler_sleep,
@@ -259,59 +273,159 @@ class TpuqPolicy:
         return (self.db.changes, sum(self.bus.published.values()) - self.bus.published["ticks"],
                 sum(self.bus.failed.values()), self.cloud.mutations, len(self.workers.runs))
 
-    def _quiet_since_last_tick(self) -> bool:
-        """The last tick only read (every service's handling of it changed nothing), nothing happened since, and
-        no instant the services' rules or the cloud's schedule care about comes before this tick would."""
-        if self._last_tick is None:
+    def workers_version(self) -> tuple[int, ...]:
+        """What changes when an attempt starts, stops or ends, or a worker's status is written."""
+        return (len(self.workers.runs), len(self.workers._running), len(self.executor.statuses),
+                len(self.executor.cancelled))
+
+    # -- quiet ticks, service by service (module docstring of simulate.quiet) ---------------------------------
+    def _can_skip(self, ticks: "_ServiceTicks") -> bool:
+        """This service's last tick changed nothing, nothing it read has changed since, and no instant its rules
+        or (if it read the cloud) the cloud's schedule care about has come. Judged when the tick reaches the
+        service, so that what the other services' handling of the same tick changed counts."""
+        quiet, now = ticks.quiet, self.loop.now()
+        if quiet is None or ticks.dirty or ticks.opaque or now >= ticks.deadline:
             return False
-        activity, _ = self._last_tick
-        # The tick's handlers would run when its deliveries arrive: every one of them must come before the
-        # earliest instant a rule flips or the cloud changes.
-        reached = self.loop.now() + self.bus.tick_reaches_all_by(self._tick_number())
-        due = self.cloud.next_transition()
-        return (activity == self.activity() and not self.deadlines.opaque and reached < self.deadlines.earliest
-                and (due is None or reached < due))
+        if quiet.cloud:
+            if self.cloud.mutations != ticks.cloud_mutations or len(self.cloud.transitions) != ticks.transitions:
+                return False
+            due = self.cloud.next_transition()
+            if now >= ticks.cloud_due or (due is not None and now >= due):
+                return False
+        return not (quiet.workers and self.workers_version() != ticks.workers_version)
 
     def _tick(self) -> None:
-        verifying = False
-        if self.skip_quiet_ticks and self._quiet_since_last_tick():
-            if not self.verify_quiet:
-                self.ticks_skipped += 1
-                self.cloud.calls.update(self._last_tick[1])  # what the skipped tick would have read
-                return
-            verifying = True
-            self.ticks_quiet_checked += 1
-        self._last_tick = None
-        self.deadlines.reset()
-        self.ticks_run += 1
         number = self._tick_number()
-        message_id = self.bus.publish_tick(Tick(at=self.loop.utcnow(), seq=number, source="simulator")
-                                           .model_dump_json(exclude_none=True).encode(), number)
-        self._tick_in_flight = _TickRecord(message_id, verifying, self.bus.subscriptions_of("ticks"))
+        self.bus.publish_tick(Tick(at=self.loop.utcnow(), seq=number, source="simulator")
+                              .model_dump_json(exclude_none=True).encode(), number)
+        self.ticks_published += 1
 
     def _tick_number(self) -> int:
         return round(self.loop.now() / self.tick_seconds)
 
-    def on_tick_delivered(self, message_id: str, subscription: str, changed: bool, reads) -> None:
-        """The bus reports each tick delivery: whether the handler changed anything, and what it read."""
-        record = self._tick_in_flight
-        if record is None or record.message_id != message_id:
-            return  # a redelivery or a duplicate of an older tick: its handling counts as activity if it acts
-        record.pending.discard(subscription)
-        record.changed = record.changed or changed
-        record.reads.update(reads)
-        if record.pending:
+    @property
+    def ticks_run(self) -> int:
+        """Ticks that reached at least one service's handler."""
+        return len(self._ticks_handled)
+
+    @property
+    def ticks_skipped(self) -> int:
+        return self.ticks_published - len(self._ticks_handled)
+
+    # -- DeliveryObserver (the bus) -------------------------------------------------------------------------
+    def tick_push(self, subscription: str, message_id: str):
+        ticks = self._service_ticks[subscription]
+        if message_id in ticks.handled:
+            self.other_push(ticks.service)  # a tick's second delivery (a duplicate, a redelivery): not judged
+            return None
+        ticks.handled.add(message_id)
+        skip = self.skip_quiet_ticks and self._can_skip(ticks)
+        if skip and not self.verify_quiet:
+            self.service_ticks_skipped += 1
+            self.cloud.calls.update(ticks.calls)  # what the skipped tick would have read
+            return QUIET
+        self.ticks_quiet_checked += skip
+        self.service_ticks_run += 1
+        self._ticks_handled.add(message_id)
+        reads = _ReadSet()
+        self._reading, self.clock.deadlines = reads, ticks.deadlines
+        ticks.deadlines.reset()
+        ticks.quiet, ticks.dirty = None, False
+        return ticks, reads, self.activity(), self.cloud.calls.copy(), skip
+
+    def tick_answered(self, token, status: int) -> None:
+        self._reading, self.clock.deadlines = None, self._scratch_deadlines
+        if token is None:
             return
-        self._tick_in_flight = None
-        if record.verifying and record.changed:
-            self.violations.append(self.loop.now())
-        self._last_tick = None if record.changed else (self.activity(), record.reads)
+        ticks, reads, before, calls_before, verifying = token
+        calls = self.cloud.calls - calls_before
+        reads.cloud = reads.cloud or bool(calls)
+        changed = status >= 500 or self.activity() != before
+        if verifying and changed:
+            self.violations.append((self.loop.now(), ticks.subscription))
+        # The pre-checks are read through their cache, which a repeat of this tick would hit: not counted again.
+        replayed = Counter({k: n for k, n in calls.items() if k not in _CACHED_READS})
+        ticks.answered(None if changed else reads, replayed, self)
+
+    def other_push(self, service: str) -> None:
+        """A service's other handlers may leave it knowing something its last quiet tick did not: run its next."""
+        for ticks in self._service_ticks.values():
+            if ticks.service == service:
+                ticks.dirty = True
+
+    # -- StoreObserver (the in-memory Firestore) -----------------------------------------------------------
+    def read_document(self, path: str) -> None:
+        if self._reading is not None:
+            self._reading.documents.add(path)
+
+    def read_query(self, collection_path: str, filters) -> None:
+        if self._reading is not None:
+            queries = self._reading.queries.setdefault(collection_path, [])
+            if filters not in queries:
+                queries.append(filters)
+
+    def changed(self, path: str, before: dict | None, after: dict | None) -> None:
+        for ticks in self._service_ticks.values():
+            if ticks.quiet is not None and not ticks.dirty and ticks.quiet.affected_by(path, before, after):
+                ticks.dirty = True
+
+    def note_cloud_read(self) -> None:
+        if self._reading is not None:
+            self._reading.cloud = True
+
+    def note_workers_read(self) -> None:
+        if self._reading is not None:
+            self._reading.cloud = self._reading.workers = True
+
+
+_CACHED_READS = ("quotaInfos.get", "billingInfo.get")
+
+
+class _ReadSet:
+    """What one tick's handling read: documents by path, queries by collection (their filters), the cloud, the
+    workers. A change to the store affects it when it changes a document it read, or a document one of its
+    queries matched before the change or matches after it (a query's order and limit only pick among matches)."""
+
+    __slots__ = ("documents", "queries", "cloud", "workers")
+
+    def __init__(self) -> None:
+        self.documents: set[str] = set()
+        self.queries: dict[str, list[tuple]] = {}
+        self.cloud = self.workers = False
+
+    def affected_by(self, path: str, before: dict | None, after: dict | None) -> bool:
+        if path in self.documents:
+            return True
+        for filters in self.queries.get(path.rpartition("/")[0], ()):
+            for data in (before, after):
+                if data is not None and all(f.matches(data) for f in filters):
+                    return True
+        return False
 
 
 @dataclass
-class _TickRecord:
-    message_id: str
-    verifying: bool
-    pending: set[str]
-    changed: bool = False
-    reads: Counter = field(default_factory=Counter)
+class _ServiceTicks:
+    """One tick subscription's quiet-tick record."""
+
+    subscription: str
+    service: str
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    quiet: _ReadSet | None = None  # the last tick's reads, if it changed nothing
+    dirty: bool = False  # something it read changed since, or the service handled another message
+    handled: set[str] = field(default_factory=set)  # the tick ids delivered (a second delivery is not judged)
+    deadline: float = math.inf
+    opaque: bool = False
+    cloud_mutations: int = 0
+    transitions: int = 0
+    cloud_due: float = math.inf
+    workers_version: tuple = ()
+    calls: Counter = field(default_factory=Counter)
+
+    def answered(self, quiet: _ReadSet | None, calls: Counter, policy: "TpuqPolicy") -> None:
+        self.quiet, self.calls = quiet, calls
+        self.deadline, self.opaque = self.deadlines.earliest, bool(self.deadlines.opaque)
+        cloud = policy.cloud
+        self.cloud_mutations, self.transitions = cloud.mutations, len(cloud.transitions)
+        due = cloud.next_transition()
+        self.cloud_due = math.inf if due is None else due
+        self.workers_version = policy.workers_version()
