@@ -32,6 +32,26 @@ def save_fleet(db, fleet: FleetFile, now: datetime) -> str:
     return fleet.version
 
 
+_PARSED: dict[tuple, FleetFile] = {}
+_PARSED_MAX = 64
+
+
+def fleet_of(snap) -> FleetFile:
+    """A stored `fleets/{name}` document's FleetFile. Services read it per message; the parse is kept per content
+    (the stored version is the file's content hash; FleetFile is frozen, so one parse can serve every reader)."""
+    stored = snap.to_dict()
+    version = stored.get("version")
+    key = (snap.id, version)
+    fleet = _PARSED.get(key) if version else None
+    if fleet is None:
+        fleet = FleetFile.model_validate(stored["fleet"])
+        if version and fleet.version == version:  # a version written by hand is not trusted as a key
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[key] = fleet
+    return fleet
+
+
 def load_fleet(db, name: str | None = None) -> FleetFile:
     """The named fleet, else $TPUQ_FLEET, else the only fleet stored."""
     name = name or os.environ.get(ENV_FLEET)
@@ -40,13 +60,13 @@ def load_fleet(db, name: str | None = None) -> FleetFile:
         snap = col.document(name).get()
         if not snap.exists:
             raise Retryable(f"fleet {name!r} is not stored yet (tpuq fleet apply FILE)")
-        return FleetFile.model_validate(snap.to_dict()["fleet"])
+        return fleet_of(snap)
     docs = list(col.limit(2).stream())
     if not docs:
         raise Retryable("no fleet is stored yet (tpuq fleet apply FILE)")
     if len(docs) > 1:
         raise Permanent(f"several fleets are stored; set {ENV_FLEET} to choose one")
-    return FleetFile.model_validate(docs[0].to_dict()["fleet"])
+    return fleet_of(docs[0])
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ reached the scheduler when it ended, all at once and out of order."""
 
 from __future__ import annotations
 
+import pytest
+
 from tpuq.capacitymodel.scenario import parse_scenario
 from tpuq.documents import JobDoc
 from tpuq.fleet import FleetFile
@@ -29,9 +31,10 @@ def test_jobs_submitted_during_a_fast_watch_are_stored_at_their_own_time_in_orde
     assert all(0 <= at[j.job_id] - j.submit_at < 0.5 for j in jobs), at
 
 
-def test_a_waiting_task_resumes_at_its_wake_time_between_other_events():
+@pytest.mark.parametrize("use_greenlets", [True, False], ids=["greenlets", "threads"])
+def test_a_waiting_task_resumes_at_its_wake_time_between_other_events(use_greenlets):
     loop = EventLoop()
-    waits = Waits(loop)
+    waits = Waits(loop, use_greenlets=use_greenlets)
     seen = []
 
     def handler():
@@ -44,3 +47,31 @@ def test_a_waiting_task_resumes_at_its_wake_time_between_other_events():
     loop.at(2.0, lambda: seen.append(("other", loop.now())))
     loop.run(10.0)
     assert seen == [("start", 1.0), ("other", 2.0), ("woke", 3.0), ("answer", 3.0)]
+
+
+@pytest.mark.parametrize("use_greenlets", [True, False], ids=["greenlets", "threads"])
+def test_a_failing_waiting_task_raises_in_the_loop(use_greenlets):
+    loop = EventLoop()
+    waits = Waits(loop, use_greenlets=use_greenlets)
+
+    def handler():
+        waits.sleep(1.0)
+        raise RuntimeError("boom")
+
+    loop.at(1.0, lambda: waits.run(handler, lambda answer: None))
+    with pytest.raises(RuntimeError, match="boom"):
+        loop.run(10.0)
+
+
+def test_greenlets_and_threads_give_the_same_run(monkeypatch):
+    from tpuq.simulate import waits as waits_module
+
+    def run(use_greenlets: bool):
+        monkeypatch.setattr(waits_module.Waits.__init__, "__defaults__", (use_greenlets,))
+        jobs = [SimJob(f"j{i}", 1.0 + 40 * i, ("v4-8",), "normal", 30) for i in range(8)]
+        run = simulate("tpuq", fleet=FLEET, scenario=SCENARIO, jobs=jobs, horizon=900.0, seed=3)
+        return [(r.job_id, r.attempt, r.started_at, r.ended_at) for r in run.workers.runs], dict(run.cloud.calls)
+
+    with_greenlets, with_threads = run(True), run(False)
+    assert with_greenlets == with_threads
+    assert len(with_greenlets[0]) >= 4

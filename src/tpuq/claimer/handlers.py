@@ -30,7 +30,7 @@ from tpuq.claimer.sshkeys import PublicKeyProvider, default_provider, ssh_keys_m
 from tpuq.claimer.tpuapi import NodeJsonReader, TpuApi
 from tpuq.errors import Retryable
 from tpuq.fleet import FleetFile
-from tpuq.fleetstore import load_fleet
+from tpuq.fleetstore import fleet_of, load_fleet
 from tpuq.isolation import Isolated
 from tpuq.messages import CapacityRequest, Tick
 from tpuq.service import Context, Service
@@ -183,7 +183,7 @@ def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[
         fleets = Isolated("claimer tick", log)  # one fleet's trouble never stops the watch of the others
         for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
             with fleets.part(f"fleet {snap.id}"):
-                fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
+                fleet = fleet_of(snap)
                 claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep, prechecks(ctx))
                 claimer.watch(claimer.load())
                 claimer.existing()

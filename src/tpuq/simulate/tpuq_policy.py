@@ -44,7 +44,7 @@ from tpuq.service import Service
 from .bus import QUIET, Delivery, SimBus
 from .cloud import SimCloud
 from .events import EventLoop
-from .inprocess import SimGoogleApisSession, SimTpuClient
+from .inprocess import SimGoogleApisSession, SimTpuClient, body_key
 from .workers import AttemptRun, SimWorkers
 from .quiet import Deadlines, TracedClock
 from .waits import Waits
@@ -67,7 +67,8 @@ class SimExecutor:
     workers: SimWorkers
     bus: SimBus
     failure_grace: timedelta = DEFAULT_FAILURE_GRACE
-    on_read: Callable[[], None] = lambda: None  # told whenever a handler reads the nodes' or workers' state
+    # Told whenever a handler reads the nodes' state (cloud=True) or the workers' (cloud=False).
+    on_read: Callable[[bool], None] = lambda cloud: None
     connection_cache = None
     statuses: dict[tuple[str, int], dict[int, WorkerStatus]] = field(default_factory=dict)
     cancelled: set[tuple[str, int]] = field(default_factory=set)
@@ -75,7 +76,7 @@ class SimExecutor:
     attempt_ids: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def _node(self, name: str):
-        self.on_read()
+        self.on_read(True)
         return self.cloud.world.nodes.get(name)
 
     def _ready(self, name: str) -> bool:
@@ -84,7 +85,7 @@ class SimExecutor:
 
     def start_attempt(self, assignment: Assignment) -> StartResult:
         key = (assignment.job_id, assignment.attempt)
-        self.on_read()
+        self.on_read(False)
         self.cloud.world.advance()
         if self.workers.running(*key) or key in self.statuses:
             return StartResult(True, already=True)
@@ -112,7 +113,7 @@ class SimExecutor:
     def cancel_attempt(self, assignment, reason: str = "cancelled", grace_seconds: float | None = None,
                        marker: bool = True) -> Decided:
         key = (assignment.job_id, assignment.attempt)
-        self.on_read()
+        self.on_read(False)
         self.workers.stop(assignment.job_id, assignment.attempt, self.loop.now())
         if marker:
             self.cancelled.add(key)
@@ -122,7 +123,7 @@ class SimExecutor:
                      lost_workers: frozenset[int] = frozenset(), unwritable_statuses: Mapping[int, str] = {},
                      node_problem: str | None = None) -> Decision:
         key = (attempt.job_id, attempt.attempt)
-        self.on_read()
+        self.on_read(False)
         return decide_outcome(
             worker_count=self.worker_counts.get(key, max(1, len(attempt.endpoints))),
             statuses=self.statuses.get(key, {}), node_state=node_state, now=self.loop.utcnow(),
@@ -131,7 +132,7 @@ class SimExecutor:
 
     def probe_attempt(self, attempt) -> dict[int, WorkerProbe]:
         key = (attempt.job_id, attempt.attempt)
-        self.on_read()
+        self.on_read(False)
         reachable = self._ready(attempt.node)
         running = self.workers.running(*key) is not None
         return {w: WorkerProbe(w, reachable=reachable, current=True, launched=True, supervisor_alive=running,
@@ -154,12 +155,12 @@ class SimTpuApi(TpuApi):
         from google.cloud import tpu_v2
 
         data = self._call(self.node_json, name=name)
-        key = json.dumps(data, sort_keys=True)
+        key = body_key(data)
         hit = self._parsed.get(key)
         if hit is None:
             if len(self._parsed) > 20_000:
                 self._parsed.clear()
-            node = tpu_v2.Node.from_json(key, ignore_unknown_fields=True)
+            node = tpu_v2.Node.from_json(json.dumps(data), ignore_unknown_fields=True)
             hit = self._parsed[key] = (tpu_v2.Node.serialize(node), NodeHealth.from_api(data))
         return tpu_v2.Node.deserialize(hit[0]), hit[1]
 
@@ -222,7 +223,7 @@ class TpuqPolicy:
         self.bus = SimBus(loop, services, rng.randrange(2 ** 32), delivery,
                           observer=self, waits=self.waits, waiting_topics={"capacity"})
         self.clients.__dict__["publisher"] = self.bus
-        self.executor = SimExecutor(loop, cloud, workers, self.bus, on_read=self.note_workers_read)
+        self.executor = SimExecutor(loop, cloud, workers, self.bus, on_read=self.note_executor_read)
         self._service_ticks = {sub.name: _ServiceTicks(sub.name, sub.service) for sub in topology.SUBSCRIPTIONS
                                if sub.topic == "ticks" and sub.service in services}
         workers.on_end = self.executor.run_ended
@@ -348,7 +349,11 @@ class TpuqPolicy:
         ticks.answered(None if changed else reads, replayed, self)
 
     def other_push(self, service: str) -> None:
-        """A service's other handlers may leave it knowing something its last quiet tick did not: run its next."""
+        """A service that keeps state in process may learn, handling another message, something its last quiet
+        tick did not know: its next tick runs. The others keep theirs in the store (and the executor's workers),
+        where every change is seen."""
+        if service not in _KEEPS_STATE_IN_PROCESS:
+            return
         for ticks in self._service_ticks.values():
             if ticks.service == service:
                 ticks.dirty = True
@@ -373,12 +378,17 @@ class TpuqPolicy:
         if self._reading is not None:
             self._reading.cloud = True
 
-    def note_workers_read(self) -> None:
+    def note_executor_read(self, cloud: bool) -> None:
         if self._reading is not None:
-            self._reading.cloud = self._reading.workers = True
+            if cloud:
+                self._reading.cloud = True
+            else:
+                self._reading.workers = True
 
 
 _CACHED_READS = ("quotaInfos.get", "billingInfo.get")
+# The claimer's pre-check cache (quota, billing) is refreshed by its capacity handler too.
+_KEEPS_STATE_IN_PROCESS = frozenset({"claimer"})
 
 
 class _ReadSet:

@@ -1,10 +1,10 @@
 """Handlers that wait without holding the world (the claimer's fast watch sleeps between its re-reads).
 
 In production a service's wait holds only its own request: the other services, the users and the cloud go on.
-`Waits.run` calls a handler in a thread of its own; when the handler sleeps (`Waits.sleep`), the loop gets control
-back and runs the events due meanwhile, at their own times, and the handler goes on at its wake time, as one more
-event. Exactly one thread runs at a time (each hands over to the other and waits), so a run stays a function of its
-inputs and seed. Before this, a wait moved the clock inside the event (`EventLoop.advance_within_event`): every
+`Waits.run` calls a handler in a greenlet (with the simulate extra) or else a thread of its own; when the handler
+sleeps (`Waits.sleep`), the loop gets control back and runs the events due meanwhile, at their own times, and the
+handler goes on at its wake time, as one more event. Exactly one side runs at a time (each hands over to the other
+and waits), so a run stays a function of its inputs and seed, and greenlets and threads give the same run. Before this, a wait moved the clock inside the event (`EventLoop.advance_within_event`): every
 event due meanwhile then ran at its end, all at once, so jobs submitted during a fast watch reached the scheduler
 late and, with the bus's random latency, out of order (tests/e2e/test_simulate_fidelity.py found it).
 """
@@ -17,23 +17,73 @@ from typing import Any
 
 from .events import EventLoop
 
+try:  # the simulate extra's: a switch between two greenlets costs a tenth of a handover between two threads
+    import greenlet
+except ImportError:  # pragma: no cover - a plain install: threads, same order of events, same results
+    greenlet = None
+
 
 class Waits:
-    def __init__(self, loop: EventLoop) -> None:
+    def __init__(self, loop: EventLoop, use_greenlets: bool = greenlet is not None) -> None:
         self.loop = loop
+        self.use_greenlets = use_greenlets
         self._local = threading.local()  # the task a thread runs, in that thread
 
     def run(self, fn: Callable[[], Any], then: Callable[[Any], None]) -> None:
         """Call `fn()` and, once it has returned (now, or after its waits), `then(its result)`."""
-        _Task(self, fn, then).start()
+        (_GreenletTask if self.use_greenlets else _Task)(self, fn, then).start()
+
+    def _task(self) -> "_Task | _GreenletTask | None":
+        if self.use_greenlets:
+            return getattr(greenlet.getcurrent(), "sim_task", None)
+        return getattr(self._local, "task", None)
 
     def sleep(self, seconds: float) -> None:
         """A handler's wait: inside `run`, the loop goes on meanwhile; elsewhere, the event takes that long."""
-        task = getattr(self._local, "task", None)
+        task = self._task()
         if task is None:
             self.loop.advance_within_event(seconds)
             return
         task.wait_until(self.loop.now() + max(0.0, seconds))
+
+
+class _GreenletTask:
+    """A task as a greenlet in the loop's thread: `wait_until` switches back to the loop, `_resume` switches in."""
+
+    def __init__(self, waits: Waits, fn: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        self.waits, self.fn, self.then = waits, fn, then
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._loop_side = greenlet.getcurrent()
+        self._greenlet = greenlet.greenlet(self._main, parent=self._loop_side)
+        self._greenlet.sim_task = self
+
+    def start(self) -> None:
+        self._greenlet.switch()
+        self._after_turn()
+
+    def _main(self) -> None:
+        try:
+            self.result = self.fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the loop's side, raised there
+            self.error = e
+        self.done = True
+
+    def wait_until(self, when: float) -> None:  # in the task's greenlet
+        self.waits.loop.at(when, self._resume)
+        self._loop_side.switch()
+
+    def _resume(self) -> None:  # an event of the loop
+        self._greenlet.switch()
+        self._after_turn()
+
+    def _after_turn(self) -> None:
+        if not self.done:
+            return
+        if self.error is not None:
+            raise self.error
+        self.then(self.result)
 
 
 class _Task:
