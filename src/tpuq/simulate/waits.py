@@ -47,35 +47,32 @@ class Waits:
         task.wait_until(self.loop.now() + max(0.0, seconds))
 
 
-class _GreenletTask:
-    """A task as a greenlet in the loop's thread: `wait_until` switches back to the loop, `_resume` switches in."""
+class _TaskBase:
+    """What both kinds of task share: the handler, its answer, and handing the answer on once it is done.
+    A subclass gives `_hand_over()` (from the loop to the task, until the task waits or ends)."""
 
     def __init__(self, waits: Waits, fn: Callable[[], Any], then: Callable[[Any], None]) -> None:
         self.waits, self.fn, self.then = waits, fn, then
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
-        self._loop_side = greenlet.getcurrent()
-        self._greenlet = greenlet.greenlet(self._main, parent=self._loop_side)
-        self._greenlet.sim_task = self
 
-    def start(self) -> None:
-        self._greenlet.switch()
-        self._after_turn()
+    def _hand_over(self) -> None:
+        raise NotImplementedError
 
-    def _main(self) -> None:
+    def _run_handler(self) -> None:  # on the task's side
         try:
             self.result = self.fn()
         except BaseException as e:  # noqa: BLE001 - handed to the loop's side, raised there
             self.error = e
         self.done = True
 
-    def wait_until(self, when: float) -> None:  # in the task's greenlet
-        self.waits.loop.at(when, self._resume)
-        self._loop_side.switch()
+    def start(self) -> None:
+        self._hand_over()
+        self._after_turn()
 
     def _resume(self) -> None:  # an event of the loop
-        self._greenlet.switch()
+        self._hand_over()
         self._after_turn()
 
     def _after_turn(self) -> None:
@@ -86,42 +83,46 @@ class _GreenletTask:
         self.then(self.result)
 
 
-class _Task:
+class _GreenletTask(_TaskBase):
+    """A task as a greenlet in the loop's thread: `wait_until` switches back to the loop, `_resume` switches in."""
+
     def __init__(self, waits: Waits, fn: Callable[[], Any], then: Callable[[Any], None]) -> None:
-        self.waits, self.fn, self.then = waits, fn, then
+        super().__init__(waits, fn, then)
+        self._loop_side = greenlet.getcurrent()
+        self._greenlet = greenlet.greenlet(self._run_handler, parent=self._loop_side)
+        self._greenlet.sim_task = self
+
+    def _hand_over(self) -> None:
+        self._greenlet.switch()
+
+    def wait_until(self, when: float) -> None:  # in the task's greenlet
+        self.waits.loop.at(when, self._resume)
+        self._loop_side.switch()
+
+
+class _Task(_TaskBase):
+    """A task in a thread of its own; two semaphores hand the turn back and forth."""
+
+    def __init__(self, waits: Waits, fn: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        super().__init__(waits, fn, then)
         self._go = threading.Semaphore(0)  # the task's turn
         self._back = threading.Semaphore(0)  # the loop's turn
-        self.done = False
-        self.result: Any = None
-        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        threading.Thread(target=self._main, daemon=True, name="sim-handler").start()
+    def _hand_over(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._main, daemon=True, name="sim-handler")
+            self._thread.start()
+        else:
+            self._go.release()
         self._back.acquire()
-        self._after_turn()
 
     def _main(self) -> None:
         self.waits._local.task = self
-        try:
-            self.result = self.fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the loop's thread, raised there
-            self.error = e
-        self.done = True
+        self._run_handler()
         self._back.release()
 
     def wait_until(self, when: float) -> None:  # in the task's thread
         self.waits.loop.at(when, self._resume)
         self._back.release()
         self._go.acquire()
-
-    def _resume(self) -> None:  # an event of the loop
-        self._go.release()
-        self._back.acquire()
-        self._after_turn()
-
-    def _after_turn(self) -> None:
-        if not self.done:
-            return
-        if self.error is not None:
-            raise self.error
-        self.then(self.result)
