@@ -379,6 +379,8 @@ class MemoryFirestore:
         self._collections: dict[str, dict[str, _Stored]] = {}  # collection path -> document id -> document
         self._lock = threading.RLock()
         self._last_commit: datetime | None = None
+        self._time_raw: Any = None  # the clock's last answer, and its encoding (`_time`)
+        self._time_encoded: datetime | None = None
         self.changes = 0  # documents created, changed or deleted (a write that changes nothing is not counted)
         # Equality indexes, made on a query's first use and kept up to date by every write: collection path ->
         # (field, by array element?) -> value key -> document ids. Only the speed of queries depends on them.
@@ -493,7 +495,12 @@ class MemoryFirestore:
 
     def _time(self) -> datetime:
         """Strictly later than the last commit, even under a frozen clock."""
-        now = _encode(self._now())
+        raw = self._now()
+        if raw == self._time_raw and type(raw) is type(self._time_raw):  # every read of one instant: encoded once
+            now = self._time_encoded
+        else:
+            now = self._time_encoded = _encode(raw)
+            self._time_raw = raw
         if self._last_commit is not None and now <= self._last_commit:
             now = _encode(self._last_commit + timedelta(microseconds=1))
         return now
@@ -525,6 +532,8 @@ class MemoryFirestore:
 
 
 def _split(path: tuple[str, ...]) -> list[str]:
+    if len(path) == 2 and "/" not in path[0] and "/" not in path[1] and path[0] and path[1]:
+        return list(path)  # collection(name).document(id): most references
     parts = [p for segment in path for p in segment.split("/")]
     if any(not p for p in parts):
         raise ValueError(f"a path has an empty part: {path!r}")

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 import re
 from typing import Any
 
@@ -21,7 +20,7 @@ from google.api_core import exceptions as core_exceptions
 from tpuq.capacitymodel.errors import ApiError
 from tpuq.capacitymodel.render import TPU_SERVICE, render_billing_info, render_quota_info
 
-from .cloud import SimCloud
+from .cloud import SimCloud, body_key
 
 _NAME = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)/(?P<kind>queuedResources|nodes)/(?P<id>[^/]+)$")
 _PARENT = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)$")
@@ -42,12 +41,6 @@ def raise_as_client(err: ApiError, url: str = "https://tpu.googleapis.com/") -> 
     raise core_exceptions.from_http_response(_response(err.http_status, err.to_json(), url)) from None
 
 
-def body_key(data: dict) -> bytes:
-    """A JSON body's cache key: equal keys only for equal bodies (pickle writes every value and its type; it is
-    four times as fast as json.dumps, and the same resource renders its keys in the same order)."""
-    return pickle.dumps(data, pickle.HIGHEST_PROTOCOL)
-
-
 def _split(name: str) -> tuple[str, str]:
     m = _NAME.match(name)
     if m is None:
@@ -60,9 +53,10 @@ class SimTpuClient:
         self.cloud = cloud
         self._parsed: dict[tuple[type, str], bytes] = {}  # the same JSON parses to the same message: parse it once
 
-    def _parse(self, message_type, data: dict):
-        """`message_type.from_json` of the body, as the REST transport parses it; a fresh message every time."""
-        key = (message_type, body_key(data))
+    def _parse(self, message_type, data: dict, key: bytes | None = None):
+        """`message_type.from_json` of the body, as the REST transport parses it; a fresh message every time.
+        `key`: the body's `body_key`, when known."""
+        key = (message_type, key or body_key(data))
         wire = self._parsed.get(key)
         if wire is None:
             if len(self._parsed) > 50_000:
@@ -91,8 +85,8 @@ class SimTpuClient:
         from google.cloud import tpu_v2
 
         zone, qr_id = _split(name)
-        data = self._call(self.cloud.get_queued_resource, zone, qr_id)
-        return self._parse(tpu_v2.QueuedResource, data)
+        data, key = self._call(self.cloud.queued_resource_body, zone, qr_id)
+        return self._parse(tpu_v2.QueuedResource, data, key)
 
     def list_queued_resources(self, parent: str = "", request=None, **_: Any):
         from google.cloud import tpu_v2
@@ -110,11 +104,15 @@ class SimTpuClient:
     def get_node(self, name: str = "", **_: Any):
         from google.cloud import tpu_v2
 
-        return self._parse(tpu_v2.Node, self.node_json(name))
+        return self._parse(tpu_v2.Node, *self.node_body(name))
 
     def node_json(self, name: str) -> dict:
+        return self.node_body(name)[0]
+
+    def node_body(self, name: str) -> tuple[dict, bytes]:
+        """The node's REST JSON (not to be changed) and its `body_key`."""
         zone, node_id = _split(name)
-        return self._call(self.cloud.get_node, zone, node_id)
+        return self._call(self.cloud.node_body, zone, node_id)
 
     def list_nodes(self, parent: str = "", request=None, **_: Any):
         from google.cloud import tpu_v2

@@ -48,9 +48,10 @@ def _policy_driver(name: str, **kwargs):
 
 def simulate(policy: str, *, fleet: FleetFile, scenario: Scenario, jobs: list[SimJob], horizon: float,
              seed: int = 0, on_progress: Callable[[float], None] | None = None,
-             setup_seconds: float = SimWorkers.setup_seconds, **policy_options) -> Run:
+             setup_seconds: float = SimWorkers.setup_seconds, check_bodies: bool = False, **policy_options) -> Run:
+    """`check_bodies`: the cloud renders every read afresh and checks its kept body against it (tests)."""
     loop = EventLoop()
-    cloud = SimCloud(scenario, loop)
+    cloud = SimCloud(scenario, loop, check_bodies=check_bodies)
     workers = SimWorkers(loop, {j.job_id: j for j in jobs}, setup_seconds=setup_seconds)
     run = Run(policy, loop, cloud, workers, jobs, horizon)
     workers.before_end = cloud.world.advance  # a preemption stamped before the work's end comes first

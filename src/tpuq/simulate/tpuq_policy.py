@@ -44,7 +44,7 @@ from tpuq.service import Service
 from .bus import QUIET, Delivery, SimBus
 from .cloud import SimCloud
 from .events import EventLoop
-from .inprocess import SimGoogleApisSession, SimTpuClient, body_key
+from .inprocess import SimGoogleApisSession, SimTpuClient
 from .workers import AttemptRun, SimWorkers
 from .quiet import Deadlines, TracedClock
 from .waits import Waits
@@ -149,13 +149,13 @@ class SimTpuApi(TpuApi):
 
     def __init__(self, client: SimTpuClient, parsed: dict, **kwargs):
         super().__init__(client, node_json=client.node_json, **kwargs)
+        self.node_body = client.node_body
         self._parsed = parsed
 
     def get_node(self, name: str):
         from google.cloud import tpu_v2
 
-        data = self._call(self.node_json, name=name)
-        key = body_key(data)
+        data, key = self._call(self.node_body, name=name)
         hit = self._parsed.get(key)
         if hit is None:
             if len(self._parsed) > 20_000:
