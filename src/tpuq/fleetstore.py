@@ -39,17 +39,23 @@ _PARSED_MAX = 64
 def fleet_of(snap) -> FleetFile:
     """A stored `fleets/{name}` document's FleetFile. Services read it per message; the parse is kept per content
     (the stored version is the file's content hash; FleetFile is frozen, so one parse can serve every reader)."""
-    stored = snap.to_dict()
-    version = stored.get("version")
+    version = (snap.to_dict() or {}).get("version") if not hasattr(snap, "get") else _field(snap, "version")
     key = (snap.id, version)
     fleet = _PARSED.get(key) if version else None
     if fleet is None:
-        fleet = FleetFile.model_validate(stored["fleet"])
+        fleet = FleetFile.model_validate(snap.to_dict()["fleet"])
         if version and fleet.version == version:  # a version written by hand is not trusted as a key
             if len(_PARSED) >= _PARSED_MAX:
                 _PARSED.clear()
             _PARSED[key] = fleet
     return fleet
+
+
+def _field(snap, name: str):
+    try:
+        return snap.get(name)  # one field, not the whole document's copy
+    except KeyError:
+        return None
 
 
 def load_fleet(db, name: str | None = None) -> FleetFile:

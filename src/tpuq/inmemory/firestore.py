@@ -426,7 +426,8 @@ class MemoryFirestore:
         return MemorySnapshot(ref, stored.data, stored.create_time, stored.update_time, read_time)
 
     def _candidates(self, collection_path: str, filters) -> list[tuple[str, _Stored]]:
-        """The documents that can match `filters`: from an equality index when a filter allows one."""
+        """The documents that can match `filters`, as (id, document) in id order: from an equality index when a
+        filter allows one."""
         best: set[str] | None = None
         for f in filters:
             if f.op in ("==", "in", "array_contains", "array_contains_any"):
@@ -438,10 +439,10 @@ class MemoryFirestore:
                 ids = set().union(*(index.get(k, ()) for k in keys)) if keys else set()
                 if best is None or len(ids) < len(best):
                     best = ids
-        if best is None:
-            return self._children(collection_path)
         docs = self._collections.get(collection_path, {})
-        return [(f"{collection_path}/{doc_id}", docs[doc_id]) for doc_id in sorted(best) if doc_id in docs]
+        if best is None:
+            return [(doc_id, docs[doc_id]) for doc_id in sorted(docs)]
+        return [(doc_id, docs[doc_id]) for doc_id in sorted(best) if doc_id in docs]
 
     def _index_for(self, collection_path: str, field: str, elements: bool) -> dict[Any, set[str]]:
         indexes = self._indexes.setdefault(collection_path, {})
@@ -839,17 +840,20 @@ class MemoryQuery:
             if db.observer is not None:
                 db.observer.read_query(self._parent.path, self._filters)
             read_time = db._time()
-            hits = [(path, stored) for path, stored in db._candidates(self._parent.path, self._filters)
-                    if all(f.matches(stored.data) for f in self._filters)
+            filters = self._filters
+            hits = [(doc_id, stored) for doc_id, stored in db._candidates(self._parent.path, filters)
+                    if all(f.matches(stored.data) for f in filters)
                     and all(_lookup(stored.data, o) is not _MISSING for o, _ in orders)]
-            hits.sort(key=lambda hit: hit[0].rsplit("/", 1)[-1], reverse=last_direction == DESCENDING)
+            if last_direction == DESCENDING:  # the candidates come in id order: the last tie-break
+                hits.reverse()
             for field, direction in reversed(orders):  # stable sorts: the first order_by ends up outermost
                 hits.sort(key=lambda hit: _order_key(_lookup(hit[1].data, field)), reverse=direction == DESCENDING)
             hits = hits[self._offset:]
             if self._limit is not None:
                 hits = hits[: self._limit]
-            return [MemorySnapshot(db.document(path), s.data, s.create_time, s.update_time, read_time)
-                    for path, s in hits]
+            parts = self._parent._parts
+            return [MemorySnapshot(MemoryDocument(db, (*parts, doc_id)), s.data, s.create_time, s.update_time,
+                                   read_time) for doc_id, s in hits]
 
     def stream(self, transaction: MemoryTransaction | None = None, **_: Any) -> Iterator[MemorySnapshot]:
         for snap in self._results():
