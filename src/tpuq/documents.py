@@ -626,8 +626,14 @@ class FleetStatus:
         return bool(self.blocked) and self.blocked_version == fleet_version
 
 
+def _fields_of(record: Any) -> dict[str, Any]:
+    """A flat record's fields as a map, without `asdict`'s deep copy (the claimer writes these on every change:
+    asdict deep-copied the endpoints' models only for them to be replaced). Nested values are the caller's."""
+    return {name: getattr(record, name) for name in record.__dataclass_fields__}
+
+
 def qr_to_doc(qr: QrRecord) -> dict[str, Any]:
-    doc = asdict(qr)
+    doc = _fields_of(qr)
     doc["endpoints"] = [e.model_dump() for e in qr.endpoints]
     doc["node_health"] = qr.node_health.to_doc() if qr.node_health else None
     doc["name"] = qr.name
@@ -643,9 +649,10 @@ def qr_from_doc(doc: Mapping[str, Any]) -> QrRecord:
 
 
 def request_to_doc(request: RequestRecord) -> dict[str, Any]:
-    doc = asdict(request)
+    doc = _fields_of(request)
     for key in ("types", "regions", "zones", "job_ids"):
         doc[key] = list(doc[key])
+    doc["generations"] = dict(request.generations)
     return doc
 
 

@@ -114,9 +114,9 @@ class SimBus:
     def _deliver(self, sub: topology.Subscription, msg: PushMessage, attempt: int) -> None:
         self.delivered[sub.name] += 1
         service = self.services[sub.service]
-        service.rng = self.rng_for(sub.name, msg.message_id, attempt)  # the handler's randomness, keyed too
 
         def push():
+            service.rng = self.rng_for(sub.name, msg.message_id, attempt)  # the handler's randomness, keyed too
             return service.deliver(sub, PushMessage(
                 msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
 
