@@ -33,6 +33,8 @@ class SimCloud:
         self.listeners: list = []  # called with each transition (the workers: a node that goes, goes with its work)
         self.world = FakeTpuWorld(scenario, clock=loop, rng=random.Random(scenario.seed),
                                   on_transition=self._transition, **world_options)
+        self._scenario_changes = sorted({t for w in scenario.billing.disabled_windows for t in (w.start, w.end)
+                                         if t is not None})
         self.calls: Counter[str] = Counter()
         self.creates_per_zone: Counter[str] = Counter()
         self.mutations = 0  # creates and deletes asked for
@@ -46,16 +48,17 @@ class SimCloud:
 
     def scenario_changes(self) -> list[float]:
         """The instants at which the scenario's billing changes (quota is fixed for a run)."""
-        return sorted({t for w in self.world.scenario.billing.disabled_windows for t in (w.start, w.end)
-                       if t is not None})
+        return list(self._scenario_changes)
 
     def next_transition(self) -> float | None:
         """When the cloud next changes by itself (a request moving on, a preemption, a delete finishing, a
         billing window's edge)."""
         due = self.world.next_due()
         now = self.loop.now()
-        edges = [t for t in self.scenario_changes() if t > now]
-        return min([t for t in (due, *edges) if t is not None], default=None)
+        edge = next((t for t in self._scenario_changes if t > now), None)
+        if edge is None or (due is not None and due <= edge):
+            return due
+        return edge
 
     def _transition(self, t: Transition) -> None:
         self.transitions.append(t)
