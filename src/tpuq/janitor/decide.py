@@ -43,7 +43,7 @@ from tpuq.documents import TPU_STATES_IN_SERVICE, ClaimerQrState, TpuDoc, TpuNod
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetFile
 from tpuq.messages import AttemptEvent, AttemptEventKind, AttemptOutcome
-from tpuq.ownership import LABEL_REQUEST, is_ours, name_and_labels
+from tpuq.ownership import LABEL_REQUEST, is_ours, name_and_labels, resource_name
 from tpuq.rawproto import has_field, raw_message, state_name
 
 # A pending racer can be deleted without force: it has no node yet.
@@ -78,7 +78,7 @@ def state_of(resource: Any) -> str | None:
 
 
 def is_queued_resource(resource: Any) -> bool:
-    return "/queuedResources/" in name_and_labels(resource)[0]
+    return "/queuedResources/" in resource_name(resource)
 
 
 # ---------------------------------------------------------------- losers
@@ -259,9 +259,9 @@ def decide_dead(resources: Iterable[Any], fleet: FleetFile, classified: Collecti
     out: list[Delete] = []
     resources = [r for r in resources if r is not None and is_ours(r, fleet)]
     # A node whose queued resource was read too goes with it (force): one delete, not two.
-    read_qrs = {name_and_labels(r)[0] for r in resources if is_queued_resource(r)}
+    read_qrs = {resource_name(r) for r in resources if is_queued_resource(r)}
     for r in resources:
-        name = name_and_labels(r)[0]
+        name = resource_name(r)
         state = state_of(r)
         if is_queued_resource(r) and dead_and_ours_to_delete(r, name, classified):
             out.append(Delete(r, name, force=True, reason=f"dead ({state}): holds quota"))
@@ -292,11 +292,11 @@ def decide_drain(listed: Iterable[Any], fleet: FleetFile) -> DrainDecision:
 
     Only `is_ours` resources are even looked at. A node whose queued resource is listed goes with it (force)."""
     listed = [r for r in listed if r is not None and is_ours(r, fleet)]
-    qr_names = {name_and_labels(r)[0] for r in listed if is_queued_resource(r)}
+    qr_names = {resource_name(r) for r in listed if is_queued_resource(r)}
     qr_node_ids = {node for r in listed if is_queued_resource(r) for node in _node_ids_of(r)}
     decision = DrainDecision()
     for r in listed:
-        name, state = name_and_labels(r)[0], state_of(r)
+        name, state = resource_name(r), state_of(r)
         if state in DRAIN_DONE_STATES:
             continue
         if not is_queued_resource(r) and (_node_back_reference(r) in qr_names
@@ -332,12 +332,12 @@ def decide_orphans(
     qr_node_ids = set()
     for r in listed:
         if is_queued_resource(r):
-            qr_node_ids.add(short_node_name(name_and_labels(r)[0]))
+            qr_node_ids.add(short_node_name(resource_name(r)))
             qr_node_ids.update(_node_ids_of(r))
     grace = timedelta(seconds=fleet.claim.orphan_grace_seconds)
     decision = OrphanDecision()
     for r in listed:
-        name = name_and_labels(r)[0]
+        name = resource_name(r)
         rid = short_node_name(name)
         if rid in known_ids or state_of(r) in NEVER_DELETE_STATES:
             continue
@@ -358,7 +358,7 @@ def orphan_scan_due(last_scan: datetime | None, now: datetime, interval_seconds:
 
 def listed_owned_ids(listed: Iterable[Any], fleet: FleetFile) -> set[str]:
     """The short ids of the listed resources that are ours: the ones `decide_orphans` asks `known_ids` about."""
-    return {short_node_name(name_and_labels(r)[0]) for r in listed if r is not None and is_ours(r, fleet)}
+    return {short_node_name(resource_name(r)) for r in listed if r is not None and is_ours(r, fleet)}
 
 
 def known_ids(claimer_docs: Iterable[Mapping[str, Any]], tpus: Iterable[TpuDoc]) -> set[str]:
@@ -392,7 +392,7 @@ def _node_back_reference(node: Any) -> str:
 def node_id_of(qr: Any) -> str:
     """The node id a queued resource asks for (the claimer uses the queued resource's own id)."""
     ids = _node_ids_of(qr)
-    return ids[0] if ids else short_node_name(name_and_labels(qr)[0])
+    return ids[0] if ids else short_node_name(resource_name(qr))
 
 
 def dedupe(deletes: Iterable[Delete]) -> list[Delete]:

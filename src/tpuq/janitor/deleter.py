@@ -22,7 +22,7 @@ from typing import Any
 from tpuq.concurrency import map_concurrently
 from tpuq.errors import NotFound, Permanent, TpuqError, call_api
 from tpuq.fleet import FleetFile
-from tpuq.ownership import is_ours, name_and_labels
+from tpuq.ownership import is_ours, resource_name
 
 log = logging.getLogger("tpuq.janitor.delete")
 
@@ -94,7 +94,7 @@ class DeleteAdapter:
         """Delete a queued resource or node *as read from the API*, if and only if it is ours."""
         from google.cloud import tpu_v2
 
-        name = name_and_labels(resource)[0]
+        name = resource_name(resource)
         if not is_ours(resource, self.fleet):
             log.error("refusing to delete %s (%s): it lacks fleet %s's ownership marks", name, reason, self.fleet.name)
             raise NotOurs(name)

@@ -79,14 +79,19 @@ class SimCloud:
         """The queued resource's JSON body (not to be changed: it is kept for the next read) and its `body_key`."""
         self.count("queuedResources.get")
         self.world.check_call(self.project, zone, "GET", "queuedResources")
-        qr = self.world.get_queued_resource(self.project, zone, qr_id)
+        return self._queued_resource_body(self.world.get_queued_resource(self.project, zone, qr_id))
+
+    def _queued_resource_body(self, qr) -> tuple[dict, bytes]:
         return self._body(qr, (qr.state, qr.initiator, qr.failed_error), render_queued_resource)
 
     def list_queued_resources(self, zone: str) -> list[dict]:
+        return [data for data, _ in self.queued_resource_bodies(zone)]
+
+    def queued_resource_bodies(self, zone: str) -> list[tuple[dict, bytes]]:
         self.count("queuedResources.list")
         self.world.check_call(self.project, zone, "GET", "queuedResources")
         items, _ = self.world.list_queued_resources(self.project, zone)
-        return [render_queued_resource(self.world, q) for q in items]
+        return [self._queued_resource_body(q) for q in items]
 
     def delete_queued_resource(self, zone: str, qr_id: str, force: bool = False) -> dict:
         self.count("queuedResources.delete")
@@ -100,7 +105,9 @@ class SimCloud:
         """The node's JSON body (not to be changed: it is kept for the next read) and its `body_key`."""
         self.count("nodes.get")
         self.world.check_call(self.project, zone, "GET", "nodes")
-        node = self.world.get_node(self.project, zone, node_id)
+        return self._node_body(self.world.get_node(self.project, zone, node_id))
+
+    def _node_body(self, node) -> tuple[dict, bytes]:
         m = node.maintenance
         fingerprint = (node.state, node.health, node.health_description, node.symptoms, node.endpoints, m,
                        m.status(self.loop.now()) if m is not None else None)
@@ -122,10 +129,13 @@ class SimCloud:
         return data, key
 
     def list_nodes(self, zone: str) -> list[dict]:
+        return [data for data, _ in self.node_bodies(zone)]
+
+    def node_bodies(self, zone: str) -> list[tuple[dict, bytes]]:
         self.count("nodes.list")
         self.world.check_call(self.project, zone, "GET", "nodes")
         items, _ = self.world.list_nodes(self.project, zone)
-        return [render_node(self.world, n) for n in items]
+        return [self._node_body(n) for n in items]
 
     def delete_node(self, zone: str, node_id: str) -> dict:
         self.count("nodes.delete")

@@ -92,8 +92,8 @@ class SimTpuClient:
         from google.cloud import tpu_v2
 
         m = _PARENT.match(parent or request.parent)
-        items = self._call(self.cloud.list_queued_resources, m["zone"])
-        return [self._parse(tpu_v2.QueuedResource, d) for d in items]
+        items = self._call(self.cloud.queued_resource_bodies, m["zone"])
+        return [self._parse(tpu_v2.QueuedResource, d, key) for d, key in items]
 
     def delete_queued_resource(self, request=None, name: str = "", **_: Any):
         zone, qr_id = _split(request.name if request is not None else name)
@@ -118,8 +118,8 @@ class SimTpuClient:
         from google.cloud import tpu_v2
 
         m = _PARENT.match(parent or request.parent)
-        items = self._call(self.cloud.list_nodes, m["zone"])
-        return [self._parse(tpu_v2.Node, d) for d in items]
+        items = self._call(self.cloud.node_bodies, m["zone"])
+        return [self._parse(tpu_v2.Node, d, key) for d, key in items]
 
     def delete_node(self, name: str = "", request=None, **_: Any):
         zone, node_id = _split(request.name if request is not None else name)
