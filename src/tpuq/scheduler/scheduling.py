@@ -161,33 +161,38 @@ def open_requests_of(db, entry_id: str) -> int:
 
 def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
                   full: bool) -> tuple[PassSnapshot, dict, dict]:
-    """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against."""
+    """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against.
+    Each document is copied out of its snapshot once (`to_dict` copies the whole document, every time)."""
     paused = paused_fleets(db)  # `tpuq fleet pause`: its idle TPUs take no new job (the janitor deletes them)
-    tpu_snaps = [s for s in idle_tpu_snapshots(db) if (s.to_dict() or {}).get("fleet") not in paused]
+    tpus = [(s, d) for s, d in _with_docs(idle_tpu_snapshots(db)) if d.get("fleet") not in paused]
     triggered = [s for s in job_snapshots(db, trigger_job_ids) if _is_pending(s)] if trigger_job_ids else []
     if trigger_job_ids and not full:
         job_snaps = triggered
     else:
-        job_snaps = pending_job_snapshots(db, [s.to_dict() or {} for s in tpu_snaps], fleet)
+        job_snaps = pending_job_snapshots(db, [d for _, d in tpus], fleet)
         # The full read is bounded per type: the jobs that triggered this pass are planned in it all the same.
         read = {s.id for s in job_snaps}
         job_snaps += [s for s in triggered if s.id not in read]
-    job_snaps.sort(key=_queue_order)
-    queue = queue_of([(s.id, s.to_dict() or {}) for s in job_snaps])
+    jobs = sorted(_with_docs(job_snaps), key=_queue_order)
+    queue = queue_of([(s.id, d) for s, d in jobs])
     entries = entries_to_count(queue, fleet)
     snapshot = PassSnapshot(
         queue=queue,
-        idle_tpus=[s.to_dict() or {} for s in tpu_snaps],
+        idle_tpus=[d for _, d in tpus],
         live_tpus={e: live_tpus_of(db, e) for e in entries},
         open_requests={e: open_requests_of(db, e) for e in entries},
     )
-    return snapshot, {s.id: s for s in job_snaps}, {(s.to_dict() or {}).get("name"): s for s in tpu_snaps}
+    return snapshot, {s.id: s for s, _ in jobs}, {d.get("name"): s for s, d in tpus}
 
 
-def _queue_order(snap) -> tuple:
+def _with_docs(snaps) -> list[tuple]:
+    return [(s, s.to_dict() or {}) for s in snaps]
+
+
+def _queue_order(snap_and_doc: tuple) -> tuple:
     """Priority, then submit time, then id: the order the per-type reads are merged in (the matcher orders
     them again by its own key)."""
-    doc = snap.to_dict() or {}
+    snap, doc = snap_and_doc
     submitted = doc.get(JobDoc.field("submit_time"))
     return (-(doc.get(JobDoc.field("priority_rank")) or 0), submitted.timestamp() if submitted else 0.0, snap.id)
 
