@@ -157,3 +157,33 @@ def test_most_handlings_are_skipped_and_each_service_is_judged_on_its_own():
     # A tick often reaches some services and not others (a whole-tick rule would run or skip all four).
     assert policy.service_ticks_run > 4 * policy.ticks_run * 0.25
     assert policy.service_ticks_run < 4 * policy.ticks_run
+
+
+def test_a_range_filter_against_a_moving_now_notes_when_a_stored_document_starts_to_match():
+    """`updated_at <= now - 2 min` (the scheduler's backstop): a query whose answer changes with time alone."""
+    from types import SimpleNamespace
+
+    from google.cloud.firestore import FieldFilter
+
+    from tpuq.inmemory import MemoryFirestore
+    from tpuq.simulate.tpuq_policy import TpuqPolicy
+
+    loop = EventLoop()
+    deadlines = Deadlines()
+    clock = TracedClock(loop, deadlines)
+    db = MemoryFirestore(now=loop.utcnow)
+    db.collection("jobs").document("old").set({"state": "running", "updated_at": loop.wall(10)})
+    db.collection("jobs").document("new").set({"state": "running", "updated_at": loop.wall(300)})
+    db.collection("jobs").document("done").set({"state": "succeeded", "updated_at": loop.wall(50)})
+    policy = SimpleNamespace(db=db, _reading=None)
+    db.observer = SimpleNamespace(read_document=lambda path: None, changed=lambda *a: None,
+                                  read_query=lambda c, f: TpuqPolicy._note_moving_filters(policy, c, f))
+
+    def tick():
+        query = (db.collection("jobs").where(filter=FieldFilter("state", "==", "running"))
+                 .where(filter=FieldFilter("updated_at", "<=", clock() - timedelta(seconds=120))))
+        assert [s.id for s in query.stream()] == ["old"]
+
+    loop.at(NOW + 100, tick)  # now 200: "old" matches (10 <= 80); "new" will at 300 + 120
+    loop.run(NOW + 101)
+    assert deadlines.earliest == pytest.approx(420.0, abs=1e-3)

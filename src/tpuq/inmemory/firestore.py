@@ -37,7 +37,7 @@ import copy
 import random
 import string
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
@@ -754,6 +754,7 @@ class _Filter:
     field: str
     op: str
     value: Any
+    given: Any = field(default=None, compare=False, repr=False)  # the value as the caller passed it (observers)
 
     def matches(self, data: dict) -> bool:
         actual = _lookup(data, self.field)
@@ -803,6 +804,7 @@ class MemoryQuery:
             field_path, op_string, value = filter.field_path, filter.op_string, filter.value
         if op_string not in _OPS:
             raise ValueError(f"Operator string {op_string!r} is invalid. Valid choices are: {', '.join(_OPS)}.")
+        given = value
         if op_string in ("in", "not-in", "array_contains_any"):
             value = list(value)
             if len(value) > _MAX_IN_VALUES:
@@ -812,7 +814,7 @@ class MemoryQuery:
             if value is None and op_string not in ("==", "!="):
                 raise ValueError("Null values may only be used with the '==' and '!=' operators.")
             value = _encode(value)
-        return self._copy(filters=self._filters + (_Filter(str(field_path), str(op_string), value),))
+        return self._copy(filters=self._filters + (_Filter(str(field_path), str(op_string), value, given),))
 
     def order_by(self, field_path: str, direction: str = ASCENDING) -> "MemoryQuery":
         if direction not in (ASCENDING, DESCENDING):

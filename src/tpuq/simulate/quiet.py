@@ -15,7 +15,8 @@ at the instant the tick reaches it,
 found without knowing the rules: during a tick the services' clock (`ctx.now()`) hands out a `TracedNow`, a
 datetime that notes where each comparison involving it would flip. `now - t > limit`, `until <= now`,
 `(now - t).total_seconds() >= n`, `min(now + d, x)`: each records the virtual instant at which its answer
-changes, in that service's own `Deadlines`.
+changes, in that service's own `Deadlines`. A query's range filter against such a time (`updated_at <= now -
+2 min`) is compared, document by document, the same way (`TpuqPolicy._note_moving_filters`).
 
 The judgement is made when the tick reaches the service, not when it is published: the other services'
 handling of the same tick, a few milliseconds earlier, counts. A skipped handling's API reads are counted as its

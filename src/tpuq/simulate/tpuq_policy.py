@@ -19,7 +19,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from tpuq import gcslayout, topology
 from tpuq.auth import PushAuth
@@ -34,6 +34,7 @@ from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, Node
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
 from tpuq.inmemory import MemoryFirestore
+from tpuq.inmemory.firestore import _lookup
 from tpuq.janitor import handlers as janitor_handlers
 from tpuq.janitor.deleter import DeleteAdapter
 from tpuq.jobspec import PublishedJob
@@ -46,7 +47,7 @@ from .cloud import SimCloud
 from .events import EventLoop
 from .inprocess import SimGoogleApisSession, SimTpuClient
 from .workers import AttemptRun, SimWorkers
-from .quiet import Deadlines, TracedClock
+from .quiet import Deadlines, TracedClock, TracedNow
 from .waits import Waits
 from .workload import SimJob
 
@@ -368,6 +369,23 @@ class TpuqPolicy:
             queries = self._reading.queries.setdefault(collection_path, [])
             if filters not in queries:
                 queries.append(filters)
+            self._note_moving_filters(collection_path, filters)
+
+    def _note_moving_filters(self, collection_path: str, filters) -> None:
+        """A range filter against a time that moves with now (`updated_at <= now - 2 min`) is a time rule too: the
+        query's answer changes when now passes a stored value. Compare each document the other filters match
+        with the moving value, as the rule's own comparison would, so that the traced clock notes where."""
+        for i, f in enumerate(filters):
+            mirrored = _MIRRORED.get(f.op)
+            if mirrored is None or not isinstance(f.given, TracedNow):
+                continue
+            others = filters[:i] + filters[i + 1:]
+            for _, stored in self.db._candidates(collection_path, others):
+                data = stored.data
+                if all(g.matches(data) for g in others):
+                    value = _lookup(data, f.field)
+                    if isinstance(value, datetime):
+                        getattr(f.given, mirrored)(value)  # `value <= moving` is `moving >= value`
 
     def changed(self, path: str, before: dict | None, after: dict | None) -> None:
         for ticks in self._service_ticks.values():
@@ -387,6 +405,7 @@ class TpuqPolicy:
 
 
 _CACHED_READS = ("quotaInfos.get", "billingInfo.get")
+_MIRRORED = {"<": "__gt__", "<=": "__ge__", ">": "__lt__", ">=": "__le__"}  # stored OP moving, from the moving side
 # The claimer's pre-check cache (quota, billing) is refreshed by its capacity handler too.
 _KEEPS_STATE_IN_PROCESS = frozenset({"claimer"})
 
