@@ -113,17 +113,40 @@ def test_watch_a_4_host_job_in_a_terminal_and_piped(system, system_clients, tmp_
 
 
 def test_submit_follow_prints_every_workers_logs_and_exits_with_the_jobs_status(system, tmp_path):
+    # The job holds at a gate until --follow has said where it runs: on a fast machine a job this short used to
+    # end between two of its reads, and the state line the test looks for never came.
+    gate = GATES / f"tpuq-live-gate-{uuid.uuid4().hex[:8]}"
     job_id, job_file = write_job(tmp_path, "live-follow", tpu="v4-32", command=(
-        'echo "hello from $TPU_WORKER_ID"; echo "second line $TPU_WORKER_ID"; '
-        '[ "$TPU_WORKER_ID" != 1 ] || exit 5'))
-    followed = tpuq(system, "submit", str(job_file), "--follow", timeout=DEADLINE + 60)
-    assert followed.returncode == 5, followed.stdout + followed.stderr
-    lines = followed.stdout.splitlines()
+        'echo "hello from $TPU_WORKER_ID"; i=0; '
+        f'while [ ! -e {gate} ] && [ $i -lt 1800 ]; do i=$((i+1)); sleep 0.1; done; '
+        'echo "second line $TPU_WORKER_ID"; [ "$TPU_WORKER_ID" != 1 ] || exit 5'))
+    following = subprocess.Popen(["tpuq", "submit", str(job_file), "--follow"], env=env_of(system),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    states: list[str] = []
+    logs: list[str] = []
+    readers = [threading.Thread(target=lambda: states.extend(iter(following.stderr.readline, "")), daemon=True),
+               threading.Thread(target=lambda: logs.extend(iter(following.stdout.readline, "")), daemon=True)]
+    for reader in readers:
+        reader.start()
+    try:
+        # The state lines go to stderr, as printed.
+        wait_until(lambda: any(re.search(r"(assigned to|running on) \S+ \(", line) for line in states),
+                   timeout=DEADLINE, what="--follow to say where the job runs")
+        gate.touch()
+        following.wait(timeout=DEADLINE + 60)
+        for reader in readers:
+            reader.join(30)
+        out = "".join(logs)
+    finally:
+        gate.unlink(missing_ok=True)
+        if following.poll() is None:
+            following.kill()
+    assert following.returncode == 5, out + "".join(states)
+    lines = out.splitlines()
     for w in range(4):
-        assert f"[w{w}] hello from {w}" in lines and f"[w{w}] second line {w}" in lines, followed.stdout
+        assert f"[w{w}] hello from {w}" in lines and f"[w{w}] second line {w}" in lines, out
     assert lines.index("[w0] hello from 0") < lines.index("[w0] second line 0")
-    # The state lines go to stderr; a job this short may end between two reads, so `running on` may never show.
-    assert f"{job_id}: failed" in followed.stdout and re.search(r"(assigned to|running on) \S+ \(", followed.stderr)
+    assert f"{job_id}: failed" in out
 
 
 def test_a_waiting_job_says_pending_and_ctrl_c_leaves_it_running(system, system_clients, tmp_path, tmux):
