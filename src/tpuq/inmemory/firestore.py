@@ -33,7 +33,9 @@ limits on write rate.
 
 from __future__ import annotations
 
+import bisect
 import copy
+import heapq
 import random
 import string
 import threading
@@ -168,6 +170,82 @@ def _order_key(value: Any) -> tuple:
     if rank == 9:
         return rank, tuple((k, _order_key(value[k])) for k in sorted(value))
     return rank, value if rank else 0
+
+
+class _Reversed:
+    """An order key that sorts the other way (a DESCENDING order_by in a composite key)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Reversed) and self.key == other.key
+
+    def __lt__(self, other: "_Reversed") -> bool:
+        return other.key < self.key
+
+    def __gt__(self, other: "_Reversed") -> bool:
+        return self.key < other.key
+
+    def __le__(self, other: "_Reversed") -> bool:
+        return not self.key < other.key
+
+    def __ge__(self, other: "_Reversed") -> bool:
+        return not other.key < self.key
+
+
+class _OrderedView:
+    """The documents of one collection that meet every condition (field, value key, by array element?): a field
+    equal to the value, or an array field holding it; in the order a query ordered by `orders` returns them (the
+    last tie-break is the id, in the last order's direction; a document without an order field is left out, as
+    Firestore leaves it out). Kept up to date by every write, as Firestore keeps a composite index, so a query with
+    a limit reads its first matches without sorting the whole collection."""
+
+    def __init__(self, conditions: tuple[tuple[str, Any, bool], ...], orders: tuple[tuple[str, str], ...]) -> None:
+        self.conditions, self.orders = conditions, orders
+        self._id_reversed = orders[-1][1] == DESCENDING
+        self.entries: list[tuple] = []  # sorted composite keys; each ends with its document's id
+        self._keys: dict[str, tuple] = {}
+
+    def _meets(self, data: dict) -> bool:
+        return all(key in _index_values(data, field, elements) for field, key, elements in self.conditions)
+
+    def _sort_key(self, doc_id: str, data: dict | None) -> tuple | None:
+        if data is None or not self._meets(data):
+            return None
+        parts: list[Any] = []
+        for field, direction in self.orders:
+            value = _lookup(data, field)
+            if value is _MISSING:
+                return None
+            parts.append(_Reversed(_order_key(value)) if direction == DESCENDING else _order_key(value))
+        parts.append(_Reversed(doc_id) if self._id_reversed else doc_id)
+        return tuple(parts)
+
+    def update(self, doc_id: str, data: dict | None) -> None:
+        old = self._keys.pop(doc_id, None)
+        if old is not None:
+            at = bisect.bisect_left(self.entries, old)
+            del self.entries[at]
+        new = self._sort_key(doc_id, data)
+        if new is not None:
+            bisect.insort(self.entries, new)
+            self._keys[doc_id] = new
+
+
+
+def _ids_in_order(views: list[_OrderedView]) -> Iterator[str]:
+    """The ids of every document in any of the views (of one order), in that order, each once."""
+    entries = views[0].entries if len(views) == 1 else heapq.merge(*(v.entries for v in views))
+    previous = None
+    for entry in entries:
+        if entry == previous:
+            continue  # in two of the views (an array holding two of the values asked for)
+        previous = entry
+        last = entry[-1]
+        yield last.key if isinstance(last, _Reversed) else last
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})  # equal as Firestore compares them iff equal in Python
@@ -385,6 +463,9 @@ class MemoryFirestore:
         # Equality indexes, made on a query's first use and kept up to date by every write: collection path ->
         # (field, by array element?) -> value key -> document ids. Only the speed of queries depends on them.
         self._indexes: dict[str, dict[tuple[str, bool], dict[Any, set[str]]]] = {}
+        # Ordered views, made on a limited ordered query's first use: collection path -> (field, value key,
+        # orders) -> the view. Only the speed of queries depends on them too.
+        self._views: dict[str, dict[tuple, _OrderedView]] = {}
         # Told of every read and every change (the simulator's quiet ticks: tpuq.simulate.tpuq_policy); None: nobody.
         self.observer: StoreObserver | None = None
 
@@ -444,6 +525,37 @@ class MemoryFirestore:
             return [(doc_id, docs[doc_id]) for doc_id in sorted(docs)]
         return [(doc_id, docs[doc_id]) for doc_id in sorted(best) if doc_id in docs]
 
+    def _views_for(self, collection_path: str, filters, orders: tuple) -> list[_OrderedView] | None:
+        """Ordered views whose union holds every document an ordered query's equality filters can match (its
+        `==` and `array_contains` filters in each, and one per value of its first `in` or `array_contains_any`);
+        None when the query is not ordered or has no such filter."""
+        if not orders:
+            return None
+        fixed: list[tuple[str, Any, bool]] = []
+        split: list[tuple[str, Any, bool]] | None = None
+        for f in filters:
+            if f.op in ("==", "array_contains"):
+                key = _index_key(f.value)
+                if key is not None:
+                    fixed.append((f.field, key, f.op == "array_contains"))
+            elif f.op in ("in", "array_contains_any") and split is None:
+                keys = [_index_key(v) for v in f.value]
+                if keys and all(k is not None for k in keys):
+                    split = [(f.field, k, f.op == "array_contains_any") for k in dict.fromkeys(keys)]
+        if not fixed and not split:
+            return None
+        views = self._views.setdefault(collection_path, {})
+        chosen = []
+        for extra in split or [None]:
+            conditions = tuple(fixed) + ((extra,) if extra else ())
+            view = views.get((conditions, orders))
+            if view is None:
+                view = views[(conditions, orders)] = _OrderedView(conditions, orders)
+                for doc_id, stored in self._collections.get(collection_path, {}).items():
+                    view.update(doc_id, stored.data)
+            chosen.append(view)
+        return chosen
+
     def _index_for(self, collection_path: str, field: str, elements: bool) -> dict[Any, set[str]]:
         indexes = self._indexes.setdefault(collection_path, {})
         index = indexes.get((field, elements))
@@ -471,6 +583,8 @@ class MemoryFirestore:
             for (field, elements), index in self._indexes.get(collection, {}).items():
                 _unindex(index, field, elements, doc_id, current.data if current else None)
                 _index(index, field, elements, doc_id, stored.data if stored else None)
+            for view in self._views.get(collection, {}).values():
+                view.update(doc_id, stored.data if stored else None)
         if stored is not None:
             self._collections.setdefault(collection, {})[doc_id] = stored
         elif doc_id in self._collections.get(collection, {}):
@@ -843,19 +957,37 @@ class MemoryQuery:
                 db.observer.read_query(self._parent.path, self._filters)
             read_time = db._time()
             filters = self._filters
-            hits = [(doc_id, stored) for doc_id, stored in db._candidates(self._parent.path, filters)
-                    if all(f.matches(stored.data) for f in filters)
-                    and all(_lookup(stored.data, o) is not _MISSING for o, _ in orders)]
-            if last_direction == DESCENDING:  # the candidates come in id order: the last tie-break
-                hits.reverse()
-            for field, direction in reversed(orders):  # stable sorts: the first order_by ends up outermost
-                hits.sort(key=lambda hit: _order_key(_lookup(hit[1].data, field)), reverse=direction == DESCENDING)
+            views = db._views_for(self._parent.path, filters, tuple(orders)) if self._limit is not None else None
+            if views is not None:
+                hits = self._first_matches(db, views)
+            else:
+                hits = [(doc_id, stored) for doc_id, stored in db._candidates(self._parent.path, filters)
+                        if all(f.matches(stored.data) for f in filters)
+                        and all(_lookup(stored.data, o) is not _MISSING for o, _ in orders)]
+                if last_direction == DESCENDING:  # the candidates come in id order: the last tie-break
+                    hits.reverse()
+                for field, direction in reversed(orders):  # stable sorts: the first order_by ends up outermost
+                    hits.sort(key=lambda hit: _order_key(_lookup(hit[1].data, field)),
+                              reverse=direction == DESCENDING)
             hits = hits[self._offset:]
             if self._limit is not None:
                 hits = hits[: self._limit]
             parts = self._parent._parts
             return [MemorySnapshot(MemoryDocument(db, (*parts, doc_id)), s.data, s.create_time, s.update_time,
                                    read_time) for doc_id, s in hits]
+
+    def _first_matches(self, db: MemoryFirestore, views: list[_OrderedView]) -> list[tuple[str, "_Stored"]]:
+        """The first offset + limit documents of the views that match every filter, in the views' order."""
+        wanted = self._offset + (self._limit or 0)
+        docs = db._collections.get(self._parent.path, {})
+        hits = []
+        for doc_id in _ids_in_order(views):
+            stored = docs[doc_id]
+            if all(f.matches(stored.data) for f in self._filters):
+                hits.append((doc_id, stored))
+                if len(hits) >= wanted:
+                    break
+        return hits
 
     def stream(self, transaction: MemoryTransaction | None = None, **_: Any) -> Iterator[MemorySnapshot]:
         for snap in self._results():

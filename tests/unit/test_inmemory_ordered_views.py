@@ -1,0 +1,61 @@
+"""The in-memory Firestore answers a limited, ordered query with an equality filter from an ordered view kept up
+to date by every write. Its answers must be exactly those of ordering every match (the path without a limit),
+through creates, updates that move a document in or out of the view, and deletes."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from google.cloud.firestore import FieldFilter, Query
+
+from tpuq.inmemory import MemoryFirestore
+
+T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
+ORDERS = [
+    [("rank", Query.DESCENDING), ("at", Query.ASCENDING)],
+    [("at", Query.ASCENDING)],
+    [("rank", Query.ASCENDING)],
+    [("at", Query.DESCENDING)],
+]
+
+
+def _random_doc(rng: random.Random) -> dict:
+    doc = {"state": rng.choice(["pending", "running", "done"]), "types": rng.sample(["a", "b", "c", "any"], 2),
+           "rank": rng.choice([0, 1, 2, 2.0]), "at": T0 + timedelta(seconds=rng.randrange(50))}
+    if rng.random() < 0.1:
+        del doc["rank"]  # a document without an order field is never among an ordered query's results
+    return doc
+
+
+def _query(db, orders, limit, types=None, states=None):
+    q = db.collection("jobs").where(filter=FieldFilter("state", "in", states) if states
+                                    else FieldFilter("state", "==", "pending"))
+    if types:
+        q = q.where(filter=FieldFilter("types", "array_contains_any", types))
+    for field, direction in orders:
+        q = q.order_by(field, direction=direction)
+    return q.limit(limit) if limit is not None else q
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_limited_query_answers_as_ordering_every_match_would(seed):
+    rng = random.Random(seed)
+    db = MemoryFirestore()
+    ids = [f"j{i:03d}" for i in range(120)]
+    for doc_id in ids:
+        db.collection("jobs").document(doc_id).set(_random_doc(rng))
+    for _ in range(40):
+        orders, limit, types = rng.choice(ORDERS), rng.choice([1, 5, 30, 500]), rng.choice([None, ["a", "any"]])
+        states = rng.choice([None, ["pending", "running"]])
+        everything = [s.id for s in _query(db, orders, None, types, states).stream()]
+        assert [s.id for s in _query(db, orders, limit, types, states).stream()] == everything[:limit]
+        for _ in range(8):  # writes between queries: the views follow them
+            doc_id = rng.choice(ids)
+            if rng.random() < 0.15:
+                db.collection("jobs").document(doc_id).delete()
+            elif rng.random() < 0.5 or not db.collection("jobs").document(doc_id).get().exists:
+                db.collection("jobs").document(doc_id).set(_random_doc(rng))
+            else:
+                db.collection("jobs").document(doc_id).update({"state": rng.choice(["pending", "done"])})
