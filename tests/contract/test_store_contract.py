@@ -62,10 +62,13 @@ def test_values_come_back_as_firestore_stores_them(db, col):
 
 def test_a_read_document_is_a_copy(db, col):
     ref = col.document("c")
-    ref.set({"m": {"k": [1]}})
-    doc = ref.get().to_dict()
-    doc["m"]["k"].append(2)
-    assert ref.get().to_dict() == {"m": {"k": [1]}}
+    ref.set({"m": {"k": [1]}, "a": [{"x": 1}], "n": 1})
+    for snap in (ref.get(), next(iter(col.where(filter=FieldFilter("n", "==", 1)).stream()))):
+        doc = snap.to_dict()
+        doc["m"]["k"].append(2)
+        doc["a"][0]["x"] = 2
+        doc["n"] = 5
+        assert snap.to_dict() == ref.get().to_dict() == {"m": {"k": [1]}, "a": [{"x": 1}], "n": 1}
 
 
 def test_get_all_reads_several_documents_including_missing_ones(db, col):

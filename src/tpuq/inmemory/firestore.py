@@ -376,6 +376,10 @@ class _Stored:
     data: dict
     create_time: datetime
     update_time: datetime
+    containers: tuple[str, ...] = field(init=False, repr=False)  # its fields holding maps or arrays
+
+    def __post_init__(self) -> None:
+        self.containers = tuple(k for k, v in self.data.items() if type(v) in _CONTAINERS)
 
 
 @dataclass(frozen=True)
@@ -504,7 +508,7 @@ class MemoryFirestore:
         read_time = self._time()
         if stored is None:
             return MemorySnapshot(ref, None, None, None, read_time)
-        return MemorySnapshot(ref, stored.data, stored.create_time, stored.update_time, read_time)
+        return MemorySnapshot(ref, stored.data, stored.create_time, stored.update_time, read_time, stored.containers)
 
     def _candidates(self, collection_path: str, filters) -> list[tuple[str, _Stored]]:
         """The documents that can match `filters`, as (id, document) in id order: from an equality index when a
@@ -740,6 +744,7 @@ class MemorySnapshot:
     create_time: datetime | None
     update_time: datetime | None
     read_time: datetime
+    _containers: tuple[str, ...] | None = None  # the stored document's fields holding maps or arrays, if known
 
     @property
     def id(self) -> str:
@@ -750,7 +755,14 @@ class MemorySnapshot:
         return self._data is not None
 
     def to_dict(self) -> dict | None:
-        return _copy(self._data)  # the stored map is shared (a write stores a new one): every caller gets a copy
+        # The stored map is shared (a write stores a new one): every caller gets a copy. Known containers: the
+        # map copied at once, then only the fields that hold maps or arrays copied in depth.
+        if self._data is None or self._containers is None:
+            return _copy(self._data)
+        copied = self._data.copy()
+        for key in self._containers:
+            copied[key] = _copy(copied[key])
+        return copied
 
     def get(self, field_path: str) -> Any:
         if self._data is None:
@@ -974,7 +986,7 @@ class MemoryQuery:
                 hits = hits[: self._limit]
             parts = self._parent._parts
             return [MemorySnapshot(MemoryDocument(db, (*parts, doc_id)), s.data, s.create_time, s.update_time,
-                                   read_time) for doc_id, s in hits]
+                                   read_time, s.containers) for doc_id, s in hits]
 
     def _first_matches(self, db: MemoryFirestore, views: list[_OrderedView]) -> list[tuple[str, "_Stored"]]:
         """The first offset + limit documents of the views that match every filter, in the views' order."""
