@@ -253,8 +253,6 @@ def call_api(fn, *, attempts: int, initial_wait: float, max_wait: float, annotat
     """Call a Google API method: map any failure into the taxonomy once, and retry only `Retryable` ones
     (429 rate limits, 5xx, deadlines) with exponential back-off and jitter. The original exception is the
     `__cause__`; `annotate(mapped, original)` may copy details (an RPC code, the ErrorInfo) onto the mapped error."""
-    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
-
     # The first try goes without tenacity (building its Retrying costs more than a local call: the janitor and
     # the claimer's watch make one call per resource per pass); only a Retryable failure enters the loop, as
     # its first attempt, so the waits and the number of tries are tenacity's.
@@ -264,6 +262,8 @@ def call_api(fn, *, attempts: int, initial_wait: float, max_wait: float, annotat
         if attempts <= 1:
             raise
         first_failure: Retryable | None = e
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
     retrying = Retrying(
         retry=retry_if_exception_type(Retryable),
         stop=stop_after_attempt(attempts),

@@ -115,7 +115,6 @@ from dataclasses import dataclass, field, replace
 from enum import Enum, auto
 
 from tpuq.capacitymodel.errors import ApiError
-from tpuq.capacitymodel.render import render_node, render_queued_resource
 from tpuq.documents import QueuedResourceState as Qs
 from tpuq.documents import TpuHealth, TpuNodeState as Ns
 from tpuq.fleet import FleetFile, SshTransport
@@ -830,6 +829,7 @@ class PollingPolicy:
         nodes, qrs = {}, {}
         self.inventory_reads += 1
         self.cloud.world.advance()
+        self._checked: dict[str, ApiError | None] = {}  # zone -> the pass's project-level answer (`_get`)
         for e in self.state.config.entries:
             for qr_id, node_id in e.slots:
                 node = self._get(e.zone, "nodes", node_id)
@@ -869,13 +869,23 @@ class PollingPolicy:
         world once before them. None for NOT_FOUND (R3)."""
         cloud, world = self.cloud, self.cloud.world
         cloud.count(f"{collection}.get")
-        world.check_call(cloud.project, zone, "GET", collection)
+        if world.faults:  # scripted failures count down call by call
+            world.check_call(cloud.project, zone, "GET", collection)
+        else:  # without them the answer is the project's and the zone's, at this instant: asked once a pass
+            if zone not in self._checked:
+                try:
+                    world.check_call(cloud.project, zone, "GET", collection)
+                    self._checked[zone] = None
+                except ApiError as err:
+                    self._checked[zone] = err
+            if self._checked[zone] is not None:
+                raise self._checked[zone]
         full = f"projects/{cloud.project}/locations/{zone}/{collection}/{name}"
         if collection == "nodes":
             record = world.nodes.get(full)
-            return render_node(world, record) if record is not None else None
+            return cloud._node_body(record)[0] if record is not None else None
         record = world.queued_resources.get(full)
-        return render_queued_resource(world, record) if record is not None else None
+        return cloud._queued_resource_body(record)[0] if record is not None else None
 
     def _act(self, actions: list[Action]) -> None:
         now = self.loop.now()
