@@ -651,8 +651,8 @@ class MemoryFirestore:
 
 
 def _split(path: tuple[str, ...]) -> list[str]:
-    if len(path) == 2 and "/" not in path[0] and "/" not in path[1] and path[0] and path[1]:
-        return list(path)  # collection(name).document(id): most references
+    if len(path) <= 2 and all(p and "/" not in p for p in path):
+        return list(path)  # collection(name), collection(name).document(id): most references
     parts = [p for segment in path for p in segment.split("/")]
     if any(not p for p in parts):
         raise ValueError(f"a path has an empty part: {path!r}")
@@ -925,9 +925,10 @@ class MemoryQuery:
         if filter is not None:
             if field_path is not None or op_string is not None:
                 raise ValueError("Can't pass in both the positional arguments and 'filter' at the same time")
-            if not all(hasattr(filter, a) for a in ("field_path", "op_string", "value")):
-                raise NotImplementedError("only FieldFilter is modelled (tpuq uses no And/Or filters)")
-            field_path, op_string, value = filter.field_path, filter.op_string, filter.value
+            try:
+                field_path, op_string, value = filter.field_path, filter.op_string, filter.value
+            except AttributeError:
+                raise NotImplementedError("only FieldFilter is modelled (tpuq uses no And/Or filters)") from None
         if op_string not in _OPS:
             raise ValueError(f"Operator string {op_string!r} is invalid. Valid choices are: {', '.join(_OPS)}.")
         given = value
