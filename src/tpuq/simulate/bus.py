@@ -45,9 +45,6 @@ class DeliveryObserver(Protocol):
 
     def tick_answered(self, token: object, status: int) -> None: ...
 
-    def other_push(self, service: str) -> None:
-        """Any other push to `service` (before it, and once more when a waiting one has answered)."""
-
 
 class SimBus:
     """`clients.publisher` for the services: `publish(topic_path, data, **attributes)` as the real client."""
@@ -57,8 +54,8 @@ class SimBus:
     def __init__(self, loop: EventLoop, services: dict[str, Service], seed: int,
                  delivery: Delivery = Delivery(), topic_prefix: str = "", observer: "DeliveryObserver | None" = None,
                  waits: Waits | None = None, waiting_topics: frozenset[str] | set[str] = frozenset()) -> None:
-        """`observer` (a `DeliveryObserver`) is told of every push before and after it, so that a tick's handling
-        can be judged quiet or not. `waits` runs the pushes of `waiting_topics`, whose handlers may wait
+        """`observer` (a `DeliveryObserver`) is told of every tick push before and after it, so that its handling
+        can be judged quiet or not (and skipped when it would be). `waits` runs the pushes of `waiting_topics`, whose handlers may wait
         (simulate.waits)."""
         self.observer = observer
         self.loop, self.services, self.seed, self.delivery = loop, services, seed, delivery
@@ -122,27 +119,16 @@ class SimBus:
 
         observer = self.observer
         if self.waits is not None and sub.topic in self.waiting_topics:
-            if observer is not None:
-                observer.other_push(sub.service)
-
-            def answered(answer) -> None:
-                if observer is not None:
-                    observer.other_push(sub.service)  # what it did while it waited, too
-                self._answered(sub, msg, attempt, answer[1])
-
-            self.waits.run(push, answered)
+            self.waits.run(push, lambda answer: self._answered(sub, msg, attempt, answer[1]))
             return
-        if observer is None:
+        if observer is None or sub.topic != "ticks":
             _, status = push()
-        elif sub.topic == "ticks":
+        else:
             token = observer.tick_push(sub.name, msg.message_id)
             if token is QUIET:
                 return  # its handling would change nothing: as if pushed and answered 204
             _, status = push()
             observer.tick_answered(token, status)
-        else:
-            observer.other_push(sub.service)
-            _, status = push()
         self._answered(sub, msg, attempt, status)
 
     def _answered(self, sub: topology.Subscription, msg: PushMessage, attempt: int, status: int) -> None:

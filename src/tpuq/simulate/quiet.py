@@ -5,10 +5,11 @@ every job runs, every slice is busy, every request waits. A service's handling o
 at the instant the tick reaches it,
 
 1. its handling of the tick before was quiet (it wrote no document, published nothing, created or deleted no
-   queued resource, answered no 5xx), it has handled no other message since, and nothing it read has changed
-   since: no document it got, no document any of its queries matched before or after the change (order and
-   limit only pick among the matches), and, if it read the cloud (the TPU API, the workers), no create, delete
-   or transition there, nor one due by now; and
+   queued resource, answered no 5xx), and nothing it read has changed since: no document it got, no document any
+   of its queries matched before or after the change (order and limit only pick among the matches), if it read
+   the cloud no create, delete or transition there, nor one due by now, if it read the workers no attempt started
+   or ended, and no state its service keeps in process (the services keep theirs in the store, but for the
+   claimer's pre-check cache, which says when it hands out a new read); and
 2. no instant at which one of its time rules would decide otherwise has come.
 
 (1) is tracked by `tpuq.simulate.tpuq_policy` through the in-memory Firestore's observer and the bus's. (2) is

@@ -173,11 +173,14 @@ class ScenarioPrecheckCache(PrecheckCache):
     Production re-reads every 5 minutes because a person may change either at any time; in a scenario they
     change only at its own instants, so every other re-read would read the same answer."""
 
-    def __init__(self, reader, changes: list[float], deadlines: Callable[[], Deadlines] = Deadlines):
+    def __init__(self, reader, changes: list[float], deadlines: Callable[[], Deadlines] = Deadlines,
+                 on_read: Callable[[], None] = lambda: None):
         super().__init__(reader, ttl_seconds=3.0e9)  # "never", in what timedelta holds
         self.changes = sorted(changes)
         self.deadlines = deadlines  # where the next change is noted: a quiet tick is not skipped past it
+        self.on_read = on_read  # told when a read (not the kept answer) was handed out: what the claimer knows changed
         self._read_at: float | None = None
+        self._handed: object = None
 
     def get(self, fleet, now, fresh: bool = False):
         from .quiet import seconds_of
@@ -190,7 +193,11 @@ class ScenarioPrecheckCache(PrecheckCache):
             self.deadlines().note(upcoming[0], t)
         if fresh or self._read_at is None:
             self._read_at = t
-        return super().get(fleet, now, fresh)
+        answer = super().get(fleet, now, fresh)
+        if answer is not self._handed:
+            self._handed = answer
+            self.on_read()
+        return answer
 
 
 class TpuqPolicy:
@@ -235,7 +242,8 @@ class TpuqPolicy:
     def _services(self) -> dict[str, Service]:
         prechecks = ScenarioPrecheckCache(
             PrecheckReader(SimGoogleApisSession(self.cloud), "https://sim-quotas/", "https://sim-billing/"),
-            changes=self.cloud.scenario_changes(), deadlines=lambda: self.clock.deadlines)
+            changes=self.cloud.scenario_changes(), deadlines=lambda: self.clock.deadlines,
+            on_read=lambda: self._dirty_service("claimer"))
         services = {
             "claimer": claimer_handlers.build_service(
                 public_key=lambda fleet: SIM_PUBLIC_KEY, sleep=self._handler_sleep,
@@ -318,7 +326,7 @@ class TpuqPolicy:
     def tick_push(self, subscription: str, message_id: str):
         ticks = self._service_ticks[subscription]
         if message_id in ticks.handled:
-            self.other_push(ticks.service)  # a tick's second delivery (a duplicate, a redelivery): not judged
+            # A tick's second delivery (a duplicate, a redelivery) is not judged; what it changes is seen.
             return None
         ticks.handled.add(message_id)
         skip = self.skip_quiet_ticks and self._can_skip(ticks)
@@ -349,12 +357,8 @@ class TpuqPolicy:
         replayed = Counter({k: n for k, n in calls.items() if k not in _CACHED_READS})
         ticks.answered(None if changed else reads, replayed, self)
 
-    def other_push(self, service: str) -> None:
-        """A service that keeps state in process may learn, handling another message, something its last quiet
-        tick did not know: its next tick runs. The others keep theirs in the store (and the executor's workers),
-        where every change is seen."""
-        if service not in _KEEPS_STATE_IN_PROCESS:
-            return
+    def _dirty_service(self, service: str) -> None:
+        """The service may know something its last quiet tick did not (a handler's state kept in process)."""
         for ticks in self._service_ticks.values():
             if ticks.service == service:
                 ticks.dirty = True
@@ -406,8 +410,6 @@ class TpuqPolicy:
 
 _CACHED_READS = ("quotaInfos.get", "billingInfo.get")
 _MIRRORED = {"<": "__gt__", "<=": "__ge__", ">": "__lt__", ">=": "__le__"}  # stored OP moving, from the moving side
-# The claimer's pre-check cache (quota, billing) is refreshed by its capacity handler too.
-_KEEPS_STATE_IN_PROCESS = frozenset({"claimer"})
 
 
 class _ReadSet:
