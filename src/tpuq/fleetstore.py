@@ -37,10 +37,11 @@ _PARSED_MAX = 64
 
 
 def fleet_of(snap) -> FleetFile:
-    """A stored `fleets/{name}` document's FleetFile. Services read it per message; the parse is kept per content
-    (the stored version is the file's content hash; FleetFile is frozen, so one parse can serve every reader)."""
+    """A stored `fleets/{name}` document's FleetFile. Services read it per message; the parse is kept per version
+    of the document (its update time, and the stored version, the file's content hash, checked against the parse;
+    FleetFile is frozen, so one parse can serve every reader)."""
     version = (snap.to_dict() or {}).get("version") if not hasattr(snap, "get") else _field(snap, "version")
-    key = (snap.id, version)
+    key = (snap.id, getattr(snap, "update_time", None), version)  # any write to the document reads it afresh
     fleet = _PARSED.get(key) if version else None
     if fleet is None:
         fleet = FleetFile.model_validate(snap.to_dict()["fleet"])

@@ -187,3 +187,33 @@ def test_a_range_filter_against_a_moving_now_notes_when_a_stored_document_starts
     loop.at(NOW + 100, tick)  # now 200: "old" matches (10 <= 80); "new" will at 300 + 120
     loop.run(NOW + 101)
     assert deadlines.earliest == pytest.approx(420.0, abs=1e-3)
+
+
+def test_a_document_written_after_a_moving_range_read_affects_it():
+    """`updated_at <= now - 2 min` read at 200; a running job stamped 250 is written later. It does not match the
+    filter's value as read (80), but starts to match at 370: the write must make the service run again."""
+    from types import SimpleNamespace
+
+    from google.cloud.firestore import FieldFilter
+
+    from tpuq.inmemory import MemoryFirestore
+    from tpuq.simulate.tpuq_policy import TpuqPolicy, _ReadSet
+
+    loop = EventLoop()
+    clock = TracedClock(loop, Deadlines())
+    db = MemoryFirestore(now=loop.utcnow)
+    policy = SimpleNamespace(db=db, _reading=_ReadSet())
+    policy._note_moving_filters = lambda c, f: TpuqPolicy._note_moving_filters(policy, c, f)
+    affected = []
+    db.observer = SimpleNamespace(read_document=lambda path: None,
+                                  read_query=lambda c, f: TpuqPolicy.read_query(policy, c, f),
+                                  changed=lambda path, b, a: affected.append(reads.affected_by(path, b, a)))
+    reads = policy._reading
+    loop.at(200, lambda: list(db.collection("jobs").where(filter=FieldFilter("state", "==", "running"))
+                              .where(filter=FieldFilter("updated_at", "<=", clock() - timedelta(seconds=120)))
+                              .stream()))
+    loop.run(201)
+    policy._reading = None
+    db.collection("jobs").document("late").set({"state": "running", "updated_at": loop.wall(250)})
+    db.collection("jobs").document("other").set({"state": "succeeded", "updated_at": loop.wall(250)})
+    assert affected == [True, False]

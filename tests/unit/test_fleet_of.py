@@ -42,3 +42,11 @@ def test_a_version_that_does_not_match_the_content_is_not_trusted():
     assert fleet_of(ref.get()).tpus[0].count == 1
     ref.set({"name": "f", "fleet": _fleet(2).model_dump(mode="json"), "version": "written-by-hand"})
     assert fleet_of(ref.get()).tpus[0].count == 2
+
+
+def test_a_hand_edit_that_leaves_the_version_is_read_all_the_same():
+    db = MemoryFirestore(now=lambda: AT)
+    save_fleet(db, _fleet(1), AT)
+    assert load_fleet(db, "f").tpus[0].count == 1
+    db.collection(store.FLEETS).document("f").update({"fleet": _fleet(5).model_dump(mode="json")})
+    assert load_fleet(db, "f").tpus[0].count == 5

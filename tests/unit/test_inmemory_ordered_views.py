@@ -59,3 +59,18 @@ def test_a_limited_query_answers_as_ordering_every_match_would(seed):
                 db.collection("jobs").document(doc_id).set(_random_doc(rng))
             else:
                 db.collection("jobs").document(doc_id).update({"state": rng.choice(["pending", "done"])})
+
+
+def test_a_nan_order_key_does_not_corrupt_the_view():
+    db = MemoryFirestore()
+    for i, v in enumerate([1, 2, float("nan"), 3, 4]):
+        db.collection("c").document(f"d{i}").set({"s": "p", "x": v})
+
+    def first_ten():
+        return [s.id for s in db.collection("c").where(filter=FieldFilter("s", "==", "p")).order_by("x").limit(10).stream()]
+
+    first_ten()
+    db.collection("c").document("d2").set({"s": "p", "x": 5})
+    assert first_ten() == ["d0", "d1", "d3", "d4", "d2"]
+    db.collection("c").document("d2").delete()
+    assert first_ten() == ["d0", "d1", "d3", "d4"]

@@ -228,7 +228,10 @@ class _OrderedView:
         old = self._keys.pop(doc_id, None)
         if old is not None:
             at = bisect.bisect_left(self.entries, old)
-            del self.entries[at]
+            if at < len(self.entries) and self.entries[at] is old:
+                del self.entries[at]
+            else:  # a key bisect cannot place (NaN orders with nothing): found by identity
+                del self.entries[next(i for i, e in enumerate(self.entries) if e is old)]
         new = self._sort_key(doc_id, data)
         if new is not None:
             bisect.insort(self.entries, new)
