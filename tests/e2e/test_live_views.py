@@ -152,8 +152,11 @@ def test_submit_follow_prints_every_workers_logs_and_exits_with_the_jobs_status(
 def test_a_waiting_job_says_pending_and_ctrl_c_leaves_it_running(system, system_clients, tmp_path, tmux):
     # Zone b of the demo is stocked out for good: a job pinned there can only wait.
     job_id, job_file = write_job(tmp_path, "live-wait", tpu="v4-8", zone="us-central2-b", command="echo never")
+    # Ctrl-C as a terminal delivers it: a suite started in the background (`.ci/run &`) hands its children SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt for it (the process slept through the signal).
     waiting = subprocess.Popen(["tpuq", "submit", str(job_file), "--wait"], env=env_of(system),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     progress: list[str] = []
 
     def read_progress():
