@@ -40,7 +40,7 @@ def fleet_of(snap) -> FleetFile:
     """A stored `fleets/{name}` document's FleetFile. Services read it per message; the parse is kept per version
     of the document (its update time, and the stored version, the file's content hash, checked against the parse;
     FleetFile is frozen, so one parse can serve every reader)."""
-    version = (snap.to_dict() or {}).get("version") if not hasattr(snap, "get") else _field(snap, "version")
+    version = _field(snap, "version")
     key = (snap.id, getattr(snap, "update_time", None), version)  # any write to the document reads it afresh
     fleet = _PARSED.get(key) if version else None
     if fleet is None:
@@ -53,8 +53,11 @@ def fleet_of(snap) -> FleetFile:
 
 
 def _field(snap, name: str):
+    """One field, not the whole document's copy (a snapshot without `get`, a test's stand-in: from its map)."""
+    if not hasattr(snap, "get"):
+        return (snap.to_dict() or {}).get(name)
     try:
-        return snap.get(name)  # one field, not the whole document's copy
+        return snap.get(name)
     except KeyError:
         return None
 

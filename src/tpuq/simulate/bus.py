@@ -55,8 +55,8 @@ class SimBus:
                  delivery: Delivery = Delivery(), topic_prefix: str = "", observer: "DeliveryObserver | None" = None,
                  waits: Waits | None = None, waiting_topics: frozenset[str] | set[str] = frozenset()) -> None:
         """`observer` (a `DeliveryObserver`) is told of every tick push before and after it, so that its handling
-        can be judged quiet or not (and skipped when it would be). `waits` runs the pushes of `waiting_topics`, whose handlers may wait
-        (simulate.waits)."""
+        can be judged quiet or not (and skipped when it would be). `waits` runs the pushes of `waiting_topics`,
+        whose handlers may wait (simulate.waits)."""
         self.observer = observer
         self.loop, self.services, self.seed, self.delivery = loop, services, seed, delivery
         self.waits, self.waiting_topics = waits, frozenset(waiting_topics)

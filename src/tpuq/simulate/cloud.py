@@ -79,9 +79,10 @@ class SimCloud:
         """The queued resource's JSON body (not to be changed: it is kept for the next read) and its `body_key`."""
         self.count("queuedResources.get")
         self.world.check_call(self.project, zone, "GET", "queuedResources")
-        return self._queued_resource_body(self.world.get_queued_resource(self.project, zone, qr_id))
+        return self.queued_resource_record_body(self.world.get_queued_resource(self.project, zone, qr_id))
 
-    def _queued_resource_body(self, qr) -> tuple[dict, bytes]:
+    def queued_resource_record_body(self, qr) -> tuple[dict, bytes]:
+        """A queued resource record's body and key, uncounted and unchecked (the caller did both)."""
         return self._body(qr, (qr.state, qr.initiator, qr.failed_error), render_queued_resource)
 
     def list_queued_resources(self, zone: str) -> list[dict]:
@@ -91,7 +92,7 @@ class SimCloud:
         self.count("queuedResources.list")
         self.world.check_call(self.project, zone, "GET", "queuedResources")
         items, _ = self.world.list_queued_resources(self.project, zone)
-        return [self._queued_resource_body(q) for q in items]
+        return [self.queued_resource_record_body(q) for q in items]
 
     def delete_queued_resource(self, zone: str, qr_id: str, force: bool = False) -> dict:
         self.count("queuedResources.delete")
@@ -105,9 +106,10 @@ class SimCloud:
         """The node's JSON body (not to be changed: it is kept for the next read) and its `body_key`."""
         self.count("nodes.get")
         self.world.check_call(self.project, zone, "GET", "nodes")
-        return self._node_body(self.world.get_node(self.project, zone, node_id))
+        return self.node_record_body(self.world.get_node(self.project, zone, node_id))
 
-    def _node_body(self, node) -> tuple[dict, bytes]:
+    def node_record_body(self, node) -> tuple[dict, bytes]:
+        """A node record's body and key, uncounted and unchecked (the caller did both)."""
         m = node.maintenance
         fingerprint = (node.state, node.health, node.health_description, node.symptoms, node.endpoints, m,
                        m.status(self.loop.now()) if m is not None else None)
@@ -135,7 +137,7 @@ class SimCloud:
         self.count("nodes.list")
         self.world.check_call(self.project, zone, "GET", "nodes")
         items, _ = self.world.list_nodes(self.project, zone)
-        return [self._node_body(n) for n in items]
+        return [self.node_record_body(n) for n in items]
 
     def delete_node(self, zone: str, node_id: str) -> dict:
         self.count("nodes.delete")

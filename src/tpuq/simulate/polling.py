@@ -750,6 +750,7 @@ class PollingPolicy:
         self.cut_short_passes = 0  # passes whose remaining calls a refused delete cancelled (R11)
         self.quiet_passes = 0  # passes only counted (see _fingerprint)
         self.inventory_reads = 0  # full inventory reads (one GET per declared node and queued resource each)
+        self._checked: dict[str, ApiError | None] = {}  # zone -> the pass's project-level answer (`_get`)
         self.passes = 0
         self._live: dict[tuple[str, int], tuple[str, str]] = {}  # (job, attempt) -> (zone, node id) started
         self._quiet: tuple | None = None  # the world's fingerprint after a pass that changed nothing
@@ -829,7 +830,7 @@ class PollingPolicy:
         nodes, qrs = {}, {}
         self.inventory_reads += 1
         self.cloud.world.advance()
-        self._checked: dict[str, ApiError | None] = {}  # zone -> the pass's project-level answer (`_get`)
+        self._checked = {}  # a new pass: asked again
         for e in self.state.config.entries:
             for qr_id, node_id in e.slots:
                 node = self._get(e.zone, "nodes", node_id)
@@ -883,9 +884,9 @@ class PollingPolicy:
         full = f"projects/{cloud.project}/locations/{zone}/{collection}/{name}"
         if collection == "nodes":
             record = world.nodes.get(full)
-            return cloud._node_body(record)[0] if record is not None else None
+            return cloud.node_record_body(record)[0] if record is not None else None
         record = world.queued_resources.get(full)
-        return cloud._queued_resource_body(record)[0] if record is not None else None
+        return cloud.queued_resource_record_body(record)[0] if record is not None else None
 
     def _act(self, actions: list[Action]) -> None:
         now = self.loop.now()

@@ -188,9 +188,9 @@ class ScenarioPrecheckCache(PrecheckCache):
         t = seconds_of(now)
         if self._read_at is not None and any(self._read_at < c <= t for c in self.changes):
             fresh = True
-        upcoming = [c for c in self.changes if c > t]
-        if upcoming:
-            self.deadlines().note(upcoming[0], t)
+        upcoming = next((c for c in self.changes if c > t), None)
+        if upcoming is not None:
+            self.deadlines().note(upcoming, t)
         if fresh or self._read_at is None:
             self._read_at = t
         answer = super().get(fleet, now, fresh)
