@@ -47,6 +47,8 @@ def test_kept_bodies_always_equal_a_fresh_render():
     loop.at(0.0, create)
     for t in range(1, 1200, 7):
         loop.at(float(t), read)
+    kept: list[int] = []
+    loop.at(1199.5, lambda: kept.append(len(cloud._bodies)))
     loop.at(1200.0, lambda: cloud.delete_queued_resource(Z, "qr1", force=True))
     for t in range(1201, 1300, 3):
         loop.at(float(t), read)
@@ -57,8 +59,9 @@ def test_kept_bodies_always_equal_a_fresh_render():
     assert "UNHEALTHY_TENSORFLOW" in health and "HEALTHY" in health
     assert {m for _, _, m in seen} >= {"PENDING", "ONGOING"}
     assert seen[-1][0] == "NOT_FOUND"
-    # The kept bodies served most reads: a read renders only when something changed.
-    assert len(cloud._bodies) == 2
+    # One body kept per live resource (the queued resource, its node); a removed resource's goes with it.
+    assert kept == [2]
+    assert cloud._bodies == {}
 
 
 def test_a_busy_run_reads_no_kept_body_that_differs_from_a_fresh_render():

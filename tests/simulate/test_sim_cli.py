@@ -71,6 +71,7 @@ def test_the_table_names_the_report_by_a_link_that_opens_from_anywhere(tmp_path)
                           capture_output=True, text=True, timeout=TIMEOUT, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "wait p50" in done.stdout
+    assert ", 0.5 days, seed" in done.stdout
     assert done.stdout.splitlines()[-1] == f"report: {(tmp_path / 'report' / 'report.html').as_uri()}"
 
 
@@ -196,3 +197,9 @@ def test_a_brake_only_the_tpuq_policy_honours_is_noted(extra, notes):
     fleet = FleetFile.model_validate({**fleet.model_dump(exclude_none=True), **extra})
     assert brake_notes(fleet, 30 * 86400.0, ["tpuq", "polling", "bound"]) == notes
     assert brake_notes(fleet, 30 * 86400.0, ["polling", "bound"]) == []
+
+
+def test_a_run_of_one_day_is_called_one_day():
+    from tpuq.cli.simulate import _days
+
+    assert (_days(1), _days(1.5), _days(30)) == ("1 day", "1.5 days", "30 days")

@@ -186,6 +186,10 @@ def _bound_metrics(inputs: Inputs, horizon: float):
     return summarize("bound", inputs.jobs, runs, slices, {}, {}, horizon)
 
 
+def _days(days: float) -> str:
+    return f"{days:g} day" if days == 1 else f"{days:g} days"
+
+
 def run_policy(policy: str, inputs: Inputs, horizon: float, seed: int,
                on_progress: Callable[[float], None] | None = None, **policy_options):
     """The policy's Metrics on these inputs (`policy_options`: the policy driver's own, e.g. polling's
@@ -474,13 +478,13 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
         return
     results, notes = run_policies(chosen, first, horizon, seed)
     _print_notes(notes, results)
-    report = _write_report(out_dir, results, f"tpuq simulate: {fleet_path.name}, {days:g} days, seed {seed}") \
+    report = _write_report(out_dir, results, f"tpuq simulate: {fleet_path.name}, {_days(days)}, seed {seed}") \
         if out_dir is not None else None
     if as_json:
         print(json.dumps({"days": days, "seed": seed, "jobs": len(first.jobs), "unavailable": notes,
                           "results": [json.loads(m.to_json(series=False)) for m in results]}, sort_keys=True))
         return
-    _print_table(results, f"{len(first.jobs)} jobs, {days:g} days, seed {seed}")
+    _print_table(results, f"{len(first.jobs)} jobs, {_days(days)}, seed {seed}")
     if report is not None:
         _print_report_link(report)
 
@@ -500,7 +504,7 @@ def _compare(policies: list[str], inputs: tuple[Inputs, Inputs], horizon: float,
     if out_dir is not None:
         labelled = [m.model_copy(update={"policy": f"{m.policy} ({name})"})
                     for pair in pairs for m, name in zip(pair, names)]
-        report = _write_report(out_dir, labelled, f"tpuq simulate --compare {names[0]} {names[1]}, {days:g} days, "
+        report = _write_report(out_dir, labelled, f"tpuq simulate --compare {names[0]} {names[1]}, {_days(days)}, "
                                                   f"seed {seed}")
     if as_json:
         print(json.dumps({"days": days, "seed": seed, "fleets": list(names), "unavailable": notes, "compare": [

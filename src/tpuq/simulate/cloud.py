@@ -62,6 +62,8 @@ class SimCloud:
 
     def _transition(self, t: Transition) -> None:
         self.transitions.append(t)
+        if t.state is None:
+            self._bodies.pop(t.name, None)  # removed: its kept body goes too (a name used again is another record)
         for listener in self.listeners:
             listener(t)
 
