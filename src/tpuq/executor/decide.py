@@ -31,6 +31,14 @@ def is_over(execution: Doc | None) -> bool:
     return bool(execution and execution.get("ended"))
 
 
+def to_start(execution: Doc | None) -> bool:
+    """Whether a delivery of the attempt's assignment starts it: only while its record is absent or `starting`.
+    Once `started`, the command runs and the tick's judge and probe own the attempt: a copy delivered late must
+    neither write `starting` back over it (the tick judges only `started` attempts, so one whose copy then died
+    would be judged by nothing) nor start it again on its workers."""
+    return not is_over(execution) and (execution or {}).get("state") != STARTED
+
+
 def judgeable(execution: Doc | None) -> bool:
     """An attempt this executor started and whose end is not yet published."""
     return bool(execution) and not is_over(execution) and bool(execution.get("assignment"))

@@ -37,6 +37,7 @@ from tpuq.executor.outcome import Decided, NodeState
 from tpuq.executor.pins import GuestAttributeHostKeys
 from tpuq.executor.ssh import ConnectionCache
 from tpuq.fleetstore import load_fleet
+from tpuq.guarded import WriteSet, read_decide_commit
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq.isolation import Isolated
 from tpuq.messages import Assignment, AssignmentAction, AttemptOutcome, GcsObjectEvent, Tick
@@ -179,9 +180,8 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
         original = Assignment.model_validate(stored["assignment"]) if stored.get("assignment") else assignment
         _publish_end(ctx, original, executor.cancel_attempt(original, reason="cancelled by user"))
         return
-    if decide.is_over(ref.get().to_dict()):
-        return  # a redelivery of an attempt that is over
-    ref.set(decide.start_record(assignment, ctx.now()), merge=True)
+    if not _record_starting(db, ref, assignment, ctx.now()):
+        return  # a redelivery (or a late copy) of an attempt that started or is over
     try:
         result = executor.start_attempt(assignment)
     except Permanent as e:
@@ -193,6 +193,18 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
     ref.set(decide.started_record(ctx.now()), merge=True)
     if not result.already:
         ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
+
+
+def _record_starting(db, ref, assignment: Assignment, now: datetime) -> bool:
+    """Write the attempt's record as `starting`, unless it says the attempt started or ended (False). Guarded: a
+    copy that read `starting` while the first delivery wrote `started` reads again instead of writing over it."""
+
+    def decide_start(snap):
+        if not decide.to_start(snap.to_dict()):
+            return WriteSet(), False
+        return WriteSet().update(snap, decide.start_record(assignment, now)), True
+
+    return read_decide_commit(db, [ref], decide_start)
 
 
 def _tpu_doc(db, node: str) -> dict | None:
