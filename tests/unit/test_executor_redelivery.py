@@ -92,7 +92,9 @@ def test_a_late_copy_of_a_started_attempts_assignment_leaves_it_to_the_tick():
         handlers.on_assignment(ASSIGNMENT, env.ctx("executor-assignments"))
     assert env.execution()["state"] == decide.STARTED, "a copy of the assignment wrote the started record back"
     assert env.executor.starts == ["j1-1"], "the attempt's workers were asked to start it again"
-    assert env.attempt_events() == []
+    # `started` once more (the scheduler ignores a repeat): the copy may be the redelivery of a push whose
+    # handler died between recording `started` and publishing it.
+    assert [e["kind"] for e in env.attempt_events()] == ["started"]
 
     # The scheduler recorded the node lost: the executor's tick judges the attempt and publishes its end.
     env.db.collection(store.TPUS).document(short_node_name(NODE)).set({"state": "gone"})
@@ -131,5 +133,32 @@ def test_a_redelivery_of_an_attempt_still_starting_starts_it():
     env.execution_ref().set(decide.start_record(ASSIGNMENT, NOW))
     handlers.on_assignment(ASSIGNMENT, env.ctx("executor-assignments"))
     assert env.executor.starts == ["j1-1"]
+    assert env.execution()["state"] == decide.STARTED
+    assert [e["kind"] for e in env.attempt_events()] == ["started"]
+
+
+def test_an_executor_that_died_between_recording_started_and_publishing_it_publishes_it_on_redelivery():
+    env = Env()
+    env.execution_ref().set(decide.start_record(ASSIGNMENT, NOW))
+    env.execution_ref().set(decide.started_record(NOW), merge=True)  # ... and then the executor died: no event
+    handlers.on_assignment(ASSIGNMENT, env.ctx("executor-assignments"))  # Pub/Sub redelivers the unacked push
+    assert [e["kind"] for e in env.attempt_events()] == ["started"]
+    assert env.executor.starts == [], "a started attempt was started again"
+
+
+def test_a_copy_of_an_ended_attempts_assignment_publishes_nothing():
+    env = Env()
+    env.execution_ref().set({**decide.start_record(ASSIGNMENT, NOW), "ended": True})
+    handlers.on_assignment(ASSIGNMENT, env.ctx("executor-assignments"))
+    assert env.attempt_events() == [] and env.executor.starts == []
+
+
+def test_a_redelivery_that_finds_the_workers_already_running_it_publishes_started():
+    """The push that launched the workers died before recording `started` (and before publishing it): the
+    redelivery's start finds them running (`already`) and publishes `started` for it."""
+    env = Env()
+    env.execution_ref().set(decide.start_record(ASSIGNMENT, NOW))
+    env.executor.start_attempt = lambda a: StartResult(True, already=True)
+    handlers.on_assignment(ASSIGNMENT, env.ctx("executor-assignments"))
     assert env.execution()["state"] == decide.STARTED
     assert [e["kind"] for e in env.attempt_events()] == ["started"]

@@ -180,8 +180,13 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
         original = Assignment.model_validate(stored["assignment"]) if stored.get("assignment") else assignment
         _publish_end(ctx, original, executor.cancel_attempt(original, reason="cancelled by user"))
         return
-    if not _record_starting(db, ref, assignment, ctx.now()):
-        return  # a redelivery (or a late copy) of an attempt that started or is over
+    stored = _record_starting(db, ref, assignment, ctx.now())
+    if stored is not None:  # a redelivery (or a late copy) of an attempt that started or is over
+        if not decide.is_over(stored):
+            # Started: the executor may have died between recording it and publishing `started` (this copy is
+            # then the redelivery of an unacknowledged push). Published again; the scheduler ignores a repeat.
+            ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
+        return
     try:
         result = executor.start_attempt(assignment)
     except Permanent as e:
@@ -191,18 +196,21 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
         _publish_end(ctx, assignment, decide.start_failure(result.outcome, _node_state(db, assignment.node)))
         return
     ref.set(decide.started_record(ctx.now()), merge=True)
-    if not result.already:
-        ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
+    # Also when the workers already ran it (`result.already`): the delivery that launched it may have died
+    # before publishing. The scheduler ignores a repeat.
+    ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
 
 
-def _record_starting(db, ref, assignment: Assignment, now: datetime) -> bool:
-    """Write the attempt's record as `starting`, unless it says the attempt started or ended (False). Guarded: a
-    copy that read `starting` while the first delivery wrote `started` reads again instead of writing over it."""
+def _record_starting(db, ref, assignment: Assignment, now: datetime) -> dict | None:
+    """Write the attempt's record as `starting` (None), unless it says the attempt started or ended: then the
+    record, unchanged. Guarded: a copy that read `starting` while the first delivery wrote `started` reads again
+    instead of writing over it."""
 
     def decide_start(snap):
-        if not decide.to_start(snap.to_dict()):
-            return WriteSet(), False
-        return WriteSet().update(snap, decide.start_record(assignment, now)), True
+        stored = snap.to_dict()
+        if not decide.to_start(stored):
+            return WriteSet(), stored
+        return WriteSet().update(snap, decide.start_record(assignment, now)), None
 
     return read_decide_commit(db, [ref], decide_start)
 
