@@ -10,6 +10,7 @@ from tpuq.messages import Tick
 from tpuq.scheduler import handlers
 from tpuq.service import Context
 
+from tests.scheduler.conftest import active
 from tests.scheduler.test_attempts import running_job
 
 
@@ -107,3 +108,52 @@ def test_a_slice_recorded_by_the_backstop_keeps_the_health_the_claimer_saw(sched
     tpu = sched.tpu("tpuq-r-y-1-us-central2-b")
     assert tpu["state"] == "idle" and NodeHealth.from_doc(tpu) == sick
     assert sched.job("j8")["state"] == "pending"  # the unhealthy slice took no job
+
+
+def _claimer_record(qr_id: str, state: str, updated_at: datetime) -> dict:
+    from tpuq.claimer.model import QrRecord
+    from tpuq.claimer.statestore import qr_to_doc
+
+    node = f"projects/tpuq-local/locations/us-central2-b/nodes/{qr_id}"
+    return qr_to_doc(QrRecord(qr_id=qr_id, fleet="test", project="tpuq-local", request_id=f"r-{qr_id}",
+                              entry_id="v4", zone="us-central2-b", type="v4-8", spot=True, generation=0, state=state,
+                              created_at=updated_at, updated_at=updated_at, node=node))
+
+
+def test_a_busy_slice_whose_loss_event_was_lost_is_gone_and_its_attempt_preempted_once(sched):
+    running_job(sched)  # j1 runs on n1 (queued resource .../queuedResources/n1)
+    # The claimer saw it SUSPENDED, the janitor deleted it and the claimer recorded it GONE; both events it
+    # published were dead-lettered on the way to the scheduler.
+    sched.db.collection(store.QUEUED_RESOURCES).document("n1").set(
+        _claimer_record("n1", "GONE", datetime.now(timezone.utc)))
+
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(seconds=10)))
+    assert sched.tpu("n1")["state"] == "busy"  # too soon: the event may still be on its way
+
+    handlers.on_tick(Tick(seq=2), tick_context(sched, timedelta(minutes=5)))
+    assert sched.tpu("n1")["state"] == "gone"
+    job = sched.job("j1")
+    assert job["state"] == "pending" and job["preemptions"] == 1
+    assert sched.attempts("j1")["1"]["outcome"] == "preempted"
+    handlers.on_tick(Tick(seq=3), tick_context(sched, timedelta(minutes=6)))  # and only once
+    assert sched.job("j1")["preemptions"] == 1
+
+
+def test_an_idle_slice_whose_suspended_event_was_lost_takes_no_job(sched):
+    sched.deliver("fleet-events", active("n1"))
+    assert sched.tpu("n1")["state"] == "idle"
+    sched.db.collection(store.QUEUED_RESOURCES).document("n1").set(
+        _claimer_record("n1", "SUSPENDED", datetime.now(timezone.utc)))
+
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
+    assert sched.tpu("n1")["state"] == "gone"
+    sched.deliver("jobs", {"id": "j7", "tpu": "v4-8", "command": "train"})
+    assert sched.job("j7")["state"] == "pending"  # not handed a slice that no longer exists
+
+
+def test_a_slice_the_claimer_still_records_active_is_left_in_service(sched):
+    sched.deliver("fleet-events", active("n1"))
+    sched.db.collection(store.QUEUED_RESOURCES).document("n1").set(
+        _claimer_record("n1", "ACTIVE", datetime.now(timezone.utc) - timedelta(hours=1)))
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
+    assert sched.tpu("n1")["state"] == "idle"

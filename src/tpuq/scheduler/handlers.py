@@ -32,7 +32,7 @@ from tpuq.messages import (
 from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.grouping import GroupedPasses
 from tpuq.scheduler.plan import PendingJob
-from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
+from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, lost_slices_in_service, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
@@ -255,6 +255,14 @@ def on_tick(tick: Tick, ctx: Context) -> None:
         log.warning("tick: recording %s, whose ACTIVE event never arrived", slice_event.node)
         with parts.part(f"recording {slice_event.node}"):
             on_fleet_event(slice_event, ctx)
+    lost: list[FleetEvent] = []
+    with parts.part("reading TPUs in service whose slice is gone"):
+        lost = lost_slices_in_service(ctx)
+    for lost_event in lost:
+        log.warning("tick: %s is %s at the claimer, but its event never arrived", lost_event.node,
+                    lost_event.kind.value)
+        with parts.part(f"recording {lost_event.node} lost"):
+            on_fleet_event(lost_event, ctx)
     ended: list[AttemptEvent] = []
     with parts.part("reading recorded attempt ends"):
         ended = ended_attempts_not_applied(ctx)

@@ -37,6 +37,8 @@ from tpuq import store
 from tpuq.documents import (
     JOB_STATES_ON_A_TPU,
     TPU_STATES_HOLDING_A_SLICE,
+    TPU_STATES_IN_SERVICE,
+    ClaimerQrState,
     ExecutionEnd,
     JobDoc,
     JobState,
@@ -376,6 +378,41 @@ def active_slices_not_recorded(ctx: Context, limit: int = 200) -> list[FleetEven
             hosts=accel.hosts, spot=bool(r.get("spot", True)),
             endpoints=[WorkerEndpoint.model_validate(e) for e in r["endpoints"]], node_health=NodeHealth.from_doc(r),
             at=ctx.now()))
+    return events
+
+
+# The claimer's recorded states that say a slice is no more, and the fleet event it announced for each.
+_LOST_SLICE_EVENTS = {
+    ClaimerQrState.GONE: FleetEventKind.gone,
+    QueuedResourceState.SUSPENDED: FleetEventKind.suspended,
+    QueuedResourceState.FAILED: FleetEventKind.failed,
+}
+
+
+def lost_slices_in_service(ctx: Context, limit: int = IDLE_LIMIT) -> list[FleetEvent]:
+    """Backstop for a lost SUSPENDED / FAILED / GONE event: TPUs still idle or busy here whose queued resource the
+    claimer recorded (`queued_resources/{id}`) as suspended, failed or gone more than RECONCILE_AFTER ago. Without
+    this such a TPU would be handed new jobs, and a job on it would wait for an end nobody reports. Returns the
+    events to apply (the kind the claimer announced); applying one twice changes nothing (`lifecycle.node_lost`)."""
+    db = ctx.clients.firestore
+    now = ctx.now()
+    q = db.collection(store.TPUS).where(filter=FieldFilter("state", "in", sorted(TPU_STATES_IN_SERVICE))).limit(limit)
+    tpus = [d for d in (s.to_dict() or {} for s in q.stream()) if d.get("queued_resource") and d.get("name")]
+    if not tpus:
+        return []
+    refs = [db.collection(store.QUEUED_RESOURCES).document(short_node_name(d["queued_resource"])) for d in tpus]
+    records = {s.id: s.to_dict() or {} for s in db.get_all(refs) if s.exists}
+    events = []
+    for tpu in tpus:
+        r = records.get(short_node_name(tpu["queued_resource"])) or {}
+        kind = _LOST_SLICE_EVENTS.get(r.get("state"))
+        if kind is None or r.get("updated_at") is None or now - r["updated_at"] < RECONCILE_AFTER:
+            continue  # live, unknown to the claimer, or recorded so lately that its event may still be on its way
+        events.append(FleetEvent(
+            kind=kind, fleet=tpu.get("fleet") or r["fleet"], queued_resource=tpu["queued_resource"],
+            request_id=tpu.get("request_id") or r.get("request_id"), zone=tpu.get("zone") or r["zone"],
+            type=tpu.get("type") or r["type"], node=tpu["name"], entry_id=tpu.get("entry_id") or r.get("entry_id"),
+            at=now))
     return events
 
 
