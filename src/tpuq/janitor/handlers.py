@@ -114,14 +114,15 @@ class Janitor:
     def read_all(self, names: list[str]) -> dict[str, Any]:
         """Exact GETs; a name whose read keeps failing is left out (unknown state concludes nothing)."""
         out: dict[str, Any] = {}
-        failed: list[str] = []
+        failed: dict[str, TpuqError] = {}
         for name, value in self.api.read_all_safely(names).items():
             if isinstance(value, TpuqError):
-                failed.append(name)
+                failed[name] = value
             else:
                 out[name] = value
-        if failed:
-            log.warning("could not read %s; they are looked at again on the next event or tick", failed)
+        if failed:  # with what the API answered: a read that keeps failing says why in the log
+            log.warning("could not read %s; they are looked at again on the next event or tick (%s)", list(failed),
+                        "; ".join(f"{type(e).__name__}: {str(e)[:300]}" for e in failed.values()))
         return out
 
     # ------------------------------------------------------------ deletes
