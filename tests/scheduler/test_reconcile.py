@@ -157,3 +157,26 @@ def test_a_slice_the_claimer_still_records_active_is_left_in_service(sched):
         _claimer_record("n1", "ACTIVE", datetime.now(timezone.utc) - timedelta(hours=1)))
     handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
     assert sched.tpu("n1")["state"] == "idle"
+
+
+def test_an_attempt_that_ended_before_its_slice_was_lost_keeps_its_recorded_end(sched):
+    """Both events lost: the executor's `ended succeeded` and the slice's GONE. The recorded end is applied first,
+    so the job is done, not requeued as preempted."""
+    running_job(sched)
+    sched.db.collection(store.EXECUTIONS).document("j1:1").set(
+        {"job_id": "j1", "attempt": 1, "ended": True, "outcome": "succeeded", "detail": "all 1 workers exited 0"})
+    sched.db.collection(store.QUEUED_RESOURCES).document("n1").set(
+        _claimer_record("n1", "GONE", datetime.now(timezone.utc)))
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
+    job = sched.job("j1")
+    assert job["state"] == "succeeded" and job["preemptions"] == 0
+    assert sched.tpu("n1")["state"] == "gone"  # and the slice is still recorded lost
+
+
+def test_a_record_of_another_resource_under_the_same_id_ends_nothing(sched):
+    sched.deliver("fleet-events", active("n1"))
+    other = _claimer_record("n1", "GONE", datetime.now(timezone.utc) - timedelta(hours=1))
+    other["name"] = "projects/tpuq-local/locations/us-central2-a/queuedResources/n1"  # another zone's
+    sched.db.collection(store.QUEUED_RESOURCES).document("n1").set(other)
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
+    assert sched.tpu("n1")["state"] == "idle"

@@ -162,3 +162,22 @@ def test_a_redelivery_that_finds_the_workers_already_running_it_publishes_starte
     handlers.on_assignment(ASSIGNMENT, env.ctx("executor-assignments"))
     assert env.execution()["state"] == decide.STARTED
     assert [e["kind"] for e in env.attempt_events()] == ["started"]
+
+
+def test_a_copy_whose_start_fails_after_the_other_copy_started_the_attempt_ends_nothing():
+    """Two copies read `starting` at once; the first launches the command and records `started`, the second's
+    connect fails a moment later. The attempt runs: no end is published for it."""
+    from tpuq.executor.outcome import Decided
+    from tpuq.messages import AttemptOutcome
+
+    env = Env()
+    env.execution_ref().set(decide.start_record(ASSIGNMENT, NOW))  # the first copy's record, mid-start
+
+    def first_copy_started_it_then_this_one_fails(assignment):
+        env.execution_ref().set(decide.started_record(NOW), merge=True)
+        return StartResult(False, outcome=Decided(AttemptOutcome.infra_failed, "ssh: connection reset"))
+
+    env.executor.start_attempt = first_copy_started_it_then_this_one_fails
+    handlers.on_assignment(ASSIGNMENT, env.ctx("executor-assignments"))
+    assert env.attempt_events() == []
+    assert env.execution()["state"] == decide.STARTED and not env.execution().get("ended")

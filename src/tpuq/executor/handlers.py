@@ -190,15 +190,23 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
     try:
         result = executor.start_attempt(assignment)
     except Permanent as e:
-        _publish_end(ctx, assignment, decide.cannot_start(e))
+        if not _started_meanwhile(ref):
+            _publish_end(ctx, assignment, decide.cannot_start(e))
         return
     if result.outcome is not None:
-        _publish_end(ctx, assignment, decide.start_failure(result.outcome, _node_state(db, assignment.node)))
+        if not _started_meanwhile(ref):
+            _publish_end(ctx, assignment, decide.start_failure(result.outcome, _node_state(db, assignment.node)))
         return
     ref.set(decide.started_record(ctx.now()), merge=True)
     # Also when the workers already ran it (`result.already`): the delivery that launched it may have died
     # before publishing. The scheduler ignores a repeat.
     ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
+
+
+def _started_meanwhile(ref) -> bool:
+    """Another delivery of the assignment started the attempt while this one tried (both read `starting`): this
+    one's failure (an SSH connect that failed a moment) is not the end of an attempt whose command runs."""
+    return (ref.get().to_dict() or {}).get("state") == decide.STARTED
 
 
 def _record_starting(db, ref, assignment: Assignment, now: datetime) -> dict | None:

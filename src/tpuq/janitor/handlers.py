@@ -120,9 +120,11 @@ class Janitor:
                 failed[name] = value
             else:
                 out[name] = value
-        if failed:  # with what the API answered: a read that keeps failing says why in the log
+        if failed:  # with what the API answered (each distinct answer once): a read that keeps failing says why
+            answers = dict.fromkeys(f"{type(e).__name__}: {str(e)[:300]}" for e in failed.values())
+            more = f"; and {len(answers) - 3} other answers" if len(answers) > 3 else ""
             log.warning("could not read %s; they are looked at again on the next event or tick (%s)", list(failed),
-                        "; ".join(f"{type(e).__name__}: {str(e)[:300]}" for e in failed.values()))
+                        "; ".join(list(answers)[:3]) + more)
         return out
 
     # ------------------------------------------------------------ deletes

@@ -32,7 +32,15 @@ from tpuq.messages import (
 from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.grouping import GroupedPasses
 from tpuq.scheduler.plan import PendingJob
-from tpuq.scheduler.scheduling import active_slices_not_recorded, ended_attempts_not_applied, lost_slices_in_service, note_request_failure, release_request, republish_stale_assignments, scheduling_pass
+from tpuq.scheduler.scheduling import (
+    active_slices_not_recorded,
+    ended_attempts_not_applied,
+    lost_slices_in_service,
+    note_request_failure,
+    release_request,
+    republish_stale_assignments,
+    scheduling_pass,
+)
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
@@ -255,14 +263,6 @@ def on_tick(tick: Tick, ctx: Context) -> None:
         log.warning("tick: recording %s, whose ACTIVE event never arrived", slice_event.node)
         with parts.part(f"recording {slice_event.node}"):
             on_fleet_event(slice_event, ctx)
-    lost: list[FleetEvent] = []
-    with parts.part("reading TPUs in service whose slice is gone"):
-        lost = lost_slices_in_service(ctx)
-    for lost_event in lost:
-        log.warning("tick: %s is %s at the claimer, but its event never arrived", lost_event.node,
-                    lost_event.kind.value)
-        with parts.part(f"recording {lost_event.node} lost"):
-            on_fleet_event(lost_event, ctx)
     ended: list[AttemptEvent] = []
     with parts.part("reading recorded attempt ends"):
         ended = ended_attempts_not_applied(ctx)
@@ -272,6 +272,16 @@ def on_tick(tick: Tick, ctx: Context) -> None:
         log.warning("tick: applying the recorded end of %s (%s)", event.attempt_id, event.outcome.value)
         with parts.part(f"applying the end of {event.attempt_id}"):
             on_attempt_event(event, ctx)
+    # After the recorded ends: an attempt that ended (say, succeeded) before its slice went counts as it ended,
+    # not as preempted by the slice's loss.
+    lost: list[FleetEvent] = []
+    with parts.part("reading TPUs in service whose slice is gone"):
+        lost = lost_slices_in_service(ctx)
+    for lost_event in lost:
+        log.warning("tick: %s is %s at the claimer, but its event never arrived", lost_event.node,
+                    lost_event.kind.value)
+        with parts.part(f"recording {lost_event.node} lost"):
+            on_fleet_event(lost_event, ctx)
     with parts.part("the scheduling pass"):
         scheduling_pass(ctx, fleet_in_force(ctx), full=True)
     parts.raise_if_any()

@@ -405,6 +405,8 @@ def lost_slices_in_service(ctx: Context, limit: int = IDLE_LIMIT) -> list[FleetE
     events = []
     for tpu in tpus:
         r = records.get(short_node_name(tpu["queued_resource"])) or {}
+        if r.get("name") != tpu["queued_resource"] or (r.get("node") or tpu["name"]) != tpu["name"]:
+            continue  # not this TPU's record: only its own record may end it
         kind = _LOST_SLICE_EVENTS.get(r.get("state"))
         if kind is None or r.get("updated_at") is None or now - r["updated_at"] < RECONCILE_AFTER:
             continue  # live, unknown to the claimer, or recorded so lately that its event may still be on its way
