@@ -429,13 +429,15 @@ def ended_attempts_not_applied(ctx: Context, limit: int = 50) -> list[AttemptEve
         .where(filter=FieldFilter(JobDoc.field("updated_at"), "<=", now - RECONCILE_AFTER))
         .limit(limit)
     )
+    jobs = [job for job in map(_job_view, q.stream()) if job.attempt and job.tpu]
+    if not jobs:
+        return []
+    # One batched read of their executions' records (one round trip, not one a job).
+    refs = [db.collection(store.EXECUTIONS).document(execution_doc_id(job.id, job.attempt)) for job in jobs]
+    records = {s.id: s.to_dict() for s in db.get_all(refs)}
     events = []
-    for snap in q.stream():
-        job = _job_view(snap)
-        if not job.attempt or not job.tpu:
-            continue
-        execution = db.collection(store.EXECUTIONS).document(execution_doc_id(job.id, job.attempt)).get()
-        end = ExecutionEnd.from_doc(execution.to_dict())
+    for job, ref in zip(jobs, refs):
+        end = ExecutionEnd.from_doc(records.get(ref.id))
         if end is None:
             continue
         events.append(AttemptEvent(
