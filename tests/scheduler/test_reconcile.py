@@ -180,3 +180,22 @@ def test_a_record_of_another_resource_under_the_same_id_ends_nothing(sched):
     sched.db.collection(store.QUEUED_RESOURCES).document("n1").set(other)
     handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=5)))
     assert sched.tpu("n1")["state"] == "idle"
+
+
+def test_a_slice_lost_after_its_attempt_recorded_success_leaves_the_job_succeeded(sched):
+    """The executor recorded (and published) `ended succeeded`; the slice's SUSPENDED event arrives before that
+    event. The attempt ends as it ended, not preempted; the TPU is gone; the late `ended` changes nothing."""
+    from tests.scheduler.test_attempts import ended
+
+    running_job(sched)
+    sched.db.collection(store.EXECUTIONS).document("j1:1").set(
+        {"job_id": "j1", "attempt": 1, "ended": True, "outcome": "succeeded", "detail": "all 1 workers exited 0"})
+    sched.db.collection(store.QUEUED_RESOURCES).document("n1").set(
+        _claimer_record("n1", "SUSPENDED", datetime.now(timezone.utc) - timedelta(hours=1)))
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(seconds=10)))  # the job changed just now
+    job = sched.job("j1")
+    assert job["state"] == "succeeded" and job["preemptions"] == 0
+    assert sched.attempts("j1")["1"]["outcome"] == "succeeded"
+    assert sched.tpu("n1")["state"] == "gone"
+    sched.deliver("attempt-events", ended("succeeded"))
+    assert sched.job("j1")["state"] == "succeeded" and sched.job("j1")["preemptions"] == 0

@@ -12,7 +12,7 @@ import logging
 import threading
 
 from tpuq import store
-from tpuq.documents import JobDoc, JobState, TpuState, short_node_name
+from tpuq.documents import ExecutionEnd, JobDoc, JobState, TpuState, execution_doc_id, short_node_name
 from tpuq.errors import Permanent, Retryable
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.fleetstore import load_fleet
@@ -165,10 +165,12 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
     for _ in range(3):
         holder = (tpu_ref.get().to_dict() or {}).get("job_id")
         refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else [])
+        recorded = _recorded_end(db, holder, ctx) if holder else {}
 
-        def decide(tpu_snap, job_snap=None, holder=holder):
+        def decide(tpu_snap, job_snap=None, holder=holder, recorded=recorded):
             job = job_snap.to_dict() if job_snap else None
-            lost = lifecycle.node_lost(tpu_snap.to_dict(), holder, job, event, _budgets(fleet), ctx.now(), ctx.rng)
+            lost = lifecycle.node_lost(tpu_snap.to_dict(), holder, job, event, _budgets(fleet), ctx.now(), ctx.rng,
+                                       recorded)
             writes = WriteSet().update(tpu_snap, lost.tpu)
             if lost.end:
                 attempt = JobDoc.from_doc(job, job_snap.id).attempt
@@ -180,6 +182,18 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
         if not lost.job_moved:
             return bool(lost.end and lost.end.job and _requeued(lost.end.job))
     raise Retryable(f"TPU {event.node} keeps changing hands")
+
+
+def _recorded_end(db, job_id: str, ctx: Context) -> dict[int, ExecutionEnd]:
+    """The end the executor recorded for the job's current attempt, if any, by attempt number (an end once recorded
+    never changes: read outside the guarded commit, and used only if the job is still on that attempt)."""
+    stored = _jobs(ctx).document(job_id).get().to_dict()
+    attempt = JobDoc.from_doc(stored, job_id).attempt if stored else None
+    if not attempt:
+        return {}
+    record = db.collection(store.EXECUTIONS).document(execution_doc_id(job_id, attempt)).get()
+    end = ExecutionEnd.from_doc(record.to_dict())
+    return {attempt: end} if end is not None else {}
 
 
 def _requeued(job_fields: dict) -> bool:

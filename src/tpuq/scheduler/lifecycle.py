@@ -13,12 +13,13 @@ attempt) yields no writes: `jobstate.transition` is the only judge.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from tpuq import gcslayout
-from tpuq.documents import AttemptDoc, AttemptState, JobDoc, TpuState, short_node_name
+from tpuq.documents import AttemptDoc, AttemptState, ExecutionEnd, JobDoc, TpuState, short_node_name
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
 from tpuq.jobstate import still_unstarted, IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
@@ -412,8 +413,12 @@ class NodeLost:
 
 
 def node_lost(tpu: Doc | None, holder_read: str | None, stored_job: Doc | None, event: FleetEvent,
-              budgets: RetryBudgets, now: datetime, rng: random.Random) -> NodeLost:
-    """SUSPENDED / GONE / FAILED for a node: the TPU is gone, and the attempt it held ends preempted (once).
+              budgets: RetryBudgets, now: datetime, rng: random.Random,
+              recorded_ends: Mapping[int, ExecutionEnd] | None = None) -> NodeLost:
+    """SUSPENDED / GONE / FAILED for a node: the TPU is gone, and the attempt it held ends preempted (once),
+    unless the executor recorded that attempt's end (`recorded_ends`, by attempt: executions/{job}:{attempt}):
+    an attempt that ended (say, succeeded) before its slice went, whose `ended` event is still on its way or was
+    lost, ends as it ended.
 
     `holder_read` is the job id the TPU named when the caller chose which job document to read with it.
     """
@@ -424,8 +429,13 @@ def node_lost(tpu: Doc | None, holder_read: str | None, stored_job: Doc | None, 
     job = JobDoc.from_doc(stored_job) if stored_job else None
     if job is None or not stored.get("attempt_id") or job.attempt_id != stored["attempt_id"]:
         return NodeLost(gone)
-    end = attempt_ended(stored_job, job.attempt, AttemptOutcome.preempted,
-                        f"TPU {stored.get('short')} {event.kind.value}", budgets, now, rng)
+    recorded = (recorded_ends or {}).get(job.attempt)
+    if recorded is not None:
+        end = attempt_ended(stored_job, job.attempt, AttemptOutcome(recorded.outcome), recorded.detail, budgets,
+                            now, rng)
+    else:
+        end = attempt_ended(stored_job, job.attempt, AttemptOutcome.preempted,
+                            f"TPU {stored.get('short')} {event.kind.value}", budgets, now, rng)
     return NodeLost(gone, end)
 
 
