@@ -377,12 +377,12 @@ def cancel(stored: Doc, reason: str, now: datetime, if_pending: bool = False,
 # --------------------------------------------------------------- node lost
 
 
-_NODE_LOST = (FleetEventKind.suspended, FleetEventKind.gone, FleetEventKind.failed)
+NODE_LOST = frozenset({FleetEventKind.suspended, FleetEventKind.gone, FleetEventKind.failed})
 
 
 def node_is_lost(event: FleetEvent) -> bool:
     """SUSPENDED / GONE / FAILED naming a node: the slice is no more."""
-    return event.kind in _NODE_LOST and bool(event.node)
+    return event.kind in NODE_LOST and bool(event.node)
 
 
 def request_failure_reason(event: FleetEvent) -> str | None:

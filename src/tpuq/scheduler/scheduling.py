@@ -38,7 +38,6 @@ from tpuq.documents import (
     JOB_STATES_ON_A_TPU,
     TPU_STATES_HOLDING_A_SLICE,
     TPU_STATES_IN_SERVICE,
-    ClaimerQrState,
     ExecutionEnd,
     JobDoc,
     JobState,
@@ -381,12 +380,8 @@ def active_slices_not_recorded(ctx: Context, limit: int = 200) -> list[FleetEven
     return events
 
 
-# The claimer's recorded states that say a slice is no more, and the fleet event it announced for each.
-_LOST_SLICE_EVENTS = {
-    ClaimerQrState.GONE: FleetEventKind.gone,
-    QueuedResourceState.SUSPENDED: FleetEventKind.suspended,
-    QueuedResourceState.FAILED: FleetEventKind.failed,
-}
+# A fleet event's kind is the queued-resource state it announces: the recorded states that say a slice is no more.
+_LOST_KIND_OF_STATE = {kind.value: kind for kind in lifecycle.NODE_LOST}
 
 
 def lost_slices_in_service(ctx: Context, limit: int = IDLE_LIMIT) -> list[FleetEvent]:
@@ -407,7 +402,7 @@ def lost_slices_in_service(ctx: Context, limit: int = IDLE_LIMIT) -> list[FleetE
         r = records.get(short_node_name(tpu["queued_resource"])) or {}
         if r.get("name") != tpu["queued_resource"] or (r.get("node") or tpu["name"]) != tpu["name"]:
             continue  # not this TPU's record: only its own record may end it
-        kind = _LOST_SLICE_EVENTS.get(r.get("state"))
+        kind = _LOST_KIND_OF_STATE.get(r.get("state"))  # the event the claimer announced for that state
         if kind is None or r.get("updated_at") is None or now - r["updated_at"] < RECONCILE_AFTER:
             continue  # live, unknown to the claimer, or recorded so lately that its event may still be on its way
         events.append(FleetEvent(
