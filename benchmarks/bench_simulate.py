@@ -5,7 +5,10 @@ line with the issue's three figures:
 - tpuq's utilization as a fraction of the bound's (goal >= 0.95);
 - tpuq's wasted VM-hours as a fraction of the polling policy's (goal <= 0.2), also against the polling policy
   with its counts shared out over the zones (`polling-split`);
-- the whole 30-day run's seconds (goal <= 60 on a 2-core machine), for each policy and in all.
+- the whole 30-day run's seconds (goal <= 60 on a 2-core machine), for each policy and in all;
+- `machine_reference_seconds`: how long this machine takes for a fixed pure-Python workload (dict reads and
+  writes, calls, small objects: the simulator's kind of work), best of three, measured before the run. The
+  machines this project runs on differ by a factor of three between sessions; compare runs through it.
 
     python benchmarks/bench_simulate.py [--days 30] [--seed 0] [--policy tpuq ...] [--fleet FILE]
     python benchmarks/bench_simulate.py --scale     # 100,000 jobs over 90 days: prints how long it took
@@ -66,6 +69,31 @@ def run_one(policy: str, days: float, seed: int, jobs: int | None, fleet: str | 
     }
 
 
+def machine_reference_seconds(rounds: int = 3) -> float:
+    """Seconds (best of `rounds`) for a fixed pure-Python workload like the simulator's own."""
+
+    def work() -> int:
+        store: dict[str, dict] = {}
+        total = 0
+        for i in range(300_000):
+            key = f"doc-{i % 2_000}"
+            doc = store.get(key)
+            if doc is None:
+                doc = store[key] = {"state": "pending", "n": 0, "tags": [i % 7]}
+            copied = {k: (list(v) if type(v) is list else v) for k, v in doc.items()}
+            copied["n"] += 1
+            store[key] = copied
+            total += len(copied["tags"]) + (i % 3 == 0)
+        return total + len(sorted(store, key=lambda k: store[k]["n"]))
+
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - start)
+    return round(best, 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--days", type=float, default=None)
@@ -78,6 +106,7 @@ def main() -> None:
     days = args.days or (90.0 if args.scale else 30.0)
     jobs = 100_000 if args.scale else None
     policies = args.policy or ["tpuq", "polling", "polling-split", "bound"]
+    reference = machine_reference_seconds()
     start = time.perf_counter()
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(max_workers=min(args.workers, len(policies))) as pool:
@@ -86,7 +115,7 @@ def main() -> None:
             results[policy] = future.result()
             print(json.dumps(results[policy]), flush=True)
     summary = {"summary": True, "days": days, "fleet": args.fleet or "standard", "scale": args.scale,
-               "load_average": os.getloadavg()[0],
+               "load_average": os.getloadavg()[0], "machine_reference_seconds": reference,
                "run_wall_seconds": round(time.perf_counter() - start, 1)}
     if "tpuq" in results and "bound" in results and results["bound"]["utilization"]:
         summary["tpuq_utilization_of_bound"] = round(results["tpuq"]["utilization"] / results["bound"]["utilization"], 3)

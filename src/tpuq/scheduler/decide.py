@@ -100,15 +100,25 @@ def may_ask(queued: Queued) -> bool:
     return queued.pending.tpu_name is None and not queued.view.capacity_request
 
 
-def queue_of(jobs: list[tuple[str, Doc]]) -> Queue:
-    """(job id, stored job) pairs in queue order -> the queue; one bad stored job never stops the others."""
+def queued(job_id: str, doc: Doc) -> Queued | str:
+    """A stored pending job parsed for the queue, or why it cannot be (its stored spec does not validate)."""
+    try:
+        view = JobDoc.from_doc(doc, job_id)
+        return Queued(doc, view, pending_job(view))
+    except Exception as e:  # noqa: BLE001 - one bad stored job must not stop the queue
+        return f"its stored spec does not validate: {e}"
+
+
+def queue_of(jobs: list[tuple[str, Doc]], parsed: list[Queued | str] | None = None) -> Queue:
+    """(job id, stored job) pairs in queue order -> the queue; one bad stored job never stops the others.
+    `parsed`: each job's `queued` already (the shell keeps them per stored version)."""
     queue = Queue()
-    for job_id, doc in jobs:
-        try:
-            view = JobDoc.from_doc(doc, job_id)
-            queue.jobs[job_id] = Queued(doc, view, pending_job(view))
-        except Exception as e:  # noqa: BLE001 - one bad stored job must not stop the queue
-            queue.unreadable[job_id] = f"its stored spec does not validate: {e}"
+    for i, (job_id, doc) in enumerate(jobs):
+        entry = parsed[i] if parsed is not None else queued(job_id, doc)
+        if isinstance(entry, str):
+            queue.unreadable[job_id] = entry
+        else:
+            queue.jobs[job_id] = entry
     return queue
 
 

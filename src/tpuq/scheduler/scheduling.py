@@ -56,7 +56,8 @@ from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, Att
 from tpuq.jobspec import ANY_TPU
 from tpuq.tputypes import canonical_name, parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
-from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_of
+from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_of, queued
+from tpuq.scheduler.versioned import versioned
 from tpuq.service import Context
 
 log = logging.getLogger("tpuq.scheduler")
@@ -143,6 +144,10 @@ def _job_view(snap) -> JobDoc:
     return JobDoc.from_doc(snap.to_dict() or {}, snap.id)
 
 
+def _parsed_view(job_id: str, doc: dict) -> JobDoc:
+    return JobDoc.from_doc(doc, job_id)
+
+
 def _count(query) -> int:
     return int(query.count().get()[0][0].value)
 
@@ -174,8 +179,9 @@ def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
         # The full read is bounded per type: the jobs that triggered this pass are planned in it all the same.
         read = {s.id for s in job_snaps}
         job_snaps += [s for s in triggered if s.id not in read]
-    jobs = sorted(_with_docs(job_snaps), key=_queue_order)
-    queue = queue_of([(s.id, d) for s, d in jobs])
+    kept = versioned(db, "queued job", queued)  # each stored version copied and parsed once (module docstring)
+    jobs = sorted(((s, *kept.get(s)) for s in job_snaps), key=_queue_order)
+    queue = queue_of([(s.id, d) for s, d, _ in jobs], [parsed for _, _, parsed in jobs])
     entries = entries_to_count(queue, fleet)
     snapshot = PassSnapshot(
         queue=queue,
@@ -183,7 +189,7 @@ def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
         live_tpus={e: live_tpus_of(db, e) for e in entries},
         open_requests={e: open_requests_of(db, e) for e in entries},
     )
-    return snapshot, {s.id: s for s, _ in jobs}, {d.get("name"): s for s, d in tpus}
+    return snapshot, {s.id: s for s, _, _ in jobs}, {d.get("name"): s for s, d in tpus}
 
 
 def _with_docs(snaps) -> list[tuple]:
@@ -193,7 +199,7 @@ def _with_docs(snaps) -> list[tuple]:
 def _queue_order(snap_and_doc: tuple) -> tuple:
     """Priority, then submit time, then id: the order the per-type reads are merged in (the matcher orders
     them again by its own key)."""
-    snap, doc = snap_and_doc
+    snap, doc = snap_and_doc[:2]
     submitted = doc.get(JobDoc.field("submit_time"))
     return (-(doc.get(JobDoc.field("priority_rank")) or 0), submitted.timestamp() if submitted else 0.0, snap.id)
 
@@ -424,7 +430,8 @@ def ended_attempts_not_applied(ctx: Context, limit: int = 50) -> list[AttemptEve
         .where(filter=FieldFilter(JobDoc.field("updated_at"), "<=", now - RECONCILE_AFTER))
         .limit(limit)
     )
-    jobs = [job for job in map(_job_view, q.stream()) if job.attempt and job.tpu]
+    views = versioned(db, "job view", _parsed_view)
+    jobs = [job for job in (views.get(s)[1] for s in q.stream()) if job.attempt and job.tpu]
     if not jobs:
         return []
     # One batched read of their executions' records (one round trip, not one a job).

@@ -1,0 +1,71 @@
+"""Stored documents parsed once per stored version, for the life of a scheduler process.
+
+A pass reads up to `PER_TYPE_EXTRA` pending jobs of every type, and the tick's backstop up to 50 running jobs;
+most of them are the same stored versions as the pass before (a job waits for hours without a write). Copying
+each out of its snapshot and validating its spec again was most of a pass's CPU (`benchmarks/bench_pass.py`:
+parsing 10,000 stored jobs 0.4-1.0 s, deciding 0.5-0.7 s). A snapshot's `update_time` names its stored version:
+Firestore gives every write a new one, so the same (document, update_time) is the same content, and what was
+parsed from it can be used again. Nothing here decides: a kept parse is exactly what parsing again would give.
+
+The kept documents are shared between passes and must not be changed; the pass only reads them (its writes are
+new maps). Kept per Firestore client (the emulator's, production's, a simulation's in-memory store), so two
+stores never share a version; a store that cannot be weakly referenced keeps nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_LIMIT = 20_000  # documents kept per kind; past it the kept ones are dropped and parsed again when read
+
+
+class Versioned(Generic[T]):
+    """(document id) -> (update_time, the document as read, parse(id, document)); `get` parses a new version."""
+
+    def __init__(self, parse: Callable[[str, dict], T], limit: int = DEFAULT_LIMIT) -> None:
+        self.parse = parse
+        self.limit = limit
+        self._kept: dict[str, tuple[Any, dict, T]] = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, snap) -> tuple[dict, T]:
+        """The snapshot's document (not to be changed) and its parse, from the kept ones if this version is kept.
+        A parse that raises is not kept."""
+        version = getattr(snap, "update_time", None)
+        with self._lock:
+            kept = self._kept.get(snap.id)
+            if kept is not None and version is not None and kept[0] == version:
+                self.hits += 1
+                return kept[1], kept[2]
+        doc = snap.to_dict() or {}
+        parsed = self.parse(snap.id, doc)
+        with self._lock:
+            self.misses += 1
+            if version is not None and self.limit:
+                if len(self._kept) >= self.limit:
+                    self._kept.clear()
+                self._kept[snap.id] = (version, doc, parsed)
+        return doc, parsed
+
+
+_BY_CLIENT: "weakref.WeakKeyDictionary[Any, dict[str, Versioned]]" = weakref.WeakKeyDictionary()
+_BY_CLIENT_LOCK = threading.Lock()
+
+
+def versioned(db, kind: str, parse: Callable[[str, dict], T]) -> Versioned[T]:
+    """This Firestore client's kept parses of one kind (`kind` names the parse: one parse per kind)."""
+    with _BY_CLIENT_LOCK:
+        try:
+            kinds = _BY_CLIENT.setdefault(db, {})
+        except TypeError:  # not weakly referenceable: keep nothing
+            return Versioned(parse, limit=0)
+        kept = kinds.get(kind)
+        if kept is None:
+            kept = kinds[kind] = Versioned(parse)
+        return kept

@@ -1,0 +1,80 @@
+"""A pass parses each stored pending job once per stored version (`tpuq.scheduler.versioned`): unchanged jobs
+are not copied and validated again, and a job written since is read as written."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tpuq import store
+from tpuq.documents import JobState
+from tpuq.inmemory import MemoryFirestore
+from tpuq.messages import Tick
+from tpuq.scheduler.decide import queued
+from tpuq.scheduler.scheduling import scheduling_pass
+from tpuq.scheduler.versioned import Versioned, versioned
+
+from tests.scheduler.conftest import active, fleet_file
+from tests.scheduler.test_long_queue import NOW, context, store_pending
+
+
+def test_a_pass_over_unchanged_jobs_parses_none_of_them_again(sched):
+    store_pending(sched.db, 30, "v4-8", "normal", "v4")
+    kept = versioned(sched.db, "queued job", queued)
+    scheduling_pass(context(sched), fleet_file())  # parses all 30; asks for capacity: writes some of them
+    versions = {s.id: s.update_time for s in sched.db.collection(store.JOBS).stream()}
+    scheduling_pass(context(sched), fleet_file())  # parses those written again (new versions)
+    parsed = kept.misses
+    assert parsed >= 30
+    report = scheduling_pass(context(sched), fleet_file())
+    assert report.jobs_read == 30
+    written = {s.id for s in sched.db.collection(store.JOBS).stream() if s.update_time != versions[s.id]}
+    assert not written, "the later passes wrote nothing"
+    assert kept.misses == parsed  # the same 30 stored versions: nothing copied or validated again
+    assert kept.hits >= 30
+
+
+def test_a_job_written_since_the_last_pass_is_planned_as_written(sched):
+    store_pending(sched.db, 3, "v6e-8", "normal", "job")
+    sched.deliver("ticks", Tick(seq=1))  # every job parsed (and kept) as a v6e-8 job
+    ref = sched.db.collection(store.JOBS).document("job-00001")
+    doc = ref.get().to_dict()
+    # Written again (another type): a new stored version, which the next pass must read, not the kept parse.
+    ref.update({"spec": {**doc["spec"], "tpu": ["v4-8"]}, "types": ["v4-8"], "updated_at": NOW + timedelta(minutes=1)})
+    sched.deliver("fleet-events", active("n1"))  # a v4-8 idles: only the rewritten job fits it
+    assert sched.job("job-00001")["state"] == JobState.assigned
+    assert sched.job("job-00000")["state"] == sched.job("job-00002")["state"] == JobState.pending
+
+
+class _Snap:
+    def __init__(self, doc_id: str, doc: dict, version: int) -> None:
+        self.id, self._doc, self.update_time = doc_id, doc, version
+
+    def to_dict(self) -> dict:
+        return dict(self._doc)
+
+
+def test_a_kept_parse_is_per_version_per_store_and_a_failed_parse_is_not_kept():
+    calls = []
+
+    def parse(doc_id, doc):
+        calls.append((doc_id, doc["n"]))
+        if doc["n"] < 0:
+            raise ValueError("bad")
+        return doc["n"] * 10
+
+    kept = Versioned(parse)
+    assert kept.get(_Snap("a", {"n": 1}, 1))[1] == 10
+    assert kept.get(_Snap("a", {"n": 1}, 1))[1] == 10
+    assert kept.get(_Snap("a", {"n": 2}, 2))[1] == 20  # a new version is parsed
+    assert calls == [("a", 1), ("a", 2)]
+    for _ in range(2):
+        try:
+            kept.get(_Snap("b", {"n": -1}, 1))
+        except ValueError:
+            pass
+    assert calls[-2:] == [("b", -1), ("b", -1)]  # raised both times: never kept
+    assert kept.get(_Snap("c", {"n": 3}, None))[1] == 30 and kept.get(_Snap("c", {"n": 3}, None))[1] == 30
+    assert calls[-2:] == [("c", 3), ("c", 3)]  # no version (not a stored read): parsed every time
+    one, other = MemoryFirestore(), MemoryFirestore()
+    assert versioned(one, "k", parse) is versioned(one, "k", parse)
+    assert versioned(one, "k", parse) is not versioned(other, "k", parse)
