@@ -11,7 +11,7 @@ from tpuq.inmemory import MemoryFirestore
 from tpuq.messages import Tick
 from tpuq.scheduler.decide import queued
 from tpuq.scheduler.scheduling import scheduling_pass
-from tpuq.scheduler.versioned import Versioned, versioned
+from tpuq.versioned import Versioned, versioned
 
 from tests.scheduler.conftest import active, fleet_file
 from tests.scheduler.test_long_queue import NOW, context, store_pending
@@ -78,3 +78,24 @@ def test_a_kept_parse_is_per_version_per_store_and_a_failed_parse_is_not_kept():
     one, other = MemoryFirestore(), MemoryFirestore()
     assert versioned(one, "k", parse) is versioned(one, "k", parse)
     assert versioned(one, "k", parse) is not versioned(other, "k", parse)
+
+
+def test_the_claimers_load_reads_a_rewritten_queued_resource_as_written():
+    from dataclasses import replace
+
+    from tpuq.claimer.statestore import StateWriter, load_state
+    from tpuq.documents import QrRecord
+
+    db = MemoryFirestore()
+    fleet = fleet_file()
+    qr = QrRecord(qr_id="tpuq-r-1-a", fleet=fleet.name, project="tpuq-local", request_id="r-1", entry_id="v4",
+                  zone="us-central2-b", type="v4-8", spot=True, generation=1, state="WAITING_FOR_RESOURCES",
+                  created_at=NOW, updated_at=NOW)
+    writer = StateWriter(db)
+    writer.put_qr(qr)
+    first = load_state(db, fleet).qrs["tpuq-r-1-a"]
+    assert load_state(db, fleet).qrs["tpuq-r-1-a"] is first  # the same stored version: parsed once
+    writer.put_qr(replace(qr, state="PROVISIONING", updated_at=NOW + timedelta(minutes=1)))
+    assert load_state(db, fleet).qrs["tpuq-r-1-a"].state == "PROVISIONING"
+    writer.put_qr(replace(qr, state="GONE", updated_at=NOW + timedelta(minutes=2)))
+    assert "tpuq-r-1-a" not in load_state(db, fleet).qrs  # no longer live: not read at all

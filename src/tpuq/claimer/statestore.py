@@ -38,6 +38,7 @@ from tpuq.documents import (
 from tpuq.existing import ExistingStatus
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import load_control
+from tpuq.versioned import versioned
 
 QUEUED_RESOURCES = store.QUEUED_RESOURCES
 FLEET_STATUS = store.FLEET_STATUS
@@ -60,14 +61,16 @@ def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: dat
         t = target_from_doc(snap.to_dict(), snap.update_time)
         targets[(t.zone, t.type)] = t
     qrs = {}
+    kept_qrs = versioned(db, "claimer queued resource", _qr_of)  # each stored version parsed once
     for snap in (db.collection(QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", fleet.name))
                  .where(filter=FieldFilter("live", "==", True)).stream()):
-        q = qr_from_doc(snap.to_dict())
+        q = kept_qrs.get(snap)[1]
         qrs[q.qr_id] = q
     requests = {}
+    kept_requests = versioned(db, "claimer request", _request_of)
     for snap in (db.collection(store.REQUESTS).where(filter=FieldFilter("fleet", "==", fleet.name))
                  .where(filter=FieldFilter("status", "==", REQUEST_OPEN)).stream()):
-        r = request_from_doc(snap.to_dict())
+        r = kept_requests.get(snap)[1]
         requests[r.request_id] = r
     for rid in request_ids:
         snap = db.collection(store.REQUESTS).document(rid).get()
@@ -78,6 +81,14 @@ def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: dat
     paused, use = load_brakes(db, fleet, now)
     return ClaimState(fleet=fleet, requests=requests, qrs=qrs, targets=targets, status=status, paused=paused,
                       day_use=use)
+
+
+def _qr_of(doc_id: str, doc: dict) -> QrRecord:
+    return qr_from_doc(doc)
+
+
+def _request_of(doc_id: str, doc: dict) -> RequestRecord:
+    return request_from_doc(doc)
 
 
 def load_brakes(db, fleet: FleetFile, now: datetime | None) -> tuple[bool, DayUse]:

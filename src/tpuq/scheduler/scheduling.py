@@ -57,7 +57,7 @@ from tpuq.jobspec import ANY_TPU
 from tpuq.tputypes import canonical_name, parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_of, queued
-from tpuq.scheduler.versioned import versioned
+from tpuq.versioned import versioned
 from tpuq.service import Context
 
 log = logging.getLogger("tpuq.scheduler")

@@ -1,15 +1,19 @@
-"""Stored documents parsed once per stored version, for the life of a scheduler process.
+"""Stored documents parsed once per stored version, for the life of a service process.
 
-A pass reads up to `PER_TYPE_EXTRA` pending jobs of every type, and the tick's backstop up to 50 running jobs;
-most of them are the same stored versions as the pass before (a job waits for hours without a write). Copying
-each out of its snapshot and validating its spec again was most of a pass's CPU (`benchmarks/bench_pass.py`:
-parsing 10,000 stored jobs 0.4-1.0 s, deciding 0.5-0.7 s). A snapshot's `update_time` names its stored version:
-Firestore gives every write a new one, so the same (document, update_time) is the same content, and what was
-parsed from it can be used again. Nothing here decides: a kept parse is exactly what parsing again would give.
+A snapshot's `update_time` names its stored version: Firestore gives every write a new one, so the same
+(document, update_time) is the same content, and what was parsed from it can be used again. Nothing here
+decides: a kept parse is exactly what parsing again would give. Who uses it:
+- the scheduler's pass reads up to `PER_TYPE_EXTRA` pending jobs of every type, and its tick's backstop up to
+  50 running jobs; most are the same stored versions as the pass before (a job waits for hours without a
+  write). Copying each out of its snapshot and validating its spec again was most of a pass's CPU
+  (`benchmarks/bench_pass.py`: parsing 10,000 stored jobs 0.4-1.0 s, deciding 0.5-0.7 s);
+- the claimer's load reads every live queued resource and open request of the fleet, each handling.
 
-The kept documents are shared between passes and must not be changed; the pass only reads them (its writes are
-new maps). Kept per Firestore client (the emulator's, production's, a simulation's in-memory store), so two
-stores never share a version; a store that cannot be weakly referenced keeps nothing.
+The kept documents and parses are shared between handlings and must not be changed: the readers only read
+them (their writes are new maps, their records frozen and replaced). Kept per Firestore client (the
+emulator's, production's, a simulation's in-memory store), so two stores never share a version; a store that
+cannot be weakly referenced keeps nothing. A write that changes nothing keeps its document's update_time
+(Firestore's WriteResult): the content is the same, so the kept parse still is.
 """
 
 from __future__ import annotations
