@@ -20,21 +20,25 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-DEFAULT_LIMIT = 20_000  # documents kept per kind; past it the kept ones are dropped and parsed again when read
+# Documents kept per kind, the least lately read dropped first. A pass reads (types x (idle TPUs + 64)) pending
+# jobs, a few hundred in a fleet like the standard scenario's; a larger read than this is parsed again in part
+# each pass (CPU only). A job's document is a few KB (up to Firestore's 1 MiB): a few to tens of MB per kind.
+DEFAULT_LIMIT = 4_096
 
 
 class Versioned(Generic[T]):
-    """(document id) -> (update_time, the document as read, parse(id, document)); `get` parses a new version."""
+    """(document path) -> (update_time, the document as read, parse(id, document)); `get` parses a new version."""
 
     def __init__(self, parse: Callable[[str, dict], T], limit: int = DEFAULT_LIMIT) -> None:
         self.parse = parse
         self.limit = limit
-        self._kept: dict[str, tuple[Any, dict, T]] = {}
+        self._kept: OrderedDict[str, tuple[Any, dict, T]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -42,20 +46,33 @@ class Versioned(Generic[T]):
         """The snapshot's document (not to be changed) and its parse, from the kept ones if this version is kept.
         A parse that raises is not kept."""
         version = getattr(snap, "update_time", None)
+        reference = getattr(snap, "reference", None)
+        key = getattr(reference, "path", None) or snap.id  # a document's path: two collections never collide
         with self._lock:
-            kept = self._kept.get(snap.id)
+            kept = self._kept.get(key)
             if kept is not None and version is not None and kept[0] == version:
+                self._kept.move_to_end(key)
                 self.hits += 1
                 return kept[1], kept[2]
         doc = snap.to_dict() or {}
         parsed = self.parse(snap.id, doc)
         with self._lock:
             self.misses += 1
-            if version is not None and self.limit:
-                if len(self._kept) >= self.limit:
-                    self._kept.clear()
-                self._kept[snap.id] = (version, doc, parsed)
+            kept = self._kept.get(key)
+            if version is not None and self.limit and not (kept is not None and _later(kept[0], version)):
+                # (a slower reader of an older version does not replace a newer one)
+                self._kept[key] = (version, doc, parsed)
+                self._kept.move_to_end(key)
+                while len(self._kept) > self.limit:
+                    self._kept.popitem(last=False)
         return doc, parsed
+
+
+def _later(a: Any, b: Any) -> bool:
+    try:
+        return a > b
+    except TypeError:
+        return False
 
 
 _BY_CLIENT: "weakref.WeakKeyDictionary[Any, dict[str, Versioned]]" = weakref.WeakKeyDictionary()

@@ -1,4 +1,4 @@
-"""A pass parses each stored pending job once per stored version (`tpuq.scheduler.versioned`): unchanged jobs
+"""A pass parses each stored pending job once per stored version (`tpuq.versioned`): unchanged jobs
 are not copied and validated again, and a job written since is read as written."""
 
 from __future__ import annotations
@@ -99,3 +99,32 @@ def test_the_claimers_load_reads_a_rewritten_queued_resource_as_written():
     assert load_state(db, fleet).qrs["tpuq-r-1-a"].state == "PROVISIONING"
     writer.put_qr(replace(qr, state="GONE", updated_at=NOW + timedelta(minutes=2)))
     assert "tpuq-r-1-a" not in load_state(db, fleet).qrs  # no longer live: not read at all
+
+
+def test_the_least_lately_read_go_first_and_an_older_version_never_replaces_a_newer_one():
+    kept = Versioned(lambda doc_id, doc: doc["n"], limit=2)
+    kept.get(_Snap("a", {"n": 1}, 1))
+    kept.get(_Snap("b", {"n": 2}, 1))
+    kept.get(_Snap("a", {"n": 1}, 1))  # read lately: kept
+    kept.get(_Snap("c", {"n": 3}, 1))  # over the limit: "b" goes
+    assert list(kept._kept) == ["a", "c"]
+    kept.get(_Snap("a", {"n": 5}, 3))
+    kept.get(_Snap("a", {"n": 4}, 2))  # a slow reader of an older version
+    assert kept.get(_Snap("a", {"n": 5}, 3))[1] == 5 and kept.misses == 5
+
+
+def test_a_pass_changes_none_of_the_documents_and_parses_it_keeps(sched):
+    import copy
+
+    store_pending(sched.db, 12, "v4-8", "normal", "job")
+    kept = versioned(sched.db, "queued job", queued)
+    scheduling_pass(context(sched), fleet_file())  # parsed and kept; asks for capacity (writes them)
+    scheduling_pass(context(sched), fleet_file())  # the written versions parsed and kept
+    before = copy.deepcopy(dict(kept._kept))
+    sched.deliver("fleet-events", active("n1"))  # passes that assign, reading the kept ones
+    sched.deliver("fleet-events", active("n2"))
+    assert sum(1 for j in sched.db.collection(store.JOBS).stream() if j.get("state") == JobState.assigned) == 2
+    same = [path for path, (version, _, _) in before.items() if kept._kept[path][0] == version]
+    assert same, "some jobs kept their stored version through the passes"
+    for path in same:
+        assert kept._kept[path][1:] == before[path][1:]  # the kept document and parse, as read
