@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from tpuq.fleet import FleetFile
-from tpuq.scheduler.decide import PassSnapshot, decide_pass, entries_to_count, queue_of, queued
+from tpuq.scheduler.decide import PassSnapshot, decide_pass, entries_to_count, queue_from, queue_of, queued
 from tpuq.versioned import Versioned
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -52,7 +52,7 @@ def parse_twice(jobs: list[tuple[str, dict]]) -> tuple[float, float]:
     for _ in range(2):
         started = time.perf_counter()
         read = [(s, *kept.get(s)) for s in snaps]
-        queue_of([(s.id, d) for s, d, _ in read], [p for _, _, p in read])
+        queue_from([(s.id, p) for s, _, p in read])
         times.append(time.perf_counter() - started)
     return times[0], times[1]
 

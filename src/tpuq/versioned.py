@@ -59,20 +59,13 @@ class Versioned(Generic[T]):
         with self._lock:
             self.misses += 1
             kept = self._kept.get(key)
-            if version is not None and self.limit and not (kept is not None and _later(kept[0], version)):
+            if version is not None and self.limit and not (kept is not None and kept[0] > version):
                 # (a slower reader of an older version does not replace a newer one)
                 self._kept[key] = (version, doc, parsed)
                 self._kept.move_to_end(key)
                 while len(self._kept) > self.limit:
                     self._kept.popitem(last=False)
         return doc, parsed
-
-
-def _later(a: Any, b: Any) -> bool:
-    try:
-        return a > b
-    except TypeError:
-        return False
 
 
 _BY_CLIENT: "weakref.WeakKeyDictionary[Any, dict[str, Versioned]]" = weakref.WeakKeyDictionary()

@@ -109,12 +109,15 @@ def queued(job_id: str, doc: Doc) -> Queued | str:
         return f"its stored spec does not validate: {e}"
 
 
-def queue_of(jobs: list[tuple[str, Doc]], parsed: list[Queued | str] | None = None) -> Queue:
-    """(job id, stored job) pairs in queue order -> the queue; one bad stored job never stops the others.
-    `parsed`: each job's `queued` already (the shell keeps them per stored version)."""
+def queue_of(jobs: list[tuple[str, Doc]]) -> Queue:
+    """(job id, stored job) pairs in queue order -> the queue; one bad stored job never stops the others."""
+    return queue_from([(job_id, queued(job_id, doc)) for job_id, doc in jobs])
+
+
+def queue_from(parsed: list[tuple[str, Queued | str]]) -> Queue:
+    """(job id, its `queued`) pairs in queue order -> the queue (the shell keeps parses per stored version)."""
     queue = Queue()
-    for i, (job_id, doc) in enumerate(jobs):
-        entry = parsed[i] if parsed is not None else queued(job_id, doc)
+    for job_id, entry in parsed:
         if isinstance(entry, str):
             queue.unreadable[job_id] = entry
         else:

@@ -56,7 +56,7 @@ from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, Att
 from tpuq.jobspec import ANY_TPU
 from tpuq.tputypes import canonical_name, parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
-from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_of, queued
+from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_from, queued
 from tpuq.versioned import versioned
 from tpuq.service import Context
 
@@ -181,7 +181,7 @@ def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
         job_snaps += [s for s in triggered if s.id not in read]
     kept = versioned(db, "queued job", queued)  # each stored version copied and parsed once (module docstring)
     jobs = sorted(((s, *kept.get(s)) for s in job_snaps), key=_queue_order)
-    queue = queue_of([(s.id, d) for s, d, _ in jobs], [parsed for _, _, parsed in jobs])
+    queue = queue_from([(s.id, parsed) for s, _, parsed in jobs])
     entries = entries_to_count(queue, fleet)
     snapshot = PassSnapshot(
         queue=queue,
