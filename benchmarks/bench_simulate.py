@@ -1,6 +1,7 @@
 """The standard scenario (`tpuq simulate --example`): a TRC-like grant, 2,000 jobs over 30 days, every policy.
 
-Prints one JSON line per policy (utilization, wasted VM-hours, jobs, the run's CPU and wall seconds), then one
+Prints one JSON line per policy (utilization, wasted VM-hours, jobs, the tpuq services' Firestore reads and writes a
+day as production would be billed for them, the run's CPU and wall seconds), then one
 line with the issue's three figures:
 - tpuq's utilization as a fraction of the bound's (goal >= 0.95);
 - tpuq's wasted VM-hours as a fraction of the polling policy's (goal <= 0.2), also against the polling policy
@@ -65,8 +66,15 @@ def run_one(policy: str, days: float, seed: int, jobs: int | None, fleet: str | 
         "waste_vm_hours": figures["waste_vm_hours"], "jobs_finished": figures["jobs"]["finished"],
         "wait_p50_s": figures["jobs"]["wait"]["all"]["p50"], "wait_p95_s": figures["jobs"]["wait"]["all"]["p95"],
         "api_calls": figures["api_calls_total"], "creates_per_zone": figures["creates_per_zone"],
+        # The tpuq services' Firestore use as production would be billed for it (None: a policy without one).
+        "firestore_reads_per_day": _rounded(figures.get("firestore"), "reads_per_day"),
+        "firestore_writes_per_day": _rounded(figures.get("firestore"), "writes_per_day"),
         "cpu_seconds": round(time.process_time() - cpu, 1), "wall_seconds": round(time.perf_counter() - wall, 1),
     }
+
+
+def _rounded(figures: dict | None, key: str) -> int | None:
+    return None if figures is None else round(figures[key])
 
 
 def machine_reference_seconds(rounds: int = 3) -> float:

@@ -109,10 +109,26 @@ def test_no_tick_skipping_would_skip_does_anything_in_a_busy_run():
     assert "succeeded" in states
 
 
-def test_skipping_changes_no_job_outcome_attempt_count_or_zone():
-    skipped, every_tick = _run(), _run(skip_quiet_ticks=False)
+@pytest.fixture(scope="module")
+def skipped_and_every_tick():
+    return _run(), _run(skip_quiet_ticks=False)
+
+
+def test_skipping_changes_no_job_outcome_attempt_count_or_zone(skipped_and_every_tick):
+    skipped, every_tick = skipped_and_every_tick
     assert skipped.driver.ticks_skipped > 100 and every_tick.driver.ticks_skipped == 0
     assert _outcomes(skipped) == _outcomes(every_tick)
+
+
+def test_a_skipped_tick_counts_the_api_calls_and_firestore_reads_its_handling_would_make(skipped_and_every_tick):
+    # The reported costs are production's, where every tick is handled: skipping must not change them.
+    skipped, every_tick = skipped_and_every_tick
+    horizon = 12 * 3600
+    assert skipped.cloud.calls == every_tick.cloud.calls
+    ops = skipped.driver.firestore_ops(horizon)
+    assert ops == every_tick.driver.firestore_ops(horizon)
+    assert ops.reads > skipped.driver.db.billed.reads  # the skipped ticks' reads are in it
+    assert ops.writes > ops.probe_writes > 0
 
 
 def test_a_quiet_handlings_reads_are_affected_only_by_changes_to_what_it_read():

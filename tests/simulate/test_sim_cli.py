@@ -37,8 +37,12 @@ def test_a_day_on_the_tiny_fleet_prints_json_and_writes_the_report(tmp_path):
     assert tpuq_result["api_calls"]["queuedResources.create"] == sum(tpuq_result["creates_per_zone"].values()) >= 1
     assert set(tpuq_result["creates_per_zone"]) <= {"us-central2-a", "us-central2-b"}
     assert "series" not in tpuq_result
+    # What the services' Firestore use would be billed: a figure a day, the probes' writes (not simulated) in it.
+    firestore = tpuq_result["firestore"]
+    assert firestore["reads_per_day"] == firestore["reads"] > 0 and firestore["writes"] >= firestore["probe_writes"]
+    assert all(r["firestore"] is None for r in data["results"] if r["policy"] != "tpuq")
     html = (tmp_path / "report" / "report.html").read_text()
-    assert "tpuq" in html and "utilization" in html
+    assert "tpuq" in html and "utilization" in html and "Firestore reads / writes a day" in html
     stored = json.loads((tmp_path / "report" / "metrics.json").read_text())
     assert stored[0]["policy"] == "tpuq" and len(stored[0]["series"]["t"]) == 500
 

@@ -206,8 +206,10 @@ def run_policy(policy: str, inputs: Inputs, horizon: float, seed: int,
         if (e.name or "").startswith("tpuq.simulate."):
             raise PolicyUnavailable(f"{policy} not available in this tpuq") from None
         raise
+    firestore_ops = getattr(run.driver, "firestore_ops", None)
     return summarize(policy, run.jobs, run.workers.runs, getattr(run, "slices", None) or [], run.cloud.calls,
-                     run.cloud.creates_per_zone, run.horizon)
+                     run.cloud.creates_per_zone, run.horizon,
+                     firestore=firestore_ops(run.horizon) if firestore_ops is not None else None)
 
 
 @contextmanager
@@ -280,7 +282,14 @@ SUMMARY = (
     ("wait p95", lambda m: _hours(m.jobs.wait["all"].p95)),
     ("wait max", lambda m: _hours(m.jobs.wait["all"].max)),
     ("API calls", lambda m: f"{m.api_calls_total:,}"),
+    ("Firestore reads / writes a day", lambda m: _firestore_text(m.firestore)),
 )
+
+
+def _firestore_text(ops) -> str:
+    from tpuq.simulate.report import firestore_text
+
+    return firestore_text(ops)
 
 
 def _print_table(results: list, title: str) -> None:

@@ -441,6 +441,26 @@ def _apply(write: _Write, current: _Stored | None, commit_time: datetime) -> _St
 # ------------------------------------------------------------------ the client
 
 
+@dataclass
+class BilledOps:
+    """Document reads, writes and deletes, counted as Firestore bills them (`MemoryFirestore.billed`)."""
+
+    reads: int = 0
+    writes: int = 0
+    deletes: int = 0
+
+    def copy(self) -> "BilledOps":
+        return BilledOps(self.reads, self.writes, self.deletes)
+
+    def __sub__(self, other: "BilledOps") -> "BilledOps":
+        return BilledOps(self.reads - other.reads, self.writes - other.writes, self.deletes - other.deletes)
+
+    def add(self, other: "BilledOps") -> None:
+        self.reads += other.reads
+        self.writes += other.writes
+        self.deletes += other.deletes
+
+
 class StoreObserver(Protocol):
     """What a `MemoryFirestore` tells its observer. Documents are told as full paths; a query as its collection's
     path and its filters (`_Filter.matches` says whether a document's data would be among its results)."""
@@ -467,6 +487,10 @@ class MemoryFirestore:
         self._time_raw: Any = None  # the clock's last answer, and its encoding (`_time`)
         self._time_encoded: datetime | None = None
         self.changes = 0  # documents created, changed or deleted (a write that changes nothing is not counted)
+        # Operations as Firestore bills them: a document got is one read; a query one read per document it
+        # returns, and one when it returns none; a count one per 1,000 index entries (at least one); each write
+        # and delete of a commit one (the simulator reports what a month of the services would cost).
+        self.billed = BilledOps()
         # Equality indexes, made on a query's first use and kept up to date by every write: collection path ->
         # (field, by array element?) -> value key -> document ids. Only the speed of queries depends on them.
         self._indexes: dict[str, dict[tuple[str, bool], dict[Any, set[str]]]] = {}
@@ -507,6 +531,7 @@ class MemoryFirestore:
     def _snapshot(self, ref: "MemoryDocument") -> "MemorySnapshot":
         if self.observer is not None:
             self.observer.read_document(ref.path)
+        self.billed.reads += 1
         stored = self._stored(ref.path)
         read_time = self._time()
         if stored is None:
@@ -646,6 +671,11 @@ class MemoryFirestore:
                 results.append(WriteResult(after.update_time if after else None))
             for path, after in working.items():
                 self._store(path, after)
+            for write in writes:
+                if write.kind == "delete":
+                    self.billed.deletes += 1
+                else:
+                    self.billed.writes += 1
             self._last_commit = commit_time
             return results
 
@@ -964,7 +994,7 @@ class MemoryQuery:
                 orders.append((f.field, ASCENDING))
         return orders
 
-    def _results(self) -> list[MemorySnapshot]:
+    def _results(self, billed: bool = True) -> list[MemorySnapshot]:
         db = self._parent._client
         orders = self._ordering()
         last_direction = orders[-1][1] if orders else ASCENDING
@@ -988,6 +1018,8 @@ class MemoryQuery:
             hits = hits[self._offset:]
             if self._limit is not None:
                 hits = hits[: self._limit]
+            if billed:
+                db.billed.reads += max(1, len(hits))
             parts = self._parent._parts
             return [MemorySnapshot(MemoryDocument(db, (*parts, doc_id)), s.data, s.create_time, s.update_time,
                                    read_time, s.containers) for doc_id, s in hits]
@@ -1025,8 +1057,13 @@ class MemoryCount:
         self._query, self._alias = query, alias
 
     def get(self, transaction: MemoryTransaction | None = None, **_: Any) -> list[list[AggregationResult]]:
-        snaps = self._query.get(transaction=transaction)
-        read_time = snaps[0].read_time if snaps else self._query._parent._client._time()
+        snaps = self._query._results(billed=False)
+        if transaction is not None:
+            for snap in snaps:
+                transaction._read(snap)
+        db = self._query._parent._client
+        db.billed.reads += max(1, -(-len(snaps) // 1000))  # an aggregation bills its index entries, per 1,000
+        read_time = snaps[0].read_time if snaps else db._time()
         return [[AggregationResult(self._alias or "field_1", len(snaps), read_time)]]
 
     def stream(self, **kwargs: Any):
@@ -1055,4 +1092,6 @@ class MemoryCollection(MemoryQuery, _Named):
         with self._client._lock:
             if self._client.observer is not None:
                 self._client.observer.read_query(self.path, ())
-            return [self._client.document(path) for path, _ in self._client._children(self.path)]
+            children = [self._client.document(path) for path, _ in self._client._children(self.path)]
+            self._client.billed.reads += max(1, len(children))
+            return children

@@ -102,6 +102,24 @@ class Series(BaseModel):
     queue: list[int]
 
 
+class FirestoreOps(BaseModel):
+    """The tpuq services' Firestore operations over a run, as Firestore bills them (document reads, writes and
+    deletes; its free tier: 50,000 reads, 20,000 writes and 20,000 deletes a day)."""
+
+    reads: int  # handlings run, and each quiet tick skipped counted as its last handling's reads
+    writes: int  # those of the handlings run, and `probe_writes`
+    deletes: int
+    probe_writes: int  # the executor's once-a-PROBE_EVERY probe of a started attempt: not simulated, estimated
+    reads_per_day: float
+    writes_per_day: float
+
+    @classmethod
+    def of(cls, reads: int, writes: int, deletes: int, probe_writes: int, horizon: float) -> "FirestoreOps":
+        days = horizon / 86400 if horizon > 0 else 1.0
+        return cls(reads=reads, writes=writes + probe_writes, deletes=deletes, probe_writes=probe_writes,
+                   reads_per_day=reads / days, writes_per_day=(writes + probe_writes) / days)
+
+
 class Metrics(BaseModel):
     policy: str
     horizon_seconds: float
@@ -121,6 +139,7 @@ class Metrics(BaseModel):
     api_calls: dict[str, int]
     api_calls_total: int
     creates_per_zone: dict[str, int]
+    firestore: FirestoreOps | None = None  # the tpuq policy's only: the others keep no Firestore
     series: Series | None = None
 
     def to_json(self, series: bool = True) -> str:
@@ -197,7 +216,7 @@ def _step_counts(intervals: Iterable[tuple[float, float]], grid: Sequence[float]
 
 def summarize(policy: str, jobs: Sequence[SimJob], runs: Sequence[AttemptRun], slices: Sequence[SliceLife],
               calls: Mapping[str, int], creates_per_zone: Mapping[str, int], horizon: float,
-              series_points: int = SERIES_POINTS) -> Metrics:
+              series_points: int = SERIES_POINTS, firestore: FirestoreOps | None = None) -> Metrics:
     runs_by_node: dict[str, list[AttemptRun]] = {}
     for run in runs:
         if run.started_at < horizon:
@@ -244,7 +263,8 @@ def summarize(policy: str, jobs: Sequence[SimJob], runs: Sequence[AttemptRun], s
         slices_never_used=never_used,
         runs_without_slice=sum(len(rs) for node, rs in runs_by_node.items() if node not in names),
         jobs=job_metrics(jobs, runs, horizon), api_calls=dict(sorted(calls.items())),
-        api_calls_total=sum(calls.values()), creates_per_zone=dict(sorted(creates_per_zone.items())), series=series)
+        api_calls_total=sum(calls.values()), creates_per_zone=dict(sorted(creates_per_zone.items())), firestore=firestore,
+        series=series)
 
 
 def _finish_times(runs: Sequence[AttemptRun], horizon: float) -> dict[str, float]:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .metrics import Metrics, SliceState, WasteCause
+from .metrics import FirestoreOps, Metrics, SliceState, WasteCause
 
 INSTALL_HINT = "pip install 'tpuq[simulate]'"
 MISSING_MATPLOTLIB = f"the report's charts need matplotlib, which this install lacks: {INSTALL_HINT}"
@@ -102,6 +102,11 @@ def percent_text(fraction: float | None) -> str:
     return "–" if fraction is None else f"{100 * fraction:.1f}%"
 
 
+def firestore_text(ops: FirestoreOps | None) -> str:
+    """Firestore reads / writes a day, as the CLI's table and the report show them (only the tpuq policy has any)."""
+    return "–" if ops is None else f"{ops.reads_per_day:,.0f} / {ops.writes_per_day:,.0f}"
+
+
 
 def _summary_rows(results: Sequence[Metrics]) -> list[tuple[str, list[str]]]:
     return [
@@ -119,6 +124,7 @@ def _summary_rows(results: Sequence[Metrics]) -> list[tuple[str, list[str]]]:
         ("slices (never READY / never used)", [f"{m.slices} ({m.slices_never_ready} / {m.slices_never_used})"
                                                for m in results]),
         ("API calls", [f"{m.api_calls_total:,}" for m in results]),
+        ("Firestore reads / writes a day", [firestore_text(m.firestore) for m in results]),
         ("creates per zone", [", ".join(f"{z}: {n}" for z, n in m.creates_per_zone.items()) or "–"
                               for m in results]),
     ]

@@ -34,7 +34,7 @@ from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, Node
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import save_fleet
 from tpuq.inmemory import MemoryFirestore
-from tpuq.inmemory.firestore import _lookup
+from tpuq.inmemory.firestore import BilledOps, _lookup
 from tpuq.janitor import handlers as janitor_handlers
 from tpuq.janitor.deleter import DeleteAdapter
 from tpuq.jobspec import PublishedJob
@@ -46,6 +46,7 @@ from .bus import QUIET, Delivery, SimBus
 from .cloud import SimCloud
 from .events import EventLoop
 from .inprocess import SimGoogleApisSession, SimTpuClient
+from .metrics import FirestoreOps
 from .workers import AttemptRun, SimWorkers
 from .quiet import Deadlines, TracedClock, TracedNow
 from .waits import Waits
@@ -222,6 +223,7 @@ class TpuqPolicy:
         self._reading: _ReadSet | None = None  # the reads of the tick being handled
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.db.observer = self
+        self.store_ops_skipped = BilledOps()  # the Firestore reads of the ticks skipped as quiet
         self.clients = Clients(Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET))
         self.tpu_client = SimTpuClient(cloud)
         self._parsed_nodes: dict = {}
@@ -278,6 +280,18 @@ class TpuqPolicy:
                                  command=f"sim-work {job.work_seconds:.0f}")
         self.bus.publish("jobs", published.model_dump_json(exclude_none=True).encode())
 
+    def firestore_ops(self, horizon: float) -> FirestoreOps:
+        """The services' Firestore operations as production would be billed for them over the run: those of the
+        handlings run, each quiet tick skipped counted as its last handling's reads, and the executor's probes,
+        which the simulator does not run (one write per started attempt per PROBE_EVERY after its first),
+        estimated from the attempts' running time."""
+        every = executor_handlers.PROBE_EVERY.total_seconds()
+        probes = sum(max(0, int((min(r.ended_at if r.ended_at is not None else horizon, horizon)
+                                 - r.started_at) // every) - 1) for r in self.workers.runs if r.started_at < horizon)
+        billed = self.db.billed.copy()
+        billed.add(self.store_ops_skipped)
+        return FirestoreOps.of(billed.reads, billed.writes, billed.deletes, probes, horizon)
+
     def activity(self) -> tuple[int, ...]:
         """What changes when anything happens: documents, messages, the cloud's mutations, attempts."""
         return (self.db.changes, sum(self.bus.published.values()) - self.bus.published["ticks"],
@@ -333,6 +347,7 @@ class TpuqPolicy:
         if skip and not self.verify_quiet:
             self.service_ticks_skipped += 1
             self.cloud.calls.update(ticks.calls)  # what the skipped tick would have read
+            self.store_ops_skipped.add(ticks.store_ops)  # and its Firestore reads (it would write nothing)
             return QUIET
         self.ticks_quiet_checked += skip
         self.service_ticks_run += 1
@@ -341,13 +356,13 @@ class TpuqPolicy:
         self._reading, self.clock.deadlines = reads, ticks.deadlines
         ticks.deadlines.reset()
         ticks.quiet, ticks.dirty = None, False
-        return ticks, reads, self.activity(), self.cloud.calls.copy(), skip
+        return ticks, reads, self.activity(), self.cloud.calls.copy(), skip, self.db.billed.copy()
 
     def tick_answered(self, token, status: int) -> None:
         self._reading, self.clock.deadlines = None, self._scratch_deadlines
         if token is None:
             return
-        ticks, reads, before, calls_before, verifying = token
+        ticks, reads, before, calls_before, verifying, billed_before = token
         calls = self.cloud.calls - calls_before
         reads.cloud = reads.cloud or bool(calls)
         changed = status >= 500 or self.activity() != before
@@ -355,7 +370,7 @@ class TpuqPolicy:
             self.violations.append((self.loop.now(), ticks.subscription))
         # The pre-checks are read through their cache, which a repeat of this tick would hit: not counted again.
         replayed = Counter({k: n for k, n in calls.items() if k not in _CACHED_READS})
-        ticks.answered(None if changed else reads, replayed, self)
+        ticks.answered(None if changed else reads, replayed, self, self.db.billed - billed_before)
 
     def _dirty_service(self, service: str) -> None:
         """The service may know something its last quiet tick did not (a handler's state kept in process)."""
@@ -454,9 +469,10 @@ class _ServiceTicks:
     cloud_due: float = math.inf
     workers_version: tuple = ()
     calls: Counter = field(default_factory=Counter)
+    store_ops: BilledOps = field(default_factory=BilledOps)  # the Firestore operations of its last handling
 
-    def answered(self, quiet: _ReadSet | None, calls: Counter, policy: "TpuqPolicy") -> None:
-        self.quiet, self.calls = quiet, calls
+    def answered(self, quiet: _ReadSet | None, calls: Counter, policy: "TpuqPolicy", store_ops: BilledOps) -> None:
+        self.quiet, self.calls, self.store_ops = quiet, calls, store_ops
         self.deadline, self.opaque = self.deadlines.earliest, bool(self.deadlines.opaque)
         cloud = policy.cloud
         self.cloud_mutations, self.transitions = cloud.mutations, len(cloud.transitions)

@@ -1,0 +1,20 @@
+"""What the README's cost table says of Firestore, measured on the services' own code: an idle deployment (the
+standard fleet, nothing queued, nothing running) stays within Firestore's free tier of 50,000 document reads and
+20,000 writes a day (https://cloud.google.com/firestore/pricing), every minute's tick handled."""
+
+from __future__ import annotations
+
+from tpuq.cli.simulate import EXAMPLE_FILES, EXAMPLES, read_inputs
+from tpuq.simulate.run import simulate
+
+DAY = 86400.0
+
+
+def test_an_idle_deployment_stays_within_firestores_free_tier():
+    inputs = read_inputs(EXAMPLES / EXAMPLE_FILES["fleet"], EXAMPLES / EXAMPLE_FILES["scenario"],
+                         EXAMPLES / EXAMPLE_FILES["workload"], 0, DAY)
+    run = simulate("tpuq", fleet=inputs.fleet, scenario=inputs.scenario, jobs=[], horizon=DAY, seed=0)
+    ops = run.driver.firestore_ops(DAY)
+    assert run.driver.service_ticks_skipped > 0  # the skipped ticks' reads are counted all the same
+    assert 0 < ops.reads_per_day < 50_000 and ops.writes_per_day < 20_000, ops
+    assert ops.deletes == 0 and ops.probe_writes == 0  # nothing ran
