@@ -1,5 +1,5 @@
 """The in-memory Firestore counts operations as Firestore bills them (https://cloud.google.com/firestore/pricing):
-a document got is one read, found or not; a query one read per document returned and one when it returns none;
+a document got is one read, found or not; a query one read per document returned or skipped by an offset, and one when it returns none;
 a count aggregation one per 1,000 index entries, at least one; each write or delete of a commit one. The
 simulator reports a month of the services' Firestore use from these counts."""
 
@@ -36,6 +36,7 @@ def test_queries_bill_the_documents_returned_and_one_when_none():
     pending = db.collection("jobs").where(filter=FieldFilter("state", "==", "pending"))
     assert _reads(db, lambda: list(pending.stream())) == 3
     assert _reads(db, lambda: list(pending.order_by("n").limit(2).stream())) == 2
+    assert _reads(db, lambda: list(pending.order_by("n").offset(1).limit(1).stream())) == 2  # skipped ones too
     assert _reads(db, lambda: list(db.collection("jobs").where(
         filter=FieldFilter("state", "==", "gone")).stream())) == 1
     assert _reads(db, lambda: pending.count().get()) == 1

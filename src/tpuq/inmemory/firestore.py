@@ -488,7 +488,7 @@ class MemoryFirestore:
         self._time_encoded: datetime | None = None
         self.changes = 0  # documents created, changed or deleted (a write that changes nothing is not counted)
         # Operations as Firestore bills them: a document got is one read; a query one read per document it
-        # returns, and one when it returns none; a count one per 1,000 index entries (at least one); each write
+        # returns or skips by an offset, and one when it returns none; a count one per 1,000 index entries (at least one); each write
         # and delete of a commit one (the simulator reports what a month of the services would cost).
         self.billed = BilledOps()
         # Equality indexes, made on a query's first use and kept up to date by every write: collection path ->
@@ -1015,11 +1015,11 @@ class MemoryQuery:
                 for field, direction in reversed(orders):  # stable sorts: the first order_by ends up outermost
                     hits.sort(key=lambda hit: _order_key(_lookup(hit[1].data, field)),
                               reverse=direction == DESCENDING)
-            hits = hits[self._offset:]
             if self._limit is not None:
-                hits = hits[: self._limit]
-            if billed:
+                hits = hits[: self._offset + self._limit]
+            if billed:  # the documents an offset skips are billed too
                 db.billed.reads += max(1, len(hits))
+            hits = hits[self._offset:]
             parts = self._parent._parts
             return [MemorySnapshot(MemoryDocument(db, (*parts, doc_id)), s.data, s.create_time, s.update_time,
                                    read_time, s.containers) for doc_id, s in hits]

@@ -103,13 +103,14 @@ class Series(BaseModel):
 
 
 class FirestoreOps(BaseModel):
-    """The tpuq services' Firestore operations over a run, as Firestore bills them (document reads, writes and
-    deletes; its free tier: 50,000 reads, 20,000 writes and 20,000 deletes a day)."""
+    """The four tpuq services' Firestore operations over a run, as Firestore bills them (document reads, writes
+    and deletes; its free tier: 50,000 reads, 20,000 writes and 20,000 deletes a day). The dashboard's reads, a
+    person's, are not in it."""
 
-    reads: int  # handlings run, and each quiet tick skipped counted as its last handling's reads
-    writes: int  # those of the handlings run, and `probe_writes`
+    reads: int  # handlings run, and each quiet tick skipped counted as its last handling's
+    writes: int  # the same, and `probe_writes`
     deletes: int
-    probe_writes: int  # the executor's once-a-PROBE_EVERY probe of a started attempt: not simulated, estimated
+    probe_writes: int  # the executor's probe of a started attempt each tick: not simulated, estimated (at most)
     reads_per_day: float
     writes_per_day: float
 

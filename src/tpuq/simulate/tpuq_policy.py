@@ -223,7 +223,7 @@ class TpuqPolicy:
         self._reading: _ReadSet | None = None  # the reads of the tick being handled
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.db.observer = self
-        self.store_ops_skipped = BilledOps()  # the Firestore reads of the ticks skipped as quiet
+        self.store_ops_skipped = BilledOps()  # the Firestore operations of the ticks skipped as quiet
         self.clients = Clients(Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET))
         self.tpu_client = SimTpuClient(cloud)
         self._parsed_nodes: dict = {}
@@ -281,13 +281,16 @@ class TpuqPolicy:
         self.bus.publish("jobs", published.model_dump_json(exclude_none=True).encode())
 
     def firestore_ops(self, horizon: float) -> FirestoreOps:
-        """The services' Firestore operations as production would be billed for them over the run: those of the
-        handlings run, each quiet tick skipped counted as its last handling's reads, and the executor's probes,
-        which the simulator does not run (one write per started attempt per PROBE_EVERY after its first),
-        estimated from the attempts' running time."""
+        """The four services' Firestore operations as production would be billed for them over the run: those
+        of the handlings run, each quiet tick skipped counted as its last handling's, and the executor's probes,
+        which the simulator does not run: a write at each tick from a started attempt's first PROBE_EVERY on,
+        estimated from the attempts' running time (an upper bound: a tick that comes a little early finds the
+        last probe under PROBE_EVERY old and skips it)."""
         every = executor_handlers.PROBE_EVERY.total_seconds()
-        probes = sum(max(0, int((min(r.ended_at if r.ended_at is not None else horizon, horizon)
-                                 - r.started_at) // every) - 1) for r in self.workers.runs if r.started_at < horizon)
+        interval = max(every, self.tick_seconds)
+        running = (min(r.ended_at if r.ended_at is not None else horizon, horizon) - r.started_at
+                   for r in self.workers.runs if r.started_at < horizon)
+        probes = round(sum(max(0.0, (seconds - every) / interval) for seconds in running))
         billed = self.db.billed.copy()
         billed.add(self.store_ops_skipped)
         return FirestoreOps.of(billed.reads, billed.writes, billed.deletes, probes, horizon)
@@ -347,7 +350,7 @@ class TpuqPolicy:
         if skip and not self.verify_quiet:
             self.service_ticks_skipped += 1
             self.cloud.calls.update(ticks.calls)  # what the skipped tick would have read
-            self.store_ops_skipped.add(ticks.store_ops)  # and its Firestore reads (it would write nothing)
+            self.store_ops_skipped.add(ticks.store_ops)  # and its Firestore operations (a quiet one's: reads)
             return QUIET
         self.ticks_quiet_checked += skip
         self.service_ticks_run += 1
