@@ -1,7 +1,7 @@
 """The in-memory Firestore counts operations as Firestore bills them (https://cloud.google.com/firestore/pricing):
-a document got is one read, found or not; a query one read per document returned or skipped by an offset, and one when it returns none;
-a count aggregation one per 1,000 index entries, at least one; each write or delete of a commit one. The
-simulator reports a month of the services' Firestore use from these counts."""
+a document got is one read, found or not; a query one read per document returned or skipped by an offset, and
+one when it returns none; a count aggregation one per 1,000 index entries, at least one; each write or delete of
+a commit one. The simulator reports a month of the services' Firestore use from these counts."""
 
 from __future__ import annotations
 

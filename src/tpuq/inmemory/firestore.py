@@ -488,8 +488,8 @@ class MemoryFirestore:
         self._time_encoded: datetime | None = None
         self.changes = 0  # documents created, changed or deleted (a write that changes nothing is not counted)
         # Operations as Firestore bills them: a document got is one read; a query one read per document it
-        # returns or skips by an offset, and one when it returns none; a count one per 1,000 index entries (at least one); each write
-        # and delete of a commit one (the simulator reports what a month of the services would cost).
+        # returns or skips by an offset, and one when it returns none; a count one per 1,000 index entries (at
+        # least one); each write and delete of a commit one (the simulator reports what the services would cost).
         self.billed = BilledOps()
         # Equality indexes, made on a query's first use and kept up to date by every write: collection path ->
         # (field, by array element?) -> value key -> document ids. Only the speed of queries depends on them.

@@ -264,8 +264,8 @@ def summarize(policy: str, jobs: Sequence[SimJob], runs: Sequence[AttemptRun], s
         slices_never_used=never_used,
         runs_without_slice=sum(len(rs) for node, rs in runs_by_node.items() if node not in names),
         jobs=job_metrics(jobs, runs, horizon), api_calls=dict(sorted(calls.items())),
-        api_calls_total=sum(calls.values()), creates_per_zone=dict(sorted(creates_per_zone.items())), firestore=firestore,
-        series=series)
+        api_calls_total=sum(calls.values()), creates_per_zone=dict(sorted(creates_per_zone.items())),
+        firestore=firestore, series=series)
 
 
 def _finish_times(runs: Sequence[AttemptRun], horizon: float) -> dict[str, float]:

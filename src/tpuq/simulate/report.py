@@ -107,7 +107,6 @@ def firestore_text(ops: FirestoreOps | None) -> str:
     return "–" if ops is None else f"{ops.reads_per_day:,.0f} / {ops.writes_per_day:,.0f}"
 
 
-
 def _summary_rows(results: Sequence[Metrics]) -> list[tuple[str, list[str]]]:
     return [
         ("utilization (useful / billed chip-hours)", [percent_text(m.utilization) for m in results]),
