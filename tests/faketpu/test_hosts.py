@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -56,6 +57,24 @@ def test_hosts_are_isolated_and_die_with_all_their_processes(manager, ssh_key):
         ssh_run(hosts[0].address, hosts[0].port, ssh_key, "true", timeout=3)
     # The other host is untouched.
     assert ssh_run(hosts[1].address, hosts[1].port, ssh_key, "echo ok") == "ok\n"
+
+
+def test_a_host_stopped_twice_leaves_its_old_pid_to_its_new_owner_and_other_hosts_alone(manager, ssh_key):
+    keys = parse_ssh_keys_metadata(ssh_key.metadata)
+    [old] = manager.start_hosts(1, keys, label="twice")
+    manager.stop_hosts([old])
+    [newer] = manager.start_hosts(1, keys, label="newer")
+    bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        # pids come round: by the second stop, the old host's init pid belongs to some other program.
+        manager.stop_hosts([dataclasses.replace(old, init_pid=bystander.pid)])
+        manager.stop_hosts([old])
+        with pytest.raises(subprocess.TimeoutExpired):  # a signal lands a moment after it is sent
+            bystander.wait(timeout=1)
+        assert ssh_run(newer.address, newer.port, ssh_key, "echo ok") == "ok\n"
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 def test_hosts_die_when_their_python_process_is_killed(tmp_path, ssh_key):

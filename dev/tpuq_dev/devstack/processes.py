@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,10 +27,55 @@ START_TIMEOUT = 180.0  # seconds for a process to answer its readiness check
 REQUEST_TIMEOUT = 60.0  # seconds for one set-up request (a topic, a subscription, a bucket) to be answered
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+# Listening ports. A process binds the port we chose for it only later (a JVM seconds later), so a port must
+# stay free in between. Asking the kernel for one (bind to port 0) is not enough: it takes ports from the
+# ephemeral range, as every outgoing connection does for its local end, and it hands back a port chosen a
+# moment ago whose server has not bound it yet (the front's executor port once came back as the claimer's
+# port, and the front could not start). So ports are chosen below the ephemeral range, never twice by
+# one process, and only when nobody has bound them.
+LISTEN_PORTS_LOW = 10_000
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+_port_choice = random.Random()  # seeded from the OS: two stacks started together choose differently
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default range starts here
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port for a server this process is about to start: unbound now, outside the range the kernel gives
+    outgoing connections, and never returned before by this process."""
+    high = _ephemeral_low() - 1
+    with _handed_out_lock:
+        if high - LISTEN_PORTS_LOW >= 1_000:
+            for _ in range(200):
+                port = _port_choice.randint(LISTEN_PORTS_LOW, high)
+                if port not in _handed_out and _bindable(host, port):
+                    _handed_out.add(port)
+                    return port
+        # A machine whose ephemeral range leaves too little below it: the kernel's choice, still never twice.
+        for _ in range(200):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
+    raise RuntimeError(f"no free port to listen on at {host}")
 
 
 @dataclass
@@ -88,15 +135,15 @@ def spawn(name: str, cmd: list[str], log_dir: Path, env: dict[str, str], port: i
 def stop(rec: ProcRecord, grace: float = 5.0) -> None:
     """TERM the process group, then KILL what is left after `grace` seconds."""
     if not is_alive(rec):
-        _kill_group(rec.pgid, signal.SIGKILL)  # leftovers of a dead leader
+        _signal_group(rec, signal.SIGKILL)  # leftovers of a dead leader
         return
-    _kill_group(rec.pgid, signal.SIGTERM)
+    _signal_group(rec, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if not is_alive(rec) and not _group_alive(rec.pgid):
+        if not is_alive(rec) and not _group_alive(rec):
             break
         time.sleep(0.05)
-    _kill_group(rec.pgid, signal.SIGKILL)
+    _signal_group(rec, signal.SIGKILL)
     # SIGKILL is asynchronous: return only once the group is empty, so that "stopped" means stopped.
     # The leader may be our own child: reap it, or its zombie would keep the group "alive".
     deadline = time.monotonic() + 5.0
@@ -105,7 +152,7 @@ def stop(rec: ProcRecord, grace: float = 5.0) -> None:
             os.waitpid(rec.pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        if not _group_alive(rec.pgid) or time.monotonic() > deadline:
+        if not _group_alive(rec) or time.monotonic() > deadline:
             break
         time.sleep(0.02)
 
@@ -113,24 +160,44 @@ def stop(rec: ProcRecord, grace: float = 5.0) -> None:
 def stop_all(records: list[ProcRecord], grace: float = 5.0) -> None:
     """TERM every group at once, give them `grace` seconds together, then KILL what is left."""
     for rec in records:
-        _kill_group(rec.pgid, signal.SIGTERM)
+        _signal_group(rec, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(is_alive(r) or _group_alive(r.pgid) for r in records):
+    while time.monotonic() < deadline and any(is_alive(r) or _group_alive(r) for r in records):
         time.sleep(0.05)
     for rec in records:
         stop(rec, grace=0)
 
 
-def _kill_group(pgid: int, sig: int) -> None:
+def _group_is_ours(rec: ProcRecord) -> bool:
+    """Whether the process group numbered `rec.pgid` can still be the one we started.
+
+    Our processes lead their own groups (pgid == pid). Linux keeps a group's number out of use while any
+    member lives, so when a live process has our leader's pid but not its start time, the number was free
+    once and is now someone else's group: a stale record (a killed service, a state file read later) must
+    not signal it. pids come round quickly where pid_max is 32,768: the stack tests fork ~50 processes a
+    second (11,232 in 231 s measured), so every pid is reused about every 11 minutes. Without a recorded
+    start time nothing can be proven, so only a group without a leader is taken.
+    """
+    if rec.pgid != rec.pid:
+        return False  # not a group we started
+    ticks = _proc_start_ticks(rec.pgid)
+    return ticks is None or (rec.start_ticks is not None and ticks == rec.start_ticks)
+
+
+def _signal_group(rec: ProcRecord, sig: int) -> None:
+    if not _group_is_ours(rec):
+        return
     try:
-        os.killpg(pgid, sig)
+        os.killpg(rec.pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _group_alive(pgid: int) -> bool:
+def _group_alive(rec: ProcRecord) -> bool:
+    if not _group_is_ours(rec):
+        return False
     try:
-        os.killpg(pgid, 0)
+        os.killpg(rec.pgid, 0)
         return True
     except (ProcessLookupError, PermissionError):
         return False
@@ -142,7 +209,7 @@ def wait_http(url: str, rec: ProcRecord, timeout: float = START_TIMEOUT, ok=lamb
     last: Exception | None = None
     while time.monotonic() < deadline:
         if not is_alive(rec):
-            raise RuntimeError(f"{rec.name} exited during start-up; see {rec.log}:\n{tail(rec.log)}")
+            raise RuntimeError(_with_log(f"{rec.name} exited during start-up", rec))
         try:
             r = requests.get(url, timeout=1)
             if ok(r):
@@ -150,7 +217,15 @@ def wait_http(url: str, rec: ProcRecord, timeout: float = START_TIMEOUT, ok=lamb
         except requests.RequestException as e:
             last = e
         time.sleep(0.05)
-    raise RuntimeError(f"{rec.name} not ready at {url} after {timeout:.0f}s ({last}); see {rec.log}:\n{tail(rec.log)}")
+    raise RuntimeError(_with_log(f"{rec.name} not ready at {url} after {timeout:.0f}s ({last})", rec))
+
+
+def _with_log(what: str, rec: ProcRecord) -> str:
+    """The log's last line on the first line (the CLI prints only that one: the reason, such as a port in use,
+    must be there), then the log's tail."""
+    lines = tail(rec.log).splitlines()
+    last = lines[-1].strip() if lines else "its log is empty"
+    return f"{what}: {last} (log: {rec.log})\n" + "\n".join(lines)
 
 
 def tail(path: str, lines: int = 20) -> str:

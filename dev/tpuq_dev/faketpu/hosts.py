@@ -278,6 +278,13 @@ class WorkerHost:
     def is_running(self) -> bool:
         return self._process.poll() is None
 
+    def init_is_alive(self) -> bool:
+        """Whether `init_pid` is still this host's init (the process of that pid is in the host's namespace)."""
+        try:
+            return os.readlink(f"/proc/{self.init_pid}/ns/pid") == self._pidns
+        except OSError:
+            return False
+
     def connections_seen(self) -> list[tuple[str, str]]:
         """(client address, address it connected to) of every TCP connection sshd accepted, from its log
         (LogLevel VERBOSE), leaving out the manager's own readiness probes."""
@@ -384,22 +391,28 @@ class WorkerHostManager:
 
     def stop_hosts(self, hosts: Sequence[WorkerHost]) -> None:
         for host in hosts:
-            # SIGKILL to the namespace's init takes every process of the host with it.
-            try:
-                os.kill(host.init_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            # SIGKILL to the namespace's init takes every process of the host with it. Only while that pid is
+            # still the host's init: a host stopped twice, or whose sshd died, left a pid another process may
+            # have taken since (pids come round within minutes here).
+            if host.init_is_alive():
+                try:
+                    os.kill(host.init_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         for host in hosts:
             try:
                 host._process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 host._process.kill()
                 host._process.wait(timeout=10)
-            self._pool.release(host.internal_address)
-            if host.external_address:
-                self._external_pool.release(host.external_address)
             with self._mutex:
-                self._hosts.pop(host.unshare_pid, None)
+                registered = self._hosts.get(host.unshare_pid) is host
+                if registered:
+                    del self._hosts[host.unshare_pid]
+            if registered:  # a host stopped twice must not free the addresses a newer host holds by now
+                self._pool.release(host.internal_address)
+                if host.external_address:
+                    self._external_pool.release(host.external_address)
 
     def stop_all(self) -> None:
         self.stop_hosts(self.hosts)
