@@ -264,26 +264,20 @@ class WorkerHost:
         return p
 
     def namespace_pids(self) -> list[int]:
-        pids = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                if os.readlink(f"/proc/{entry}/ns/pid") == self._pidns:
-                    pids.append(int(entry))
-            except OSError:
-                continue
-        return sorted(pids)
+        return sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit() and self._in_namespace(entry))
+
+    def _in_namespace(self, pid: int | str) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid") == self._pidns
+        except OSError:  # gone, or a zombie
+            return False
 
     def is_running(self) -> bool:
         return self._process.poll() is None
 
     def init_is_alive(self) -> bool:
         """Whether `init_pid` is still this host's init (the process of that pid is in the host's namespace)."""
-        try:
-            return os.readlink(f"/proc/{self.init_pid}/ns/pid") == self._pidns
-        except OSError:
-            return False
+        return self._in_namespace(self.init_pid)
 
     def connections_seen(self) -> list[tuple[str, str]]:
         """(client address, address it connected to) of every TCP connection sshd accepted, from its log
