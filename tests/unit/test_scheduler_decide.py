@@ -52,8 +52,8 @@ def decided(jobs, tpus, live=0, open_=0, fleet_file=None, runner_bucket="tpuq-ru
      {"a": "n1"}, ["b"], []),
     ("a quarantined TPU is never assigned",
      [job("a")], [tpu("n1", quarantined=True)], 4, 1, 0, {}, ["a"], []),
-    ("a job that names its TPU never asks",
-     [job("a", spec={"tpu_name": "mine"})], [tpu("n1")], 4, 1, 0, {}, [], []),
+    ("a job that names its TPU never asks, and says what it waits for",
+     [job("a", spec={"tpu_name": "mine"})], [tpu("n1")], 4, 1, 0, {}, [], ["a"]),
     ("no fitting entry: blocked with the reason",
      [job("a", tpu=["v5e-8"])], [], 4, 0, 0, {}, [], ["a"]),
 ])
@@ -67,7 +67,8 @@ def test_pass_decision(case, jobs, tpus, max_slices, live, open_, assigned, aske
 def test_no_fleet_matches_but_never_asks():
     d = decide_pass(PassSnapshot(queue=queue_of([job("a"), job("b")]), idle_tpus=[tpu("n1")]), None, "tpuq-runner",
                     NOW)
-    assert len(d.assignments) == 1 and not d.asks and not d.blocked
+    assert len(d.assignments) == 1 and not d.asks
+    assert list(d.blocked) == [j for j in ("a", "b") if j not in {a.job_id for a in d.assignments}]  # says why
 
 
 def test_a_job_that_can_never_be_assigned_is_rejected_through_the_table_and_its_tpu_stays_free():
@@ -168,3 +169,11 @@ def _event(kind, node=NODE, request_id=None, **kw):
 def test_what_a_fleet_event_means_to_the_scheduler(event, lost, reason):
     assert lifecycle.node_is_lost(event) is lost
     assert lifecycle.request_failure_reason(event) == reason
+
+
+def test_every_job_left_waiting_shows_what_holds_it():
+    """The liveness rule (tpuq.liveness): a job neither assigned nor asking states its reason."""
+    named = decided([job("a", spec={"tpu_name": "mine"})], [tpu("n1")])
+    assert named.blocked == {"a": "waiting for TPU mine (its tpu_name) to be idle and healthy"}
+    no_fleet = decide_pass(PassSnapshot(queue=queue_of([job("a")]), idle_tpus=[]), None, "b", NOW)
+    assert "no fleet file is stored" in no_fleet.blocked["a"] and not no_fleet.asks

@@ -81,6 +81,19 @@ def unrunnable_reason(job: PendingJob, fleet: FleetFile | None) -> str | None:
     return f"{no_entry_reason(job)}; {fleet_offers(fleet)}"
 
 
+NO_FLEET_REASON = "no fleet file is stored, so no TPU is claimed: run `tpuq fleet apply FLEET.yaml`"
+
+
+def named_tpu_reason(job: PendingJob) -> str:
+    """A job that names its node (`tpu_name`) asks for no capacity: it waits for that node alone."""
+    return f"waiting for TPU {job.tpu_name} (its tpu_name) to be idle and healthy"
+
+
+def existing_reason(entries: list[FleetEntry]) -> str:
+    nodes = ", ".join(f"{e.existing} in {e.zones[0]}" for e in entries)
+    return f"waiting for an existing TPU to be idle and healthy (tpuq creates none for it): {nodes}"
+
+
 def full_reason(entries: list[FleetEntry]) -> str:
     limits = ", ".join(f"{e.id} ({e.type}) max {e.max_slices}" for e in entries)
     return f"waiting for a TPU: the fleet holds or has requested its maximum of every fitting entry: {limits}"
@@ -105,9 +118,9 @@ def ask_for_capacity(
         eligible = eligible_entries(job, fleet)
         entries = [e for e in eligible if not e.existing]
         if not entries:
-            if not eligible:
-                blocked[job.job_id] = unrunnable_reason(job, fleet) or no_entry_reason(job)
-            # else: only existing nodes fit; it waits for one of them to be idle (`tpuq status` says which ails)
+            # Only existing nodes fit: it waits for one of them to be idle (`tpuq status` says which ails).
+            blocked[job.job_id] = (existing_reason(eligible) if eligible
+                                   else unrunnable_reason(job, fleet) or no_entry_reason(job))
             continue
         best = max(entries, key=lambda e: room.get(e.id, 0))  # max() keeps the first of equals: fleet order
         if room.get(best.id, 0) <= 0:

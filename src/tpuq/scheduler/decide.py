@@ -161,11 +161,17 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
         if served in open_requests:  # the assignment closes the job's open request
             open_requests[served] -= 1
 
-    waiting = [jobs[j] for j in result.unmatched_job_ids if may_ask(jobs[j])]
-    if not waiting or fleet is None:  # without a fleet there is nothing to claim from
-        return decision
-    room = capacity.room_per_entry(fleet, snapshot.live_tpus, open_requests)
-    decision.asks, blocked = capacity.ask_for_capacity(
-        [(q.pending, q.view.capacity_requests) for q in waiting], fleet, room, now)
+    # Every job left waiting shows what holds it (the liveness rule, tpuq.liveness): an open request, or a reason.
+    unmatched = [jobs[j] for j in result.unmatched_job_ids]
+    waiting = [q for q in unmatched if may_ask(q)]
+    blocked = {q.pending.job_id: capacity.named_tpu_reason(q.pending) for q in unmatched
+               if q.pending.tpu_name is not None and not q.view.capacity_request}
+    if fleet is None:  # without a fleet there is nothing to claim from
+        blocked |= {q.pending.job_id: capacity.NO_FLEET_REASON for q in waiting}
+    elif waiting:
+        room = capacity.room_per_entry(fleet, snapshot.live_tpus, open_requests)
+        decision.asks, asked = capacity.ask_for_capacity(
+            [(q.pending, q.view.capacity_requests) for q in waiting], fleet, room, now)
+        blocked |= asked
     decision.blocked = {job_id: reason for job_id, reason in blocked.items() if jobs[job_id].view.blocked != reason}
     return decision

@@ -50,7 +50,7 @@ from tpuq.documents import (
 from tpuq.errors import Permanent
 from tpuq.fleet import FleetFile
 from tpuq.fleetstore import paused_fleets
-from tpuq.guarded import WriteSet, commit_if_unchanged
+from tpuq.guarded import WriteSet, commit_if_unchanged, read_decide_commit
 from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
                            FleetEventKind, WorkerEndpoint)
 from tpuq.jobspec import ANY_TPU
@@ -322,11 +322,27 @@ def _record_ask(ctx: Context, fleet: FleetFile, snap, ask: capacity.Ask, now, re
     if commit_if_unchanged(ctx.clients.firestore, WriteSet().update(snap, fields)):
         report.requested += 1
         return
-    current = snap.reference.get()
-    if _job_view(current).capacity_request_id != ask.message.request_id:
-        # The job moved on meanwhile (assigned, cancelled, asked under another id): take it back.
+    if _spend_request_id(ctx.clients.firestore, snap.reference, ask):
+        # The job moved on meanwhile (assigned, cancelled, asked under another id): take the request back.
         ctx.publish("capacity", capacity.withdrawal(ask.message.request_id, fleet.name, now))
         report.withdrawn += 1
+
+
+def _spend_request_id(db, job_ref, ask: capacity.Ask) -> bool:
+    """After an ask's record lost to another writer: True when the ask is to be withdrawn, with its number
+    recorded as used first. The claimer never reopens a withdrawn id (a late copy of the request must not revive
+    it), so a later ask of this job that reused the number would be recorded as open and never be served: the job
+    would wait for ever (issue 31: a stale pass asked while another assigned the job; after the job's next
+    requeue it asked again under the withdrawn id). False: another instance recorded this very ask; it stands."""
+
+    def decide(job):
+        view = _job_view(job)
+        if view.capacity_request_id == ask.message.request_id:
+            return WriteSet(), False
+        spent = JobDoc.fields(capacity_requests=ask.n) if job.exists and view.capacity_requests < ask.n else None
+        return WriteSet().update(job, spent), True
+
+    return read_decide_commit(db, [job_ref], decide)
 
 
 # ------------------------------------------------------- request bookkeeping
