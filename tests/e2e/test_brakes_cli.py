@@ -138,10 +138,15 @@ def test_pause_deletes_idle_tpus_creates_nothing_and_resume_claims_again(world):
     first = world.submit("echo one")
     done = world.wait_state(first, "succeeded")
     tpu_id = done["tpu"].rsplit("/", 1)[-1]
-    assert world.clients.firestore.collection(store.TPUS).document(tpu_id).get().to_dict()["state"] == "idle"
+    # The job's end and the slice's release are two events: wait for the release, do not read the moment between.
+    wait_until(lambda: world.clients.firestore.collection(store.TPUS).document(tpu_id).get().to_dict()["state"]
+               == "idle", timeout=DEADLINE, what="the TPU released as idle after its job succeeded")
 
     # §6: per zone and type, the stocked-out zone's back-off in local time, racing and quota with its source.
-    view = world.fleet_json()
+    # The back-off is the claimer's record of that zone's failed racer, not a step of the job: wait for it.
+    view = wait_until(lambda: (v := world.fleet_json()) and any(
+        r["zone"] == STOCKED_OUT and r["type"] == "v4-8" and r["backoff_until_local"] for r in v["targets"]) and v,
+        timeout=DEADLINE, what="tpuq fleet to show the stocked-out zone backed off")
     rows = {(r["zone"], r["type"]): r for r in view["targets"]}
     assert rows[(STOCKED_OUT, "v4-8")]["backoff_until_local"].endswith(("CET", "CEST"))
     assert rows[(OPEN_A, "v4-8")]["quota_chips"] == 64 and rows[(OPEN_A, "v4-8")]["quota_source"] == "fleet file"

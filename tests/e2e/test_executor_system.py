@@ -97,7 +97,10 @@ def test_executor_restart_mid_job_completes_once(system, system_clients):
     attempts = list(system_clients.firestore.collection(store.JOBS).document(job_id)
                     .collection(store.ATTEMPTS).stream())
     assert len(attempts) == 1 and attempts[0].to_dict()["outcome"] == "succeeded"
-    execution = system_clients.firestore.collection(store.EXECUTIONS).document(f"{job_id}:1").get().to_dict()
+    # The executor publishes the attempt's end, then records it in executions/: the job can succeed before that write.
+    execution = wait_for(lambda: (e := system_clients.firestore.collection(store.EXECUTIONS).document(f"{job_id}:1")
+                                  .get().to_dict() or {}).get("ended") and e, timeout=DEADLINE,
+                         what="the attempt's end recorded in executions/")
     assert execution["ended"] and execution["outcome"] == "succeeded"
 
 

@@ -344,6 +344,8 @@ def test_status_reports_a_supervisor_that_is_gone(worker, bucket):
     # A host restart: every process dies, the files stay.
     worker.kill_everything()
     wait_until(lambda: not worker.run("status")["supervisor_alive"], 10, "the supervisor to die")
-    probe = worker.run("status", "--attempt-id", a.attempt_id)
+    # The job's group and the supervisor die apart (two kills): the job's lock is let go when its own processes exit.
+    probe = wait_until(lambda: (p := worker.run("status", "--attempt-id", a.attempt_id)) and not p["job_alive"] and p,
+                       10, "the job to die too")
     assert (probe["supervisor_alive"], probe["job_alive"], probe["status"]) == (False, False, None)
     assert launched["state"]["job_pgid"] > 0

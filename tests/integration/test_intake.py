@@ -92,4 +92,5 @@ def test_gcloud_publish_valid_and_invalid(gcloud_env, clients):
     assert bad.returncode == 0, bad.stderr
     dead = wait_for(lambda: _dead_letters(clients), what="dead letter")
     assert dead[0]["field"] == "command" and "required" in dead[0]["reason"]
-    assert _job(clients, "no-command")["state"] == "rejected"
+    # The dead letter is written first, the rejected job after it: wait for the job, do not read between the two.
+    assert wait_for(lambda: _job(clients, "no-command"), what="rejected job")["state"] == "rejected"

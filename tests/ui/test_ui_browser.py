@@ -184,6 +184,8 @@ def test_a_waiting_job_the_stocked_out_zones_backoff_priority_and_cancel_through
     assert page.evaluate("window.__notReloaded") is True
     shoot(page, "fleet")
 
+    # The zone's back-off may be an earlier job's: wait for this job to be stored before opening its page.
+    wait_until(lambda: job_state(clients, job_id), timeout=DEADLINE, what=f"{job_id} stored")
     page.goto(f"{page.base}/jobs/{job_id}")
     assert page.inner_text("#job-state") == "pending"
     page.select_option("#priority-choice", "high")
