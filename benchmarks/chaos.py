@@ -23,7 +23,10 @@ Then the invariants, as figures (0 is the goal for each):
 - `leftovers`: no queued resource or node of tpuq's is left once the fleet's idle timeout has passed;
 - `foreign_deletes`: nothing tpuq did not create was deleted (two hand-made queued resources, one with a
   node, made at the start; the fake's call log must show no DELETE of them, and they must still exist);
-- `looped`: Pub/Sub pushed no message more than `MAX_DELIVERIES` times (the front counts per message id).
+- `looped`: Pub/Sub pushed no message more than `MAX_DELIVERIES` times (the front counts per message id);
+- `liveness`: at every sample (every `SAMPLE_SECONDS`, from the first publish to the end), every pending job keeps
+  `tpuq.liveness`'s rule: within its bound after it could run, it is assigned, or the claimer holds its capacity
+  request open, or it shows a reason that holds it.
 
 Output: one JSON line (jobs, outcomes, faults by kind, violations by invariant); details on stderr.
 `run()` is what tests/e2e/test_chaos.py calls with fewer jobs.
@@ -41,6 +44,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -50,8 +54,9 @@ import yaml
 
 from tpuq import store
 from tpuq.clients import Clients, Settings
-from tpuq.documents import AttemptDoc, AttemptState, JobState, execution_doc_id
+from tpuq.documents import AttemptDoc, AttemptState, JobDoc, JobState, RequestStatus, execution_doc_id
 from tpuq.jobstate import IllegalTransition, JobEvent, transition
+from tpuq.liveness import nothing_holds
 from tpuq.messages import AttemptOutcome
 from tpuq.queries import worker_log_chunks, worker_statuses
 from tpuq_dev.devstack.stack import DevStack
@@ -65,7 +70,8 @@ IDLE_TIMEOUT = 15  # seconds: the fleet's, short, so that leftovers can be judge
 MAX_DELIVERIES = 30  # pushes of one message: more is a loop (redeliveries while a service is down stay far below)
 STAMP = "CHAOS_STAMP="
 HAND_MADE = ("hand-made-1", "hand-made-2")  # queued resources (and nodes) tpuq did not create, in ZONES[0]
-INVARIANTS = ("jobs", "overlap", "leftovers", "foreign_deletes", "looped")
+INVARIANTS = ("jobs", "overlap", "leftovers", "foreign_deletes", "looped", "liveness")
+SAMPLE_SECONDS = 5.0  # how often the liveness rule is checked over every pending job
 
 SCENARIO = {
     "seed": 1,
@@ -191,6 +197,7 @@ class Soak:
     faults: Counter = field(default_factory=Counter)
     published: dict[str, str] = field(default_factory=dict)  # job id -> TPU type
     touched: set[str] = field(default_factory=set)  # jobs a preemption or host kill hit already
+    unheld: dict[str, str] = field(default_factory=dict)  # job id -> the first sample that found nothing holding it
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -401,6 +408,30 @@ class Soak:
         log("killed worker", hosts[-1]["worker"], "of", j["tpu"], "running", j["id"])
 
     # ------------------------------------------------------------------------------------------- the checks
+    def liveness_loop(self, rng: random.Random) -> None:
+        """The liveness rule over every pending job, every SAMPLE_SECONDS until the soak stops."""
+        while not self.stop.wait(SAMPLE_SECONDS):
+            self.sample_liveness()
+
+    def sample_liveness(self) -> None:
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        db = self.clients.firestore
+        pending = db.collection(store.JOBS).where(filter=FieldFilter("state", "==", JobState.pending.value)).stream()
+        jobs = [JobDoc.from_doc(s.to_dict() or {}, s.id) for s in pending]
+        if not jobs:
+            return
+        # The claimer's open requests, read after the jobs: a request recorded after the job was read is counted.
+        open_ids = {s.id for s in db.collection(store.REQUESTS)
+                    .where(filter=FieldFilter("status", "==", RequestStatus.open.value)).stream()}
+        now = datetime.now(timezone.utc)
+        for job in jobs:
+            reason = nothing_holds(job, open_ids, now)
+            if reason and job.id in self.published and job.id not in self.unheld:
+                self.unheld[job.id] = f"{job.id} at {now:%H:%M:%S}: {reason}"
+                log("LIVENESS", self.unheld[job.id])
+                self.dump(job.id)
+
     def wait_terminal(self, deadline: float) -> None:
         last_dump = time.monotonic()
         while time.monotonic() < deadline:
@@ -424,7 +455,13 @@ class Soak:
     def dump(self, job_id: str) -> None:
         job = self.job(job_id) or {}
         log("STALLED", job_id, {k: str(job.get(k)) for k in ("state", "attempt", "tpu", "assigned_at", "started_at",
-                                                              "assignment_republished_at", "not_before", "blocked")})
+                                                              "assignment_republished_at", "not_before", "blocked",
+                                                              "capacity_request", "capacity_requests",
+                                                              "pinned_region", "reason", "updated_at")})
+        request = (job.get("capacity_request") or {}).get("id")
+        if request:
+            record = self.clients.firestore.collection(store.REQUESTS).document(request).get().to_dict()
+            log("  request", request, "at the claimer:", (record or {}).get("status", "no record"))
         if job.get("attempt"):
             snap = self.clients.firestore.collection(store.EXECUTIONS).document(
                 execution_doc_id(job_id, int(job["attempt"]))).get()
@@ -468,6 +505,8 @@ class Soak:
         counts = self.stack.delivery_counts()
         violations["looped"] = [f"{sub} {mid}: {n} pushes" for (sub, mid), n in counts.items() if n > MAX_DELIVERIES]
         self.max_deliveries = max(counts.values(), default=0)
+        self.sample_liveness()
+        violations["liveness"] = list(self.unheld.values())
         return violations, outcomes, attempts_total
 
 
@@ -487,6 +526,7 @@ def run(seed: int = 1, jobs: int = 500, minutes: float = 10.0, work: Path | None
             (soak.publish_all, random.Random(rng.getrandbits(64))),
             (soak.processes_loop, random.Random(rng.getrandbits(64))),
             (soak.tpu_faults_loop, random.Random(rng.getrandbits(64))),
+            (soak.liveness_loop, random.Random(0)),
         ]
 
         def guarded(fn, r):

@@ -21,6 +21,7 @@ from tpuq.fleet import FleetFile
 from tpuq.jobspec import ANY_TPU
 from tpuq.messages import FailureClass
 from tpuq.fleetstore import FleetControl, load_control, load_fleet
+from tpuq.liveness import LIVENESS_BOUND, nothing_holds
 from tpuq.queries import age
 from tpuq.quota import BILLING_OFF_MESSAGE
 from tpuq.tputypes import canonical_name, zone_region
@@ -153,14 +154,54 @@ def all_fleet_views(db, now: datetime, tz: tzinfo) -> list[dict[str, Any]]:
 
 
 def annotate_waiting(db, jobs: list[dict[str, Any]], now: datetime, tz: tzinfo) -> None:
-    """Set `waiting` on each pending job: what holds it (`tpuq status`, `tpuq list`)."""
+    """Set `waiting` on each pending job: what holds it (`tpuq status`, `tpuq list`). A job that nothing holds
+    (`tpuq.liveness`) says so first, and `unheld` gives the reason."""
     if not any(j.get("state") == JobState.pending for j in jobs):
         return
     views = all_fleet_views(db, now, tz)
+    open_ids = open_request_ids(views)
     for j in jobs:
         reason = waiting_reason(j, views, now, tz)
+        unheld = _unheld_reason(j, open_ids, now)
+        if unheld:
+            j["unheld"] = unheld
+            reason = "; ".join(part for part in (unheld, reason) if part)
         if reason:
             j["waiting"] = reason
+
+
+def open_request_ids(views: list[dict[str, Any]]) -> set[str]:
+    """The capacity requests the claimer holds open, over the fleets' views."""
+    return {r["request_id"] for view in views for r in view.get("requests", [])}
+
+
+def _unheld_reason(job: dict[str, Any], open_ids: set[str], now: datetime) -> str | None:
+    try:
+        return nothing_holds(JobDoc.from_doc(job), open_ids, now)
+    except Permanent:
+        return None  # an unreadable job: `tpuq status` says so itself
+
+
+UNHELD_SCAN = 200  # pending jobs with no stated reason read by `unheld_jobs`, longest unchanged first
+
+
+def unheld_jobs(db, now: datetime) -> list[dict[str, Any]]:
+    """Pending jobs that nothing holds (`tpuq.liveness`: a tpuq bug made visible), as {job, reason}: for `tpuq
+    fleet` and `tpuq status`. Reads the pending jobs with no stated reason, unchanged for longer than the bound
+    (index: state, blocked, updated_at), so the jobs the scheduler explains are not read at all; then the claimer's
+    open requests, of every fleet (after the jobs: a request recorded meanwhile counts as open)."""
+    q = (db.collection(store.JOBS)
+         .where(filter=FieldFilter(JobDoc.field("state"), "==", JobState.pending.value))
+         .where(filter=FieldFilter(JobDoc.field("blocked"), "==", None))
+         .where(filter=FieldFilter(JobDoc.field("updated_at"), "<=", now - LIVENESS_BOUND))
+         .order_by(JobDoc.field("updated_at")).limit(UNHELD_SCAN))
+    pending = [{**(s.to_dict() or {}), "id": s.id} for s in q.stream()]
+    if not pending:
+        return []
+    open_ids = {s.id for s in db.collection(store.REQUESTS)
+                .where(filter=FieldFilter("status", "==", RequestStatus.open.value)).stream()}
+    found = [(job["id"], _unheld_reason(job, open_ids, now)) for job in pending]
+    return [{"job": job_id, "reason": reason} for job_id, reason in found if reason]
 
 
 def local_time(when: datetime, tz: tzinfo, now: datetime) -> str:
@@ -435,4 +476,5 @@ def status_overview(db, now: datetime, tz: tzinfo) -> dict[str, Any]:
             "zones": view["zones"],
             "paused": brakes.get("paused", False),
         })
-    return {"generated_at": now, "fleets": fleets, "jobs": job_counts(db)}
+    return {"generated_at": now, "fleets": fleets, "jobs": job_counts(db),
+            "unheld_jobs": unheld_jobs(db, now)}

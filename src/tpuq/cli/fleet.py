@@ -26,11 +26,12 @@ def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fle
     from datetime import datetime, timezone
 
     from tpuq.cloudchecks import reader_from_settings
-    from tpuq.fleetreport import fleet_view
+    from tpuq.fleetreport import fleet_view, unheld_jobs
 
     clients = cli_clients()
-    view = fleet_view(clients.firestore, name, datetime.now(timezone.utc), local_zone(),
-                      reader_from_settings(clients.settings))
+    now = datetime.now(timezone.utc)
+    view = fleet_view(clients.firestore, name, now, local_zone(), reader_from_settings(clients.settings))
+    view["unheld_jobs"] = unheld_jobs(clients.firestore, now)
     if as_json:
         print(json.dumps(view, default=json_default, indent=2))
         return

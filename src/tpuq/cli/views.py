@@ -230,6 +230,13 @@ def print_fleet(view: dict, verbose: bool = False) -> None:
         out.print(f"zone {z['key']}: {z['note']}", highlight=False, markup=False)
         if verbose and z.get("detail"):
             out.print(f"  the API said: {z['detail']}", highlight=False, markup=False)
+    print_unheld(view.get("unheld_jobs", []))
+
+
+def print_unheld(unheld: list[dict]) -> None:
+    """Pending jobs that nothing holds (tpuq.liveness): a bug in tpuq, shown as one, never as a plain "pending"."""
+    for u in unheld:
+        out.print(f"[red]job {escape(u['job'])} pending, {escape(u['reason'])}[/red]", highlight=False)
 
 
 def print_overview(view: dict, verbose: bool = False) -> None:
@@ -257,4 +264,5 @@ def print_overview(view: dict, verbose: bool = False) -> None:
                 out.print(f"    the API said: {z['detail']}", highlight=False, markup=False)
     jobs = {state: n for state, n in view["jobs"].items() if n}
     out.print(f"jobs: {counts(jobs)}", highlight=False)
+    print_unheld(view.get("unheld_jobs", []))
     out.print("one job: tpuq status JOB; the recent ones: tpuq list; the fleet in detail: tpuq fleet")
