@@ -182,6 +182,7 @@ class JobDoc(_View):
     cancel_requested: bool = False
     cancel_reason: str | None = None
     assignment_republished_at: datetime | None = None
+    assignment_republishes: int = 0  # how often the tick sent the current attempt's assignment again
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], doc_id: str | None = None) -> "JobDoc":

@@ -86,6 +86,17 @@ def subscription_by_path(service: str, path: str) -> Subscription | None:
     return next((s for s in subscriptions_for(service) if s.path == path), None)
 
 
+def never_expires() -> dict:
+    """A subscription's `expirationPolicy` that keeps it for good.
+
+    pubsub v1 discovery, Subscription.expirationPolicy: "If expiration_policy is not set, a default policy with ttl
+    of 31 days will be used ... If expiration_policy is set, but expiration_policy.ttl is not set, the subscription
+    never expires." Activity is a successful push, so a subscription whose topic is quiet for a month (cancels,
+    capacity in an idle fleet) would be deleted, and what is published to it afterwards lost.
+    """
+    return {}
+
+
 def subscription_body(sub: Subscription, project: str, endpoint: str | None) -> dict:
     """The Pub/Sub REST body for one declared subscription: the local stack creates it, deploy adds the OIDC token."""
     body: dict = {
@@ -99,6 +110,7 @@ def subscription_body(sub: Subscription, project: str, endpoint: str | None) -> 
             "deadLetterTopic": f"projects/{project}/topics/{DEAD_LETTER_TOPIC}",
             "maxDeliveryAttempts": sub.max_delivery_attempts,
         },
+        "expirationPolicy": never_expires(),
     }
     if endpoint:
         body["pushConfig"] = {"pushEndpoint": endpoint.rstrip("/") + sub.path}

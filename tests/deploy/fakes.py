@@ -80,9 +80,9 @@ class FirestoreAdminStandIn(RecordingApi):
 
 
 def state_after(actions: list[Action], project_number: str = "42",
-                secrets: tuple[str, ...] = ("tpuq-ssh", "tpuq-ssh-public")) -> ProjectState:
-    """The project as Google would hold it once these actions were applied."""
-    s = ProjectState(known=True, project_number=project_number, secrets=set(secrets))
+                secrets: tuple[str, ...] = ("tpuq-ssh", "tpuq-ssh-public"), start: ProjectState | None = None) -> ProjectState:
+    """The project as Google would hold it once these actions were applied (to `start`, else to an empty one)."""
+    s = start or ProjectState(known=True, project_number=project_number, secrets=set(secrets))
     for a in actions:
         r = a.request
         if a.iam is not None:
@@ -100,6 +100,9 @@ def state_after(actions: list[Action], project_number: str = "42",
         elif r.api == "pubsub" and "/topics/" in r.path:
             s.topics.add(r.path.rsplit("/", 1)[-1])
             s.topic_resources[r.path.rsplit("/", 1)[-1]] = {"name": r.path, **r.body}
+        elif r.api == "pubsub" and r.method == "PATCH":  # an update: only the fields its mask names change
+            current = s.subscriptions.setdefault(r.path.rsplit("/", 1)[-1], {})
+            current.update({k: r.body["subscription"][k] for k in r.body["updateMask"].split(",")})
         elif r.api == "pubsub":
             s.subscriptions[r.path.rsplit("/", 1)[-1]] = r.body
         elif r.api == "storage" and r.path == "b":

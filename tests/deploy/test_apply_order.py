@@ -46,20 +46,55 @@ def test_a_project_without_any_secret_deploys_to_the_end_and_says_what_to_create
     assert "secret tpuq-ssh" in todos and "secret wandb-api-key" in todos
 
 
-def test_the_executor_mounts_its_key_only_once_the_secret_exists():
-    def executor(secrets):
-        actions = plan(TARGET, INFRA, ProjectState(known=True, project_number="42", secrets=secrets))
-        (create,) = [a for a in actions if a.what == "Cloud Run service tpuq-executor"]
-        return create.request.body["template"]
+def test_the_executor_is_deployed_only_once_its_key_secret_exists():
+    """Without its key the executor reaches no worker: deployed anyway, it would take every assignment and start
+    none (issue 32 §4). So it is left out, with a todo naming the secret and the commands that create it."""
+    def deployed(state):
+        actions = plan(TARGET, INFRA, state)
+        executor = [a for a in actions if a.what == "Cloud Run service tpuq-executor"]
+        invoker = [a for a in actions if a.iam is not None and a.iam.key == "run_service:executor"]
+        return actions, executor, invoker
 
-    assert "volumes" not in executor(set())  # Cloud Run would refuse a revision mounting a missing secret
-    template = executor({"tpuq-ssh", "tpuq-ssh-public"})
-    assert template["volumes"][0]["secret"]["secret"] == "tpuq-ssh"
-    # once it exists, the next deploy updates the service to mount it
-    state = state_after(plan(TARGET, INFRA, ProjectState(known=True, project_number="42", secrets=set())), secrets=())
+    actions, executor, invoker = deployed(ProjectState(known=True, project_number="42", secrets=set()))
+    assert executor == [] and invoker == []  # nor a grant on a service that does not exist
+    (todo,) = [a for a in actions if a.verb == "todo" and a.what == "secret tpuq-ssh"]
+    assert "so it is not deployed until the secret exists" in todo.detail
+    assert "gcloud secrets create tpuq-ssh --data-file=./tpuq-ssh --project=my-trc-project" in todo.commands
+    assert any(a.what == "Cloud Run service tpuq-scheduler" for a in actions)  # the rest deploys
+    assert any(a.what == "subscription executor-assignments" for a in actions)  # pushes wait for the service
+
+    # once it exists, the next deploy creates the executor, mounting it
+    state = state_after(actions, secrets=())
     state.secrets = {"tpuq-ssh", "tpuq-ssh-public", "wandb-api-key"}
-    again = [f"{a.verb} {a.what}" for a in plan(TARGET, INFRA, state) if a.sends and a.request is not None]
-    assert "update Cloud Run service tpuq-executor" in again
+    actions, (create,), (grant,) = deployed(state)
+    assert create.verb == "create" and create.request.body["template"]["volumes"][0]["secret"]["secret"] == "tpuq-ssh"
+    assert grant.role == "roles/run.invoker"
+    assert not [a for a in actions if a.verb == "todo" and a.what == "secret tpuq-ssh"]
+
+
+def test_an_executor_whose_key_secret_went_away_is_left_as_it_is():
+    state = state_after(plan(TARGET, INFRA, ProjectState(secrets={"tpuq-ssh", "tpuq-ssh-public"})),
+                        secrets=("tpuq-ssh", "tpuq-ssh-public"))
+    state.secrets = {"tpuq-ssh-public"}  # deleted since: a new revision would mount nothing
+    actions = plan(TARGET, INFRA, state)
+    assert not [a for a in actions if a.what == "Cloud Run service tpuq-executor"]
+    assert [a.what for a in actions if a.verb == "todo" and "tpuq-ssh" in a.what] == ["secret tpuq-ssh"]
+
+
+def test_a_fleet_naming_no_key_secret_deploys_no_executor():
+    fleet = FleetFile.model_validate(yaml.safe_load(EXAMPLE_FLEET))  # `tpuq init`'s file names none
+    target = Target(fleet=fleet, project_number="42")
+    actions = plan(target, load_infra(target.variables()), ProjectState(known=True, project_number="42",
+                                                                        secrets={"tpuq-ssh", "tpuq-ssh-public"}))
+    assert not [a for a in actions if a.what == "Cloud Run service tpuq-executor"]
+    (todo,) = [a for a in actions if a.verb == "todo" and a.what == "SSH key"]
+    assert "so it is not deployed" in todo.detail and "set ssh_key_secret: tpuq-executor-ssh" in todo.detail
+    assert any(c.startswith("gcloud secrets create tpuq-executor-ssh ") for c in todo.commands)
+
+
+def test_a_plan_that_could_not_read_the_secrets_still_shows_the_executor():
+    (create,) = [a for a in plan(TARGET, INFRA, ProjectState()) if a.what == "Cloud Run service tpuq-executor"]
+    assert create.verb == "create"  # an offline dry run: unknown is not missing
 
 
 # ---------------------------------------------------------- service agents

@@ -16,7 +16,7 @@ from google.cloud import firestore
 
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import INFRA_DIR, load_infra
-from tpuq.deploy.plan import Target, plan, subscription_projection
+from tpuq.deploy.plan import Target, expiration_ttl, plan, subscription_projection
 from tpuq.deploy.undeploy import undeploy_plan
 from tpuq.fleet import FleetFile
 from tpuq_dev.devstack.stack import DEMO_DIR
@@ -79,8 +79,18 @@ def test_deploy_creates_topics_and_subscriptions_exactly_as_infra_declares(deplo
                                            "maxDeliveryAttempts": spec["max_delivery_attempts"]}
         assert subscription_projection(got)["minimumBackoff"] == spec["min_backoff_seconds"]
         assert subscription_projection(got)["maximumBackoff"] == spec["max_backoff_seconds"]
+    for name, got in subs.items():  # the emulator keeps the policy as sent: {} (never expires), no ttl
+        assert got["expirationPolicy"] == {} and expiration_ttl(got) is None, name
     stored = adapters["fleetstore"].client.collection("fleets").document(target.fleet.name).get().to_dict()
     assert stored["version"] == target.fleet.version
+
+
+def test_the_local_stacks_subscriptions_never_expire(stack):
+    """The stack declares its push subscriptions with deploy's own desired_subscription; the emulator takes the policy."""
+    stack.reset()
+    host = stack.env["PUBSUB_EMULATOR_HOST"]
+    subs = emulator_subscriptions(f"http://{host}/v1/projects/{stack.project}")
+    assert subs and {name: sub.get("expirationPolicy") for name, sub in subs.items()} == {name: {} for name in subs}
 
 
 def test_a_second_deploy_changes_nothing_in_pubsub_or_firestore(deployment):

@@ -236,8 +236,8 @@ def test_an_execution_s_end_is_read_only_once_published():
 
 
 JOB_ONLY_FIELDS = {"capacity_request", "capacity_requests", "cancel_requested", "cancel_reason", "priority_rank",
-                   "infra_failures", "not_before", "submit_time", "assignment_republished_at", "assigned_at",
-                   "finished_at"}  # names no other document, message or file uses: a literal of one is the job's
+                   "infra_failures", "not_before", "submit_time", "assignment_republished_at", "assignment_republishes",
+                   "assigned_at", "finished_at"}  # names no other document, message or file uses: a literal of one is the job's
 
 
 def job_field_literals(source: str) -> list[tuple[int, str]]:

@@ -17,7 +17,7 @@ from tpuq.deploy.infra import Infra, SubscriptionSpec
 from tpuq.fleet import FleetFile
 from tpuq.ownership import owner_labels
 from tpuq import topology
-from tpuq.topology import subscription_body
+from tpuq.topology import never_expires, subscription_body
 from tpuq.tputypes import zone_region
 
 RUN_PORT = 8080
@@ -284,6 +284,22 @@ def _seconds(duration: Any) -> float | None:
     return float(str(duration).rstrip("s"))
 
 
+# pubsub v1 discovery, Subscription: an unset expirationPolicy is "a default policy with ttl of 31 days"; an unset
+# messageRetentionDuration "Defaults to 7 days".
+DEFAULT_SUBSCRIPTION_TTL_SECONDS = 31 * 86400
+DEFAULT_MESSAGE_RETENTION_SECONDS = 7 * 86400
+
+
+def expiration_ttl(body: dict) -> float | None:
+    """After how many idle seconds Pub/Sub deletes this subscription; None: never.
+
+    Pub/Sub reads a subscription back with its default policy spelled out ({ttl: "2678400s"}); the emulator leaves
+    the field out unless it was sent. Both read `{}` back for one that never expires.
+    """
+    policy = body.get("expirationPolicy")
+    return DEFAULT_SUBSCRIPTION_TTL_SECONDS if policy is None else _seconds(policy.get("ttl"))
+
+
 def subscription_projection(body: dict) -> dict:
     """The fields deploy owns, normalised so that a body read back compares equal to the one sent."""
     push = body.get("pushConfig") or {}
@@ -298,7 +314,14 @@ def subscription_projection(body: dict) -> dict:
         "maximumBackoff": _seconds(retry.get("maximumBackoff")),
         "deadLetterTopic": dead.get("deadLetterTopic"),
         "maxDeliveryAttempts": dead.get("maxDeliveryAttempts"),
+        "expirationPolicy": expiration_ttl(body),
     }
+
+
+# What an update of a push subscription always rewrites. expirationPolicy is added only when it differs: the
+# Pub/Sub emulator (0.8.20) refuses any update naming it ("Updating the expiration_policy field is currently
+# unsupported in the Pub/Sub Emulator"), and tests/deploy/test_deploy_emulator.py updates subscriptions there.
+SUBSCRIPTION_UPDATE_MASK = ("ackDeadlineSeconds", "pushConfig", "retryPolicy", "deadLetterPolicy")
 
 
 def _subscription_summary(body: dict) -> str:
@@ -306,7 +329,13 @@ def _subscription_summary(body: dict) -> str:
     r, d = body["retryPolicy"], body["deadLetterPolicy"]
     return (f"→ {push['pushEndpoint']} (OIDC as {push['oidcToken']['serviceAccountEmail']}; ack "
             f"{body['ackDeadlineSeconds']}s; retry {r['minimumBackoff']}..{r['maximumBackoff']}; dead-letter after "
-            f"{d['maxDeliveryAttempts']} attempts to {d['deadLetterTopic'].rsplit('/', 1)[-1]})")
+            f"{d['maxDeliveryAttempts']} attempts to {d['deadLetterTopic'].rsplit('/', 1)[-1]}; "
+            f"{_expiry_words(body)})")
+
+
+def _expiry_words(body: dict) -> str:
+    ttl = expiration_ttl(body)
+    return "never expires" if ttl is None else f"expires after {ttl / 86400:g} idle days"
 
 
 def _subscriptions(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
@@ -329,22 +358,45 @@ def _subscriptions(target: Target, infra: Infra, state: ProjectState) -> list[Ac
             continue
         changed = sorted(k for k in want if have[k] != want[k])
         update = {k: v for k, v in body.items() if k != "topic"}
+        mask = [*SUBSCRIPTION_UPDATE_MASK, *(["expirationPolicy"] if "expirationPolicy" in changed else [])]
         out.append(Action("update", f"subscription {spec.name}", f"({', '.join(changed)}) " + _subscription_summary(body),
                           Request("pubsub", "PATCH", f"projects/{p}/subscriptions/{spec.name}",
-                                  body={"subscription": update,
-                                        "updateMask": "ackDeadlineSeconds,pushConfig,retryPolicy,deadLetterPolicy"})))
+                                  body={"subscription": update, "updateMask": ",".join(mask)})))
     return out
 
 
+def hold_subscription_projection(body: dict) -> dict:
+    """What deploy owns of a hold subscription: how long it keeps messages, and that it never expires."""
+    return {"messageRetentionDuration": _seconds(body.get("messageRetentionDuration")) or DEFAULT_MESSAGE_RETENTION_SECONDS,
+            "expirationPolicy": expiration_ttl(body)}
+
+
 def _hold_subscriptions(infra: Infra, state: ProjectState, p: str, labels: dict[str, str] | None = None) -> list[Action]:
-    return [Action("create", f"subscription {h.name}",
-                   f"(pull; keeps {h.topic} for {h.message_retention_seconds // 86400} days for inspection)",
-                   Request("pubsub", "PUT", f"projects/{p}/subscriptions/{h.name}",
-                           body={"topic": f"projects/{p}/topics/{h.topic}",
-                                 "messageRetentionDuration": f"{h.message_retention_seconds}s",
-                                 "expirationPolicy": {},  # {}: never expires
-                                 **({"labels": labels} if labels else {})}))
-            for h in infra.pubsub.hold_subscriptions if h.name not in state.subscriptions]
+    out = []
+    for h in infra.pubsub.hold_subscriptions:
+        topic = f"projects/{p}/topics/{h.topic}"
+        body = {"topic": topic, "messageRetentionDuration": f"{h.message_retention_seconds}s",
+                "expirationPolicy": never_expires(), **({"labels": labels} if labels else {})}
+        detail = f"(pull; keeps {h.topic} for {h.message_retention_seconds // 86400} days for inspection; never expires)"
+        current = state.subscriptions.get(h.name)
+        if current is None:
+            out.append(Action("create", f"subscription {h.name}", detail,
+                              Request("pubsub", "PUT", f"projects/{p}/subscriptions/{h.name}", body=body)))
+            continue
+        if current.get("topic") != topic:
+            out.append(Action("todo", f"subscription {h.name}",
+                              f"is attached to {current.get('topic')}, infra/ says {topic}: a subscription cannot "
+                              "change topic; delete it and deploy again",
+                              commands=(f"gcloud pubsub subscriptions delete {h.name} --project={p}",)))
+            continue
+        have, want = hold_subscription_projection(current), hold_subscription_projection(body)
+        changed = sorted(k for k in want if have[k] != want[k])  # the REST field names: the mask is exactly these
+        if changed:
+            out.append(Action("update", f"subscription {h.name}", f"({', '.join(changed)}) {detail}",
+                              Request("pubsub", "PATCH", f"projects/{p}/subscriptions/{h.name}",
+                                      body={"subscription": {k: body[k] for k in changed},
+                                            "updateMask": ",".join(changed)})))
+    return out
 
 
 def _lifecycle_body(infra_bucket) -> dict:
@@ -478,10 +530,30 @@ def run_projection(body: dict) -> dict:
     }
 
 
+EXECUTOR = "executor"  # the service that mounts the fleet's ssh_key_secret (infra/services.yaml)
+
+
+def executor_key_missing(target: Target, state: ProjectState) -> bool:
+    """The executor's SSH private key would not be mounted: the fleet names no ssh_key_secret, or the project was
+    read and holds no such secret. Such an executor reaches no worker, so every attempt given to it would wait
+    until the scheduler gave up on it: it is not deployed (a todo says what to create) until the key exists.
+    Unknown (a plan without the project read) is not missing."""
+    name = target.fleet.ssh_key_secret
+    return state.secrets is not None and (not name or name not in state.secrets)
+
+
+def _left_out(target: Target, state: ProjectState) -> set[str]:
+    """The Cloud Run services (their names in infra/services.yaml) this deploy neither creates nor updates."""
+    return {EXECUTOR} if executor_key_missing(target, state) else set()
+
+
 def _run_services(target: Target, infra: Infra, state: ProjectState) -> list[Action]:
     out = []
     base = f"projects/{target.project}/locations/{target.region}/services"
+    left_out = _left_out(target, state)
     for spec in infra.services.services:
+        if spec.name in left_out:
+            continue  # _secrets_todo says why and what to create
         body = desired_run_service(target, infra, spec.name, state.secrets or set())
         image = body["template"]["containers"][0]["image"]
         detail = f"(image {image}, as {body['template']['serviceAccount']}, scales 0..{spec.max_instances})"
@@ -551,9 +623,13 @@ def _granted(target: Target, state: ProjectState, binding) -> bool:
 
 def _grants(target: Target, infra: Infra, state: ProjectState, which) -> list[Action]:
     out = []
+    absent_services = {f"run_service:{name}" for name in _left_out(target, state)
+                       if infra.services.service(name).run_service not in state.run_services}
     for b in infra.iam.bindings:
         if not which(b.resource) or b.resource.partition(":")[2] in state.missing_buckets:
             continue  # a job bucket that is not there is a todo (tpuq.deploy.job_buckets), not a failed grant
+        if b.resource in absent_services:
+            continue  # a service left out of this deploy has no IAM policy to grant on yet
         member = target.member(b.member)
         if _granted(target, state, b):
             continue
@@ -595,16 +671,22 @@ def _cloud_build_check(target: Target, infra: Infra, state: ProjectState) -> lis
 
 def _secrets_todo(target: Target, state: ProjectState) -> list[Action]:
     fleet, p = target.fleet, target.project
+    left_out = executor_key_missing(target, state)
     if not fleet.ssh_key_secret:
-        return [Action("todo", "SSH key", "the fleet file names no ssh_key_secret: the executor cannot reach workers. "
-                       "Create a key pair in Secret Manager and set ssh_key_secret in the fleet file",
+        consequence = "could reach no worker, so it is not deployed" if left_out else "cannot reach workers"
+        return [Action("todo", "SSH key", f"the fleet file names no ssh_key_secret: the executor {consequence}. "
+                       "Create a key pair in Secret Manager, set ssh_key_secret: tpuq-executor-ssh in the fleet file "
+                       "and run tpuq deploy again",
                        commands=_ssh_secret_commands("tpuq-executor-ssh", p))]
     out = []
     if state.secrets is None or not {fleet.ssh_key_secret, fleet.ssh_key_secret + "-public"} <= state.secrets:
         word = "could not be checked" if state.secrets is None else "is missing"
-        out.append(Action("todo", f"secret {fleet.ssh_key_secret}", f"(the executor's SSH key pair) {word}: "
-                          "tpuq never handles secret values, so create it yourself if needed; the executor's and "
-                          "claimer's access to it is granted when you run tpuq deploy again",
+        then = ("the executor could reach no worker, so it is not deployed until the secret exists; tpuq never "
+                "handles secret values: create it with the commands below, then run tpuq deploy again, which deploys "
+                "the executor and grants it and the claimer access" if left_out else
+                "tpuq never handles secret values, so create it yourself if needed; the executor's and claimer's "
+                "access to it is granted when you run tpuq deploy again")
+        out.append(Action("todo", f"secret {fleet.ssh_key_secret}", f"(the executor's SSH key pair) {word}: {then}",
                           commands=_ssh_secret_commands(fleet.ssh_key_secret, p)))
     unchecked = [s for s in fleet.worker_secrets if state.secrets is None or s not in state.secrets]
     for name in unchecked:

@@ -35,10 +35,10 @@ from tpuq.scheduler.plan import PendingJob
 from tpuq.scheduler.scheduling import (
     active_slices_not_recorded,
     ended_attempts_not_applied,
+    follow_up_unstarted_assignments,
     lost_slices_in_service,
     note_request_failure,
     release_request,
-    republish_stale_assignments,
     scheduling_pass,
 )
 from tpuq.service import Context, Service
@@ -268,8 +268,11 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
 def on_tick(tick: Tick, ctx: Context) -> None:
     """Backstops, then a full pass; each part isolated, so one that fails never stops the others."""
     parts = Isolated("scheduler tick", log)
-    with parts.part("republishing stale assignments"):
-        republish_stale_assignments(ctx)
+    fleet = fleet_in_force(ctx)  # read once a tick: the backstops' budgets and the pass
+    with parts.part("following up assignments not started"):
+        # Sent again, or (sent often enough, long enough ago) ended infra_failed: the pass below then retries
+        # the job and the janitor deletes its quarantined TPU.
+        follow_up_unstarted_assignments(ctx, _budgets(fleet))
     slices: list[FleetEvent] = []
     with parts.part("reading slices without a TPU record"):
         slices = active_slices_not_recorded(ctx)
@@ -297,7 +300,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
         with parts.part(f"recording {lost_event.node} lost"):
             on_fleet_event(lost_event, ctx)
     with parts.part("the scheduling pass"):
-        scheduling_pass(ctx, fleet_in_force(ctx), full=True)
+        scheduling_pass(ctx, fleet, full=True)
     parts.raise_if_any()
 
 

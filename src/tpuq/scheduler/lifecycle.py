@@ -15,11 +15,12 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tpuq import gcslayout
-from tpuq.documents import AttemptDoc, AttemptState, ExecutionEnd, JobDoc, TpuState, short_node_name
+from tpuq.documents import (AttemptDoc, AttemptState, ExecutionEnd, ExecutionState, JobDoc, TpuState,
+                             short_node_name)
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
 from tpuq.jobstate import still_unstarted, IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
@@ -195,6 +196,8 @@ def assignment(stored: Doc, tpu: Doc, match: Match, runner_bucket: str | None,
             attempt_gcs_dir=attempt_dir,
             checkpoint_gcs_dir=checkpoints,
             assigned_at=now,
+            assignment_republished_at=None,  # the tick's count of sends is per attempt
+            assignment_republishes=0,
             not_before=None,
             capacity_request=None,
             blocked=None,
@@ -338,6 +341,86 @@ def attempt_ended(
             fields |= JobDoc.fields(reason=job.cancel_reason)
     attempt_fields = AttemptDoc.fields(state=AttemptState.ended, outcome=outcome, detail=detail, ended_at=now)
     return AttemptEnd(fields, attempt_fields, decision)
+
+
+# ------------------------------------------------------ assignments never started
+
+# An attempt the executor never starts (its SSH key not mounted, a crash loop, 429s) would otherwise stay `assigned`
+# for ever: its slice busy, so never idle-deleted, and billed by the hour. It ends `infra_failed` once BOTH hold:
+# - UNSTARTED_FOR (20 minutes) since it was assigned. A slow but healthy start fits in one push to the executor:
+#   Cloud Run cuts a push off at the executor's request timeout (a 504, and Pub/Sub redelivers it:
+#   production-facts.md, "Cloud Run in front of a push endpoint"), which deploy sets to the assignments
+#   subscription's ack deadline (600 s, tpuq.topology), and that covers the wait for the workers' host keys (180 s,
+#   `executor.ssh` host_key_wait_seconds), the SSH fan-out and the bundle's download. 20 minutes is two whole
+#   pushes, so a start that ran out one push and succeeded on Pub/Sub's redelivery is kept.
+# - UNSTARTED_REPUBLISHES (3) republishes, 4 sends in all (the tick sends one every 5 minutes,
+#   `scheduling.republish_assignment_after`): an executor that lost the first copy, or restarted, was offered it
+#   again. Counted as well as timed, so ticks that stopped for an hour end nothing that was sent only once.
+UNSTARTED_FOR = timedelta(minutes=20)
+# An executor that recorded `starting` this lately may still be preparing the workers (one push, bounded by the
+# executor subscription's 600 s ack deadline, tpuq.topology): not ended under it. An older `starting` record is a
+# start that died, and counts as not started.
+STARTING_FOR = timedelta(minutes=10)
+UNSTARTED_REPUBLISHES = 3
+
+
+@dataclass(frozen=True)
+class UnstartedAssignment:
+    republish: Doc | None = None  # the job's fields when its assignment (its cancel, once one was asked) is sent again
+    end: AttemptEnd | None = None  # its attempt's end (infra_failed): the executor never started it
+    detail: str | None = None  # why it ended, as the job's reason says
+
+
+def unstarted_assignment(stored: Doc | None, execution: Doc | None, now: datetime, republish_after: timedelta,
+                         budgets: RetryBudgets, rng: random.Random) -> UnstartedAssignment:
+    """What the tick does with a job whose attempt is still `assigned`: nothing yet, send its assignment again, or
+    end the attempt `infra_failed` (retried on the job's infrastructure budget, like any infra failure).
+
+    `execution` is the executor's record of the attempt (executions/{job}:{attempt}, None when it has none). An
+    attempt it recorded `started` runs (its `started` event was lost: a republish makes it publish one again), and
+    one it recorded as ended is applied by the ended-attempt backstop: neither is ended here. The job must still
+    be `assigned`, so a `started` event that won the race to the job document keeps the attempt."""
+    if stored is None:
+        return UnstartedAssignment()
+    job = JobDoc.from_doc(stored)
+    if job.state is not JobState.assigned or job.assigned_at is None or now - job.assigned_at < republish_after:
+        return UnstartedAssignment()
+    record = execution or {}
+    received = record.get("received_at")
+    starting_now = (record.get("state") == ExecutionState.starting and isinstance(received, datetime)
+                    and now - received < STARTING_FOR)
+    executor_has_it = (record.get("state") == ExecutionState.started or starting_now
+                       or ExecutionEnd.from_doc(execution) is not None)
+    if (not executor_has_it and job.assignment_republishes >= UNSTARTED_REPUBLISHES
+            and now - job.assigned_at >= UNSTARTED_FOR):
+        detail = never_started_detail(job)
+        end = attempt_ended(stored, job.attempt, AttemptOutcome.infra_failed, detail, budgets, now, rng)
+        return UnstartedAssignment(end=end, detail=detail) if end.job else UnstartedAssignment()
+    last = job.assignment_republished_at
+    if last is not None and last > now - republish_after:
+        return UnstartedAssignment()  # sent again lately
+    return UnstartedAssignment(republish=JobDoc.fields(assignment_republished_at=now,
+                                                       assignment_republishes=job.assignment_republishes + 1))
+
+
+def abandoned_record(stored: Doc, detail: str | None, now: datetime) -> Doc:
+    """The executor's record (executions/{job}:{attempt}) of an attempt the tick ended unstarted: ended, so that a
+    copy of its assignment the executor receives later is dropped, not run beside the retry."""
+    job = JobDoc.from_doc(stored)
+    end = ExecutionEnd(outcome=AttemptOutcome.infra_failed.value, detail=detail, ended_at=now)
+    return {"job_id": job.id, "attempt": job.attempt, "attempt_id": job.attempt_id, "node": job.tpu,
+            "ended_by": "scheduler", **end.to_doc()}
+
+
+def never_started_detail(job: JobDoc) -> str:
+    assert job.assigned_at is not None
+    sends = job.assignment_republishes + 1
+    return (f"the executor never started attempt {job.attempt_id}: assigned at {_utc(job.assigned_at)}, "
+            f"sent {sends} time{'s' if sends != 1 else ''}")
+
+
+def _utc(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ------------------------------------------------------------------ cancel

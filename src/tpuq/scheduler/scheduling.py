@@ -48,7 +48,7 @@ from tpuq.documents import (
     short_node_name,
 )
 from tpuq.errors import Permanent
-from tpuq.fleet import FleetFile
+from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.fleetstore import paused_fleets
 from tpuq.guarded import WriteSet, commit_if_unchanged, read_decide_commit
 from tpuq.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
@@ -465,8 +465,11 @@ def ended_attempts_not_applied(ctx: Context, limit: int = 50) -> list[AttemptEve
     return events
 
 
-def republish_stale_assignments(ctx: Context) -> int:
-    """Backstop for an Assignment lost between commit and publish: send it again (same attempt id)."""
+def follow_up_unstarted_assignments(ctx: Context, budgets: RetryBudgets) -> int:
+    """Backstop for an attempt the executor has not started: its Assignment is sent again (same attempt id: lost
+    between commit and publish, or by a restarted executor), and once it was sent enough, long enough ago
+    (`lifecycle.unstarted_assignment`), the attempt ends `infra_failed`, its job is retried on its infrastructure
+    budget and its TPU freed and quarantined. Returns how many attempts it ended."""
     db = ctx.clients.firestore
     now = ctx.now()
     after = republish_assignment_after()
@@ -476,17 +479,51 @@ def republish_stale_assignments(ctx: Context) -> int:
         .where(filter=FieldFilter(JobDoc.field("assigned_at"), "<=", now - after))
         .limit(100)
     )
-    count = 0
+    ended = 0
     for snap in q.stream():
-        stored = snap.to_dict()
-        job = JobDoc.from_doc(stored, snap.id)
-        last = job.assignment_republished_at
-        if job.cancel_requested or (last and last > now - after):
+        job = JobDoc.from_doc(snap.to_dict(), snap.id)
+        if not job.attempt or not job.tpu:
             continue
-        if not commit_if_unchanged(db, WriteSet().update(snap, JobDoc.fields(assignment_republished_at=now))):
-            continue  # the job moved on, or another instance republishes it
-        tpu = db.collection(store.TPUS).document(short_node_name(job.tpu or "")).get()
-        endpoints = (tpu.to_dict() or {}).get("endpoints") or []
-        ctx.publish("assignments", lifecycle.assignment_message(stored, endpoints, now, AssignmentAction.assign))
-        count += 1
-    return count
+        decision, stored, tpu = _follow_up(ctx, snap.reference, job, after, budgets, now)
+        if decision.end is not None:
+            log.warning("job %s: %s; its TPU %s is freed and quarantined", job.id, decision.detail,
+                        short_node_name(job.tpu))
+            ended += 1
+        elif decision.republish is not None:
+            # A job whose cancel was asked gets its cancel again (that message may have been lost too), not its run.
+            cancel = JobDoc.from_doc(stored, job.id).cancel_requested
+            action = AssignmentAction.cancel if cancel else AssignmentAction.assign
+            endpoints = (tpu or {}).get("endpoints") or []
+            ctx.publish("assignments", lifecycle.assignment_message(stored, endpoints, now, action))
+    return ended
+
+
+def _follow_up(ctx: Context, job_ref, job: JobDoc, after: timedelta, budgets: RetryBudgets, now):
+    """One job's follow-up, committed guarded on the job (and TPU) as read: a `started` event that reaches the job
+    first keeps its attempt (the decision is made again on what it wrote), and one that comes after the end finds
+    the job pending and changes nothing."""
+    db = ctx.clients.firestore
+    attempt_id = job.attempt_id or lifecycle.attempt_id_for(job.id, job.attempt)
+    tpu_ref = db.collection(store.TPUS).document(short_node_name(job.tpu or ""))
+    attempt_ref = job_ref.collection(store.ATTEMPTS).document(str(job.attempt))
+    # The executor's record of the attempt, read and written under the same guard: an end commits only if the
+    # executor has not begun the attempt meanwhile, and it records the attempt as ended there, so a copy of the
+    # assignment delivered later is dropped by the executor (`executor.decide.to_start`) instead of run beside
+    # the retry.
+    execution_ref = db.collection(store.EXECUTIONS).document(execution_doc_id(job.id, job.attempt))
+
+    def decide(job_snap, tpu_snap, execution_snap):
+        stored, tpu, execution = job_snap.to_dict(), tpu_snap.to_dict(), execution_snap.to_dict()
+        if stored is None or JobDoc.from_doc(stored, job_snap.id).attempt != job.attempt:
+            return WriteSet(), (lifecycle.UnstartedAssignment(), stored, tpu)
+        decision = lifecycle.unstarted_assignment(stored, execution, now, after, budgets, ctx.rng)
+        writes = WriteSet().update(job_snap, decision.republish)
+        if decision.end is not None:
+            # Quarantined, not only freed: whatever the executor did on it is not to be trusted.
+            suspect = lifecycle.suspect_reason(attempt_id, AttemptOutcome.infra_failed)
+            writes.update(job_snap, decision.end.job).merge(attempt_ref, decision.end.attempt)
+            writes.update(tpu_snap, lifecycle.tpu_freed(tpu, attempt_id, now, suspect))
+            writes.update(execution_snap, lifecycle.abandoned_record(stored, decision.detail, now))
+        return writes, (decision, stored, tpu)
+
+    return read_decide_commit(db, [job_ref, tpu_ref, execution_ref], decide)
