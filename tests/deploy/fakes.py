@@ -33,6 +33,17 @@ class RecordingApi:
         return {}
 
 
+class SecretsHeld(RecordingApi):
+    """Secret Manager in a project that holds these secrets (names only: tpuq never reads a value)."""
+
+    def __init__(self, *names: str):
+        super().__init__("secretmanager")
+        self.names = names
+
+    def list_all(self, path, key, params=None):
+        return [{"name": f"{path}/{name}"} for name in self.names]
+
+
 class ProjectApi(RecordingApi):
     """Cloud Resource Manager: knows the project number; records policy writes."""
 

@@ -21,7 +21,7 @@ from tpuq.deploy.undeploy import undeploy_plan
 from tpuq.fleet import FleetFile
 from tpuq_dev.devstack.stack import DEMO_DIR
 
-from .fakes import EmulatorWithoutIam, FirestoreAdminStandIn, ProjectApi, RecordingApi
+from .fakes import EmulatorWithoutIam, FirestoreAdminStandIn, ProjectApi, RecordingApi, SecretsHeld
 
 PROJECT = "tpuq-deploy-test"
 
@@ -37,6 +37,7 @@ def deployment(stack):
     infra = load_infra(target.variables())
     adapters = {name: RecordingApi(name) for name in gcp.BASE_URLS}
     adapters["crm"] = ProjectApi()
+    adapters["secretmanager"] = SecretsHeld("tpuq-ssh", "tpuq-ssh-public")  # the executor's key exists: it deploys
     adapters["firestore"] = FirestoreAdminStandIn()
     adapters["pubsub"] = EmulatorWithoutIam(gcp.emulator_pubsub(host))
     adapters["fleetstore"] = gcp.FirestoreFleetStore(PROJECT, firestore.Client(project=PROJECT,
