@@ -25,6 +25,13 @@ _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # Compute Engine resource names and TPU node ids (RFC 1035)
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
 _FIRESTORE_LOCATION_RE = re.compile(r"^[a-z][a-z0-9-]{1,40}[0-9]$")  # nam5, eur3, us-central1
+# The login user the claimer names in `ssh-keys` and the executor logs in as. Google's guest agent creates each
+# `user:` of ssh-keys with `useradd -m -s /bin/bash -p * {user}` (GoogleCloudPlatform/guest-agent,
+# google_guest_agent/accounts_unix.go) after refusing only empty names, whitespace, a leading '-', '/', . and ..
+# (utils/ssh.go ValidateUser), so useradd decides: shadow-utils' portable rule, `[a-z_][a-z0-9_-]*[$]?` and at
+# most 32 characters, utmp's limit (libmisc/chkname.c, is_valid_user_name). The trailing '$' (Samba machine
+# accounts, a non-POSIX extension) is left out: no login user needs it.
+POSIX_USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
 class ProvisioningModel(str, Enum):
@@ -97,7 +104,8 @@ def worker_service_account(project: str) -> str:
 # over zones alongside other types' races does not help. `FleetEntry.single_slot` overrides it per entry.
 SINGLE_SLOT_FAMILIES = frozenset({"v6e"})
 
-# A region's default external IP quota (IN_USE_ADDRESSES); a slice with external IPs takes one per host.
+# A region's default external IP quota (IN_USE_ADDRESSES); a slice with external IPs takes one per host
+# (production-facts.md, "External IPs"; cloud-tpu-facts.md, "Default external IP quota is 8 per region").
 DEFAULT_REGION_EXTERNAL_IPS = 8
 
 
@@ -267,7 +275,12 @@ class FleetFile(StrictModel):
         "Unset: yes under vpc, no under iap (private IPs are what iap asks for). false: no node gets one (the "
         "project has NAT). direct always gives every node external IPs",
     )
-    ssh_user: str = "tpuq"
+    ssh_user: str = Field(
+        default="tpuq",
+        description="The user the executor logs in as on every worker: the claimer puts the executor's key under "
+        "this name in each node's ssh-keys metadata, where the guest agent creates the user. A POSIX user name: "
+        "lowercase letters, digits, '_' and '-', starting with a letter or '_', at most 32 characters; not root",
+    )
     ssh_key_secret: str | None = Field(default=None, description="Secret Manager name of the executor's SSH key")
     worker_secrets: list[str] = Field(default_factory=list, description="Secret Manager names, never values")
     runner_bucket: str | None = None
@@ -317,6 +330,18 @@ class FleetFile(StrictModel):
     def _prefix(cls, value: str) -> str:
         if not _PREFIX_RE.match(value):
             raise ValueError("must be 1-20 lowercase letters, digits or '-', starting with a letter")
+        return value
+
+    @field_validator("ssh_user")
+    @classmethod
+    def _ssh_user(cls, value: str) -> str:
+        if not POSIX_USER_NAME_RE.match(value):
+            raise ValueError(f"{value!r} is not a user name the TPU VM's guest agent can create: 1-32 lowercase "
+                             "letters, digits, '_' or '-', starting with a letter or '_' (useradd's portable rule)")
+        if value == "root":
+            # The guest agent gives every user it creates passwordless sudo (group google-sudoers), so an ordinary
+            # user can do anything root can, and the job's files stay out of root's home.
+            raise ValueError("'root' is refused: name an ordinary user (the guest agent gives it passwordless sudo)")
         return value
 
     @field_validator("network", "subnetwork")
@@ -425,14 +450,30 @@ class FleetFile(StrictModel):
             notes.append("worker_external_ips: false has no effect with ssh_transport: direct, which reaches every "
                          "node at its external IP; use ssh_transport: vpc for nodes without external IPs")
         if self.ssh_transport is SshTransport.direct:
-            for t in self.tpus:
-                hosts = t.accelerator.hosts
-                if hosts > DEFAULT_REGION_EXTERNAL_IPS:
+            for region, total, parts in self.external_ips_by_region():
+                if total > DEFAULT_REGION_EXTERNAL_IPS:
                     notes.append(
-                        f"tpus[{t.id}]: {t.type} has {hosts} hosts, and ssh_transport: direct gives each one an "
-                        f"external IP, above a region's default quota of {DEFAULT_REGION_EXTERNAL_IPS} "
-                        f"(IN_USE_ADDRESSES); ssh_transport: vpc reaches internal IPs instead")
+                        f"region {region}: the fleet may hold {total} external IPs there at once ({', '.join(parts)}; "
+                        f"ssh_transport: direct gives every host one), above a region's default quota of "
+                        f"{DEFAULT_REGION_EXTERNAL_IPS} (IN_USE_ADDRESSES); ssh_transport: vpc reaches internal IPs "
+                        "instead, or ask for more quota")
         return notes
+
+    def external_ips_by_region(self) -> list[tuple[str, int, list[str]]]:
+        """(region, external IPs, what holds them) for every region the fleet may hold nodes with external IPs in:
+        each entry counts its most slices at once (an existing node: one) times the hosts of one, in every region
+        among its zones, since its slices may all land in any one of them."""
+        out: dict[str, tuple[int, list[str]]] = {}
+        for t in self.tpus:
+            accel = t.accelerator
+            slices = 1 if t.existing else t.max_slices
+            if not slices or not self.external_ips_for(accel):
+                continue
+            for region in dict.fromkeys(zone_region(z) for z in t.zones):
+                total, parts = out.get(region, (0, []))
+                held = f"tpus[{t.id}] {t.type}: {slices} x {accel.hosts} hosts"
+                out[region] = (total + slices * accel.hosts, [*parts, held])
+        return [(region, total, parts) for region, (total, parts) in out.items()]
 
     def entry(self, entry_id: str) -> FleetEntry | None:
         return next((t for t in self.tpus if t.id == entry_id), None)

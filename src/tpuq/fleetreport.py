@@ -130,7 +130,7 @@ def precheck_view(fleet, prechecks) -> dict[str, Any]:
         if entry.existing:
             continue
         for zone in entry.zones:
-            q = prechecks.quota.get(zone, entry.accelerator.family, entry.provisioning_model)
+            q = prechecks.quota.of(zone, entry.accelerator, entry.provisioning_model)
             if q is not None:
                 quota.append({"zone": zone, "type": entry.type, "chips": q.chips, "source": q.source.value,
                               "note": q.describe()})
@@ -218,7 +218,7 @@ def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzi
 
     `quota`: the claimer's effective quota (`tpuq.quota.EffectiveQuota`); None: the fleet file's declarations.
     `quota_source` says where `quota_chips` came from: "fleet file" (the `quota:` block), "Cloud Quotas API", or
-    None (not checked).
+    None (not checked). `quota_unlimited`: the API said -1 (unlimited), so `quota_chips` is None but checked.
     `skipped` is why the claimer does not queue there at all (None: it may). `last_error`: the API's text of the
     last failure there, as the claimer recorded it."""
     from tpuq.quota import declared_quota, skipped_zones
@@ -236,15 +236,16 @@ def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzi
             key = (zone, entry.type)
             if key in rows:
                 continue
-            q = quota.get(zone, entry.accelerator.family, entry.provisioning_model)
+            q = quota.of(zone, entry.accelerator, entry.provisioning_model)
             racing = sorted(short_node_name(q["name"]) for q in report["queued_resources"]
                             if q["zone"] == zone and q["type"] == entry.type and q["state"] in QR_STATES_RACING)
             b, d = backoffs.get(key), dropped.get(key)
             row: dict[str, Any] = {
                 "zone": zone, "type": entry.type, "tier": entry.provisioning_model.value,
-                "quota_chips": q.chips if q else None,
+                "quota_chips": q.bound if q else None,  # the zone's or its region's, whichever is fewer
+                "quota_unlimited": bool(q and q.is_unlimited),  # Cloud Quotas said -1: no bound at all
                 "quota_source": quota_source(q),
-                "quota_detail": q.detail if q else None,
+                "quota_detail": q.describe() if q else None,
                 "skipped": skipped.get(key),
                 "racing": racing,
                 "backoff_until": b["until"] if b else None,
@@ -266,7 +267,7 @@ def quota_source(q) -> str | None:
     """Where one zone's quota number came from, for people; None when nothing was checked."""
     from tpuq.quota import QuotaSource
 
-    if q is None or q.chips is None:
+    if q is None or (q.bound is None and not q.is_unlimited):
         return None
     return "Cloud Quotas API" if q.source is QuotaSource.api else "fleet file"
 

@@ -1,20 +1,31 @@
 """Core (pure, no I/O): the quota and billing pre-checks the claimer runs before it queues anything.
 
 Facts (see docs/ARCHITECTURE.md, "Quota and billing before queueing"):
-- Per-zone TPU quota lives in the Cloud Quotas API, service tpu.googleapis.com, as one QuotaInfo per quota ID
+- TPU quota lives in the Cloud Quotas API, service tpu.googleapis.com, as one QuotaInfo per quota ID
   (`projects/P/locations/global/services/tpu.googleapis.com/quotaInfos/ID`). Its `dimensionsInfos` hold one
-  entry per zone that has its own value (`dimensions: {zone: Z}`), and at most one entry without a zone key: the
-  value of every zone not listed on its own (limited to its `applicableLocations` when the API names them).
+  entry per zone (`dimensions: {zone: Z}`) or region (`dimensions: {region: R}`) that has its own value, and at
+  most one entry without either: the value everywhere else (limited to its `applicableLocations` when the API
+  names them). A zone's value: its zone entry, else its region's entry, else that default.
+- Each pool has a per-zone and a per-region quota ID, and both are enforced: a refusal names either or both
+  ("Quota limit 'TPUV2sPodPerProjectPerRegionForTPUAPI,TPUV2sPodPerProjectPerZoneForTPUAPI' has been exceeded.
+  Limit: 0,0 in region us-central1,zone us-central1-a", BioMedBERT/biomedbert nohup.out; marin#87's names the
+  region ID alone, production-facts.md). A region quota is shared by every zone of the region. A zone that the
+  per-zone ID does not list while the per-region ID covers its region is bounded by the region alone.
 - Proto3 JSON leaves zeros out: `details: {}` is a limit of 0, and `details.value` is an int64, so a string.
-  A zone with no entry and no default has no quota: a request there always fails.
+  `-1` is unlimited (production-facts.md, "Cloud Quotas values"). A zone neither ID covers has no quota: a
+  request there always fails (cloud-tpu-facts.md).
 - v4 quota counts TensorCores, like v4 type names (v4-32 is 32 TensorCores, 16 chips); v5e and v6e quota count
   chips, like their names. So a slice needs exactly the number in its name, in its quota's unit.
-- Only the quota IDs below are known (cloud-tpu-facts.md). v2, v3, on-demand v4 and v5p have none here: their
-  quota is the one the fleet file declares, and `tpuq fleet` says so.
+- v5e single-host slices (v5litepod-1, -4, -8) draw on the serving quotas (`...LitepodServing...`), not the
+  training ones (production-facts.md; Cloud TPU quota docs: "TPU v5e uses separate quotas for training and
+  serving"). So the quota a slice draws on is its pool (`quota_pool`): its family, or v5e's serving pool.
+- Only the quota IDs below are known (cloud-tpu-facts.md, production-facts.md). v2, v3, on-demand v4 and v5p
+  have none here: their quota is the one the fleet file declares, and `tpuq fleet` says so.
 - Billing: Cloud Billing's `projects/P/billingInfo`; `billingEnabled` is left out when false (proto3 JSON).
   Billing off makes the TPU API refuse everything, whatever quota remains.
 
-The fleet file's `quota:` block is an override: a value declared for (zone, family, tier) wins over the API.
+The fleet file's `quota:` block is an override: a value declared for (zone, family, tier) wins over the API (both
+its zone and its region ID) in every pool of that family.
 Racing never stops because a pre-check itself failed: an unreadable quota falls back to the declared one (or to
 "not checked"), an unreadable billing state to "unknown", and each failure is one line for `tpuq fleet`.
 """
@@ -29,6 +40,7 @@ from tpuq.fleet import FleetFile, ProvisioningModel
 from tpuq.tputypes import AcceleratorType, parse_accelerator_type, zone_region
 
 TPU_SERVICE = "tpu.googleapis.com"
+UNLIMITED = -1  # a Cloud Quotas value that means no limit (production-facts.md, "Cloud Quotas values")
 
 
 class QuotaUnit(str, Enum):
@@ -36,26 +48,66 @@ class QuotaUnit(str, Enum):
     tensorcores = "TensorCores"
 
 
+class QuotaScope(str, Enum):
+    zone = "zone"  # PerProjectPerZone: each zone its own value
+    region = "region"  # PerProjectPerRegion: one value shared by every zone of the region
+
+
 @dataclass(frozen=True)
 class QuotaFact:
     quota_id: str
     unit: QuotaUnit
+    scope: QuotaScope = QuotaScope.zone
 
 
-# (family, tier) -> the per-zone quota that bounds it. Nothing else is known: see the module docstring.
-QUOTA_FACTS: dict[tuple[str, ProvisioningModel], QuotaFact] = {
-    ("v4", ProvisioningModel.spot): QuotaFact("TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI", QuotaUnit.tensorcores),
-    ("v5litepod", ProvisioningModel.spot): QuotaFact("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI",
-                                                     QuotaUnit.chips),
-    ("v5litepod", ProvisioningModel.on_demand): QuotaFact("TPUV5sLitepodPerProjectPerZoneForTPUAPI", QuotaUnit.chips),
-    ("v6e", ProvisioningModel.spot): QuotaFact("TPUV6EPreemptiblePerProjectPerZoneForTPUAPI", QuotaUnit.chips),
-    ("v6e", ProvisioningModel.on_demand): QuotaFact("TPUV6EPerProjectPerZoneForTPUAPI", QuotaUnit.chips),
+SERVING_POOL = "v5litepod-serving"  # v5e single-host slices: the serving quotas, apart from v5e training's
+
+# (pool, tier) -> the quota IDs that bound it, the per-zone one first. Nothing else is known: see the docstring.
+# The per-region v5e and v6e IDs are those `gcloud beta quotas info list --service=tpu.googleapis.com` lists next
+# to the per-zone ones ("PerRegion variants exist", cloud-tpu-facts.md); v4's is the one marin#87's refusal names.
+# No per-region serving ID is on record, so the serving pools have their per-zone IDs only.
+_Z, _R, _CORES, _CHIPS = QuotaScope.zone, QuotaScope.region, QuotaUnit.tensorcores, QuotaUnit.chips
+QUOTA_FACTS: dict[tuple[str, ProvisioningModel], tuple[QuotaFact, ...]] = {
+    ("v4", ProvisioningModel.spot): (
+        QuotaFact("TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI", _CORES, _Z),
+        QuotaFact("TPUV4sPreemptiblePodPerProjectPerRegionForTPUAPI", _CORES, _R)),
+    ("v5litepod", ProvisioningModel.spot): (
+        QuotaFact("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI", _CHIPS, _Z),
+        QuotaFact("TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI", _CHIPS, _R)),
+    ("v5litepod", ProvisioningModel.on_demand): (
+        QuotaFact("TPUV5sLitepodPerProjectPerZoneForTPUAPI", _CHIPS, _Z),
+        QuotaFact("TPUV5sLitepodPerProjectPerRegionForTPUAPI", _CHIPS, _R)),
+    (SERVING_POOL, ProvisioningModel.spot): (
+        QuotaFact("TPUV5sPreemptibleLitepodServingPerProjectPerZoneForTPUAPI", _CHIPS, _Z),),
+    (SERVING_POOL, ProvisioningModel.on_demand): (
+        QuotaFact("TPUV5sLitepodServingPerProjectPerZoneForTPUAPI", _CHIPS, _Z),),
+    ("v6e", ProvisioningModel.spot): (
+        QuotaFact("TPUV6EPreemptiblePerProjectPerZoneForTPUAPI", _CHIPS, _Z),
+        QuotaFact("TPUV6EPreemptiblePerProjectPerRegionForTPUAPI", _CHIPS, _R)),
+    ("v6e", ProvisioningModel.on_demand): (
+        QuotaFact("TPUV6EPerProjectPerZoneForTPUAPI", _CHIPS, _Z),
+        QuotaFact("TPUV6EPerProjectPerRegionForTPUAPI", _CHIPS, _R)),
 }
 CORES_PER_CHIP = 2
 
 
-def quota_fact(family: str, model: ProvisioningModel) -> QuotaFact | None:
-    return QUOTA_FACTS.get((family, model))
+def quota_pool(accel: AcceleratorType | str) -> str:
+    """The quota a slice draws on: its family's, or for a v5e single-host slice (1, 4, 8 chips) the serving one."""
+    accel = parse_accelerator_type(accel) if isinstance(accel, str) else accel
+    return SERVING_POOL if accel.family == "v5litepod" and accel.hosts == 1 else accel.family
+
+
+def pool_family(pool: str) -> str:
+    """The family a pool belongs to: what the fleet file's `quota:` block is keyed by."""
+    return "v5litepod" if pool == SERVING_POOL else pool
+
+
+def quota_facts(pool: str, model: ProvisioningModel) -> tuple[QuotaFact, ...]:
+    return QUOTA_FACTS.get((pool, model), ())
+
+
+def quota_fact(pool: str, model: ProvisioningModel, scope: QuotaScope = QuotaScope.zone) -> QuotaFact | None:
+    return next((f for f in quota_facts(pool, model) if f.scope is scope), None)
 
 
 def quota_info_name(project: str, quota_id: str) -> str:
@@ -69,7 +121,7 @@ def units_needed(accel: AcceleratorType | str, unit: QuotaUnit) -> int:
 
 
 def chips_from_units(value: int, unit: QuotaUnit) -> int:
-    """A quota value in its unit, as whole chips (the unit the claimer counts in)."""
+    """A quota value in its unit, as whole chips (the unit the claimer counts in). Not for UNLIMITED."""
     return value // CORES_PER_CHIP if unit is QuotaUnit.tensorcores else value
 
 
@@ -79,21 +131,35 @@ class QuotaInfoError(ValueError):
 
 @dataclass(frozen=True)
 class ZoneLimits:
-    """One QuotaInfo's limits by zone, in the quota's own unit."""
+    """One QuotaInfo's limits by zone and region, in the quota's own unit (UNLIMITED: no limit)."""
 
     zones: Mapping[str, int] = field(default_factory=dict)
     regions: Mapping[str, int] = field(default_factory=dict)  # entries with a region key and no zone key
-    default: int | None = None  # the entry without a zone key
-    default_locations: frozenset[str] | None = None  # where that default applies; None: everywhere
+    default: int | None = None  # the entry with neither
+    default_locations: frozenset[str] | None = None  # where that default applies (zones or regions); None: everywhere
 
-    def limit(self, zone: str) -> int:
+    def _default_covers(self, *locations: str) -> bool:
+        return self.default is not None and (
+            self.default_locations is None or any(loc in self.default_locations for loc in locations))
+
+    def find(self, zone: str) -> int | None:
+        """The zone's value: its zone entry, else its region's, else the default; None: no entry covers it."""
         if zone in self.zones:
             return self.zones[zone]
-        if zone_region(zone) in self.regions:
-            return self.regions[zone_region(zone)]
-        if self.default is not None and (self.default_locations is None or zone in self.default_locations):
-            return self.default
-        return 0  # not listed, no default: this zone has no quota
+        region = zone_region(zone)
+        if region in self.regions:
+            return self.regions[region]
+        return self.default if self._default_covers(zone, region) else None
+
+    def find_region(self, region: str) -> int | None:
+        """A per-region quota's value for `region`: its region entry, else the default; None: not covered."""
+        if region in self.regions:
+            return self.regions[region]
+        return self.default if self._default_covers(region) else None
+
+    def limit(self, zone: str) -> int:
+        value = self.find(zone)
+        return 0 if value is None else value  # not listed, no default: this zone has no quota
 
 
 def _int_value(details: Any, where: str) -> int:
@@ -103,13 +169,16 @@ def _int_value(details: Any, where: str) -> int:
         raise QuotaInfoError(f"{where}.details: expected an object, got {type(details).__name__}")
     raw = details.get("value", 0)  # proto3 JSON: a zero is left out, so `details: {}` is 0
     try:
-        return int(raw)  # int64 comes as a string
+        value = int(raw)  # int64 comes as a string
     except (TypeError, ValueError):
         raise QuotaInfoError(f"{where}.details.value: not an integer: {raw!r}") from None
+    if value < UNLIMITED:
+        raise QuotaInfoError(f"{where}.details.value: {value} is negative and not -1 (unlimited)")
+    return value
 
 
 def parse_quota_info(body: Mapping[str, Any]) -> ZoneLimits:
-    """Limits by zone from a QuotaInfo (v1 or v1beta: the same shape)."""
+    """Limits by zone and region from a QuotaInfo (v1 or v1beta: the same shape)."""
     infos = body.get("dimensionsInfos") or []
     if not isinstance(infos, list):
         raise QuotaInfoError("dimensionsInfos: expected a list")
@@ -154,96 +223,173 @@ class QuotaReading:
     error: str | None = None
 
 
+def _amount(chips: int | None, unlimited: bool) -> str:
+    return "unlimited" if unlimited else "not checked" if chips is None else f"{chips} chips"
+
+
 @dataclass(frozen=True)
-class ZoneQuota:
-    chips: int | None  # None: not checked (nothing known, nothing declared)
-    source: QuotaSource
-    detail: str  # where the number came from, for `tpuq fleet`
+class RegionQuota:
+    """A per-region quota: one number of chips shared by every zone of `region`."""
+
+    region: str
+    chips: int | None  # None: unlimited
+    detail: str
 
     def describe(self) -> str:
-        amount = "not checked" if self.chips is None else f"{self.chips} chips"
-        return f"{amount} ({self.detail})"
+        return f"region {self.region}: {_amount(self.chips, self.chips is None)} shared by its zones ({self.detail})"
+
+
+@dataclass(frozen=True)
+class ZoneQuota:
+    """What bounds one (zone, pool, tier): the zone's own chips, and the region's shared ones when known."""
+
+    chips: int | None  # the zone's own bound; None: none (not checked, unlimited, or its region's alone)
+    source: QuotaSource
+    detail: str  # where the number came from, for `tpuq fleet`
+    unlimited: bool = False  # the API said -1
+    region: RegionQuota | None = None
+
+    @property
+    def bound(self) -> int | None:
+        """The most chips of the pool this zone can ever hold: its own limit or its region's, whichever is fewer;
+        None: no bound."""
+        known = [c for c in (self.chips, self.region.chips if self.region else None) if c is not None]
+        return min(known) if known else None
+
+    @property
+    def is_unlimited(self) -> bool:
+        """The API bounds nothing here: -1 for the zone (or no zone entry) and -1 or nothing for its region."""
+        return self.source is QuotaSource.api and self.bound is None
+
+    def describe(self) -> str:
+        if self.chips is None and not self.unlimited and self.region is not None and self.source is QuotaSource.api:
+            text = f"no zone limit ({self.detail})"
+        else:
+            text = f"{_amount(self.chips, self.unlimited)} ({self.detail})"
+        return f"{text}; {self.region.describe()}" if self.region else text
 
 
 @dataclass(frozen=True)
 class EffectiveQuota:
-    """Chips per (zone, family, tier) the claimer may hold, and where each number came from."""
+    """Chips per (zone, pool, tier) the claimer may hold, and where each number came from. A pool is a family,
+    or v5e's serving pool (`quota_pool`)."""
 
     entries: Mapping[tuple[str, str, ProvisioningModel], ZoneQuota] = field(default_factory=dict)
     problems: tuple[str, ...] = ()  # one line per quota that could not be read
 
-    def get(self, zone: str, family: str, model: ProvisioningModel) -> ZoneQuota | None:
-        return self.entries.get((zone, family, model))
+    def get(self, zone: str, pool: str, model: ProvisioningModel) -> ZoneQuota | None:
+        return self.entries.get((zone, pool, model))
 
-    def chips(self, zone: str, family: str, model: ProvisioningModel) -> int | None:
-        entry = self.get(zone, family, model)
+    def of(self, zone: str, accel: AcceleratorType, model: ProvisioningModel) -> ZoneQuota | None:
+        """The quota one slice of `accel` draws on in `zone`."""
+        return self.get(zone, quota_pool(accel), model)
+
+    def chips(self, zone: str, pool: str, model: ProvisioningModel) -> int | None:
+        entry = self.get(zone, pool, model)
         return entry.chips if entry else None
 
 
 def fleet_targets(fleet: FleetFile) -> list[tuple[str, str, ProvisioningModel]]:
-    """The (zone, family, tier) triples the fleet may claim in, in fleet order."""
+    """The (zone, pool, tier) triples the fleet may claim in, in fleet order."""
     out: dict[tuple[str, str, ProvisioningModel], None] = {}
     for entry in fleet.tpus:
         if entry.existing:
             continue
         for zone in entry.zones:
-            out[(zone, entry.accelerator.family, entry.provisioning_model)] = None
+            out[(zone, quota_pool(entry.accelerator), entry.provisioning_model)] = None
     return list(out)
 
 
 def wanted_quota_ids(fleet: FleetFile) -> list[str]:
+    """Every quota ID (per zone, then per region) of the pools the fleet claims in without declaring them."""
     ids: dict[str, None] = {}
-    for _, family, model in fleet_targets(fleet):
-        fact = quota_fact(family, model)
-        if fact is not None and not _all_declared(fleet, family, model):
-            ids[fact.quota_id] = None
+    for _, pool, model in fleet_targets(fleet):
+        if not _all_declared(fleet, pool, model):
+            for fact in quota_facts(pool, model):
+                ids[fact.quota_id] = None
     return list(ids)
 
 
-def _all_declared(fleet: FleetFile, family: str, model: ProvisioningModel) -> bool:
-    return all(fleet.declared_quota_chips(z, f, m) is not None for z, f, m in fleet_targets(fleet)
-               if (f, m) == (family, model))
+def _all_declared(fleet: FleetFile, pool: str, model: ProvisioningModel) -> bool:
+    return all(fleet.declared_quota_chips(z, pool_family(p), m) is not None for z, p, m in fleet_targets(fleet)
+               if (p, m) == (pool, model))
 
 
 def _tier(model: ProvisioningModel) -> str:
     return "spot" if model is ProvisioningModel.spot else "on-demand"
 
 
+def _pool_label(pool: str) -> str:
+    return "v5litepod serving (single-host v5e)" if pool == SERVING_POOL else pool
+
+
+def _value_text(value: int, fact: QuotaFact) -> str:
+    return "-1 (unlimited)" if value == UNLIMITED else f"{value} {fact.unit.value}"
+
+
+def _region_quota(fact: QuotaFact | None, readings: Mapping[str, QuotaReading], zone: str,
+                  problems: dict[str, None]) -> RegionQuota | None:
+    if fact is None:
+        return None
+    reading = readings.get(fact.quota_id)
+    if reading is None or reading.limits is None:
+        problems[f"quota {fact.quota_id}: {reading.error if reading else 'not read'}; using the declared quota"] = None
+        return None
+    region = zone_region(zone)
+    value = reading.limits.find_region(region)
+    if value is None:
+        return None  # the region has no entry of its own and no default covers it: no region-wide limit known
+    chips = None if value == UNLIMITED else chips_from_units(value, fact.unit)
+    return RegionQuota(region, chips, f"Cloud Quotas {fact.quota_id}: {_value_text(value, fact)} in {region}")
+
+
 def effective_quota(fleet: FleetFile, readings: Mapping[str, QuotaReading]) -> EffectiveQuota:
-    """Declared wins; else the API's value; else (no quota ID, or the read failed) not checked."""
+    """Declared wins; else the API's values (the zone's, and its region's shared one); else (no quota ID, or the
+    read failed) not checked."""
     entries: dict[tuple[str, str, ProvisioningModel], ZoneQuota] = {}
     problems: dict[str, None] = {}
-    for zone, family, model in fleet_targets(fleet):
-        declared = fleet.declared_quota_chips(zone, family, model)
-        fact = quota_fact(family, model)
+    for zone, pool, model in fleet_targets(fleet):
+        key = (zone, pool, model)
+        declared = fleet.declared_quota_chips(zone, pool_family(pool), model)
         if declared is not None:
-            entries[(zone, family, model)] = ZoneQuota(declared, QuotaSource.declared, "declared in the fleet file")
+            entries[key] = ZoneQuota(declared, QuotaSource.declared, "declared in the fleet file")
             continue
+        fact = quota_fact(pool, model)
         if fact is None:
-            entries[(zone, family, model)] = ZoneQuota(
+            entries[key] = ZoneQuota(
                 None, QuotaSource.fallback,
-                f"no Cloud Quotas ID known for {family} {_tier(model)}: declare it in the fleet's quota block")
+                f"no Cloud Quotas ID known for {_pool_label(pool)} {_tier(model)}: declare it in the fleet's quota "
+                "block")
             continue
         reading = readings.get(fact.quota_id)
-        if reading is None or reading.limits is None:
-            error = reading.error if reading else "not read"
-            problems[f"quota {fact.quota_id}: {error}; using the declared quota"] = None
-            entries[(zone, family, model)] = ZoneQuota(None, QuotaSource.fallback,
-                                                       f"{fact.quota_id} unreadable, none declared")
+        unreadable = reading is None or reading.limits is None
+        if unreadable:
+            problems[f"quota {fact.quota_id}: {reading.error if reading else 'not read'}; using the declared quota"] \
+                = None
+        region = _region_quota(quota_fact(pool, model, QuotaScope.region), readings, zone, problems)
+        if unreadable:
+            entries[key] = ZoneQuota(None, QuotaSource.fallback, f"{fact.quota_id} unreadable, none declared",
+                                     region=region)
             continue
-        value = reading.limits.limit(zone)
-        entries[(zone, family, model)] = ZoneQuota(
-            chips_from_units(value, fact.unit), QuotaSource.api,
-            f"Cloud Quotas {fact.quota_id}: {value} {fact.unit.value} in {zone}")
+        value = reading.limits.find(zone)
+        if value is None and region is not None:  # the zone ID does not list it: its region's quota alone bounds it
+            entries[key] = ZoneQuota(None, QuotaSource.api, f"Cloud Quotas {fact.quota_id}: no entry for {zone}",
+                                     region=region)
+            continue
+        value = 0 if value is None else value  # neither ID covers the zone: no quota there
+        entries[key] = ZoneQuota(
+            None if value == UNLIMITED else chips_from_units(value, fact.unit), QuotaSource.api,
+            f"Cloud Quotas {fact.quota_id}: {_value_text(value, fact)} in {zone}", unlimited=value == UNLIMITED,
+            region=region)
     return EffectiveQuota(entries, tuple(problems))
 
 
 def declared_quota(fleet: FleetFile) -> EffectiveQuota:
     """The fleet file's declarations alone (no API read): what decide uses when no pre-check was passed in."""
     entries = {}
-    for zone, family, model in fleet_targets(fleet):
-        chips = fleet.zone_quota_chips(zone, family, model)
-        entries[(zone, family, model)] = ZoneQuota(chips, QuotaSource.declared, "declared in the fleet file")
+    for zone, pool, model in fleet_targets(fleet):
+        chips = fleet.zone_quota_chips(zone, pool_family(pool), model)
+        entries[(zone, pool, model)] = ZoneQuota(chips, QuotaSource.declared, "declared in the fleet file")
     return EffectiveQuota(entries)
 
 
@@ -291,15 +437,23 @@ class Prechecks:
 
 
 def skipped_zones(fleet: FleetFile, quota: EffectiveQuota) -> list[dict[str, str]]:
-    """(zone, type) pairs the claimer never queues in, with the reason: less quota than one slice."""
+    """(zone, type) pairs the claimer never queues in, with the reason: less quota than one slice, in the zone or
+    in its region."""
     out = []
     for entry in fleet.tpus:
         if entry.existing:
             continue
         accel = entry.accelerator
         for zone in entry.zones:
-            q = quota.get(zone, accel.family, entry.provisioning_model)
-            if q is not None and q.chips is not None and q.chips < accel.chips:
-                out.append({"zone": zone, "type": entry.type,
-                            "reason": f"no quota: {q.chips} chips < {accel.chips} for one {entry.type} ({q.detail})"})
+            q = quota.of(zone, accel, entry.provisioning_model)
+            if q is None:
+                continue
+            if q.chips is not None and q.chips < accel.chips:
+                reason = f"no quota: {q.chips} chips < {accel.chips} for one {entry.type} ({q.detail})"
+            elif q.region is not None and q.region.chips is not None and q.region.chips < accel.chips:
+                reason = (f"no quota: region {q.region.region} has {q.region.chips} chips < {accel.chips} for one "
+                          f"{entry.type} ({q.region.detail})")
+            else:
+                continue
+            out.append({"zone": zone, "type": entry.type, "reason": reason})
     return out

@@ -211,6 +211,43 @@ def test_unknown_and_external_ip_errors_are_retried_once_after_a_backoff_then_st
     assert [c.qr.zone for c in eff.creates] == [ZONES[0]]
 
 
+def test_an_external_ip_refusal_backs_off_every_zone_and_type_of_its_region():
+    """IN_USE_ADDRESSES is a per-region quota: the refusal in us-central2-a backs off us-central2's other zones and
+    the other type with external IPs there too, on one retry count; us-east1 races on, and a type whose nodes take
+    no external IP (v4-128: 16 hosts, internal IPs only under vpc) is not held back. Before, only the failing
+    (zone, type) backed off, and the next pass raced the region's other zones into the same refusal."""
+    zones = [*ZONES, "us-east1-d"]
+    fleet = make_fleet(ssh_transport="vpc", quota={z: {"v4": {"spot": 512}} for z in zones}, tpus=[
+        {"id": "v4", "type": "v4-32", "zones": zones, "count": 10},
+        {"id": "small", "type": "v4-8", "zones": ZONES[1:], "count": 10},
+        {"id": "big", "type": "v4-128", "zones": ZONES[:1], "count": 10}])
+    state, eff = run(ClaimState(fleet), RequestReceived(request()))
+    assert sorted(c.qr.zone for c in eff.creates) == zones
+    failed = f"tq-r1-{ZONES[0]}"
+    state, eff = run(state, Observed({failed: Observation.found("FAILED", error_code=8, error_message=IP_TEXT)}))
+    held = {(z, t) for z in ZONES for t in ("v4-32",)} | {(z, "v4-8") for z in ZONES[1:]}
+    untils = {key: state.target(*key).backoff_until for key in held}
+    assert len(set(untils.values())) == 1 and None not in untils.values()
+    assert {key: state.target(*key).unknown_failures for key in held} == {key: 1 for key in held}
+    assert all("IN_USE_ADDRESSES" in state.target(*key).last_failure_message for key in held)
+    assert state.target("us-east1-d", "v4-32").backoff_until is None
+    assert state.target(ZONES[0], "v4-128").backoff_until is None
+
+    # With nothing racing, a new request races only outside the region, or a type without external IPs there.
+    state = replace(state, qrs={})
+    req = CapacityRequest(request_id="r2", fleet="f1", types=["v4-32", "v4-8", "v4-128"], count=1)
+    state, eff = run(state, RequestReceived(req))
+    assert sorted((c.qr.zone, c.qr.type) for c in eff.creates) == [(ZONES[0], "v4-128"), ("us-east1-d", "v4-32")]
+
+    # After the back-off, the next refusal anywhere in the region is its second: the long stop, region-wide.
+    later = next(iter(untils.values())) + timedelta(seconds=1)
+    state, eff = run(state, Observed({}), now=later)
+    retry = next(c.qr for c in eff.creates if c.qr.zone == ZONES[1])
+    state, _ = run(state, Observed({retry.qr_id: Observation("create_failed", error_code=8, error_message=IP_TEXT)}),
+                   now=later)
+    assert {(state.target(*key).backoff_until - later).total_seconds() for key in held} == {3600}
+
+
 def test_the_first_retry_waits_a_capacity_style_backoff_and_the_event_carries_the_raw_error():
     one_zone = make_fleet(tpus=[{"id": "v4", "type": "v4-32", "zones": [ZONES[0]]}])
     state, _ = run(ClaimState(one_zone), RequestReceived(request()))

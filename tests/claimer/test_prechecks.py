@@ -3,6 +3,9 @@ stand-ins, and the fake TPU's call log shows where it created."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 from tpuq.fleetreport import fleet_report
 from tpuq.messages import CapacityRequest, Tick
 
@@ -22,6 +25,15 @@ def on_api_quota(**extra) -> dict:
     return data
 
 
+
+def tpuq_fleet(h) -> subprocess.CompletedProcess:
+    """`tpuq fleet` as a person runs it, against the emulators and the fake's Google APIs."""
+    env = {**os.environ, **{k: v for k, v in h.clients.settings.emulator_env.items() if v},
+           "GOOGLE_CLOUD_PROJECT": h.clients.settings.project, "COLUMNS": "400",
+           "TPUQ_CLOUDQUOTAS_API_ENDPOINT": h.fake.google_apis_url,
+           "TPUQ_CLOUDBILLING_API_ENDPOINT": h.fake.google_apis_url}
+    return subprocess.run(["tpuq", "fleet", "--name", "race"], env=env, capture_output=True, text=True, timeout=60)
+
 def test_a_zone_the_quota_api_gives_nothing_is_never_queued_in(claimer):
     scenario = scenario_data(ZONES, provisioning=1e6)
     scenario["zones"][ZONES[1]]["quota"] = {"v4": {"spot": 0}}  # listed with 0: `details: {}`
@@ -36,8 +48,9 @@ def test_a_zone_the_quota_api_gives_nothing_is_never_queued_in(claimer):
     assert reads[0].endswith("/quotaInfos/TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI")
     assert reads[0].startswith("/v1/projects/tpuq-test/locations/global/services/tpu.googleapis.com/")
     assert "/v1/projects/tpuq-test/billingInfo" in reads
-    # TTL cache: one read of each for the request and both ticks.
-    assert len(reads) == 2
+    assert reads[1].endswith("/quotaInfos/TPUV4sPreemptiblePodPerProjectPerRegionForTPUAPI")
+    # TTL cache: one read of each (zone ID, region ID, billing) for the request and both ticks.
+    assert len(reads) == 3
 
 
 def test_the_quota_is_counted_in_its_unit(claimer):
@@ -49,6 +62,40 @@ def test_the_quota_is_counted_in_its_unit(claimer):
     h.fleet({**on_api_quota(), "tpus": [{"id": "v4", "type": "v4-32", "zones": ZONES[:2], "count": 5}]})
     h.push("/push/capacity", request())
     assert [len(h.creates(z)) for z in ZONES[:2]] == [0, 1]
+
+
+def test_zones_whose_quota_is_only_their_regions_entry_are_raced_within_it(claimer):
+    """The scenario lists no v4 quota for any zone and no default: the per-zone ID covers none of them, and
+    us-central2's per-region entry (32 chips: two v4-32) bounds them together. The claimer races two of the three
+    zones, and the fake TPU API, which enforces the region's quota, takes both. Before, every zone read as no
+    quota and nothing was created."""
+    scenario = scenario_data(ZONES, provisioning=1e6, region_quota={"us-central2": {"v4": {"spot": 32}}})
+    for z in ZONES:
+        scenario["zones"][z]["quota"] = {}
+    h = claimer(scenario)
+    h.fleet(on_api_quota())
+    h.push("/push/capacity", request())
+    h.push("/push/ticks", Tick(seq=1))
+    assert [len(h.creates(z)) for z in ZONES] == [1, 1, 0]
+    states = [h.fake_state(d["name"]) for d in h.qr_docs()]
+    assert len(states) == 2 and set(states) <= {"WAITING_FOR_RESOURCES", "PROVISIONING"}, states  # none FAILED
+
+
+def test_minus_one_is_unlimited_for_the_claimer_and_in_tpuq_fleet(claimer):
+    scenario = scenario_data(ZONES[:2], provisioning=1e6)
+    scenario["zones"][ZONES[0]]["quota"] = {"v4": {"spot": -1}}
+    scenario["zones"][ZONES[1]]["quota"] = {"v4": {"spot": 8}}  # less than one v4-32
+    h = claimer(scenario)
+    h.fleet({**on_api_quota(), "tpus": [{"id": "v4", "type": "v4-32", "zones": ZONES[:2], "count": 5}]})
+    h.push("/push/capacity", request())
+    assert [len(h.creates(z)) for z in ZONES[:2]] == [1, 0]
+
+    shown = tpuq_fleet(h)
+    assert shown.returncode == 0, shown.stderr
+    assert (f"quota {ZONES[0]} v4-32: unlimited (Cloud Quotas TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI: "
+            f"-1 (unlimited) in {ZONES[0]})") in shown.stdout
+    assert f"zone {ZONES[0]} v4-32: skipped" not in shown.stdout
+    assert f"zone {ZONES[1]} v4-32: skipped: no quota: 8 chips < 16 for one v4-32" in shown.stdout
 
 
 def test_billing_off_stops_every_create_before_the_first(claimer):
@@ -73,9 +120,6 @@ def test_a_pre_check_that_fails_never_stops_the_race(claimer):
 
 
 def test_an_unknown_quota_id_is_one_line_in_tpuq_fleet_and_the_declared_quota_is_used(claimer):
-    import os
-    import subprocess
-
     quota_id = "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI"
     h = claimer(scenario_data(ZONES, provisioning=1e6, cloud_quotas={"unknown_ids": [quota_id]}))
     data = on_api_quota()
@@ -84,11 +128,7 @@ def test_an_unknown_quota_id_is_one_line_in_tpuq_fleet_and_the_declared_quota_is
     h.push("/push/capacity", request())
     assert [len(h.creates(z)) for z in ZONES] == [0, 1, 1]  # the others: not checked, raced
 
-    env = {**os.environ, **{k: v for k, v in h.clients.settings.emulator_env.items() if v},
-           "GOOGLE_CLOUD_PROJECT": h.clients.settings.project, "COLUMNS": "400",
-           "TPUQ_CLOUDQUOTAS_API_ENDPOINT": h.fake.google_apis_url,
-           "TPUQ_CLOUDBILLING_API_ENDPOINT": h.fake.google_apis_url}
-    shown = subprocess.run(["tpuq", "fleet", "--name", "race"], env=env, capture_output=True, text=True, timeout=60)
+    shown = tpuq_fleet(h)
     assert shown.returncode == 0, shown.stderr
     problems = [line for line in shown.stdout.splitlines() if line.startswith("pre-check:")]
     assert problems == [f"pre-check: quota {quota_id}: HTTP 404 NOT_FOUND: QuotaInfo 'projects/tpuq-test/locations/"

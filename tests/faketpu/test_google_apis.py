@@ -19,7 +19,7 @@ from tpuq.cloudchecks import PrecheckReader
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
 from tpuq.fleet import FleetFile, ProvisioningModel
-from tpuq.quota import QUOTA_FACTS, QuotaSource
+from tpuq.quota import QUOTA_FACTS, QuotaSource, pool_family
 
 GCLOUD = shutil.which("gcloud")
 PROJECT = "quota-proj"
@@ -134,10 +134,28 @@ def test_what_the_reader_concludes_is_what_the_tpu_api_enforces(fake):
     ]})
     checks = PrecheckReader(requests.Session(), fake.google_apis_url, fake.google_apis_url).read(fleet, None)
     assert checks.billing.enabled is True and checks.problems == []
-    for (zone, family, model), q in checks.quota.entries.items():
-        assert q.source is QuotaSource.api and QUOTA_FACTS[(family, model)].quota_id in q.detail
-        assert q.chips == fake.world.scenario.quota_limit(zone, family, "spot"), (zone, family)
+    for (zone, pool, model), q in checks.quota.entries.items():
+        assert q.source is QuotaSource.api and QUOTA_FACTS[(pool, model)][0].quota_id in q.detail
+        assert q.chips == fake.world.scenario.quota_limit(zone, pool_family(pool), "spot"), (zone, pool)
+        assert q.region is None  # the scenario has no region quota: the region IDs list no region
     assert checks.quota.chips("us-central2-b", "v4", ProvisioningModel.spot) == 64
+
+
+def test_region_entries_and_unlimited_are_served_as_cloud_quotas_sends_them(tmp_path):
+    """The per-region ID lists the scenario's `region_quota` regions (no default: other regions have no region
+    limit); the per-zone ID leaves out a zone that only its region's quota bounds; -1 is -1 in any unit."""
+    scenario = {"zones": {"us-central2-a": {}, "us-central2-b": {"quota": {"v4": {"spot": -1}}}, "us-east1-d": {}},
+                "region_quota": {"us-central2": {"v4": {"spot": 16}}, "europe-west4": {"v4": {"spot": -1}}}}
+    region_id = V4_SPOT.replace("PerZone", "PerRegion")
+    with FakeTpuServer(scenario, state_dir=tmp_path, worker_hosts=False) as server:
+        zone_body = requests.get(f"{server.google_apis_url}/v1/{QUOTA_PATH}/{V4_SPOT}", timeout=10).json()
+        region_body = requests.get(f"{server.google_apis_url}/v1/{QUOTA_PATH}/{region_id}", timeout=10).json()
+    assert zone_body["dimensionsInfos"] == [
+        {"dimensions": {"zone": "us-central2-b"}, "details": {"value": "-1"}, "applicableLocations": ["us-central2-b"]},
+        {"details": {}, "applicableLocations": ["us-central2-b", "us-east1-d"]}]  # not -a: its region bounds it
+    assert region_body["dimensions"] == ["region"] and region_body["dimensionsInfos"] == [
+        {"dimensions": {"region": "europe-west4"}, "details": {"value": "-1"}, "applicableLocations": ["europe-west4"]},
+        {"dimensions": {"region": "us-central2"}, "details": {"value": "32"}, "applicableLocations": ["us-central2"]}]
 
 
 def test_refusals_are_api_errors_and_the_reader_falls_back(tmp_path):
@@ -155,7 +173,8 @@ def test_refusals_are_api_errors_and_the_reader_falls_back(tmp_path):
     assert declared.quota.chips("us-central2-b", "v4", ProvisioningModel.spot) == 32  # declared wins, no read
     assert unknown.quota.chips("us-central2-a", "v4", ProvisioningModel.spot) is None  # not checked
     assert unknown.problems[0].startswith(f"quota {V4_SPOT}: HTTP 403 PERMISSION_DENIED: Permission")
-    assert unknown.problems[1].startswith("billing: HTTP 403 PERMISSION_DENIED: The caller does not have permission")
+    assert unknown.problems[1].startswith(f"quota {V4_SPOT.replace('PerZone', 'PerRegion')}: HTTP 403 PERMISSION")
+    assert unknown.problems[2].startswith("billing: HTTP 403 PERMISSION_DENIED: The caller does not have permission")
     assert unknown.billing.enabled is None
 
 

@@ -111,6 +111,26 @@ def test_no_quota_fails_with_the_real_quota_text_and_holds_nothing():
     assert w.quota_used(P, Z2, "v4", "spot") == 0
 
 
+def test_a_region_quota_is_shared_by_its_zones_and_minus_one_is_unlimited():
+    """us-central2-a and -c list no v4 quota: us-central2's 16 chips bound them together; us-central2-b's own -1 is
+    unlimited, but the region's quota still binds it (both are enforced)."""
+    za, zb, zc = "us-central2-a", "us-central2-b", "us-central2-c"
+    w, clock = world({"region_quota": {"us-central2": {"v4": {"spot": 16}}}},
+                     **{za: {}, zb: {"quota": {"v4": {"spot": -1}}}, zc: {}})
+    create(w, "a", zone=za, node_id="na", accelerator="v4-32")  # 16 chips: the whole region's
+    create(w, "c", zone=zc, node_id="nc", accelerator="v4-8")
+    clock.advance(1)
+    assert state(w, "a", za) == QrState.WAITING_FOR_RESOURCES
+    assert w.get_queued_resource(P, zc, "c").failed_error.message == (
+        "Quota limit 'TPUV4sPreemptiblePodPerProjectPerRegionForTPUAPI' has been exceeded. Limit: 16 in region "
+        "us-central2.")
+    w.delete_queued_resource(P, za, "a")
+    clock.advance(10)
+    create(w, "b", zone=zb, node_id="nb", accelerator="v4-8")
+    clock.advance(1)
+    assert state(w, "b", zb) == QrState.WAITING_FOR_RESOURCES  # -1 in the zone, 4 of the region's 16
+
+
 def test_quota_is_held_by_failed_suspended_and_live_requests_until_deleted():
     w, clock = world()
     create(w, "a", node_id="na", accelerator="v4-32")  # 16 chips of 32 spot

@@ -43,12 +43,27 @@ def test_example_loads_and_evaluates(tmp_path):
     assert s.stockout_at("us-central2-b", "v4", 0, {("us-central2-b", "v4"): forced}) is forced
 
 
+def test_unlimited_and_region_quota_evaluate_as_the_cloud_quotas_api_reports_them():
+    s = parse_scenario({
+        "zones": {"us-central2-a": {"quota": {"v4": {"spot": -1}}}, "us-central2-b": {}, "europe-west4-a": {}},
+        "region_quota": {"us-central2": {"v4": {"spot": 32, "on_demand": -1}}},
+    })
+    assert s.quota_limit("us-central2-a", "v4", "spot") is None  # -1: no limit of its own
+    assert s.quota_limit("us-central2-b", "v4", "spot") is None  # no entry: its region's quota alone
+    assert s.region_quota_limit("us-central2", "v4", "spot") == 32
+    assert s.region_quota_limit("us-central2", "v4", "on_demand") is None  # -1
+    assert s.quota_limit("europe-west4-a", "v4", "spot") == 0  # neither: no quota
+    assert s.region_quota_limit("europe-west4", "v4", "spot") is None
+
+
 @pytest.mark.parametrize(
     "data, fragment",
     [
         ({"zones": {"nowhere": {}}}, "not a zone name"),
         ({"zones": {"us-central2-b": {"quota": {"v9": {"spot": 1}}}}}, "unknown accelerator family"),
-        ({"zones": {"us-central2-b": {"quota": {"v4": {"spot": -1}}}}}, "zones.us-central2-b.quota.v4.spot"),
+        # -1 is unlimited; below it is refused
+        ({"zones": {"us-central2-b": {"quota": {"v4": {"spot": -2}}}}}, "zones.us-central2-b.quota.v4.spot"),
+        ({"region_quota": {"us-central2-b": {"v4": {"spot": 8}}}}, "not a region name"),
         ({"zones": {"us-central2-b": {"stockouts": [{"start": 5, "end": 1}]}}}, "must be after its start"),
         ({"preemption": {"scripted": [{"zone": "us-central2-b"}]}}, "exactly one of 'at' or 'after_active'"),
         ({"delays": {"provisionning": 5}}, "delays.provisionning"),

@@ -95,7 +95,7 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     unknown = write(tmp / "unknown.yaml", {**workload, "jobz": 3})
     unoffered = write(tmp / "unoffered.yaml", {**workload, "types": [{"tpu": "v5e-8", "weight": 1}]})
     not_yaml = write(tmp / "not-yaml.yaml", "jobs: [\n")
-    bad_scenario = write(tmp / "scenario.yaml", "zones:\n  us-central2-b:\n    quota: {v4: {spot: -1}}\n")
+    bad_scenario = write(tmp / "scenario.yaml", "zones:\n  us-central2-b:\n    quota: {v4: {spot: -2}}\n")
     scenario_not_yaml = write(tmp / "scenario-not-yaml.yaml", "zones:\n  us-central2-b: {quota: {v4: {spot: 8}}\n")
     binary = tmp / "binary.yaml"
     binary.write_bytes(b"\xd0\xff\x00 not text")
@@ -124,7 +124,7 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (files(w=unknown), f"{unknown}: workload.jobz: unknown field"),
         (files(w=unoffered), "workload: job job-00000 wants v5litepod-8, which no fleet entry offers (the fleet's "
                              "types: v4-32, v4-8)"),
-        (files(s=bad_scenario), f"scenario {bad_scenario}: zones.us-central2-b.quota.v4.spot: must be >= 0"),
+        (files(s=bad_scenario), f"scenario {bad_scenario}: zones.us-central2-b.quota.v4.spot: must be >= -1"),
         (files(w=not_yaml), f"workload {not_yaml}: not valid YAML at line 2"),
         (files(w=tmp / "missing.yaml"), f"workload {tmp / 'missing.yaml'}: no such file"),
         (files(f=TINY / "workload.yaml"), f"fleet {TINY / 'workload.yaml'}: invalid fleet file: name: is required"),

@@ -8,11 +8,14 @@ import pytest
 
 from tpuq.cloudchecks import PrecheckCache, PrecheckReader
 from tpuq.fleet import FleetFile, ProvisioningModel
+from tpuq.tputypes import parse_accelerator_type
 from tpuq.quota import (
     QUOTA_FACTS,
+    SERVING_POOL,
     QuotaInfoError,
     QuotaReading,
     QuotaSource,
+    Prechecks,
     QuotaUnit,
     ZoneLimits,
     billing_block_reason,
@@ -21,6 +24,7 @@ from tpuq.quota import (
     parse_billing_info,
     parse_quota_info,
     quota_fact,
+    quota_pool,
     skipped_zones,
     units_needed,
     wanted_quota_ids,
@@ -28,6 +32,7 @@ from tpuq.quota import (
 
 SPOT, ON_DEMAND = ProvisioningModel.spot, ProvisioningModel.on_demand
 V4_SPOT = "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI"
+V4_SPOT_REGION = "TPUV4sPreemptiblePodPerProjectPerRegionForTPUAPI"  # the one marin#87's refusal names
 
 
 def zone(z: str, details: dict | None) -> dict:
@@ -82,16 +87,34 @@ def test_a_slice_needs_the_number_in_its_name_in_its_quotas_unit(tpu_type, unit,
     assert chips_from_units(needed, unit) == chips
 
 
-def test_the_facts_name_five_quota_ids_and_their_units():
-    assert {(f, m.value): (q.quota_id, q.unit.value) for (f, m), q in QUOTA_FACTS.items()} == {
-        ("v4", "spot"): (V4_SPOT, "TensorCores"),
-        ("v5litepod", "spot"): ("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI", "chips"),
-        ("v5litepod", "on_demand"): ("TPUV5sLitepodPerProjectPerZoneForTPUAPI", "chips"),
-        ("v6e", "spot"): ("TPUV6EPreemptiblePerProjectPerZoneForTPUAPI", "chips"),
-        ("v6e", "on_demand"): ("TPUV6EPerProjectPerZoneForTPUAPI", "chips"),
-    }
+def test_the_facts_name_each_pools_zone_and_region_quota_ids_and_their_units():
+    def ids(pool, model):
+        return [(f.quota_id, f.unit.value, f.scope.value) for f in QUOTA_FACTS[(pool, model)]]
+
+    assert set(QUOTA_FACTS) == {("v4", SPOT), ("v5litepod", SPOT), ("v5litepod", ON_DEMAND), (SERVING_POOL, SPOT),
+                                (SERVING_POOL, ON_DEMAND), ("v6e", SPOT), ("v6e", ON_DEMAND)}
+    assert ids("v4", SPOT) == [(V4_SPOT, "TensorCores", "zone"), (V4_SPOT_REGION, "TensorCores", "region")]
+    assert ids("v5litepod", SPOT) == [("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI", "chips", "zone"),
+                                      ("TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI", "chips", "region")]
+    assert ids("v5litepod", ON_DEMAND) == [("TPUV5sLitepodPerProjectPerZoneForTPUAPI", "chips", "zone"),
+                                           ("TPUV5sLitepodPerProjectPerRegionForTPUAPI", "chips", "region")]
+    assert ids(SERVING_POOL, SPOT) == [("TPUV5sPreemptibleLitepodServingPerProjectPerZoneForTPUAPI", "chips", "zone")]
+    assert ids(SERVING_POOL, ON_DEMAND) == [("TPUV5sLitepodServingPerProjectPerZoneForTPUAPI", "chips", "zone")]
+    assert ids("v6e", SPOT) == [("TPUV6EPreemptiblePerProjectPerZoneForTPUAPI", "chips", "zone"),
+                                ("TPUV6EPreemptiblePerProjectPerRegionForTPUAPI", "chips", "region")]
+    assert ids("v6e", ON_DEMAND) == [("TPUV6EPerProjectPerZoneForTPUAPI", "chips", "zone"),
+                                     ("TPUV6EPerProjectPerRegionForTPUAPI", "chips", "region")]
     for family, model in [("v2", SPOT), ("v3", SPOT), ("v4", ON_DEMAND), ("v5p", SPOT)]:
         assert quota_fact(family, model) is None
+
+
+@pytest.mark.parametrize("tpu_type, pool", [
+    ("v5litepod-1", SERVING_POOL), ("v5e-4", SERVING_POOL), ("v5litepod-8", SERVING_POOL),  # single-host: serving
+    ("v5litepod-16", "v5litepod"), ("v5e-256", "v5litepod"),
+    ("v6e-8", "v6e"), ("v4-8", "v4"), ("v5p-8", "v5p"),
+])
+def test_small_v5e_slices_draw_on_the_serving_pool(tpu_type, pool):
+    assert quota_pool(tpu_type) == pool
 
 
 def fleet(tpus: list[dict], quota: dict | None = None) -> FleetFile:
@@ -106,9 +129,10 @@ def test_declared_wins_else_the_api_converted_to_chips_else_not_checked_and_said
                {"id": "b", "type": "v5p-8", "zones": ZONES[:1]},
                {"id": "c", "type": "v4-8", "zones": ZONES[:1], "provisioning_model": "on_demand"}],
               quota={ZONES[0]: {"v4": {"spot": 16}}})
-    assert wanted_quota_ids(f) == [V4_SPOT]
+    assert wanted_quota_ids(f) == [V4_SPOT, V4_SPOT_REGION]
     limits = ZoneLimits({ZONES[0]: 999, ZONES[1]: 64}, default=None)
-    quota = effective_quota(f, {V4_SPOT: QuotaReading(V4_SPOT, limits=limits)})
+    quota = effective_quota(f, {V4_SPOT: QuotaReading(V4_SPOT, limits=limits),
+                                V4_SPOT_REGION: QuotaReading(V4_SPOT_REGION, limits=ZoneLimits())})
     a0, a1, a2 = (quota.get(z, "v4", SPOT) for z in ZONES)
     assert (a0.chips, a0.source) == (16, QuotaSource.declared)           # declared overrides the API
     assert (a1.chips, a1.source) == (32, QuotaSource.api)                # 64 TensorCores = 32 chips
@@ -125,11 +149,166 @@ def test_declared_wins_else_the_api_converted_to_chips_else_not_checked_and_said
 
 def test_an_unreadable_quota_falls_back_to_the_declared_one_with_one_line():
     f = fleet([{"id": "a", "type": "v4-32", "zones": ZONES[:2]}], quota={ZONES[0]: {"v4": {"spot": 32}}})
-    quota = effective_quota(f, {V4_SPOT: QuotaReading(V4_SPOT, error="HTTP 403 PERMISSION_DENIED: no")})
+    quota = effective_quota(f, {q: QuotaReading(q, error="HTTP 403 PERMISSION_DENIED: no")
+                                for q in (V4_SPOT, V4_SPOT_REGION)})
     assert quota.chips(ZONES[0], "v4", SPOT) == 32
     assert quota.chips(ZONES[1], "v4", SPOT) is None  # nothing declared: not checked, never "no quota"
-    assert quota.problems == (f"quota {V4_SPOT}: HTTP 403 PERMISSION_DENIED: no; using the declared quota",)
+    assert quota.problems == (f"quota {V4_SPOT}: HTTP 403 PERMISSION_DENIED: no; using the declared quota",
+                              f"quota {V4_SPOT_REGION}: HTTP 403 PERMISSION_DENIED: no; using the declared quota")
     assert skipped_zones(f, quota) == []
+
+
+# ------------------------------------------------------------------ per-region IDs, serving pools, -1
+
+def quota_info_body(quota_id: str, infos: list[dict]) -> dict:
+    """A QuotaInfo as cloudquotas v1 sends it (QuotaInfo reference: proto3 JSON, int64 values as strings, false
+    and empty fields left out: `refreshInterval` is for rate quotas only). The metric names are illustrative; tpuq
+    reads only quotaId and dimensionsInfos."""
+    scope = "region" if "PerRegion" in quota_id else "zone"
+    return {
+        "name": f"projects/123/locations/global/services/tpu.googleapis.com/quotaInfos/{quota_id}",
+        "quotaId": quota_id,
+        "metric": f"tpu.googleapis.com/{quota_id.lower()}",
+        "service": "tpu.googleapis.com",
+        "isPrecise": True,
+        "containerType": "PROJECT",
+        "dimensions": [scope],
+        "metricDisplayName": quota_id,
+        "quotaDisplayName": f"{quota_id} per project per {scope}",
+        "metricUnit": f"1/{{project}}/{{{scope}}}",
+        "dimensionsInfos": infos,
+        "isConcurrent": False,
+    }
+
+
+def zone_entry(z: str, value: str | None) -> dict:
+    # Real zone entries may carry the zone's region too (cloudquotas DimensionsInfo): the zone key decides.
+    return {"dimensions": {"region": z.rsplit("-", 1)[0], "zone": z},
+            "details": {"value": value} if value is not None else {}, "applicableLocations": [z]}
+
+
+def region_entry(r: str, value: str | None) -> dict:
+    return {"dimensions": {"region": r}, "details": {"value": value} if value is not None else {},
+            "applicableLocations": [r]}
+
+
+def readings_of(*bodies: dict) -> dict[str, QuotaReading]:
+    return {b["quotaId"]: QuotaReading(b["quotaId"], limits=parse_quota_info(b)) for b in bodies}
+
+
+US2 = ["us-central2-a", "us-central2-b", "us-central2-c"]
+EU = "europe-west4-a"
+
+
+# Each ID family: (fleet type, tier, zone ID, region ID or None, units per chip)
+FAMILIES = [
+    ("v4-32", "spot", V4_SPOT, V4_SPOT_REGION, 2),
+    ("v5litepod-16", "spot", "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI",
+     "TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI", 1),
+    ("v5litepod-16", "on_demand", "TPUV5sLitepodPerProjectPerZoneForTPUAPI",
+     "TPUV5sLitepodPerProjectPerRegionForTPUAPI", 1),
+    ("v5litepod-8", "spot", "TPUV5sPreemptibleLitepodServingPerProjectPerZoneForTPUAPI", None, 1),
+    ("v5litepod-4", "on_demand", "TPUV5sLitepodServingPerProjectPerZoneForTPUAPI", None, 1),
+    ("v6e-8", "spot", "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI",
+     "TPUV6EPreemptiblePerProjectPerRegionForTPUAPI", 1),
+    ("v6e-8", "on_demand", "TPUV6EPerProjectPerZoneForTPUAPI", "TPUV6EPerProjectPerRegionForTPUAPI", 1),
+]
+
+
+@pytest.mark.parametrize("tpu_type, tier, zone_id, region_id, per_chip", FAMILIES)
+def test_each_id_family_reads_zone_entries_then_region_entries(tpu_type, tier, zone_id, region_id, per_chip):
+    """us-central2-a has its own entry; -b and -c have none, so us-central2's region entry bounds them (a region
+    ID's entry is shared by the region's zones; a region-keyed entry in a zone ID is each zone's own value);
+    europe-west4-a is covered by nothing: no quota."""
+    model = ProvisioningModel(tier)
+    f = fleet([{"id": "e", "type": tpu_type, "zones": US2 + [EU], "provisioning_model": tier}])
+    chips = parse_accelerator_type(tpu_type).chips
+    assert wanted_quota_ids(f) == [zone_id] + ([region_id] if region_id else [])
+    zone_body = quota_info_body(zone_id, [zone_entry(US2[0], str(2 * chips * per_chip))]
+                                + ([] if region_id else [region_entry("us-central2", str(chips * per_chip))]))
+    bodies = [zone_body] + ([quota_info_body(region_id, [region_entry("us-central2", str(chips * per_chip))])]
+                            if region_id else [])
+    quota = effective_quota(f, readings_of(*bodies))
+    a, b, c, eu = (quota.of(z, parse_accelerator_type(tpu_type), model) for z in US2 + [EU])
+    assert quota.problems == ()
+    assert (a.chips, a.source) == (2 * chips, QuotaSource.api)
+    if region_id:  # one slice's worth for the whole region: the zone's own 2 slices are bounded by it too
+        assert a.region.chips == chips and a.bound == chips
+        assert (b.chips, b.region.chips, b.bound) == (None, chips, chips)
+        assert b.describe().startswith(f"no zone limit (Cloud Quotas {zone_id}: no entry for {US2[1]}); "
+                                       f"region us-central2: {chips} chips shared by its zones (Cloud Quotas "
+                                       f"{region_id}: {chips * per_chip} ")
+    else:
+        assert (b.chips, b.region, c.chips) == (chips, None, chips)
+    assert (eu.chips, eu.bound) == (0, 0)
+    assert [(s["zone"], s["type"]) for s in skipped_zones(f, quota)] == [(EU, tpu_type)]
+
+
+def test_a_region_ids_default_entry_names_regions_in_its_applicable_locations():
+    body = quota_info_body(V4_SPOT_REGION, [region_entry("us-central2", "64"),
+                                            {"details": {"value": "16"}, "applicableLocations": ["europe-west4"]}])
+    limits = parse_quota_info(body)
+    assert (limits.find_region("us-central2"), limits.find_region("europe-west4"), limits.find_region("us-east1")) \
+        == (64, 16, None)
+    assert limits.find("europe-west4-a") == 16  # a default that names the zone's region covers the zone
+
+
+@pytest.mark.parametrize("zone_value, region_value", [("-1", None), ("-1", "-1"), (None, "-1")])
+def test_minus_one_is_unlimited_wherever_it_is_read(zone_value, region_value):
+    """Cloud Quotas' -1 is unlimited (production-facts.md). Read as a number it was -1 chips (v4: -1 // 2), less
+    than any slice, and the zone was skipped as having no quota."""
+    f = fleet([{"id": "a", "type": "v4-32", "zones": US2[:1]}])
+    bodies = [quota_info_body(V4_SPOT, [zone_entry(US2[0], zone_value)] if zone_value else []),
+              quota_info_body(V4_SPOT_REGION, [region_entry("us-central2", region_value)] if region_value else [])]
+    quota = effective_quota(f, readings_of(*bodies))
+    q = quota.get(US2[0], "v4", SPOT)
+    assert q.source is QuotaSource.api and q.bound is None and q.is_unlimited
+    assert skipped_zones(f, quota) == []
+    assert "unlimited" in q.describe() and "-1 (unlimited)" in q.describe()
+
+
+def test_minus_one_in_the_zone_still_leaves_the_regions_limit():
+    f = fleet([{"id": "a", "type": "v4-32", "zones": US2[:1]}])
+    quota = effective_quota(f, readings_of(quota_info_body(V4_SPOT, [zone_entry(US2[0], "-1")]),
+                                           quota_info_body(V4_SPOT_REGION, [region_entry("us-central2", "16")])))
+    q = quota.get(US2[0], "v4", SPOT)
+    assert (q.chips, q.unlimited, q.region.chips, q.bound, q.is_unlimited) == (None, True, 8, 8, False)
+    assert skipped_zones(f, quota)[0]["reason"].startswith("no quota: region us-central2 has 8 chips < 16 for one")
+
+
+def test_a_negative_value_other_than_minus_one_is_a_misshapen_answer():
+    with pytest.raises(QuotaInfoError, match=r"dimensionsInfos\[0\]\.details\.value: -2"):
+        parse_quota_info(quota_info_body(V4_SPOT, [zone_entry(US2[0], "-2")]))
+
+
+def test_an_unreadable_region_id_is_one_line_and_the_zone_id_still_bounds():
+    f = fleet([{"id": "a", "type": "v4-32", "zones": US2[:1]}])
+    readings = {**readings_of(quota_info_body(V4_SPOT, [zone_entry(US2[0], "64")])),
+                V4_SPOT_REGION: QuotaReading(V4_SPOT_REGION, error="HTTP 404 NOT_FOUND: no")}
+    quota = effective_quota(f, readings)
+    assert quota.chips(US2[0], "v4", SPOT) == 32 and quota.get(US2[0], "v4", SPOT).region is None
+    assert quota.problems == (f"quota {V4_SPOT_REGION}: HTTP 404 NOT_FOUND: no; using the declared quota",)
+
+
+def test_a_declared_family_covers_its_serving_pool_and_skips_both_ids():
+    f = fleet([{"id": "s", "type": "v5litepod-8", "zones": US2[:1]}], quota={US2[0]: {"v5e": {"spot": 8}}})
+    assert wanted_quota_ids(f) == []
+    q = effective_quota(f, {}).get(US2[0], SERVING_POOL, SPOT)
+    assert (q.chips, q.source, q.region) == (8, QuotaSource.declared, None)
+
+
+def test_tpuq_fleet_shows_unlimited_not_not_checked():
+    from tpuq.fleetreport import precheck_view, target_rows
+
+    f = fleet([{"id": "a", "type": "v4-32", "zones": US2[:1]}])
+    quota = effective_quota(f, readings_of(quota_info_body(V4_SPOT, [zone_entry(US2[0], "-1")]),
+                                           quota_info_body(V4_SPOT_REGION, [])))
+    note = precheck_view(f, Prechecks(quota))["quota"][0]["note"]
+    assert note == f"unlimited (Cloud Quotas {V4_SPOT}: -1 (unlimited) in {US2[0]})"
+    report = {"backoffs": [], "dropped": [], "queued_resources": []}
+    row = target_rows(f, report, datetime(2026, 1, 1, tzinfo=timezone.utc), timezone.utc, quota)[0]
+    assert (row["quota_chips"], row["quota_unlimited"], row["quota_source"], row["skipped"]) == \
+        (None, True, "Cloud Quotas API", None)
 
 
 @pytest.mark.parametrize("body, enabled", [
@@ -179,13 +358,15 @@ def test_the_reader_uses_v1_paths_and_turns_every_failure_into_one_line():
     checks = PrecheckReader(session, "http://q", "http://b/").read(f, datetime(2026, 1, 1, tzinfo=timezone.utc))
     assert session.urls == [
         f"http://q/v1/projects/p/locations/global/services/tpu.googleapis.com/quotaInfos/{V4_SPOT}",
+        f"http://q/v1/projects/p/locations/global/services/tpu.googleapis.com/quotaInfos/{V4_SPOT_REGION}",
         "http://b/v1/projects/p/billingInfo",
     ]
     assert checks.quota.chips(ZONES[0], "v4", SPOT) is None
     assert checks.billing.enabled is None
     assert checks.problems == [
-        f"quota {V4_SPOT}: HTTP 403 PERMISSION_DENIED: Permission 'cloudquotas.quotas.get' denied; "
-        "using the declared quota",
+        f"quota {q}: HTTP 403 PERMISSION_DENIED: Permission 'cloudquotas.quotas.get' denied; using the declared quota"
+        for q in (V4_SPOT, V4_SPOT_REGION)
+    ] + [
         "billing: ConnectionError: refused; not checked",
     ]
 
@@ -199,13 +380,13 @@ def test_the_cache_rereads_after_its_ttl_or_a_new_fleet_file_and_always_while_bi
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     cache.get(f, t0)
     cache.get(f, t0 + timedelta(seconds=59))
-    assert len(session.urls) == 2
+    assert len(session.urls) == 3  # the zone ID, the region ID, billing
     cache.get(f, t0 + timedelta(seconds=60))
-    assert len(session.urls) == 4
+    assert len(session.urls) == 6
     other = fleet([{"id": "a", "type": "v4-32", "zones": ZONES[:2]}])
     cache.get(other, t0 + timedelta(seconds=61))
-    assert len(session.urls) == 6
+    assert len(session.urls) == 9
     session.answers["billingInfo"] = _Response(200, {})
     cache.get(other, t0 + timedelta(seconds=200))
     assert cache.get(other, t0 + timedelta(seconds=201)).billing.disabled
-    assert len(session.urls) == 10  # billing off: read again on every message
+    assert len(session.urls) == 15  # billing off: read again on every message

@@ -45,6 +45,33 @@ def test_the_init_fleet_validates_with_one_warning_per_big_direct_slice(tmp_path
         assert kind in line and "16 hosts" in line and "IN_USE_ADDRESSES" in line and "ssh_transport: vpc" in line
 
 
+def test_direct_warns_when_a_regions_entries_together_may_hold_more_external_ips_than_its_quota(tmp_path):
+    """IN_USE_ADDRESSES is per region (production-facts.md): 2 v4-32 (4 hosts each) and one v4-8 in us-central2 may
+    hold 9 external IPs there at once, though no entry alone passes 8. Before, only an entry whose one slice had
+    more than 8 hosts was warned about."""
+    tpus = [{"id": "pods", "type": "v4-32", "zones": ["us-central2-b"], "count": 2},
+            {"id": "one", "type": "v4-8", "zones": ["us-central2-a", "europe-west4-a"]},
+            {"id": "eu", "type": "v4-32", "zones": ["europe-west4-b"], "count": 1}]
+    r = tpuq("validate", str(fleet_file(tmp_path, ssh_transport="direct", tpus=tpus)), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    [line] = warnings_of(r)  # europe-west4: 4 + 1 = 5, within the quota
+    assert "region us-central2: the fleet may hold 9 external IPs there at once" in line
+    assert "tpus[pods] v4-32: 2 x 4 hosts" in line and "tpus[one] v4-8: 1 x 1 hosts" in line
+    assert "IN_USE_ADDRESSES" in line and "ssh_transport: vpc" in line
+
+
+def test_external_ips_by_region_count_each_entrys_most_slices_in_every_region_it_may_use():
+    fleet = FleetFile.model_validate({"name": "lab", "project": "p", "ssh_transport": "direct", "tpus": [
+        {"id": "a", "type": "v4-32", "zones": ["us-central2-b", "us-central2-a", "us-east1-d"], "count": 3},
+        {"id": "capped", "type": "v4-32", "zones": ["us-east1-d"], "count": 5, "chip_limit": 32},  # 2 slices
+        {"id": "none", "type": "v4-32", "zones": ["us-east1-d"], "count": 0},
+        {"id": "mine", "type": "v4-8", "zones": ["us-east1-c"], "existing": "node-1"}]})
+    assert [(r, n) for r, n, _ in fleet.external_ips_by_region()] == [("us-central2", 12), ("us-east1", 21)]
+    vpc = FleetFile.model_validate({**fleet.model_dump(mode="json", exclude_none=True), "ssh_transport": "vpc",
+                                    "worker_external_ips": False})
+    assert vpc.external_ips_by_region() == []
+
+
 @pytest.mark.parametrize("fields, expected", [
     ({"ssh_transport": "iap"}, ["ssh_transport: iap: tpuq opens no IAP tunnels", "internal IPs only", "Cloud NAT"]),
     ({"ssh_transport": "iap", "worker_external_ips": True}, ["ssh_transport: iap", "worker_external_ips: true keeps"]),

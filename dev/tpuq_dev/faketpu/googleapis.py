@@ -1,4 +1,4 @@
-"""The fake's other Google APIs: Cloud Quotas (TPU quota by zone) and Cloud Billing, on their own URL.
+"""The fake's other Google APIs: Cloud Quotas (TPU quota by zone and region) and Cloud Billing, on their own URL.
 
 Served by a second listening server of `FakeTpuServer` (`google_apis_url`), as cloudquotas.googleapis.com and
 cloudbilling.googleapis.com are other hosts than tpu.googleapis.com. Both answer from the same world as the TPU
@@ -10,7 +10,9 @@ what the TPU API enforces.
   `GET /{v}/projects/P/locations/global/services/tpu.googleapis.com/quotaInfos` → `{quotaInfos: [...]}`.
   Values are in the quota's unit, which is the unit the family's type names count in: TensorCores for v2, v3, v4
   and v5p (2 per chip), chips for v5e and v6e. `details.value` is an int64, so a JSON string, and a zero is
-  left out (`details: {}`), as proto3 JSON does.
+  left out (`details: {}`), as proto3 JSON does; `-1` (a scenario's -1) is unlimited. Each family has a per-zone
+  ID (zone entries, then a default) and a per-region ID (`region: R` entries from the scenario's `region_quota`,
+  no default); v5e's serving IDs report v5e's one quota (`tpuq.capacitymodel.render.quota_ids`).
 - Cloud Billing, `v1`: `GET /v1/projects/P/billingInfo` → `{name, projectId, billingAccountName,
   billingEnabled}`; `billingEnabled` and the account are left out when billing is off (proto3 JSON).
 - Compute Engine `v1`, firewalls read only (what `tpuq ssh` checks before tunnelling through IAP):

@@ -148,6 +148,21 @@ def quota_error(zone: str, family: str, spot: bool, limit: int) -> RpcStatus:
     )
 
 
+def region_quota_id(family: str, spot: bool) -> str:
+    """The per-region Cloud Quotas id next to the per-zone one (marin#87 names TPUV4sPreemptiblePodPerProjectPerRegion-
+    ForTPUAPI; production-facts.md)."""
+    return quota_id(family, spot).replace("PerZone", "PerRegion")
+
+
+def region_quota_error(region: str, family: str, spot: bool, limit: int) -> RpcStatus:
+    """A per-region quota refusal, worded as the per-zone one with the region (BioMedBERT/biomedbert's gcloud log:
+    "Quota limit '...PerRegion...' has been exceeded. Limit: 0 ... in region us-central1")."""
+    return RpcStatus(
+        "RESOURCE_EXHAUSTED",
+        f"Quota limit '{region_quota_id(family, spot)}' has been exceeded. Limit: {limit} in region {region}.",
+    )
+
+
 def quota_api_error(zone: str, family: str, spot: bool, limit: int, project_number: str = "0") -> ApiError:
     """A synchronous quota refusal as the real API sends it: HTTP 429 RESOURCE_EXHAUSTED with a QuotaFailure."""
     rpc = quota_error(zone, family, spot, limit)

@@ -52,6 +52,7 @@ from .errors import (
     invalid,
     quota_api_error,
     quota_error,
+    region_quota_error,
 )
 from .scenario import Scenario, Stockout
 from .validation import check_queued_resource_id, parse_create_body
@@ -779,10 +780,16 @@ class FakeTpuWorld:
         return False
 
     def _quota_check(self, qr: QueuedResourceRecord, at: float) -> None:
-        limit = self.scenario.quota_limit(qr.zone, qr.accelerator.family, qr.tier)
-        used = self._quota_used(qr.project, qr.zone, qr.accelerator.family, qr.tier)
-        if used + qr.accelerator.chips > limit:
-            self._fail(qr, quota_error(qr.zone, qr.accelerator.family, qr.spot, limit), at)
+        """The zone's own quota, then its region's (shared by the region's zones): both are enforced."""
+        family, chips = qr.accelerator.family, qr.accelerator.chips
+        limit = self.scenario.quota_limit(qr.zone, family, qr.tier)  # None: no limit of the zone's own
+        if limit is not None and self._quota_used(qr.project, qr.zone, family, qr.tier) + chips > limit:
+            self._fail(qr, quota_error(qr.zone, family, qr.spot, limit), at)
+            return
+        region = zone_region(qr.zone)
+        shared = self.scenario.region_quota_limit(region, family, qr.tier)
+        if shared is not None and self._region_quota_used(qr.project, region, family, qr.tier) + chips > shared:
+            self._fail(qr, region_quota_error(region, family, qr.spot, shared), at)
             return
         self._hold_quota(qr, True)
         self._set_qr_state(qr, QrState.WAITING_FOR_RESOURCES, at)
@@ -927,6 +934,10 @@ class FakeTpuWorld:
 
     def _quota_used(self, project: str, zone: str, family: str, tier: str) -> int:
         return self._chips_held.get((project, zone, family, tier), 0)
+
+    def _region_quota_used(self, project: str, region: str, family: str, tier: str) -> int:
+        return sum(held for (p, zone, f, t), held in self._chips_held.items()
+                   if (p, f, t) == (project, family, tier) and zone_region(zone) == region)
 
     def _hold_quota(self, qr: QueuedResourceRecord, hold: bool) -> None:
         """The one place holds_quota changes, so `_chips_held` always sums the live requests that hold."""

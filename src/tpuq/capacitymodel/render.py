@@ -7,14 +7,17 @@ services' clients in process, so both speak exactly what google-cloud-tpu parses
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Any
 
-from tpuq.tputypes import _FAMILIES
+from tpuq.quota import QUOTA_FACTS, pool_family
+from tpuq.tputypes import _FAMILIES, zone_region
 
 from .clock import rfc3339
-from .errors import quota_id
+from .errors import quota_id, region_quota_id
 from .model import FakeTpuWorld, NodeRecord, NodeState, Operation, QrState, QueuedResourceRecord
+from .scenario import UNLIMITED
 
 _STATE_DATA_FIELD = {
     QrState.CREATING: "creatingData",
@@ -152,9 +155,20 @@ _TIERS = (("on_demand", False), ("spot", True))
 FAKE_BILLING_ACCOUNT = "billingAccounts/000000-FAKE00-000000"
 
 
-def quota_ids() -> dict[str, tuple[str, str]]:
-    """Every per-zone TPU quota ID the fake knows -> (family, tier)."""
-    return {quota_id(family, spot): (family, tier) for family in _FAMILIES for tier, spot in _TIERS}
+@functools.cache
+def quota_ids() -> dict[str, tuple[str, str, str]]:
+    """Every TPU quota ID the fake serves -> (family, tier, "zone" | "region"): the per-zone and per-region IDs of
+    every family (the fake's error catalogue), and the others tpuq reads (`tpuq.quota.QUOTA_FACTS`: v5e's serving
+    IDs, which the fake reports from v5e's one quota: its scenario has no serving pool of its own)."""
+    ids = {}
+    for family in _FAMILIES:
+        for tier, spot in _TIERS:
+            ids[quota_id(family, spot)] = (family, tier, "zone")
+            ids[region_quota_id(family, spot)] = (family, tier, "region")
+    for (pool, model), facts in QUOTA_FACTS.items():
+        for fact in facts:
+            ids.setdefault(fact.quota_id, (pool_family(pool), model.value, fact.scope.value))
+    return ids
 
 
 def quota_units(family: str) -> tuple[int, str]:
@@ -163,30 +177,47 @@ def quota_units(family: str) -> tuple[int, str]:
     return (2, "TensorCores") if counts_cores else (1, "chips")
 
 
-def _details(value: int) -> dict:
-    return {"value": str(value)} if value else {}  # proto3 JSON: int64 as a string, zero left out
+def _details(chips: int, per_chip: int) -> dict:
+    """proto3 JSON: int64 as a string, zero left out; -1 (unlimited) is -1 in any unit."""
+    value = chips if chips == UNLIMITED else chips * per_chip
+    return {"value": str(value)} if value else {}
 
 
 def render_quota_info(world: FakeTpuWorld, project: str, qid: str) -> dict:
-    family, tier = quota_ids()[qid]
+    """A QuotaInfo from the scenario. Per zone: each zone that lists the family, then the default entry, over the
+    scenario zones it covers (left out when it covers none: a zone without an entry whose region has a region
+    quota is bounded by that alone). Per region: each region of `region_quota` that lists the family, and no
+    default entry, so a region not listed has no region-wide limit."""
+    family, tier, scope = quota_ids()[qid]
     per_chip, _ = quota_units(family)
     scenario = world.scenario
-    zones = sorted(scenario.zones)
     infos = []
-    for zone in zones:  # most specific first: the zones that list the family on their own
-        own = scenario.zones[zone].quota.get(family)
-        if own is not None:
-            infos.append({"dimensions": {"zone": zone}, "details": _details(getattr(own, tier) * per_chip),
-                          "applicableLocations": [zone]})
-    default = scenario.default_quota.get(family)
-    infos.append({"details": _details((getattr(default, tier) if default else 0) * per_chip),
-                  "applicableLocations": zones})
+    if scope == "region":
+        for region in sorted(scenario.region_quota):
+            chips = scenario.region_quota_chips(region, family, tier)
+            if chips is not None:
+                infos.append({"dimensions": {"region": region}, "details": _details(chips, per_chip),
+                              "applicableLocations": [region]})
+    else:
+        zones = sorted(scenario.zones)
+        for zone in zones:  # most specific first: the zones that list the family on their own
+            own = scenario.zones[zone].quota.get(family)
+            if own is not None:
+                infos.append({"dimensions": {"zone": zone}, "details": _details(getattr(own, tier), per_chip),
+                              "applicableLocations": [zone]})
+        default = scenario.default_quota.get(family)
+        covered = zones if default else [
+            z for z in zones if family in scenario.zones[z].quota
+            or scenario.region_quota_chips(zone_region(z), family, tier) is None]
+        if covered:
+            infos.append({"details": _details(getattr(default, tier) if default else 0, per_chip),
+                          "applicableLocations": covered})
     return {
         "name": f"projects/{project}/locations/global/services/{TPU_SERVICE}/quotaInfos/{qid}",
         "quotaId": qid,
         "service": TPU_SERVICE,
         "containerType": "PROJECT",
-        "dimensions": ["zone"],
+        "dimensions": [scope],
         "isPrecise": True,
         "dimensionsInfos": infos,
     }

@@ -42,11 +42,14 @@ def _check_family(value: str | None) -> str | None:
     return value
 
 
-class FamilyQuota(_Strict):
-    """Chips of one accelerator family a project may hold in one zone; absent = 0."""
+UNLIMITED = -1  # what Cloud Quotas reports for no limit (production-facts.md), and what a scenario writes for it
 
-    spot: int = Field(0, ge=0)
-    on_demand: int = Field(0, ge=0)
+
+class FamilyQuota(_Strict):
+    """Chips of one accelerator family a project may hold in one zone (or region); absent = 0, -1 = unlimited."""
+
+    spot: int = Field(0, ge=UNLIMITED)
+    on_demand: int = Field(0, ge=UNLIMITED)
 
 
 class Window(_Strict):
@@ -407,6 +410,10 @@ class Scenario(_Strict):
     # The quota of every scenario zone that does not list the family on its own (the Cloud Quotas entry with no
     # zone key). A zone that lists the family, even with 0 for a tier, keeps its own value.
     default_quota: dict[str, FamilyQuota] = Field(default_factory=dict)
+    # Per-region quota (the PerProjectPerRegion IDs), region -> family: one number shared by every zone of the
+    # region, enforced on top of the zone's own. A scenario zone that lists no quota for the family, in a scenario
+    # without a default for it, is then bounded by its region's alone (the zone ID has no entry for it).
+    region_quota: dict[str, dict[str, FamilyQuota]] = Field(default_factory=dict)
     cloud_quotas: CloudQuotas = Field(default_factory=CloudQuotas)
     delays: Delays = Field(default_factory=Delays)
     preemption: Preemption = Field(default_factory=Preemption)
@@ -428,18 +435,47 @@ class Scenario(_Strict):
 
     _default_families = field_validator("default_quota")(lambda value: _check_families(value))
 
+    @field_validator("region_quota")
+    @classmethod
+    def _region_quota(cls, value: dict[str, dict[str, FamilyQuota]]) -> dict[str, dict[str, FamilyQuota]]:
+        for region, families in value.items():
+            if not re.fullmatch(r"[a-z]+-[a-z]+\d+", region):
+                raise ValueError(f"not a region name: {region!r} (expected e.g. us-central2)")
+            _check_families(families)
+        return value
+
     # -- evaluation ----------------------------------------------------------
 
     def has_zone(self, zone: str) -> bool:
         return zone in self.zones
 
-    def quota_limit(self, zone: str, family: str, tier: Tier) -> int:
-        """Chips; the zone's own entry for the family, else the default entry (scenario zones only), else 0."""
+    def zone_quota_chips(self, zone: str, family: str, tier: Tier) -> int | None:
+        """The zone's own chips as the zone ID reports them (UNLIMITED included): its entry for the family, else the
+        default entry (scenario zones only); None: neither (no zone entry)."""
         own = self.zones.get(zone, _NO_ZONE).quota
         if family in own:
             return getattr(own[family], tier)
         default = self.default_quota.get(family) if zone in self.zones else None
-        return getattr(default, tier) if default else 0
+        return getattr(default, tier) if default else None
+
+    def quota_limit(self, zone: str, family: str, tier: Tier) -> int | None:
+        """The chips the zone itself allows; None: no limit of its own (unlimited, or its region's quota alone
+        bounds it: `region_quota_limit`). A zone with no entry whose region has no quota either: 0."""
+        own = self.zone_quota_chips(zone, family, tier)
+        if own is None:
+            covered = zone in self.zones and self.region_quota_chips(zone_region(zone), family, tier) is not None
+            return None if covered else 0
+        return None if own == UNLIMITED else own
+
+    def region_quota_chips(self, region: str, family: str, tier: Tier) -> int | None:
+        """The region's shared chips as the region ID reports them (UNLIMITED included); None: no entry."""
+        quota = self.region_quota.get(region, {}).get(family)
+        return getattr(quota, tier) if quota else None
+
+    def region_quota_limit(self, region: str, family: str, tier: Tier) -> int | None:
+        """The chips every zone of the region together allows; None: no region limit (no entry, or unlimited)."""
+        chips = self.region_quota_chips(region, family, tier)
+        return None if chips is None or chips == UNLIMITED else chips
 
     def stockout_at(
         self, zone: str, family: str, t: float, overrides: dict[tuple[str, str | None], Stockout | None] | None = None

@@ -5,8 +5,8 @@ No I/O, no clock, no global randomness: the handler loads `ClaimState`, calls
 
 Fan-out. Every open request races in each compatible zone that has quota: one
 queued resource per (request, zone), of the first of the request's types that
-zone can take now: not dropped, not backed off, with quota left for the family
-and tier (`quota_allows`, the one place that says so: the effective quota in
+zone can take now: not dropped, not backed off, with quota left for the pool
+and tier in the zone and its region (`quota_allows`, the one place that says so: the effective quota in
 `state.prechecks`, declared, else the Cloud Quotas API's), with the entry holding
 fewer than `max_slices` slices, and with no other pending queued resource of
 that type in that zone (from any request). `count` (max_slices) caps the slices
@@ -79,7 +79,7 @@ from tpuq.claimer.model import (
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetEntry
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
-from tpuq.quota import BILLING_OFF_MESSAGE, billing_block_reason, declared_quota
+from tpuq.quota import BILLING_OFF_MESSAGE, billing_block_reason, declared_quota, quota_pool
 from tpuq.tputypes import canonical_name, zone_region
 
 _ANNOUNCED = {
@@ -363,16 +363,41 @@ class _Decision:
                 self.effects.status = self.status
         elif failure is FailureClass.expired:
             pass  # validUntil reached while queued: no penalty, the next plan requests again in this zone
-        else:  # unknown, external_ip_quota: `unknown_error_retries` retries after a back-off, then stopped a long time
+        elif failure is FailureClass.external_ip_quota:
+            self.back_off_region(qr, target)
+            return
+        else:  # unknown: `unknown_error_retries` retries after a back-off, then stopped a long time
             failures = target.unknown_count(self.version) + 1
-            if failures > claim.unknown_error_retries:
-                delay = claim.unknown_error_backoff_seconds
-            else:
-                delay = capacity_backoff_seconds(failures, claim.capacity_backoff_base_seconds,
-                                                 claim.capacity_backoff_max_seconds, self.rng)
             target = replace(target, unknown_failures=failures, unknown_version=self.version,
-                             backoff_until=self.now + timedelta(seconds=delay))
+                             backoff_until=self.now + timedelta(seconds=self.unknown_backoff_seconds(failures)))
         self.put_target(target)
+
+    def unknown_backoff_seconds(self, failures: int) -> float:
+        """`unknown_error_retries` retries after a capacity-style back-off, then stopped a long time."""
+        claim = self.fleet.claim
+        if failures > claim.unknown_error_retries:
+            return claim.unknown_error_backoff_seconds
+        return capacity_backoff_seconds(failures, claim.capacity_backoff_base_seconds,
+                                        claim.capacity_backoff_max_seconds, self.rng)
+
+    def back_off_region(self, qr: QrRecord, failed: TargetRecord) -> None:
+        """An external IP refusal: IN_USE_ADDRESSES is a per-region quota (production-facts.md, "External IPs"), so
+        every zone of the region, for every type whose nodes take external IPs, would be refused alike. They all
+        back off together, on one retry count for the region (the most any of them has), as the unknown class."""
+        region = zone_region(qr.zone)
+        keys = {(zone, entry.type) for entry in self.fleet.tpus
+                if not entry.existing and self.fleet.external_ips_for(entry.accelerator)
+                for zone in entry.zones if zone_region(zone) == region}
+        keys.discard((qr.zone, qr.type))
+        others = [self.target(zone, tpu_type) for zone, tpu_type in sorted(keys)]
+        failures = max(t.unknown_count(self.version) for t in [failed, *others]) + 1
+        until = self.now + timedelta(seconds=self.unknown_backoff_seconds(failures))
+        for target in [failed, *others]:
+            if target is not failed:  # the region's reason, shown on each target it stops
+                target = replace(target, last_failure_class=failed.last_failure_class,
+                                 last_failure_message=failed.last_failure_message)
+            self.put_target(replace(target, unknown_failures=failures, unknown_version=self.version,
+                                    backoff_until=max(until, target.backoff_until or until)))
 
     # ------------------------------------------------------------ fan-out
     def plan_all(self) -> None:
@@ -500,18 +525,27 @@ class _Decision:
     def quota_allows(self, zone: str, entry: FleetEntry) -> bool:
         """Whether `zone` has quota left for one more slice of `entry`: the claimer's one notion of "this zone
         has quota", from the effective quota (declared in the fleet file, else the Cloud Quotas API's; None: not
-        checked, so yes)."""
+        checked or unlimited, so yes). A per-region quota is shared: every live slice of the pool in the region
+        counts against it."""
         accel = entry.accelerator
-        declared = self.quota.chips(zone, accel.family, entry.provisioning_model)
-        if declared is None:
+        quota = self.quota.of(zone, accel, entry.provisioning_model)
+        if quota is None:
             return True
-        used = 0
+        pool, region = quota_pool(accel), zone_region(zone)
+        used_in_zone = used_in_region = 0
         for q in self.qrs.values():  # every live queued resource holds quota, FAILED and SUSPENDED included
             other = self.fleet.entry(q.entry_id)
-            if q.zone == zone and other is not None and other.accelerator.family == accel.family \
-                    and other.provisioning_model is entry.provisioning_model:
-                used += other.accelerator.chips
-        return declared - used >= accel.chips
+            if other is None or quota_pool(other.accelerator) != pool \
+                    or other.provisioning_model is not entry.provisioning_model:
+                continue
+            if zone_region(q.zone) == region:
+                used_in_region += other.accelerator.chips
+                if q.zone == zone:
+                    used_in_zone += other.accelerator.chips
+        if quota.chips is not None and quota.chips - used_in_zone < accel.chips:
+            return False
+        shared = quota.region.chips if quota.region is not None else None
+        return shared is None or shared - used_in_region >= accel.chips
 
     def create(self, request: RequestRecord, zone: str, entry: FleetEntry) -> RequestRecord:
         generation = request.generations.get(zone, 0)

@@ -129,8 +129,8 @@ def check_fleet_against_scenario(fleet, scenario) -> None:
         for zone in entry.zones:
             if not scenario.has_zone(zone):
                 raise BadInput(f"{where}: zone {zone} is not in the scenario (its zones: {zones})")
-            quota = scenario.quota_limit(zone, accel.family, tier)
-            if quota < accel.chips:
+            quota = scenario.quota_limit(zone, accel.family, tier)  # None: no limit of the zone's own
+            if quota is not None and quota < accel.chips:
                 tier_name = tier.replace("_", "-")
                 raise BadInput(f"{where}: the scenario offers {quota} {tier_name} {accel.family} chips in {zone}, "
                                f"less than one {accel.name} slice ({accel.chips} chips)")

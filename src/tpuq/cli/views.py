@@ -221,7 +221,8 @@ def print_fleet(view: dict, verbose: bool = False) -> None:
     targets = Table("zone", "type", "quota (chips)", "racing", "held by", title="zones and types",
                     title_justify="left")
     for r in view.get("targets", []):
-        quota = "not checked" if r.get("quota_chips") is None else f"{r['quota_chips']} ({r.get('quota_source')})"
+        quota = (f"unlimited ({r.get('quota_source')})" if r.get("quota_unlimited") else "not checked"
+                 if r.get("quota_chips") is None else f"{r['quota_chips']} ({r.get('quota_source')})")
         targets.add_row(r["zone"], r["type"], quota, ", ".join(r.get("racing") or []) or "-",
                         "see below" if r.get("note") else "")
     out.print(targets)

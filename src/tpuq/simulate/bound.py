@@ -13,7 +13,9 @@ Definition (`compute_bound`). The bound sees the whole future of the scenario an
   - over the slice's whole life [t, end) the scenario's quota of (zone, family, tier) admits the slice's chips
     beside every slice the bound already holds there, the entry's `count` admits one more slice and its
     `chip_limit` (if any) the chips. The quota is the scenario's (what Cloud TPU enforces), not the fleet's
-    `quota:` override (what tpuq is told); the external IP quota and billing windows are not modelled.
+    `quota:` override (what tpuq is told); the external IP quota, per-region quota (`region_quota`) and billing
+    windows are not modelled, which only loosens the bound; a zone with no limit of its own (-1, or its region's
+    quota alone) admits any number of slices.
   Of the candidates, the one whose work can start first wins (then the earliest t, then fleet order).
 - The slice is billed from t: the provisioning delay (drawn exactly as the capacity model draws it,
   `Scenario.provisioning_delay`, for the queued resource name `projects/P/locations/Z/queuedResources/
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -187,6 +190,12 @@ class _Blocked:
         return self.ends[i] if i >= 0 and t < self.ends[i] else t
 
 
+def _zone_limit(scenario: Scenario, zone: str, family: str, tier: str) -> int:
+    """The zone's own quota in chips; with no limit of its own, room for every chip the horizon could hold."""
+    limit = scenario.quota_limit(zone, family, tier)
+    return sys.maxsize if limit is None else limit
+
+
 @dataclass
 class _Candidate:
     entry: FleetEntry
@@ -223,7 +232,7 @@ def compute_bound(scenario: Scenario, fleet: FleetFile, jobs: Iterable[SimJob], 
                 blocked[(zone, family)] = _Blocked(scenario, zone, family, horizon_seconds)
             rules = [r for r in scenario.preemption.scripted if r.zone in (None, zone) and r.family in (None, family)]
             by_type.setdefault(accelerator.name, []).append(_Candidate(
-                entry, zone, accelerator, tier, pool, scenario.quota_limit(zone, family, tier), blocked[(zone, family)],
+                entry, zone, accelerator, tier, pool, _zone_limit(scenario, zone, family, tier), blocked[(zone, family)],
                 tuple((r.node_id, r.after_active) for r in rules if r.after_active is not None),
                 tuple(sorted((r.node_id, r.at) for r in rules if r.at is not None))))
 
