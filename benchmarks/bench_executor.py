@@ -40,7 +40,7 @@ from tpuq import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.pins import InMemoryPinStore
-from tpuq.executor.ssh import ConnectionCache, run_on_workers
+from tpuq.executor.ssh import ConnectionCache, SshLogin, run_on_workers
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq_dev.devstack.processes import free_port
 from tpuq_dev.faketpu.hosts import WorkerHostManager, published_host_keys
@@ -132,7 +132,7 @@ def main() -> int:
             for connections in ("new", "kept"):  # a new SSH connection per call, or kept between attempts
                 cache = ConnectionCache() if connections == "kept" else None
                 executor = Executor(
-                    ssh_user=USER, ssh_key=lambda: key, pin_store=InMemoryPinStore(), host_keys=host_keys, objects=objects,
+                    ssh_login=lambda: SshLogin(USER), ssh_key=lambda: key, pin_store=InMemoryPinStore(), host_keys=host_keys, objects=objects,
                     clock=lambda: datetime.now(timezone.utc),
                     settings=WorkerSettings.for_emulator(base, cancel_grace_seconds=0.0, stale_grace_seconds=1.0),
                     connection_cache=cache,

@@ -8,6 +8,7 @@ same schema directly.
 
 from __future__ import annotations
 
+import json
 import re
 from enum import Enum
 from typing import Annotated, Any
@@ -52,6 +53,17 @@ _REGION_SUFFIX_RE = re.compile(
     r"(?:^|[-_.])((?:us|europe|asia|australia|northamerica|southamerica|me|africa)-[a-z]+\d+)$"
 )
 _REGION_RE = re.compile(r"^[a-z]+-[a-z]+\d+$")
+
+# Size limits. Firestore stores at most 1 MiB per document and refuses a larger write with INVALID_ARGUMENT, on
+# every retry (production-facts.md, "Firestore document size"): a job over it would be redelivered until Pub/Sub
+# dead-letters it, with no reason given. The spec is stored whole in jobs/{id} (beside the scheduler's fields, a
+# few KiB at most: reasons, the blocked sentence, times, counters) and again inside the assignment that
+# executions/{job}:{n} keeps (beside one endpoint per worker), so it is held to a quarter of the limit: its two
+# free-text fields by their own limits, every other field by the limit on the whole.
+MAX_COMMAND_BYTES = 64 * 1024  # UTF-8
+MAX_ENV_BYTES = 64 * 1024  # every name and value together, UTF-8
+MAX_ENV_VALUE_BYTES = 32 * 1024
+MAX_SPEC_BYTES = 256 * 1024  # the whole spec as JSON, as it travels on the jobs topic
 
 
 class Priority(str, Enum):
@@ -141,6 +153,10 @@ class CacheSpec(StrictModel):
         return "/".join(parts)
 
 
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
 def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
@@ -201,6 +217,10 @@ class JobSpec(StrictModel):
     def _command(cls, command: str) -> str:
         if not command.strip():
             raise ValueError("must not be empty")
+        size = _utf8_bytes(command)
+        if size > MAX_COMMAND_BYTES:
+            raise ValueError(f"is {size:,} bytes; a command may hold at most {MAX_COMMAND_BYTES:,} (the job is stored "
+                             "in one Firestore document, at most 1 MiB): put a longer script in the bundle and run it")
         return command
 
     @field_validator("env")
@@ -213,6 +233,17 @@ class JobSpec(StrictModel):
                 raise ValueError(f"{name!r} is reserved: the runner sets it")
             if name.startswith(RESERVED_ENV_PREFIX):
                 raise ValueError(f"{name!r} is reserved: names starting with {RESERVED_ENV_PREFIX} belong to tpuq")
+        stored_in_one_document = ("(the job is stored in one Firestore document, at most 1 MiB): put large values "
+                                  "in the bundle or a bucket and pass their path")
+        for name, value in env.items():
+            size = _utf8_bytes(value)
+            if size > MAX_ENV_VALUE_BYTES:
+                raise ValueError(f"the value of {name!r} is {size:,} bytes; a value may hold at most "
+                                 f"{MAX_ENV_VALUE_BYTES:,} {stored_in_one_document}")
+        total = sum(_utf8_bytes(name) + _utf8_bytes(value) for name, value in env.items())
+        if total > MAX_ENV_BYTES:
+            raise ValueError(f"names and values are {total:,} bytes together; env may hold at most {MAX_ENV_BYTES:,} "
+                             f"{stored_in_one_document}")
         return env
 
     @field_validator("zone")
@@ -238,6 +269,19 @@ class JobSpec(StrictModel):
             if given:
                 raise ValueError(f"retry_on_infrastructure_failure: false retries nothing, so {given[0]} cannot "
                                  "grant retries; drop one of the two")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_one_document(self) -> "JobSpec":
+        """Every other field is free in size too (buckets, caches, bundle, tpu_name): the whole spec is bounded."""
+        total = len(self.model_dump_json(exclude_none=True).encode())
+        if total > MAX_SPEC_BYTES:
+            sizes = {name: len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+                     for name, value in self.model_dump(mode="json", exclude_none=True).items()}
+            largest = max(sizes, key=sizes.__getitem__)
+            raise ValueError(f"{largest}: the job is {total:,} bytes as JSON ({largest}: {sizes[largest]:,}); a job "
+                             f"may hold at most {MAX_SPEC_BYTES:,} (it is stored in one Firestore document, at most "
+                             "1 MiB)")
         return self
 
     @property

@@ -12,7 +12,7 @@ import enum
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from google.api_core.exceptions import AlreadyExists, FailedPrecondition, NotFound
+from google.api_core.exceptions import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from google.cloud import firestore
 from google.cloud.firestore import FieldFilter, Query
 
@@ -115,6 +115,57 @@ def test_delete_is_idempotent(db, col):
     ref.delete()
     ref.delete()
     assert not ref.get().exists
+
+
+# ------------------------------------------------------------------ size limits
+# Firestore refuses a document over 1 MiB and a field value over 1 MiB - 89 bytes with INVALID_ARGUMENT, on every
+# retry (production-facts.md, "Firestore document size"; Firestore's quotas page). A job over it must be refused by
+# tpuq with a reason (tpuq.jobspec's limits), never found out by a write that fails for ever.
+HALF_MIB_AND_MORE = 600_000
+
+
+def test_a_document_over_one_mib_is_refused_and_nothing_is_written(db, col):
+    ref = col.document("big")
+    with pytest.raises(InvalidArgument):
+        ref.set({"a": "x" * HALF_MIB_AND_MORE, "b": "y" * HALF_MIB_AND_MORE})  # each field alone would fit
+    assert not ref.get().exists
+    with pytest.raises(InvalidArgument):
+        ref.set({"m": {"a": "x" * HALF_MIB_AND_MORE, "b": ["y" * HALF_MIB_AND_MORE]}})  # inside a map and an array
+    assert not ref.get().exists
+    ref.set({"a": "x" * 900_000})  # under the limit: stored whole
+    assert len(ref.get().to_dict()["a"]) == 900_000
+
+
+def test_a_write_that_grows_a_document_over_one_mib_is_refused_and_the_document_kept(db, col):
+    ref = col.document("grows")
+    ref.set({"a": "x" * HALF_MIB_AND_MORE})
+    before = ref.get()
+    with pytest.raises(InvalidArgument):
+        ref.set({"b": "y" * HALF_MIB_AND_MORE}, merge=True)
+    with pytest.raises(InvalidArgument):
+        ref.update({"m.b": "y" * HALF_MIB_AND_MORE})
+    after = ref.get()
+    assert after.to_dict() == before.to_dict() and after.update_time == before.update_time
+    ref.update({"a": "small", "b": "y" * HALF_MIB_AND_MORE})  # the size after the write is what counts
+    assert len(ref.get().to_dict()["b"]) == HALF_MIB_AND_MORE
+
+
+def test_a_batch_with_one_document_over_one_mib_writes_nothing(db, col):
+    small, big = col.document("small"), col.document("big")
+    batch = db.batch()
+    batch.set(small, {"n": 1})
+    batch.set(big, {"a": "x" * HALF_MIB_AND_MORE, "b": "y" * HALF_MIB_AND_MORE})
+    with pytest.raises(InvalidArgument):
+        batch.commit()
+    assert not small.get().exists and not big.get().exists
+
+
+def test_one_field_value_over_one_mib_less_89_bytes_is_refused(db, col):
+    ref = col.document("v")
+    ref.set({"a": "x" * 1_048_487})  # the longest a field value may be; the document is still under 1 MiB
+    with pytest.raises(InvalidArgument):
+        ref.set({"a": "x" * 1_048_488})
+    assert len(ref.get().to_dict()["a"]) == 1_048_487
 
 
 # ------------------------------------------------------------------ preconditions

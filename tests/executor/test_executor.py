@@ -14,7 +14,7 @@ from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState, Wait
 from tpuq.executor.pins import InMemoryPinStore
-from tpuq.executor.ssh import ConnectPolicy
+from tpuq.executor.ssh import ConnectPolicy, SshLogin
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq.fleet import SshTransport
 from tpuq.messages import AttemptOutcome, WorkerEndpoint
@@ -41,7 +41,7 @@ def executor(fake_gcs, ssh_identity, clock, tmp_path, host_keys, ticks):
     client = storage.Client(project="test", credentials=AnonymousCredentials(),
                             client_options={"api_endpoint": fake_gcs.base_url})
     return Executor(
-        ssh_user=ssh_identity.user,
+        ssh_login=lambda: SshLogin(ssh_identity.user),
         ssh_key=lambda: ssh_identity.pkey,
         pin_store=InMemoryPinStore(),
         host_keys=host_keys,
@@ -202,7 +202,8 @@ def test_a_direct_fleet_reaches_its_workers_at_their_external_ips(executor, star
     # From the internet only the external addresses answer; the internal ones serve nothing.
     hosts, endpoints = start_hosts(2, external_ips=True, listen_on="external")
     a = make_assignment(endpoints=endpoints, bucket=bucket, command="true")
-    executor.ssh_transport = lambda: SshTransport.direct
+    direct = SshLogin(executor.ssh_login().user, SshTransport.direct)
+    executor.ssh_login = lambda: direct
     assert executor.start_attempt(a).started
     assert all(h.address == h.external_address != h.internal_address for h in hosts)
     assert all({to for _, to in h.connections_seen()} == {h.external_address} for h in hosts)
@@ -220,7 +221,8 @@ def test_a_vpc_fleet_uses_the_internal_ip_even_when_there_is_an_external_one(exe
 def test_a_direct_fleet_node_without_external_ips_is_an_infra_failure(executor, start_hosts, bucket):
     hosts, endpoints = start_hosts(1)
     a = make_assignment(endpoints=endpoints, bucket=bucket, command="true")
-    executor.ssh_transport = lambda: SshTransport.direct
+    direct = SshLogin(executor.ssh_login().user, SshTransport.direct)
+    executor.ssh_login = lambda: direct
     result = executor.start_attempt(a)
     assert result.outcome.outcome == AttemptOutcome.infra_failed
     assert "worker 0: NoSshAddress: worker 0 has no external IP" in result.outcome.detail

@@ -18,7 +18,7 @@ from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import InMemoryPinStore
-from tpuq.executor.ssh import ConnectPolicy
+from tpuq.executor.ssh import ConnectPolicy, SshLogin
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq.messages import AttemptOutcome
 
@@ -30,7 +30,7 @@ def executor_for(fake_gcs, ssh_identity, host_keys, status_bucket: str, **settin
     client = storage.Client(project="test", credentials=AnonymousCredentials(),
                             client_options={"api_endpoint": fake_gcs.base_url})
     return Executor(
-        ssh_user=ssh_identity.user, ssh_key=lambda: ssh_identity.pkey, pin_store=InMemoryPinStore(), host_keys=host_keys,
+        ssh_login=lambda: SshLogin(ssh_identity.user), ssh_key=lambda: ssh_identity.pkey, pin_store=InMemoryPinStore(), host_keys=host_keys,
         objects=GcsObjectStore(client), clock=lambda: T0,
         settings=WorkerSettings.for_emulator(fake_gcs.base_url, log_flush_seconds=0.2, cancel_grace_seconds=1.0,
                                              stale_grace_seconds=1.0, libtpu_lockfile="/tmp/libtpu_lockfile",

@@ -38,6 +38,7 @@ from tpuq.clients import Settings
 from tpuq.documents import JobState
 from tpuq.entrypoints import source_file
 from tpuq.fleetstore import save_fleet
+from tpuq.inmemory.firestore import MAX_DOCUMENT_BYTES, document_size
 from tests.fuzz.memgcs import MemoryGcs
 from tests.helpers import push_envelope
 from tests.scheduler.conftest import active, fleet_file, memory_clients
@@ -46,7 +47,6 @@ RUNNER_BUCKET = "tpuq-runner"
 SEEDED_FLEET = "test"
 SEED_RUNNING, SEED_PENDING, SEED_TPU = "seed-running", "seed-pending", "seed-tpu"
 SEEDED_JOB_IDS = (SEED_RUNNING, SEED_PENDING)
-FIRESTORE_DOC_LIMIT = 1_048_576  # bytes: Firestore refuses a larger document
 FIRESTORE_ID_LIMIT = 1500  # bytes of a document id
 _RESERVED_ID = re.compile(r"^__.*__$")
 
@@ -88,17 +88,6 @@ def _strings_problem(value: Any, where: str = "") -> str | None:
             if problem:
                 return problem
     return None
-
-
-def _doc_size(value: Any) -> int:
-    """An upper-bound estimate of Firestore's document size (strings as UTF-8 bytes + 1, 8 per scalar)."""
-    if isinstance(value, str):
-        return len(value.encode("utf-8", "surrogatepass")) + 1
-    if isinstance(value, dict):
-        return sum(_doc_size(k) + _doc_size(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return sum(_doc_size(v) for v in value)
-    return 8
 
 
 @dataclass
@@ -217,8 +206,9 @@ class Bed:
             problem = _strings_problem(data)
             if problem:
                 problems.append(f"{path[:200]!r}: {problem}")
-            if _doc_size(data) > FIRESTORE_DOC_LIMIT:
-                problems.append(f"{path[:200]!r}: over Firestore's 1 MiB document limit ({_doc_size(data)} bytes)")
+            size = document_size(path, data)  # the in-memory store refuses such a write too: a second look
+            if size > MAX_DOCUMENT_BYTES:
+                problems.append(f"{path[:200]!r}: over Firestore's 1 MiB document limit ({size} bytes)")
         return problems
 
 

@@ -75,6 +75,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpuq.fleet import POSIX_USER_NAME_RE
+
 RUN_DIR = Path("/run/tpuq-faketpu")
 # Each host's namespace binds its own sshd dir here; outside /tmp on purpose.
 HOST_SSHD_MOUNT = RUN_DIR / "host"
@@ -83,7 +85,9 @@ SSHD_BINARY = "/usr/sbin/sshd"
 DEFAULT_MAX_STARTUPS = "10:30:100"  # what TPU VMs use
 HOST_KEY_TYPES = ("ed25519", "ecdsa")  # TPU VMs also have rsa; two are enough to make the choice matter
 
-_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# The names a TPU VM's guest agent can create (useradd's portable rule); the fleet file's ssh_user is checked
+# against the same rule.
+_USER_RE = POSIX_USER_NAME_RE
 _user_lock = threading.Lock()
 
 

@@ -122,16 +122,17 @@ def _local_argv(clients, node, worker: int, line: str | None, key_file: str) -> 
     from tpuq.errors import TpuqError
     from tpuq.executor.pins import GuestAttributeHostKeys, HostKeysUnavailable
     from tpuq.executor.ssh import ssh_address
-    from tpuq.fleet import SshTransport
     from tpuq.fleetstore import load_fleet
     from tpuq.messages import WorkerEndpoint
     from tpuq.sshaccess import known_hosts_line, local_ssh_argv
 
     try:
+        # The executor's login, from the one place it is named: the fleet in force's ssh_user is the only user
+        # the claimer put in the node's ssh-keys metadata.
         fleet = load_fleet(clients.firestore)
-        transport, user = fleet.ssh_transport, fleet.ssh_user
-    except TpuqError:
-        transport, user = SshTransport.vpc, os.environ.get("TPUQ_SSH_USER", "tpuq")
+    except TpuqError as e:
+        raise SshRefused(f"cannot tell which user the workers let in: {e}") from None
+    transport, user = fleet.ssh_transport, fleet.ssh_user
     endpoint = WorkerEndpoint(worker_id=worker, ip=node.internal_ips[worker], external_ip=node.external_ips[worker])
     address = ssh_address(endpoint, transport)
     try:

@@ -2,7 +2,8 @@
 
 Service-facing API (see `tpuq.executor.executor` for the flow):
 
-    Executor(ssh_user=, ssh_key=, pin_store=, host_keys=, objects=, clock=, settings=WorkerSettings(), ...)
+    Executor(ssh_login=, ssh_key=, pin_store=, host_keys=, objects=, clock=, settings=WorkerSettings(), ...)
+        ssh_login: () -> SshLogin(user, transport), read per pool; the service's is `SshLogin.of(fleet in force)`
         .start_attempt(assignment) -> StartResult
         .cancel_attempt(assignment_or_ref, reason=, grace_seconds=) -> Decided(cancelled)
         .read_outcome(assignment_or_ref, node_state=, lost_workers=) -> Decided | Wait
@@ -22,7 +23,7 @@ from tpuq.gcslayout import STATUS_NOTIFICATION_PREFIX, StatusObjectRef, parse_st
 from tpuq.executor.objects import GcsObjectStore, ObjectStore, StoredObject
 from tpuq.executor.outcome import Decided, Decision, NodeState, Wait, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore, InMemoryPinStore
-from tpuq.executor.ssh import ConnectPolicy, HostKeyMismatch, WorkerPool, run_on_workers
+from tpuq.executor.ssh import ConnectPolicy, HostKeyMismatch, SshLogin, WorkerPool, run_on_workers
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings, build_worker_env
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "InMemoryPinStore",
     "NodeState",
     "ObjectStore",
+    "SshLogin",
     "StartResult",
     "StatusObjectRef",
     "StoredObject",

@@ -1,8 +1,8 @@
 """The executor's service-facing API, shell (SSH, GCS): start, cancel, and judge an attempt.
 
-    executor = Executor(ssh_user="tpuq", ssh_key=load_key, pin_store=pins,
+    executor = Executor(ssh_login=lambda: SshLogin.of(load_fleet(db)), ssh_key=load_key, pin_store=pins,
                         host_keys=GuestAttributeHostKeys(tpu_client), objects=GcsObjectStore(storage_client),
-                        clock=now_utc, ssh_transport=lambda: fleet.ssh_transport)
+                        clock=now_utc)
     result = executor.start_attempt(assignment)          # on an assign message
     if result.outcome: publish AttemptEvent(ended, result.outcome)
     else: publish AttemptEvent(started)
@@ -32,10 +32,9 @@ from tpuq import gcslayout
 from tpuq.executor.objects import ObjectStore
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource
-from tpuq.executor.ssh import ConnectionCache, ConnectPolicy, WorkerConnection, WorkerPool, WorkerResult
+from tpuq.executor.ssh import ConnectionCache, ConnectPolicy, SshLogin, WorkerConnection, WorkerPool, WorkerResult
 from tpuq.executor.supervisor_bundle import build_supervisor_script
 from tpuq.executor.worker.control import BOOTSTRAP
-from tpuq.fleet import SshTransport
 from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 from tpuq.messages import Assignment, AttemptOutcome, WorkerEndpoint
 
@@ -112,13 +111,12 @@ class Executor:
     def __init__(
         self,
         *,
-        ssh_user: str,
+        ssh_login: Callable[[], SshLogin],
         ssh_key: Callable[[], paramiko.PKey],
         pin_store: HostKeyPinStore,
         host_keys: HostKeySource,
         objects: ObjectStore,
         clock: Callable[[], datetime],
-        ssh_transport: Callable[[], SshTransport] = lambda: SshTransport.vpc,
         settings: WorkerSettings = WorkerSettings(),
         connect_policy: ConnectPolicy = ConnectPolicy(),
         sleep: Callable[[float], None] = time.sleep,
@@ -127,11 +125,11 @@ class Executor:
         command_timeout: float = 900.0,
         connection_cache: ConnectionCache | None = None,
     ):
-        self.ssh_user = ssh_user
+        # Read per pool: the fleet in force names the user and the address (`SshLogin.of(fleet)`).
+        self.ssh_login = ssh_login
         self._ssh_key = ssh_key
         self.pin_store = pin_store
         self.host_keys = host_keys
-        self.ssh_transport = ssh_transport  # read per pool: the fleet in force decides which address to use
         self.objects = objects
         self.clock = clock
         self.settings = settings
@@ -150,14 +148,15 @@ class Executor:
     # -- SSH plumbing ---------------------------------------------------------
 
     def _pool(self, node: str, endpoints) -> WorkerPool:
+        login = self.ssh_login()
         return WorkerPool(
             endpoints,
-            user=self.ssh_user,
+            user=login.user,
             pkey=self._ssh_key(),
             node=node,
             pin_store=self.pin_store,
             host_keys=self.host_keys,
-            transport=self.ssh_transport(),
+            transport=login.transport,
             policy=self.connect_policy,
             sleep=self._sleep,
             monotonic=self._monotonic,

@@ -35,7 +35,7 @@ from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.executor.pins import GuestAttributeHostKeys
-from tpuq.executor.ssh import ConnectionCache
+from tpuq.executor.ssh import ConnectionCache, SshLogin
 from tpuq.fleetstore import load_fleet
 from tpuq.guarded import WriteSet, read_decide_commit
 from tpuq.executor.workerspec import WorkerSettings
@@ -114,7 +114,9 @@ class ExecutorRuntime:
                     else WorkerSettings(status_bucket=status_bucket))
         key = _load_private_key()
         return Executor(
-            ssh_user=os.environ.get("TPUQ_SSH_USER", "tpuq"),
+            # One source for the login user: the fleet in force, whose ssh_user the claimer wrote into each node's
+            # ssh-keys metadata (the only user the guest agent creates). Read per pool, as the transport.
+            ssh_login=lambda: SshLogin.of(load_fleet(self.clients.firestore)),
             ssh_key=lambda: key,
             pin_store=FirestorePinStore(self.clients.firestore),
             # Host keys come from the nodes' guest attributes (roles/tpu.viewer), never from a first connection.
@@ -122,7 +124,6 @@ class ExecutorRuntime:
             objects=GcsObjectStore(self.clients.storage),
             clock=lambda: datetime.now(timezone.utc),
             settings=settings,
-            ssh_transport=lambda: load_fleet(self.clients.firestore).ssh_transport,
             connection_cache=ConnectionCache() if keep_connections() else None,
         )
 

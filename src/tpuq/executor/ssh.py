@@ -52,6 +52,21 @@ MAX_PARALLEL = 64  # threads per pool: one per worker up to this
 SSH_PORT = 22  # always: `networkEndpoints[].port` is the TPU runtime's port (8470), never SSH's
 
 
+@dataclass(frozen=True)
+class SshLogin:
+    """How the executor logs in to a fleet's workers: as `user`, the name the claimer put the executor's key under
+    in every node's `ssh-keys` metadata (the guest agent creates that user and no other), at the address
+    `transport` reaches. Both come from the fleet in force (`of`): there is no second source for either."""
+
+    user: str
+    transport: SshTransport = SshTransport.vpc
+
+    @classmethod
+    def of(cls, fleet) -> "SshLogin":
+        """The login a stored `tpuq.fleet.FleetFile` gives."""
+        return cls(user=fleet.ssh_user, transport=fleet.ssh_transport)
+
+
 class NoSshAddress(Exception):
     """The worker has no address the fleet's transport can use (a direct fleet's node without external IPs)."""
 

@@ -26,7 +26,10 @@ Firestore's behaviour it keeps, because our code would notice the difference
   taken as UTC, as the client does), sets as arrays; a value the client cannot
   send raises TypeError;
 - `get_all` yields in no promised order (here: shuffled, seeded), so a caller
-  that leaned on the order asked would fail here too.
+  that leaned on the order asked would fail here too;
+- a document over 1 MiB by Firestore's size rules, or a field value over
+  1 MiB - 89 bytes, is refused with InvalidArgument and nothing of the commit
+  is written, as Firestore and its emulator refuse it (`_sized`).
 Not modelled: indexes (production needs the composite ones in infra/) and
 limits on write rate.
 """
@@ -52,6 +55,12 @@ ASCENDING, DESCENDING = "ASCENDING", "DESCENDING"  # the values of google.cloud.
 _MISSING = object()
 _MAX_IN_VALUES = 30  # Firestore refuses larger `in` / `not-in` / `array_contains_any` lists
 _INEQUALITIES = ("<", "<=", ">", ">=", "!=", "not-in")
+# Firestore's "Quotas and limits" page (cloud.google.com/firestore/quotas): a document holds at most 1 MiB and a
+# field value at most 1 MiB - 89 bytes; a write over either fails with INVALID_ARGUMENT (production-facts.md,
+# "Firestore document size"). The emulator refuses both as well ("maximum entity size is 1048576 bytes"; "The
+# value of property "x" is longer than 1048487 bytes").
+MAX_DOCUMENT_BYTES = 1_048_576
+MAX_FIELD_VALUE_BYTES = 1_048_487
 
 
 def _utcnow() -> datetime:
@@ -86,6 +95,74 @@ def _encode(value: Any, in_array: bool = False) -> Any:
             raise TypeError(f"Cannot convert to a Firestore Value: map keys must be strings: {value!r}")
         return {k: _encode(v) for k, v in value.items()}
     raise TypeError(f"Cannot convert to a Firestore Value: {value!r} (type {type(value).__name__})")
+
+
+def _string_size(text: str) -> int:
+    """Firestore's "Storage size calculations" (cloud.google.com/firestore/docs/storage-size): UTF-8 bytes + 1."""
+    return len(text.encode("utf-8", errors="surrogatepass")) + 1
+
+
+def _value_size(value: Any) -> int:
+    """A stored value's size by the same page: null and booleans 1, numbers and times 8, bytes their length,
+    arrays their values, maps their keys and values."""
+    kind = type(value)
+    if kind is str:
+        return _string_size(value)
+    if kind is dict:
+        return sum(_string_size(k) + _value_size(v) for k, v in value.items())
+    if kind is list:
+        return sum(_value_size(v) for v in value)
+    if value is None or kind is bool:
+        return 1
+    if kind is bytes:
+        return len(value)
+    return 8  # int, float, a timestamp: the only other values `_encode` stores
+
+
+def _field_size(name: str, value: Any) -> int:
+    return _string_size(name) + _value_size(value)
+
+
+def _name_size(path: str) -> int:
+    """A document name's size: each collection and document id of its path, + 16."""
+    return sum(_string_size(segment) for segment in path.split("/")) + 16
+
+
+def document_size(path: str, data: dict) -> int:
+    """The stored size of document `path` holding `data`: its name, its fields' names and values, + 32."""
+    return _name_size(path) + sum(_field_size(k, v) for k, v in data.items()) + 32
+
+
+def _refuse_oversized_value(path: str, name: str, value: Any) -> None:
+    kind = type(value)
+    if kind is str or kind is bytes:
+        length = len(value.encode("utf-8", errors="surrogatepass")) if kind is str else len(value)
+        if length > MAX_FIELD_VALUE_BYTES:
+            raise InvalidArgument(f"The value of property {name!r} of {path} is longer than {MAX_FIELD_VALUE_BYTES} "
+                                  "bytes.")
+
+
+def _sized(write: "_Write", current: "_Stored | None", after: "_Stored") -> None:
+    """Set `after.size`, or raise InvalidArgument as Firestore does for a document or field value over its limit.
+    A merge or an update changes only the top-level fields it names, so only those are measured again."""
+    if current is None or (write.kind != "update" and not write.merge):
+        touched = after.data.keys()
+        size = document_size(write.path, after.data)
+    else:
+        touched = {key.split(".", 1)[0] for key in (write.data or {})}
+        size = current.size
+        for name in touched:
+            if name in current.data:
+                size -= _field_size(name, current.data[name])
+            if name in after.data:
+                size += _field_size(name, after.data[name])
+    for name in touched:
+        if name in after.data:
+            _refuse_oversized_value(write.path, name, after.data[name])
+    if size > MAX_DOCUMENT_BYTES:
+        raise InvalidArgument(f"Document {write.path} cannot be written because its size ({size:,} bytes) exceeds "
+                              f"the maximum allowed size of {MAX_DOCUMENT_BYTES:,} bytes.")
+    after.size = size
 
 
 def _copy(value: Any) -> Any:
@@ -380,6 +457,7 @@ class _Stored:
     create_time: datetime
     update_time: datetime
     containers: tuple[str, ...] = field(init=False, repr=False)  # its fields holding maps or arrays
+    size: int = field(default=0, repr=False, compare=False)  # Firestore's storage size, set by `_sized` on commit
 
     def __post_init__(self) -> None:
         self.containers = tuple(k for k, v in self.data.items() if type(v) in _CONTAINERS)
@@ -667,6 +745,8 @@ class MemoryFirestore:
             for write in writes:
                 current = working[write.path] if write.path in working else self._stored(write.path)
                 after = _apply(write, current, commit_time)
+                if after is not None and after is not current:  # refused before anything of the commit is stored
+                    _sized(write, current, after)
                 working[write.path] = after
                 results.append(WriteResult(after.update_time if after else None))
             for path, after in working.items():
