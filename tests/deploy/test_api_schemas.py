@@ -74,11 +74,13 @@ def test_every_request_of_a_deploy_to_an_empty_project_is_documented(tmp_path, f
     assert problems_of(lines) == []
 
 
-def test_updates_and_secret_grants_on_a_project_that_has_everything_are_documented():
-    target = Target(fleet=FLEET, project_number="42")
+def drifted_plan(fleet: FleetFile, secrets: tuple[str, ...]) -> tuple[Target, list]:
+    """A project that has everything, with every resource drifted and no grant left, planned again with a new
+    image tag: the updates, grants and secret mounts deploy sends there. (the target, the actions)"""
+    target = Target(fleet=fleet, project_number="42")
     infra = load_infra(target.variables())
-    state = state_after(plan(target, infra, ProjectState(known=True, project_number="42", secrets=set(SECRETS))),
-                        secrets=SECRETS)
+    state = state_after(plan(target, infra, ProjectState(known=True, project_number="42", secrets=set(secrets))),
+                        secrets=secrets)
     for sub in state.subscriptions.values():
         sub["ackDeadlineSeconds"] = 11
     for bucket in state.buckets.values():
@@ -87,7 +89,11 @@ def test_updates_and_secret_grants_on_a_project_that_has_everything_are_document
         job["schedule"] = "*/5 * * * *"
     state.iam = {}  # every grant again, the secrets' included
     retagged = replace(target, image_tag="b42")
-    actions = plan(retagged, load_infra(retagged.variables()), state)
+    return retagged, plan(retagged, load_infra(retagged.variables()), state)
+
+
+def test_updates_and_secret_grants_on_a_project_that_has_everything_are_documented():
+    _, actions = drifted_plan(FLEET, SECRETS)
     verbs = {(a.verb, a.request.api if a.request else a.iam.api) for a in actions if a.sends}
     assert {("update", "run"), ("update", "pubsub"), ("update", "storage"), ("update", "scheduler"),
             ("grant", "secretmanager")} <= verbs

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,8 +27,7 @@ from tpuq_dev.iam import methods, roles
 from tpuq_dev.iam.model import Project, Refusal, Resource, check
 
 from . import discovery
-from .fakes import state_after
-from .test_api_schemas import RecordingSession, TpuRestRecorder
+from .test_api_schemas import RecordingSession, TpuRestRecorder, drifted_plan
 from .test_dry_run import tpuq
 
 OWNER = f"user:{LOCAL_PROJECT_OWNER}"
@@ -101,19 +99,7 @@ def test_every_request_of_a_deploy_is_allowed_to_a_project_owner(tmp_path, which
 def updates_and_secret_grants() -> tuple[Target, list[dict]]:
     """A project that has everything, with every resource drifted, and secrets to grant and mount (updates carry
     the same attached accounts as creates: a PATCH of a service needs actAs too)."""
-    target = Target(fleet=FLEET, project_number="42")
-    infra = load_infra(target.variables())
-    state = state_after(plan(target, infra, ProjectState(known=True, project_number="42", secrets=set(SECRETS))),
-                        secrets=SECRETS)
-    for sub in state.subscriptions.values():
-        sub["ackDeadlineSeconds"] = 11
-    for bucket in state.buckets.values():
-        bucket["lifecycle"] = {"rule": []}
-    for job in state.scheduler_jobs.values():
-        job["schedule"] = "*/5 * * * *"
-    state.iam = {}
-    retagged = replace(target, image_tag="b42")
-    actions = plan(retagged, load_infra(retagged.variables()), state)
+    retagged, actions = drifted_plan(FLEET, SECRETS)
     return retagged, [line for a in actions for line in gcp.wire_requests(a)]
 
 
