@@ -266,8 +266,9 @@ class FleetFile(StrictModel):
     network: str = Field(default="default", description="VPC network of the TPU nodes and the executor's egress")
     subnetwork: str = Field(
         default="default",
-        description="Subnet of the TPU nodes; deploy gives the executor an interface on the subnet of this name "
-        "in the services' region",
+        description="Subnet of the TPU nodes, by name. Subnets are regional: a subnet of this name must exist in "
+        "every region of the fleet's zones (and, under vpc/iap, in the services' region, where deploy gives the "
+        "executor an interface on it); `tpuq deploy` checks each (tpuq.subnets)",
     )
     worker_external_ips: bool | None = Field(
         default=None,
@@ -474,6 +475,12 @@ class FleetFile(StrictModel):
                 held = f"tpus[{t.id}] {t.type}: {slices} x {accel.hosts} hosts"
                 out[region] = (total + slices * accel.hosts, [*parts, held])
         return [(region, total, parts) for region, (total, parts) in out.items()]
+
+    @property
+    def node_regions(self) -> list[str]:
+        """The regions tpuq creates TPU nodes in (every zone of every entry but `existing` ones), in fleet order:
+        each needs a subnet named `subnetwork` (tpuq.subnets)."""
+        return list(dict.fromkeys(zone_region(z) for t in self.tpus if not t.existing for z in t.zones))
 
     def entry(self, entry_id: str) -> FleetEntry | None:
         return next((t for t in self.tpus if t.id == entry_id), None)

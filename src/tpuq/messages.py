@@ -107,6 +107,7 @@ class FailureClass(str, Enum):
     external_ip_quota = "external_ip_quota"  # the region's IN_USE_ADDRESSES quota: one retry, then stop (use vpc)
     expired = "expired"  # validUntil reached while queued: request again in the same zone, no penalty
     project = "project"  # billing, permission, API disabled: stop everywhere until a person acts
+    network = "network"  # the fleet's subnetwork is not in that region (subnets are regional): drop the region
     unknown = "unknown"  # anything else: one retry after a back-off, then stop that target for a long back-off
 
 

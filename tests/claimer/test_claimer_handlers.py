@@ -177,6 +177,44 @@ def test_unknown_or_external_ip_zone_is_retried_once_after_a_backoff_then_stoppe
         assert "IN_USE_ADDRESSES" in failures[-1].failure_message  # what the waiting job shows
 
 
+def test_a_second_region_without_the_fleets_subnet_is_dropped_with_the_command_to_create_it(claimer):
+    """A custom-mode network with the fleet's subnet in us-central1 only: the create in europe-west4 is refused by the
+    fake's TPU API, and the claimer drops europe-west4 with a reason naming the region and the owner's command, shown
+    by `tpuq fleet` and a waiting job; no tick creates there again, and us-central1 races on. Before, the refusal read
+    as unknown: one blind retry, then an hour's stop with the API's bare text."""
+    from datetime import timezone
+
+    from tpuq.fleetreport import waiting_reason
+    from tpuq.subnets import example_subnet_range
+
+    zones = ["us-central1-a", "europe-west4-b"]
+    scenario = scenario_data(zones, families=("v5litepod",), provisioning=1e6)
+    scenario["network"] = {"subnetworks": [{"name": "tpu-subnet", "region": "us-central1", "network": "tpu-net",
+                                            "ipCidrRange": "10.20.0.0/20"}]}
+    h = claimer(scenario)
+    fleet = fleet_data(zones, types=("v5litepod-8",), network="tpu-net", subnetwork="tpu-subnet")
+    fleet["claim"].update(capacity_backoff_base_seconds=1, capacity_backoff_max_seconds=1)
+    h.fleet(fleet)
+    h.push("/push/capacity", request(types=("v5litepod-8",)))
+    assert [len(h.creates(z)) for z in zones] == [1, 1]
+    failed = h.wait_event(lambda e: e.kind is FleetEventKind.failed, "the refusal in europe-west4")
+    assert failed.zone == zones[1] and failed.failure_class is FailureClass.network
+    for seq in range(3):
+        h.push("/push/ticks", Tick(seq=300 + seq))
+    assert len(h.creates(zones[1])) == 1 and len(h.creates(zones[0])) == 1
+    command = (f"gcloud compute networks subnets create tpu-subnet --network=tpu-net --region=europe-west4 "
+               f"--range={example_subnet_range('europe-west4')} --project=tpuq-test")
+    [dropped] = fleet_report(h.clients.firestore, "race")["dropped"]
+    assert dropped["zone"] == zones[1] and command in dropped["reason"]
+    assert "subnetwork resource cannot be found" in dropped["detail"]  # the API's own text, for --verbose
+    view = fleet_view(h.clients.firestore, "race", utcnow())
+    [note] = [z["note"] for z in view["zones"] if z["key"].startswith(zones[1])]
+    assert note.startswith("dropped: no subnet tpu-subnet of network tpu-net in region europe-west4") and command in note
+    held = waiting_reason({"state": "pending", "spec": {"tpu": ["v5litepod-8"]}}, [view], utcnow(), timezone.utc)
+    assert held.startswith("racing v5litepod-8 in us-central1-a; ")
+    assert f"europe-west4-b dropped: no subnet tpu-subnet of network tpu-net in region europe-west4" in held
+
+
 def test_expired_request_is_requested_again_in_the_same_zone_without_penalty(claimer):
     zone = ZONES[0]
     scenario = scenario_data([zone], provisioning=1e6)

@@ -57,6 +57,25 @@ TEXTS = [
     (None, "billingEnabled : false", F.project),
     (None, "NO_VALID_BILLING_ACCOUNT", F.project),
     (7, "Cloud TPU API has not been used in project 123 before or it is disabled.", F.project),
+    # network: the node's subnet is not in its region (subnets are regional) or is another network's. The TPU API's
+    # words are not on record: Compute Engine's (which creates the VMs), bare or in the TPU API's bad-request wrapper
+    # (the fake's), in the REST client's "400 POST url: " form too.
+    (3, "Cloud TPU received a bad request. Invalid value for field 'resource.networkInterfaces[0].subnetwork': "
+        f"'projects/p/regions/europe-west4/subnetworks/tpu-subnet'. The referenced subnetwork resource cannot be found. "
+        f"{EID}", F.network),
+    (None, "400 POST http://127.0.0.1:1/v2/projects/p/locations/europe-west4-a/queuedResources?queuedResourceId=q: "
+           "Cloud TPU received a bad request. Invalid value for field 'resource.networkInterfaces[0].subnetwork': "
+           "'https://www.googleapis.com/compute/v1/projects/p/regions/europe-west4/subnetworks/s'. The referenced "
+           "subnetwork resource cannot be found.", F.network),
+    (5, "The resource 'projects/p/regions/europe-west4/subnetworks/tpu-subnet' was not found", F.network),
+    (3, 'Subnetwork "projects/p/regions/asia-northeast1/subnetworks/hoge-vpc-subnet" is not valid for Network '
+        '"hoge-vpc".', F.network),
+    (3, "Invalid value for field 'resource.networkInterfaces[0]': ''. Subnetwork should be specified for custom "
+        "subnetmode network", F.network),
+    # ... and a bad request about something else stays unknown (a real text: an accelerator the zone lacks)
+    (3, 'Cloud TPU received a bad request. The requested accelerator configuration for accelerator type, "v6e-1", '
+        'could not be found in the zonal accelerator configurations for "asia-east1-a".; the accelerator v6e-1 was '
+        f"not found in zone asia-east1-a {EID}", F.unknown),
     # unknown
     (13, f"An internal error has occurred. {EID}", F.unknown),
     (13, "TPU operation failed: an internal error", F.unknown),

@@ -21,6 +21,7 @@ from tpuq.claimer.model import (
     queued_resource_id,
 )
 from tpuq.fleet import FleetFile
+from tpuq.subnets import example_subnet_range
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, WorkerEndpoint
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -246,6 +247,53 @@ def test_an_external_ip_refusal_backs_off_every_zone_and_type_of_its_region():
     state, _ = run(state, Observed({retry.qr_id: Observation("create_failed", error_code=8, error_message=IP_TEXT)}),
                    now=later)
     assert {(state.target(*key).backoff_until - later).total_seconds() for key in held} == {3600}
+
+
+SUBNET_TEXT = ("Cloud TPU received a bad request. Invalid value for field 'resource.networkInterfaces[0].subnetwork': "
+               "'projects/p/regions/europe-west4/subnetworks/tpu-subnet'. The referenced subnetwork resource cannot "
+               "be found. [EID: 0x00000000000000ff]")
+
+
+@pytest.mark.parametrize("observation", ["create_failed", "failed"])
+def test_a_missing_subnet_drops_every_zone_and_type_of_its_region_with_the_command(observation):
+    """Subnets are regional: a refusal of the fleet's subnetwork in europe-west4-a drops every zone and type of
+    europe-west4 (one subnet for all of them) with the command that creates it, until `tpuq fleet unblock` or a
+    changed fleet file; us-central2 races on. Before, it read as unknown: one blind retry, then an hour's stop
+    of that one zone and type, and the region's other zones raced into the same refusal."""
+    eu = ["europe-west4-a", "europe-west4-b"]
+    fleet = make_fleet(network="tpu-net", subnetwork="tpu-subnet", quota=None, tpus=[
+        {"id": "v4", "type": "v4-32", "zones": [ZONES[0]], "count": 10},
+        {"id": "v5e", "type": "v5litepod-8", "zones": eu, "count": 10},
+        {"id": "v6e", "type": "v6e-8", "zones": eu[:1], "count": 10, "single_slot": False}])
+    req = CapacityRequest(request_id="r1", fleet="f1", types=["v5litepod-8", "v6e-8", "v4-32"], count=1)
+    state, eff = run(ClaimState(fleet), RequestReceived(req))
+    assert sorted(c.qr.zone for c in eff.creates) == sorted([ZONES[0], *eu])
+    failed = f"tq-r1-{eu[0]}"
+    obs = Observation("create_failed", error_code=3, error_message=SUBNET_TEXT) if observation == "create_failed" \
+        else Observation.found("FAILED", error_code=3, error_message=SUBNET_TEXT)
+    state, eff = run(state, Observed({failed: obs}))
+    [event] = [e for e in eff.events if e.kind is FleetEventKind.failed]
+    assert event.failure_class is FailureClass.network and "subnetwork resource cannot be found" in event.failure_message
+    region = {(z, t) for z in eu for t in ("v5litepod-8",)} | {(eu[0], "v6e-8")}
+    version = state.fleet.version
+    assert all(state.target(*key).dropped(version) for key in region)
+    reason = state.target(eu[1], "v5litepod-8").dropped_reason
+    assert reason == state.target(eu[0], "v6e-8").dropped_reason
+    assert "no subnet tpu-subnet of network tpu-net in region europe-west4" in reason and "tpuq fleet unblock" in reason
+    assert ("`gcloud compute networks subnets create tpu-subnet --network=tpu-net --region=europe-west4 "
+            f"--range={example_subnet_range('europe-west4')} --project=p`") in reason
+    assert state.target(eu[1], "v5litepod-8").last_failure_message == event.failure_message
+    assert not state.target(ZONES[0], "v4-32").dropped(version)
+
+    # Nothing more in the region, however long: a new request races us-central2 only.
+    state = replace(state, qrs={})
+    _, eff = run(state, RequestReceived(CapacityRequest(request_id="r2", fleet="f1", types=req.types, count=1)),
+                 now=NOW + timedelta(days=2))
+    assert [(c.qr.zone, c.qr.type) for c in eff.creates] == [(ZONES[0], "v4-32")]
+    # A changed fleet file (any change) lifts the drop.
+    changed = replace(state, fleet=make_fleet(**{**fleet.model_dump(mode="json"), "claim": {"valid_until_seconds": 7200}}))
+    _, eff = run(changed, RequestReceived(CapacityRequest(request_id="r3", fleet="f1", types=["v5litepod-8"], count=1)))
+    assert sorted(c.qr.zone for c in eff.creates if c.qr.zone in eu) == eu  # r1 races there again first
 
 
 def test_the_first_retry_waits_a_capacity_style_backoff_and_the_event_carries_the_raw_error():

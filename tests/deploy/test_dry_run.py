@@ -85,7 +85,8 @@ def test_the_owner_is_told_what_16_host_slices_need_and_nothing_is_changed(tmp_p
         assert (f"gcloud compute networks subnets update default --region={region} --enable-private-ip-google-access "
                 f"--project=my-trc-project") in owner
         assert f"gcloud compute routers nats create tpuq-nat --router=tpuq-nat-router --region={region}" in owner
-    assert "us-central2" not in owner  # v4-32 has 4 hosts: external IPs, no NAT needed
+    # v4-32 has 4 hosts: external IPs, no NAT needed (its region's subnet is still checked, as every TPU region's)
+    assert "network default in us-central2" not in owner and "--router=tpuq-nat-router --region=us-central2" not in owner
     before = init_plan.split("for a person to do")[0]
     assert "gcloud compute" not in before and "subnet" not in before.lower()
 

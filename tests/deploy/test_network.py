@@ -14,6 +14,7 @@ from tpuq.deploy.infra import INFRA_DIR, load_infra
 from tpuq.deploy.plan import ProjectState, Target, VpcFacts, desired_run_service, plan, run_projection
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
+from tpuq.subnets import example_subnet_range
 
 BASE = {**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh", "owner_prefix": "rq"}
 
@@ -86,23 +87,75 @@ def test_the_vpc_access_body_has_only_fields_and_values_run_v2_defines():
     assert set(access["networkInterfaces"][0]) <= set(interface)
 
 
-# ------------------------------------------------------------ the subnet in the services' region
+# ------------------------------------------------------------ the subnet in the services' region and the TPUs'
 def test_a_missing_subnet_in_the_services_region_is_for_the_owner_to_create():
     todo = about(plan_for(target("europe-west1", **VPC), VpcFacts(subnet_missing=True, firewalls=[])),
                  "subnet tpu-subnet in europe-west1")
     assert todo.verb == "todo" and "services' region (europe-west1" in todo.detail
     assert todo.commands == ("gcloud compute networks subnets create tpu-subnet --network=tpu-net --region=europe-west1 "
-                             f"--range={network.EXAMPLE_SUBNET_RANGE} --project=my-trc-project",)
+                             f"--range={example_subnet_range('europe-west1')} --project=my-trc-project",)
 
 
 def test_a_subnet_of_another_network_is_a_todo_and_the_right_one_a_check():
     other = {**SUBNET, "network": "projects/p/global/networks/default"}
-    assert about(plan_for(target(**VPC), VpcFacts(subnet=other)), "subnet").verb == "todo"
-    assert about(plan_for(target(**VPC), VpcFacts(subnet=SUBNET)), "subnet").verb == "check"
+    assert about(plan_for(target(**VPC), VpcFacts(subnet=other)), "subnet tpu-subnet in us-central1").verb == "todo"
+    assert about(plan_for(target(**VPC), VpcFacts(subnet=SUBNET)), "subnet tpu-subnet in us-central1").verb == "check"
 
 
-def test_direct_needs_no_subnet():
-    assert not [a for a in plan_for(target(ssh_transport="direct"), VpcFacts()) if a.what.startswith("subnet")]
+def compute_subnetwork(region: str, name: str = "tpu-subnet", net: str = "tpu-net", cidr: str = "10.20.0.0/20") -> dict:
+    """A compute v1 Subnetwork as `subnetworks.get` returns it (the discovery document's output fields)."""
+    base = "https://www.googleapis.com/compute/v1/projects/my-trc-project"
+    return {"kind": "compute#subnetwork", "id": "5129349785340920316", "creationTimestamp": "2026-11-02T03:04:05.678-07:00",
+            "name": name, "network": f"{base}/global/networks/{net}", "ipCidrRange": cidr,
+            "gatewayAddress": cidr.split("/")[0][:-1] + "1", "region": f"{base}/regions/{region}",
+            "selfLink": f"{base}/regions/{region}/subnetworks/{name}", "privateIpGoogleAccess": False,
+            "fingerprint": "hMkXPh4fS8g=", "stackType": "IPV4_ONLY", "purpose": "PRIVATE", "state": "READY"}
+
+
+def test_every_region_the_fleet_creates_tpus_in_needs_the_subnet_and_a_missing_one_gets_its_command():
+    """The example fleet creates nodes in us-central2, europe-west4 and us-east1; the services run in us-central1.
+    A custom-mode network whose subnet exists only in the services' region and us-central2 leaves two todos, each
+    naming its region, the entries that need it and the owner's command with a range of its own."""
+    t = target(**VPC)
+    compute = ReadOnlyProject("compute", {
+        f"projects/my-trc-project/regions/{r}/subnetworks/tpu-subnet": compute_subnetwork(r, cidr=f"10.{i}.0.0/20")
+        for i, r in enumerate(("us-central1", "us-central2"))})
+    facts = network.read_vpc_facts({"compute": compute, "crm": ReadOnlyProject("crm", {})}, t,
+                                   lambda read, what: gcp._tolerant(read, None, [], what))
+    subnet_reads = [path for _, path, _ in compute.calls if "/subnetworks/" in path]
+    assert subnet_reads == [f"projects/my-trc-project/regions/{r}/subnetworks/tpu-subnet"
+                            for r in ("us-central1", "us-central2", "europe-west4", "us-east1")]
+    assert set(facts.region_subnets) == {"us-central2", "europe-west4", "us-east1"}
+    actions = {a.what: a for a in plan_for(t, facts) if a.what.startswith("subnet ")}
+    assert {w: a.verb for w, a in actions.items()} == {
+        "subnet tpu-subnet in us-central1": "check", "subnet tpu-subnet in us-central2": "check",
+        "subnet tpu-subnet in europe-west4": "todo", "subnet tpu-subnet in us-east1": "todo"}
+    assert "the TPU nodes of tpus v4-spot" in actions["subnet tpu-subnet in us-central2"].detail
+    missing = actions["subnet tpu-subnet in europe-west4"]
+    assert missing.detail.startswith("does not exist: tpus ") and "europe-west4" in missing.detail
+    assert "subnets are regional" in missing.detail
+    assert missing.commands == ("gcloud compute networks subnets create tpu-subnet --network=tpu-net "
+                                f"--region=europe-west4 --range={example_subnet_range('europe-west4')} "
+                                "--project=my-trc-project",)
+    assert example_subnet_range("europe-west4") != example_subnet_range("us-east1")
+    assert {m for m, _, _ in compute.calls} == {"GET"}
+
+
+def test_a_tpu_region_subnet_of_another_network_or_unreadable_is_a_todo():
+    t = target(**VPC)
+    other = {**compute_subnetwork("us-central2"), "network": "https://www.googleapis.com/compute/v1/projects/"
+             "my-trc-project/global/networks/default"}
+    actions = {a.what: a for a in plan_for(t, VpcFacts(subnet=SUBNET, region_subnets={"us-central2": other}))}
+    assert actions["subnet tpu-subnet in us-central2"].detail.startswith("belongs to network default")
+    unread = actions["subnet tpu-subnet in us-east1"]
+    assert unread.verb == "todo" and unread.detail.startswith("could not be checked")
+
+
+def test_direct_needs_no_subnet_in_the_services_region_but_one_in_every_tpu_region():
+    t = target(ssh_transport="direct")
+    found = {r: compute_subnetwork(r, name="default", net="default") for r in ("us-central2", "europe-west4", "us-east1")}
+    subnets = {a.what: a.verb for a in plan_for(t, VpcFacts(region_subnets=found)) if a.what.startswith("subnet")}
+    assert subnets == {f"subnet default in {r}": "check" for r in found}  # us-central1 (the services') not asked
 
 
 # ------------------------------------------------------------ the firewall

@@ -161,6 +161,10 @@ def _event(kind, node=NODE, request_id=None, **kw):
     (_event(FleetEventKind.failed, node=None, request_id="r-j1-1", failure_class=FailureClass.capacity,
             failure_message="There is no more capacity in the zone"), False,
      f"v4-8 in {ZONE}: no capacity now (stockout); racing on in the other zones"),
+    (_event(FleetEventKind.failed, node=None, request_id="r-j1-1", failure_class=FailureClass.network,
+            failure_message="The referenced subnetwork resource cannot be found."), False,
+     f"v4-8 in {ZONE}: the fleet's subnetwork does not exist in region {ZONE.rsplit('-', 1)[0]} (subnets are "
+     "regional); the region is dropped (`tpuq fleet` says what to run)"),
     (_event(FleetEventKind.failed, node=None), False, None),  # no request to explain
     (_event(FleetEventKind.suspended, node=None), False, None),
     (_event(FleetEventKind.active), False, None),

@@ -111,6 +111,16 @@ class FakeTpuControl:
         return self._call("POST", "firewalls", json={"project": project, "firewalls": firewalls,
                                                      "permission_denied": permission_denied})
 
+    def set_subnetworks(self, project: str, subnetworks: list[dict] | None, auto_mode_networks: list[str] | None = None,
+                        permission_denied: bool = False) -> dict:
+        """On the Google APIs URL: the project's VPC subnets (compute v1 field names: name, region, network,
+        ipCidrRange) and its auto-mode networks, which compute `subnetworks.get`/`.list` report and a TPU create's
+        networkConfig must name in the node's region; None for both: back to the scenario's. permission_denied:
+        reads of them answer 403."""
+        return self._call("POST", "subnetworks", json={"project": project, "subnetworks": subnetworks,
+                                                       "auto_mode_networks": auto_mode_networks,
+                                                       "permission_denied": permission_denied})
+
     def calls(self, method: str | None = None, path_contains: str | None = None) -> list[dict]:
         """The API call log (method, path, query, args, body, time, scenario_time, status), optionally filtered."""
         calls = self._call("GET", "calls")["calls"]

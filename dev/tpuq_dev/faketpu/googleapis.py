@@ -1,4 +1,5 @@
-"""The fake's other Google APIs: Cloud Quotas (TPU quota by zone and region) and Cloud Billing, on their own URL.
+"""The fake's other Google APIs: Cloud Quotas (TPU quota by zone and region), Cloud Billing and Compute Engine's
+firewalls and subnetworks (read only), on their own URL.
 
 Served by a second listening server of `FakeTpuServer` (`google_apis_url`), as cloudquotas.googleapis.com and
 cloudbilling.googleapis.com are other hosts than tpu.googleapis.com. Both answer from the same world as the TPU
@@ -21,6 +22,11 @@ what the TPU API enforces.
   `GET .../firewalls/NAME` → one Firewall. The rules are the scenario's `network.firewalls`, or what
   `POST /_fake/firewalls {"project", "firewalls"}` set for a project. Every write is refused (405): tpuq never
   changes a firewall, and the call log shows any attempt.
+- Compute Engine `v1`, subnetworks read only (what `tpuq deploy` checks in every region of the fleet):
+  `GET /compute/v1/projects/P/regions/R/subnetworks` → a SubnetworkList and `GET .../subnetworks/NAME` → one
+  Subnetwork, from the world's layout (tpuq.capacitymodel.subnets: the scenario's `network.auto_mode_networks` and
+  `network.subnetworks`, or what `POST /_fake/subnetworks {"project", "auto_mode_networks", "subnetworks",
+  "permission_denied"}` set for a project), the same one the TPU API's create enforces. Writes are refused (405).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from werkzeug.exceptions import HTTPException
 
 from tpuq.capacitymodel.clock import rfc3339
 from tpuq.capacitymodel.scenario import FirewallRule
+from tpuq.capacitymodel.subnets import Subnetwork
 
 from .api import CallLog, add_log_routes, record_call
 from tpuq.capacitymodel.errors import ApiError
@@ -74,6 +81,27 @@ def render_firewall(world: FakeTpuWorld, project: str, rule: FirewallRule) -> di
         if value != []:
             out[key] = value
     return out
+
+
+def render_subnetwork(world: FakeTpuWorld, project: str, subnet: Subnetwork) -> dict:
+    """A Subnetwork as compute v1 returns it (the output fields of its discovery document that tpuq could read)."""
+    region_url = f"{COMPUTE_URL}projects/{project}/regions/{subnet.region}"
+    first = subnet.ipCidrRange.split("/")[0].rsplit(".", 1)[0]
+    return {
+        "kind": "compute#subnetwork",
+        "id": str(zlib.crc32(f"{project}/{subnet.region}/{subnet.name}".encode()) * 7919),
+        "creationTimestamp": rfc3339(world.clock.wall(0.0)),
+        "name": subnet.name,
+        "network": f"{COMPUTE_URL}projects/{project}/global/networks/{subnet.network}",
+        "ipCidrRange": subnet.ipCidrRange,
+        "gatewayAddress": f"{first}.1",
+        "region": region_url,
+        "selfLink": f"{region_url}/subnetworks/{subnet.name}",
+        "privateIpGoogleAccess": subnet.privateIpGoogleAccess,
+        "fingerprint": f"{zlib.crc32(subnet.model_dump_json().encode()):08x}",
+        "stackType": "IPV4_ONLY",
+        "purpose": "PRIVATE",
+    }
 
 
 _QUOTA_PATH = re.compile(rf"^projects/([^/]+)/locations/global/services/([^/]+)/quotaInfos(?:/([^/]+))?$")
@@ -164,6 +192,50 @@ def create_google_apis_app(world: FakeTpuWorld, call_log: CallLog) -> Flask:
     def _firewalls_write(project: str, name: str | None = None):
         return _json({"error": {"code": 405, "status": "UNIMPLEMENTED", "message": "this fake serves firewalls "
                                 "read only: tpuq never changes a firewall (the owner does)"}}, 405)
+
+    @app.get("/compute/v1/projects/<project>/regions/<region>/subnetworks")
+    def _subnetworks_list(project: str, region: str):
+        world.subnets.check_read(project, "compute.subnetworks.list", f"projects/{project}/regions/{region}")
+        unknown = sorted(set(request.args) - SYSTEM_PARAMETERS)
+        if unknown:
+            raise ApiError("INVALID_ARGUMENT", f"this fake does not implement {', '.join(unknown)} on subnetworks.list")
+        body: dict = {"kind": "compute#subnetworkList", "id": f"projects/{project}/regions/{region}/subnetworks",
+                      "selfLink": f"{COMPUTE_URL}projects/{project}/regions/{region}/subnetworks"}
+        subnets = world.subnets.in_region(project, region)
+        if subnets:  # left out when there is none, as Compute Engine does
+            body["items"] = [render_subnetwork(world, project, s) for s in subnets]
+        return _json(body)
+
+    @app.get("/compute/v1/projects/<project>/regions/<region>/subnetworks/<name>")
+    def _subnetworks_get(project: str, region: str, name: str):
+        path = f"projects/{project}/regions/{region}/subnetworks/{name}"
+        world.subnets.check_read(project, "compute.subnetworks.get", path)
+        subnet = world.subnets.find(project, region, name)
+        if subnet is None:
+            raise ApiError("NOT_FOUND", f"The resource '{path}' was not found")
+        return _json(render_subnetwork(world, project, subnet))
+
+    @app.route("/compute/v1/projects/<project>/regions/<region>/subnetworks", methods=["POST"])
+    @app.route("/compute/v1/projects/<project>/regions/<region>/subnetworks/<name>",
+               methods=["POST", "PUT", "PATCH", "DELETE"])
+    def _subnetworks_write(project: str, region: str, name: str | None = None):
+        return _json({"error": {"code": 405, "status": "UNIMPLEMENTED", "message": "this fake serves subnetworks "
+                                "read only: tpuq never changes a network (the owner does)"}}, 405)
+
+    @app.post("/_fake/subnetworks")
+    def _set_subnetworks():
+        body = request.get_json(force=True, silent=True) or {}
+        project = body.get("project")
+        if not project:
+            return _json({"error": {"code": 400, "message": "project is required"}}, 400)
+        subnets = body.get("subnetworks")
+        world.subnets.set_layout(
+            project, body.get("auto_mode_networks"),
+            None if subnets is None else [Subnetwork.model_validate(s) for s in subnets],
+            permission_denied=bool(body.get("permission_denied")))
+        layout = world.subnets.layout(project)
+        return _json({"project": project, "auto_mode_networks": list(layout.auto_mode_networks),
+                      "subnetworks": [s.model_dump() for s in layout.subnetworks]})
 
     @app.post("/_fake/firewalls")
     def _set_firewalls():

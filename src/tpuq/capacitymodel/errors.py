@@ -4,6 +4,7 @@ failedData.error texts the real API writes when a queued resource fails (by fail
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,6 +206,24 @@ def billing_error(project: str) -> RpcStatus:
             ),
         ),
     )
+
+
+def subnetwork_error(project: str, region: str, subnetwork: str, network: str | None = None) -> ApiError:
+    """A TPU create refused for its networkConfig: the subnet is not in the node's region (subnets are regional), or
+    (with `network`) it is another network's; synchronous, 400 INVALID_ARGUMENT, no details. The TPU API's own words
+    are not on record. These are Compute Engine's, which creates the TPU VMs (an instance insert naming a missing
+    subnet: "Invalid value for field 'resource.networkInterfaces[0].subnetwork': '...'. The referenced subnetwork
+    resource cannot be found.", terraform-provider-google#2140; one of another network: 'Subnetwork "..." is not valid
+    for Network "N".', #7895), after the TPU API's "Cloud TPU received a bad request." that its other INVALID_ARGUMENT
+    refusals open with (an unknown accelerator type's, in public gcloud logs)."""
+    path = f"projects/{project}/regions/{region}/subnetworks/{subnetwork}"
+    eid = _eid(random.Random(zlib.crc32(path.encode())))
+    if network is not None:
+        detail = f'Subnetwork "{path}" is not valid for Network "{network}".'
+    else:
+        detail = (f"Invalid value for field 'resource.networkInterfaces[0].subnetwork': '{path}'. The referenced "
+                  "subnetwork resource cannot be found.")
+    return ApiError("INVALID_ARGUMENT", f"Cloud TPU received a bad request. {detail} {eid}")
 
 
 def unknown_error(rng: random.Random) -> RpcStatus:

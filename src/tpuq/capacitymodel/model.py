@@ -55,6 +55,7 @@ from .errors import (
     region_quota_error,
 )
 from .scenario import Scenario, Stockout
+from .subnets import Subnets
 from .validation import check_queued_resource_id, parse_create_body
 
 
@@ -305,6 +306,7 @@ class FakeTpuWorld:
         self.stockout_overrides: dict[tuple[str, str | None], Stockout | None] = {}
         self.billing_overrides: dict[str | None, bool] = {}  # project (None = all) -> disabled
         self.faults: list[ApiCallFault] = []
+        self.subnets = Subnets(scenario)  # the project's VPC subnets: what a create's networkConfig must name
         self._fired_at_rules: set[tuple[int, str]] = set()
         self._ip_counter = 0
         self._due: dict[str, float] = {}  # record name -> its next scheduled transition
@@ -371,6 +373,7 @@ class FakeTpuWorld:
                 for q in self.queued_resources.values()
             ):
                 raise ApiError("ALREADY_EXISTS", f"Resource '{node_name}' already exists")
+            self.subnets.check_create(project, zone, parsed.node_spec)  # subnets are regional
             now = self.clock.now()
             valid_until = None
             if parsed.valid_until_offset is not None:

@@ -22,6 +22,7 @@ from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
 from tpuq.tputypes import _FAMILIES, zone_region
 
 from .errors import ERROR_CLASSES
+from .subnets import Subnetwork
 from .timeline import AlternatingWindows, exponential, keyed_rng, keyed_uniforms, sample
 
 FAMILIES = tuple(_FAMILIES)
@@ -392,6 +393,10 @@ class Network(_Strict):
     # `/_fake/firewalls` replaces them per project. They are reported, never enforced: the worker hosts are
     # reached over loopback.
     firewalls: list[FirewallRule] = Field(default_factory=list)
+    # Subnets are regional (tpuq.capacitymodel.subnets: a subnet of each auto-mode network's name in every region,
+    # the custom-mode `subnetworks` only where listed; `[]`: no auto-mode network). A TPU create must name one there.
+    auto_mode_networks: list[str] = Field(default_factory=lambda: ["default"])
+    subnetworks: list[Subnetwork] = Field(default_factory=list)
 
     @field_validator("external_ip_quota")
     @classmethod

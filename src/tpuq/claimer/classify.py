@@ -7,6 +7,10 @@ The class decides what the claimer does (see `tpuq.claimer.decide`):
                      use internal IPs (`ssh_transport: vpc`, `worker_external_ips: false`);
 - expired:           validUntil reached while queued: request again in the same zone, no penalty;
 - project:           stop creating anywhere and surface the reason;
+- network:           the fleet's subnetwork is not in the node's region (subnets are regional; a custom-mode network
+                     has only the subnets its owner made): every create in that region fails alike until a person
+                     creates it, so the region is dropped (every zone and type, until the fleet file changes or
+                     `tpuq fleet unblock`) with the command that creates it, never retried blind;
 - unknown:           one retry after a back-off, then that target is stopped for a long back-off.
 
 Order of evidence, most trusted first:
@@ -57,6 +61,17 @@ _PROJECT = re.compile(
     r"|has not been used in project|api .* is disabled|consumer_suspended|project .* (?:is|has been) suspended",
     re.IGNORECASE,
 )
+# A node's subnetwork missing in its region, or of another network. The TPU API's own wording is not on record; these
+# are Compute Engine's, which creates the TPU VMs (a subnets.get 404 "The resource '.../subnetworks/S' was not found",
+# an instance insert's "... The referenced subnetwork resource cannot be found.", terraform-provider-google#2140;
+# "Subnetwork \"...\" is not valid for Network \"N\".", #7895; "Subnetwork should be specified for custom subnetmode
+# network", GoogleCloudDataproc/bdutil#88), so any of them, wrapped in the TPU API's "Cloud TPU received a bad
+# request." or not, reads as this class.
+_SUBNETWORK = re.compile(
+    r"subnetworks?\b[^.]{0,200}?\b(?:not found|cannot be found|could not be found|does not exist"
+    r"|is not valid for network)|subnetwork should be specified",
+    re.IGNORECASE,
+)
 _EXTERNAL_IPS = re.compile(r"in_use_addresses|in-use ip addresses|external ip(?: address)?(?:es)? quota", re.IGNORECASE)
 _EXPIRED = re.compile(
     r"valid.?until|(?:request|queued resource)\b[^.]*\bexpired|\bexpired\b[^.]*\b(?:request|queued|valid)",
@@ -102,6 +117,8 @@ def _from_structure(info: ErrorInfo | None) -> FailureClass | None:
 def _from_text(text: str) -> FailureClass | None:
     if _PROJECT.search(text):
         return FailureClass.project
+    if _SUBNETWORK.search(text):
+        return FailureClass.network
     if _EXTERNAL_IPS.search(text):
         return FailureClass.external_ip_quota  # before quota: its text reads "Quota 'IN_USE_ADDRESSES' exceeded"
     if _EXPIRED.search(text):
@@ -200,6 +217,16 @@ def zone_quota_reason(zone: str, tpu_type: str, tier: str) -> str:
     the target's `last_failure_message` (`--verbose`)."""
     return (f"no {tier} quota for {tpu_type} in {zone}: raise it or take the zone out of the fleet file, then run "
             f"`{UNBLOCK}` (or `tpuq fleet apply` the changed file)")
+
+
+def subnet_reason(fleet: FleetFile, region: str) -> str:
+    """A region dropped because the TPU API refused the fleet's subnetwork there (until the fleet file changes or
+    `tpuq fleet unblock`); the API's text is the targets' `last_failure_message` (`--verbose`)."""
+    from tpuq.subnets import subnet_create_command
+
+    return (f"no subnet {fleet.subnetwork} of network {fleet.network} in region {region} (subnets are regional: every "
+            f"region of the fleet's zones needs one): the project owner runs `{subnet_create_command(fleet, region)}` "
+            f"(any free range), then `{UNBLOCK}`; or take {region}'s zones out of the fleet file")
 
 
 UNBLOCK = "tpuq fleet unblock"

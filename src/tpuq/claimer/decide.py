@@ -54,7 +54,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from tpuq.brakes import claim_stop_reason, hosts_of
-from tpuq.claimer.classify import BlockKind, block_kind, classify, describe_failure, project_block_reason, zone_quota_reason
+from tpuq.claimer.classify import (BlockKind, block_kind, classify, describe_failure, project_block_reason, subnet_reason,
+                                   zone_quota_reason)
 from tpuq.claimer.model import (
     DELETABLE_STATES,
     GONE,
@@ -366,6 +367,9 @@ class _Decision:
         elif failure is FailureClass.external_ip_quota:
             self.back_off_region(qr, target)
             return
+        elif failure is FailureClass.network:
+            self.drop_region(qr, target)
+            return
         else:  # unknown: `unknown_error_retries` retries after a back-off, then stopped a long time
             failures = target.unknown_count(self.version) + 1
             target = replace(target, unknown_failures=failures, unknown_version=self.version,
@@ -384,20 +388,30 @@ class _Decision:
         """An external IP refusal: IN_USE_ADDRESSES is a per-region quota (production-facts.md, "External IPs"), so
         every zone of the region, for every type whose nodes take external IPs, would be refused alike. They all
         back off together, on one retry count for the region (the most any of them has), as the unknown class."""
-        region = zone_region(qr.zone)
-        keys = {(zone, entry.type) for entry in self.fleet.tpus
-                if not entry.existing and self.fleet.external_ips_for(entry.accelerator)
-                for zone in entry.zones if zone_region(zone) == region}
-        keys.discard((qr.zone, qr.type))
-        others = [self.target(zone, tpu_type) for zone, tpu_type in sorted(keys)]
-        failures = max(t.unknown_count(self.version) for t in [failed, *others]) + 1
+        targets = self.region_targets(qr, failed, external_ips_only=True)  # the region's reason shown on each
+        failures = max(t.unknown_count(self.version) for t in targets) + 1
         until = self.now + timedelta(seconds=self.unknown_backoff_seconds(failures))
-        for target in [failed, *others]:
-            if target is not failed:  # the region's reason, shown on each target it stops
-                target = replace(target, last_failure_class=failed.last_failure_class,
-                                 last_failure_message=failed.last_failure_message)
+        for target in targets:
             self.put_target(replace(target, unknown_failures=failures, unknown_version=self.version,
                                     backoff_until=max(until, target.backoff_until or until)))
+
+    def region_targets(self, qr: QrRecord, failed: TargetRecord, external_ips_only: bool) -> list[TargetRecord]:
+        """The failed target, then every other (zone, type) the fleet may create in qr's region (only types whose
+        nodes take external IPs, when asked), each carrying the failed one's class and message."""
+        region = zone_region(qr.zone)
+        keys = {(zone, entry.type) for entry in self.fleet.tpus
+                if not entry.existing and (not external_ips_only or self.fleet.external_ips_for(entry.accelerator))
+                for zone in entry.zones if zone_region(zone) == region}
+        keys.discard((qr.zone, qr.type))
+        return [failed, *(replace(self.target(zone, tpu_type), last_failure_class=failed.last_failure_class,
+                                  last_failure_message=failed.last_failure_message) for zone, tpu_type in sorted(keys))]
+
+    def drop_region(self, qr: QrRecord, failed: TargetRecord) -> None:
+        """The TPU API refused the fleet's subnetwork in qr's region: it is one subnet for every zone and type there,
+        so all of them are dropped until a person creates it (`tpuq fleet unblock`) or the fleet file changes."""
+        reason = subnet_reason(self.fleet, zone_region(qr.zone))
+        for target in self.region_targets(qr, failed, external_ips_only=False):
+            self.put_target(replace(target, dropped_version=self.version, dropped_reason=reason))
 
     # ------------------------------------------------------------ fan-out
     def plan_all(self) -> None:

@@ -137,8 +137,8 @@ def fleet_drain(name: Optional[str] = typer.Argument(None, metavar="FLEET", help
 
 
 def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (default: the only one)")) -> None:
-    """After fixing billing, permissions or quota: let the claimer create again (clears the project-level block
-    and the zones dropped for want of quota)."""
+    """After fixing billing, permissions, quota or a region's subnet: let the claimer create again (clears the
+    project-level block and the zones dropped for want of quota or of the fleet's subnet)."""
     from google.cloud.firestore import FieldFilter
 
     from tpuq import store

@@ -14,6 +14,10 @@
 - `compute.vmExternalIpAccess` (a list constraint) forbids external IPs: that rules out `direct`, and
   external IPs for small slices under vpc (`worker_external_ips: false` plus Cloud NAT instead).
 
+- Subnets are regional (tpuq.subnets): the fleet's one `subnetwork` name must exist in every region it creates
+  TPU nodes in, whatever the transport, as well as in the services' region under vpc/iap. Deploy GETs it in each
+  (an auto-mode network has it everywhere, a custom-mode one only where its owner created it).
+
 Every read here is a GET (compute) or crm's read-only getEffectiveOrgPolicy; what is missing becomes a
 todo with the exact command for the owner.
 """
@@ -26,14 +30,17 @@ from typing import Any
 
 from tpuq.deploy.plan import Action, ProjectState, Target, VpcFacts
 from tpuq.fleet import FleetFile, SshTransport, executor_network_tag, worker_network_tag, worker_service_account
+from tpuq.tputypes import zone_region
 from tpuq.sshaccess import ports_cover as _covers_port  # one reading of a rule's protocol and ports
+from tpuq.subnets import subnet_create_command
 
 SSH_PORT = 22
 EGRESS = "PRIVATE_RANGES_ONLY"  # only private ranges through the VPC: Google APIs keep Cloud Run's own path
 REQUIRE_OS_LOGIN = "constraints/compute.requireOsLogin"
 VM_EXTERNAL_IP_ACCESS = "constraints/compute.vmExternalIpAccess"
 ANYWHERE = "0.0.0.0/0"
-EXAMPLE_SUBNET_RANGE = "10.8.0.0/26"  # Direct VPC egress needs /26 or larger; any free range will do
+# Direct VPC egress needs a /26 or more; a TPU subnet needs an address per host of every slice in the region.
+RANGE_NOTE = "use any free range: the /20 shown has room for any slice, and the executor's egress needs /26 or more"
 
 
 # ------------------------------------------------------------ the executor's egress
@@ -67,11 +74,16 @@ def read_vpc_facts(adapters: Mapping[str, Any], target: Target, tolerant: Tolera
     fleet, p = target.fleet, target.project
     compute, crm = adapters["compute"], adapters["crm"]
     facts = VpcFacts()
-    if fleet.reaches_internal_ips:
-        subnet = tolerant(lambda: compute.get_or_none(
-            f"projects/{p}/regions/{target.region}/subnetworks/{fleet.subnetwork}") or {}, f"subnet {fleet.subnetwork} in {target.region}")
-        if subnet is not None:
+    for region in subnet_regions(target):
+        # {}: read and not there; None: could not be read (tolerant's note says why).
+        subnet = tolerant(lambda region=region: compute.get_or_none(
+            f"projects/{p}/regions/{region}/subnetworks/{fleet.subnetwork}") or {}, f"subnet {fleet.subnetwork} in {region}")
+        if subnet is None:
+            continue
+        if region == target.region and fleet.reaches_internal_ips:
             facts.subnet, facts.subnet_missing = (subnet or None), not subnet
+        if region in fleet.node_regions:
+            facts.region_subnets[region] = subnet or None
     facts.firewalls = tolerant(lambda: compute.list_all(f"projects/{p}/global/firewalls", "items"), "firewall rules")
     project = tolerant(lambda: compute.call("GET", f"projects/{p}"), "project metadata (OS Login)")
     if project is not None:
@@ -84,6 +96,12 @@ def read_vpc_facts(adapters: Mapping[str, Any], target: Target, tolerant: Tolera
     if ext is not None:
         facts.external_ips_forbidden = external_ips_forbidden(ext)
     return facts
+
+
+def subnet_regions(target: Target) -> list[str]:
+    """Every region the fleet's subnet must exist in: the services' (under vpc/iap), then the TPU nodes'."""
+    executor = [target.region] if target.fleet.reaches_internal_ips else []
+    return list(dict.fromkeys([*executor, *target.fleet.node_regions]))
 
 
 def _effective_policy(crm, project: str, constraint: str) -> dict:
@@ -100,32 +118,45 @@ def external_ips_forbidden(policy: Mapping[str, Any]) -> bool:
 # ------------------------------------------------------------ checks (pure)
 def checks(target: Target, state: ProjectState) -> list[Action]:
     out: list[Action] = []
-    if target.fleet.reaches_internal_ips:
-        out += _subnet_check(target, state.vpc)
+    for region in subnet_regions(target):
+        out += _subnet_check(target, state.vpc, region)
     out += _firewall_check(target, state.vpc)
     out += _os_login_checks(target, state.vpc)
     out += _external_ip_checks(target, state.vpc)
     return out
 
 
-def _subnet_check(target: Target, vpc: VpcFacts) -> list[Action]:
-    fleet, p, region = target.fleet, target.project, target.region
+def _subnet_check(target: Target, vpc: VpcFacts, region: str) -> list[Action]:
+    fleet = target.fleet
     what = f"subnet {fleet.subnetwork} in {region}"
-    create = (f"gcloud compute networks subnets create {fleet.subnetwork} --network={fleet.network} "
-              f"--region={region} --range={EXAMPLE_SUBNET_RANGE} --project={p}")
-    why = (f"the executor's Direct VPC egress needs a subnet in the services' region ({region}, deploy's --region), "
-           f"not the TPUs'; VPC routes are global, so it reaches workers in every region of {fleet.network}")
-    if vpc.subnet is not None:
-        if _short(vpc.subnet.get("network", "")) != _short(fleet.network):
-            return [Action("todo", what, f"belongs to network {_short(vpc.subnet.get('network', ''))}, not the fleet's "
+    create = subnet_create_command(fleet, region)
+    for_executor = fleet.reaches_internal_ips and region == target.region
+    entries = [t.id for t in fleet.tpus if not t.existing and region in {zone_region(z) for z in t.zones}]
+    needs = []
+    if for_executor:
+        needs.append(f"the executor's Direct VPC egress needs a subnet in the services' region ({region}, deploy's "
+                     f"--region); VPC routes are global, so it reaches workers in every region of {fleet.network}")
+    if entries:
+        needs.append(f"tpus {', '.join(entries)} create TPU nodes in {region}, and a node's subnet must be in its own "
+                     "region (subnets are regional), or every create there is refused")
+    why = "; ".join(needs)
+    uses = " and ".join((["the executor's VPC egress"] if for_executor else [])
+                        + ([f"the TPU nodes of tpus {', '.join(entries)}"] if entries else []))
+    if for_executor:
+        subnet, missing = vpc.subnet, vpc.subnet_missing
+    else:
+        subnet, missing = vpc.region_subnets.get(region), region in vpc.region_subnets
+    if subnet is not None:
+        if _short(subnet.get("network", "")) != _short(fleet.network):
+            return [Action("todo", what, f"belongs to network {_short(subnet.get('network', ''))}, not the fleet's "
                            f"{fleet.network}: set the fleet's subnetwork to a subnet of {fleet.network} in {region}, "
                            "or create one (FOR THE PROJECT OWNER; use any free range)", commands=(create,))]
-        return [Action("check", what, f"exists ({vpc.subnet.get('ipCidrRange', '?')}): the executor's VPC egress")]
-    if not vpc.subnet_missing:
-        return [Action("todo", what, f"could not be checked: {why}. If it is missing, the project owner creates it "
-                       "(any free range of /26 or larger)", commands=(create,))]
+        return [Action("check", what, f"exists ({subnet.get('ipCidrRange', '?')}): {uses}")]
+    if not missing:
+        return [Action("todo", what, f"could not be checked: {why}. If there is none, the project owner creates it "
+                       f"({RANGE_NOTE})", commands=(create,))]
     return [Action("todo", what, f"does not exist: {why}. FOR THE PROJECT OWNER TO RUN (tpuq never changes network "
-                   "settings; use any free range of /26 or larger)", commands=(create,))]
+                   f"settings; {RANGE_NOTE})", commands=(create,))]
 
 
 def _range_covers(source: str, subnet_range: str | None) -> bool:

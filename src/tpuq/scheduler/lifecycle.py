@@ -479,6 +479,8 @@ def request_failure_reason(event: FleetEvent) -> str | None:
         FailureClass.capacity: f"{where}: no capacity now (stockout); racing on in the other zones",
         FailureClass.zone_quota: f"{where}: no quota left there (`tpuq fleet` says what to do)",
         FailureClass.expired: f"{where}: the request expired while queued; asking again",
+        FailureClass.network: f"{where}: the fleet's subnetwork does not exist in region {zone_region(event.zone)} "
+                              "(subnets are regional); the region is dropped (`tpuq fleet` says what to run)",
         FailureClass.external_ip_quota: f"{where}: the region's external IP quota is used up (`tpuq fleet` says "
                                         "what to change)",
     }.get(event.failure_class)
