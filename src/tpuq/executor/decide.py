@@ -39,6 +39,26 @@ def to_start(execution: Doc | None) -> bool:
     return not is_over(execution) and (execution or {}).get("state") != STARTED
 
 
+def start_underway(execution: Doc | None, now: datetime) -> bool:
+    """Another delivery of the assignment is starting the attempt right now: its record is `starting` and that
+    delivery's lease runs (`start_lease_until`: its start's time budget and cleanup, tpuq.executor.budget). A copy
+    then starts nothing, so no second `prepare` runs beside the first: the delivery holding the lease publishes
+    `started` or `ended`. Had it died, the scheduler's tick sends the assignment again every 5 minutes
+    (`tpuq.scheduler.scheduling.republish_assignment_after`), and a copy that arrives after the lease starts it."""
+    if not execution or execution.get("state") != STARTING or is_over(execution):
+        return False
+    until = execution.get("start_lease_until")
+    return isinstance(until, datetime) and now < until
+
+
+def lease_released(execution: Doc | None, lease_by: str) -> Doc | None:
+    """The fields that end this delivery's lease, when its start raised (Pub/Sub delivers the push again within
+    seconds, and that delivery must not find the attempt leased); None when the lease is another's or over."""
+    if not execution or execution.get("state") != STARTING or execution.get("start_lease_by") != lease_by:
+        return None
+    return {"start_lease_until": None}
+
+
 def judgeable(execution: Doc | None) -> bool:
     """An attempt this executor started and whose end is not yet published."""
     return bool(execution) and not is_over(execution) and bool(execution.get("assignment"))
@@ -48,6 +68,12 @@ def start_record(assignment: Assignment, now: datetime) -> Doc:
     return {"job_id": assignment.job_id, "attempt": assignment.attempt, "attempt_id": assignment.attempt_id,
             "node": assignment.node, "assignment": assignment.model_dump(mode="json"), "state": STARTING.value,
             "ended": False, "received_at": now}
+
+
+def start_lease(until: datetime, lease_by: str) -> Doc:
+    """Merged into the start record by the delivery that starts the attempt: the lease it holds while it does
+    (`lease_by` names the delivery; see start_underway)."""
+    return {"start_lease_until": until, "start_lease_by": lease_by}
 
 
 def started_record(now: datetime) -> Doc:

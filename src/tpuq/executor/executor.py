@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 import paramiko
 
 from tpuq import gcslayout
+from tpuq.executor.budget import CLEANUP_SECONDS, Deadline, start_budget_seconds
 from tpuq.executor.objects import ObjectStore
 from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource
@@ -39,6 +40,9 @@ from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
 from tpuq.messages import Assignment, AttemptOutcome, WorkerEndpoint
 
 DETAIL_PER_WORKER = 600  # characters of one worker's error in a detail
+# Supervisor steps that take the worker's control lock (tpuq.executor.worker.processes.control_lock).
+LOCKING_STEPS = frozenset({"prepare", "start", "launch"})
+LOCK_WAIT_SLACK_SECONDS = 5.0  # the lock wait ends this long before the command's timeout, so the worker answers
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,7 @@ class Executor:
         failure_grace: timedelta = DEFAULT_FAILURE_GRACE,
         command_timeout: float = 900.0,
         connection_cache: ConnectionCache | None = None,
+        start_budget: float | None = None,
     ):
         # Read per pool: the fleet in force names the user and the address (`SshLogin.of(fleet)`).
         self.ssh_login = ssh_login
@@ -138,6 +143,8 @@ class Executor:
         self._monotonic = monotonic
         self.failure_grace = failure_grace
         self.command_timeout = command_timeout
+        # How long one start may take, all steps together (tpuq.executor.budget): inside the assignment's push.
+        self.start_budget = start_budget_seconds() if start_budget is None else start_budget
         self._script = build_supervisor_script()
         # Connections kept between attempts (None: a new connection per call). See tpuq.executor.ssh.
         self.connection_cache = connection_cache
@@ -147,7 +154,7 @@ class Executor:
 
     # -- SSH plumbing ---------------------------------------------------------
 
-    def _pool(self, node: str, endpoints) -> WorkerPool:
+    def _pool(self, node: str, endpoints, deadline: Deadline | None = None) -> WorkerPool:
         login = self.ssh_login()
         return WorkerPool(
             endpoints,
@@ -161,17 +168,26 @@ class Executor:
             sleep=self._sleep,
             monotonic=self._monotonic,
             cache=self.connection_cache,
+            deadline=deadline,
         )
 
     def forget_nodes(self, nodes: set[str]) -> int:
         """Close the connections kept to these nodes (they left the fleet); returns how many."""
         return self.connection_cache.forget_nodes(nodes) if self.connection_cache is not None else 0
 
-    def _supervisor(self, conn: WorkerConnection, *args: str, stdin: str | None = None) -> dict:
-        """Run a supervisor subcommand and parse its one-line JSON answer."""
+    def _supervisor(self, conn: WorkerConnection, *args: str, stdin: str | None = None,
+                    deadline: Deadline | None = None, timeout: float | None = None) -> dict:
+        """Run a supervisor subcommand and parse its one-line JSON answer. With a deadline, the command gets what is
+        left of it (`prepare`, `start` and `launch` also wait no longer for the worker's control lock)."""
         directory, module = gcslayout.WORKER_SUPERVISOR.removesuffix(".py").rsplit("/", 1)
+        limit = self.command_timeout if timeout is None else timeout
+        if deadline is not None:
+            limit = deadline.cap(limit, f"`{args[0]}` on worker {conn.worker_id}")
+            if args[0] in LOCKING_STEPS:
+                # The worker answers "another prepare or launch holds this worker" before the command times out.
+                args = (args[0], "--lock-wait", f"{max(limit - LOCK_WAIT_SLACK_SECONDS, 0.0):.0f}", *args[1:])
         argv = [self.settings.python, "-I", "-S", "-c", BOOTSTRAP, directory, module, *args]
-        result = conn.exec(argv, stdin=stdin, timeout=self.command_timeout)
+        result = conn.exec(argv, stdin=stdin, timeout=limit)
         try:
             answer = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -191,10 +207,11 @@ class Executor:
         bad endpoints, env that overrides runner variables, no bucket).
         """
         plan = AttemptPlan.from_assignment(assignment)
-        with self._pool(plan.node, plan.endpoints) as pool:
+        deadline = Deadline.after(self.start_budget, self._monotonic)
+        with self._pool(plan.node, plan.endpoints, deadline) as pool:
             unreachable = pool.connect()
             if unreachable:
-                return StartResult(False, outcome=_infra("could not reach", unreachable))
+                return StartResult(False, outcome=_infra("could not reach", unreachable, deadline))
 
             # A one-worker slice is prepared and launched by one supervisor process (`start`): there is no
             # other worker to wait for before launching. A slice of several prepares every worker first.
@@ -202,18 +219,19 @@ class Executor:
             step = ["start", "--attempt-id", plan.attempt_id] if alone else ["prepare"]
 
             def prepare(conn: WorkerConnection) -> dict:
+                conn.bound_io(deadline.cap(self.command_timeout, f"writing to worker {conn.worker_id}"))
                 home = conn.home()
                 # A kept connection already wrote this very script: the workspace is cleaned, never the script.
                 wrote = conn.put_file_once(gcslayout.WORKER_SUPERVISOR, self._script, 0o755)
                 spec = json.dumps(plan.worker_spec(conn.worker_id, home, self.settings))
                 try:
-                    return self._supervisor(conn, *step, stdin=spec)
+                    return self._supervisor(conn, *step, stdin=spec, deadline=deadline)
                 except RuntimeError:
                     if wrote:
                         raise
                     # Someone removed it since (a job may delete ~/tpuq): write it again, once.
                     conn.put_file(gcslayout.WORKER_SUPERVISOR, self._script, 0o755)
-                    return self._supervisor(conn, *step, stdin=spec)
+                    return self._supervisor(conn, *step, stdin=spec, deadline=deadline)
 
             prepared = pool.run(prepare)
             launched_too = {}
@@ -229,19 +247,22 @@ class Executor:
                 return StartResult(False, outcome=Decided(AttemptOutcome.failed_setup, detail[:8000]), notes=notes)
             failed = _failures(prepared)
             if failed:
-                return StartResult(False, outcome=_infra("could not prepare", failed), notes=notes)
+                return StartResult(False, outcome=_infra("could not prepare", failed, deadline), notes=notes)
 
-            launched = launched_too or pool.run(lambda c: self._supervisor(c, "launch", "--attempt-id", plan.attempt_id))
+            launched = launched_too or pool.run(
+                lambda c: self._supervisor(c, "launch", "--attempt-id", plan.attempt_id, deadline=deadline))
             failed = _failures(launched)
             if failed:
                 if any(r.ok and r.value.get("kind") == "cancelled" for r in launched.values()):
                     return StartResult(False, outcome=Decided(AttemptOutcome.cancelled, "cancelled before launch"))
                 # One host missing kills a slice: stop the workers that did start.
                 started = [w for w, r in launched.items() if r.ok and r.value.get("ok")]
+                # After the budget, if need be: the margin holds CLEANUP_SECONDS for it.
                 pool.run(lambda c: self._supervisor(c, "cancel", "--attempt-id", plan.attempt_id,
-                                                    "--reason", "another worker failed to launch", "--grace", "5"),
+                                                    "--reason", "another worker failed to launch", "--grace", "5",
+                                                    timeout=CLEANUP_SECONDS),
                          started)
-                return StartResult(False, outcome=_infra("could not launch", failed), notes=notes)
+                return StartResult(False, outcome=_infra("could not launch", failed, deadline), notes=notes)
             already = all(r.value.get("already") for r in prepared.values())
             return StartResult(True, already=already, notes=notes)
 
@@ -366,6 +387,9 @@ def _failures(results) -> dict[int, object]:
     return out
 
 
-def _infra(what: str, problems: Mapping[int, object]) -> Decided:
+def _infra(what: str, problems: Mapping[int, object], deadline: Deadline | None = None) -> Decided:
     detail = f"{what} worker " + "; ".join(f"{w}: {_short(e)}" for w, e in sorted(problems.items()))
+    if deadline is not None and deadline.expired:
+        # Said first: the per-worker errors (a command timed out, a host key never came) are its symptoms.
+        detail = f"{deadline.describe()} ran out: {detail}"
     return Decided(AttemptOutcome.infra_failed, detail[:8000])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from datetime import datetime, timedelta
 from functools import cached_property
 
@@ -30,7 +31,7 @@ import paramiko
 from tpuq import gcslayout, store
 from tpuq.documents import TPU_STATES_IN_SERVICE, execution_doc_id, short_node_name
 from tpuq.errors import Permanent
-from tpuq.executor import decide
+from tpuq.executor import budget, decide
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState
@@ -181,7 +182,12 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
         original = Assignment.model_validate(stored["assignment"]) if stored.get("assignment") else assignment
         _publish_end(ctx, original, executor.cancel_attempt(original, reason="cancelled by user"))
         return
-    stored = _record_starting(db, ref, assignment, ctx.now())
+    lease_by = uuid.uuid4().hex  # this delivery, in the record's start lease
+    underway, stored = _record_starting(db, ref, assignment, ctx.now(), lease_by)
+    if underway:
+        log.info("attempt %s: another delivery of its assignment is starting it (until %s): this copy starts nothing",
+                 assignment.attempt_id, stored.get("start_lease_until"))
+        return
     if stored is not None:  # a redelivery (or a late copy) of an attempt that started or is over
         if not decide.is_over(stored):
             # Started: the executor may have died between recording it and publishing `started` (this copy is
@@ -194,6 +200,9 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
         if not _started_meanwhile(ref):
             _publish_end(ctx, assignment, decide.cannot_start(e))
         return
+    except Exception:
+        _release_start(db, ref, lease_by)  # Pub/Sub delivers the push again: that delivery starts it
+        raise
     if result.outcome is not None:
         if not _started_meanwhile(ref):
             _publish_end(ctx, assignment, decide.start_failure(result.outcome, _node_state(db, assignment.node)))
@@ -210,18 +219,36 @@ def _started_meanwhile(ref) -> bool:
     return (ref.get().to_dict() or {}).get("state") == decide.STARTED
 
 
-def _record_starting(db, ref, assignment: Assignment, now: datetime) -> dict | None:
-    """Write the attempt's record as `starting` (None), unless it says the attempt started or ended: then the
-    record, unchanged. Guarded: a copy that read `starting` while the first delivery wrote `started` reads again
-    instead of writing over it."""
+def _record_starting(db, ref, assignment: Assignment, now: datetime, lease_by: str) -> tuple[bool, dict | None]:
+    """Write the attempt's record as `starting`, with this delivery's lease on it: (False, None). Unless it says the
+    attempt started or ended: (False, the record), unchanged; or another delivery's lease on it runs: (True, the
+    record). Guarded: a copy that read `starting` while another delivery wrote `started` (or took the lease) reads
+    again instead of writing over it."""
+    until = now + timedelta(seconds=budget.start_lease_seconds())
 
     def decide_start(snap):
         stored = snap.to_dict()
         if not decide.to_start(stored):
-            return WriteSet(), stored
-        return WriteSet().update(snap, decide.start_record(assignment, now)), None
+            return WriteSet(), (False, stored)
+        if decide.start_underway(stored, now):
+            return WriteSet(), (True, stored)
+        record = decide.start_record(assignment, now) | decide.start_lease(until, lease_by)
+        return WriteSet().update(snap, record), (False, None)
 
     return read_decide_commit(db, [ref], decide_start)
+
+
+def _release_start(db, ref, lease_by: str) -> None:
+    """End this delivery's lease on the attempt (its start raised). Best effort: a lease left behind ends by itself,
+    and the scheduler sends the assignment again."""
+
+    def decide_release(snap):
+        return WriteSet().update(snap, decide.lease_released(snap.to_dict(), lease_by)), None
+
+    try:
+        read_decide_commit(db, [ref], decide_release)
+    except Exception as e:  # noqa: BLE001 - the start's own error is the one raised
+        log.warning("could not release the start lease on %s: %s", ref.id, e)
 
 
 def _tpu_doc(db, node: str) -> dict | None:

@@ -42,6 +42,7 @@ import paramiko
 import tenacity
 
 from tpuq import logs
+from tpuq.executor.budget import MIN_STEP_SECONDS, Deadline
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource, pins_for
 from tpuq.fleet import SshTransport
 from tpuq.messages import WorkerEndpoint
@@ -142,6 +143,7 @@ class WorkerConnection:
     _home: str | None = field(default=None, repr=False)
     # path -> sha256 of what this connection wrote there (`put_file_once`)
     uploaded: dict[str, str] = field(default_factory=dict, repr=False)
+    _io_timeout: float | None = field(default=None, repr=False)
 
     @property
     def worker_id(self) -> int:
@@ -177,10 +179,21 @@ class WorkerConnection:
         finally:
             chan.close()
 
+    def bound_io(self, seconds: float | None) -> None:
+        """Bound the opening of the SFTP channel and each SFTP request to `seconds` (None: paramiko's defaults, an
+        hour to open a channel and no limit on a request). A start passes what is left of its budget."""
+        self._io_timeout = seconds
+        if self._sftp is not None:
+            self._sftp.get_channel().settimeout(seconds)
+
     @property
     def sftp(self) -> paramiko.SFTPClient:
         if self._sftp is None:
-            self._sftp = self.client.open_sftp()
+            # SSHClient.open_sftp, with a timeout: it opens its channel with none.
+            channel = self.client.get_transport().open_session(timeout=self._io_timeout)
+            channel.invoke_subsystem("sftp")
+            channel.settimeout(self._io_timeout)
+            self._sftp = paramiko.SFTPClient(channel)
         return self._sftp
 
     def home(self) -> str:
@@ -333,6 +346,7 @@ class WorkerPool:
         wait: tenacity.wait.wait_base | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         cache: ConnectionCache | None = None,
+        deadline: Deadline | None = None,
     ):
         self.endpoints = {e.worker_id: e for e in endpoints}
         self.user = user
@@ -355,6 +369,8 @@ class WorkerPool:
         self.cache = cache
         self._keys: dict[int, CacheKey] = {}
         self._broken: set[int] = set()  # a command on it raised: never given back to the cache
+        # A start's: the host-key wait, each connect and the pauses between retries end by it (tpuq.executor.budget).
+        self.deadline = deadline
 
     def __enter__(self) -> "WorkerPool":
         return self
@@ -375,9 +391,12 @@ class WorkerPool:
                 addresses[w] = ssh_address(self.endpoints[w], self.transport)
             except NoSshAddress as e:
                 errors[w] = e
+        wait = self.policy.host_key_wait_seconds
+        if self.deadline is not None:
+            wait = min(wait, self.deadline.remaining())
         pins, unpinned = pins_for(
             self.node, list(addresses), self.pin_store, self.host_keys,
-            wait_seconds=self.policy.host_key_wait_seconds, poll_seconds=self.policy.host_key_poll_seconds,
+            wait_seconds=wait, poll_seconds=self.policy.host_key_poll_seconds,
             max_poll_seconds=self.policy.host_key_max_poll_seconds, sleep=self._sleep, monotonic=self._monotonic)
         errors.update(unpinned)
         for w, address in addresses.items():
@@ -406,9 +425,16 @@ class WorkerPool:
             with self._handshakes:
                 return self._connect_once(endpoint, address, pinned)
 
+        stop = tenacity.stop_after_attempt(self.policy.attempts)
+        wait = self._wait
+        if self.deadline is not None:
+            deadline, backoff = self.deadline, self._wait
+            stop = stop | (lambda state: deadline.expired)
+            # Never pause past the point where a last try still fits.
+            wait = lambda state: max(0.0, min(backoff(state), deadline.remaining() - MIN_STEP_SECONDS))  # noqa: E731
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.policy.attempts),
-            wait=self._wait,
+            stop=stop,
+            wait=wait,
             retry=tenacity.retry_if_exception(lambda e: not isinstance(e, HostKeyMismatch)),
             sleep=self._sleep,
             reraise=True,
@@ -416,11 +442,13 @@ class WorkerPool:
         return retrying(once)
 
     def _connect_once(self, endpoint: WorkerEndpoint, address: str, pinned: str) -> WorkerConnection:
+        timeout = self.policy.connect_timeout
+        if self.deadline is not None:
+            timeout = self.deadline.cap(timeout, f"connecting to worker {endpoint.worker_id}")
         client = paramiko.SSHClient()
         key_type, key = _parse_key_line(pinned)
         client.get_host_keys().add(address, key_type, key)  # port 22: known_hosts names the bare address
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        timeout = self.policy.connect_timeout
         try:
             client.connect(
                 address,

@@ -9,9 +9,11 @@ file is also a dead letter (`tpuq dead-letters --topic gcs-events`), with the fi
   the same ids (a redelivered notification stores nothing new), a new upload of the file gives new ones.
 - `bundle`: a gs:// URI, or a folder relative to the job file's folder in the bucket (`bundle: .` is the file's
   own folder). The scheduler packs that folder's objects as `tpuq submit` packs a directory (`tpuq.bundle`:
-  sorted, normalised, `.tpuqignore` honoured, `*.result.json` left out), and uploads the tarball once per content
-  to each of the job's buckets (else this bucket) as `tpuq/bundles/<sha256>.tar.gz`. Upload the folder's other
-  files first and the job file last: the folder is read when the job file's notification arrives.
+  sorted, normalised, `.tpuqignore` honoured, `*.result.json` left out), streamed from GCS to GCS
+  (`tpuq.scheduler.folder_bundle`), into each of the job's buckets (else this bucket) as
+  `tpuq/bundles/<sha256>.tar.gz`. A folder over `folder_bundle.MAX_FOLDER_BYTES` is refused, its size and the limit
+  in the result file. Upload the folder's other files first and the job file last: the folder is read when the
+  job file's notification arrives.
 - The jobs are stored here, as the `jobs` topic's intake stores them (`intake.store_job`), keyed by this
   notification's message id: a redelivery finds its jobs stored.
 """
@@ -20,19 +22,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import yaml
 from google.api_core.exceptions import Forbidden, NotFound as GcsNotFound
 from pydantic import ValidationError
 
-from tpuq.bundle import MAX_BUNDLE_BYTES, Bundle, BundleError, make_bundle
+from tpuq.bundle import BundleError
 from tpuq.errors import NotFound, Permanent, describe_validation_error
 from tpuq.jobspec import JobFile, PublishedJob
 from tpuq.messages import GcsObjectEvent
+from tpuq.scheduler.folder_bundle import pack_folder, packing_name
 from tpuq.service import Context
-from tpuq.submit import _slug, upload_bundle
+from tpuq.submit import _slug
 
 SUBMIT_PREFIX = "submit/"
 RESULT_SUFFIX = ".result.json"
@@ -110,22 +112,10 @@ def parse_job_file(text: str, bucket: str, name: str, generation: str) -> tuple[
     return out, folders
 
 
-def _pack(bucket, folder: str) -> Bundle:
-    """The folder's objects (result files left out) as a bundle, packed as `tpuq submit` packs a directory."""
-    blobs = [b for b in bucket.list_blobs(prefix=folder)
-             if not b.name.endswith("/") and not b.name.endswith(RESULT_SUFFIX)]
-    if sum(int(b.size or 0) for b in blobs) > MAX_BUNDLE_BYTES:
-        raise BundleError(f"bundle: gs://{bucket.name}/{folder} is larger than {MAX_BUNDLE_BYTES // 1024**3} GiB")
-    with tempfile.TemporaryDirectory(prefix="tpuq-gcs-bundle-") as tmp:
-        root = Path(tmp)
-        for blob in blobs:
-            relative = PurePosixPath(blob.name[len(folder):])
-            if any(p in ("..", "") for p in relative.parts):
-                continue
-            target = root.joinpath(*relative.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            blob.download_to_filename(str(target))
-        return make_bundle(root)
+def _folder_objects(bucket, folder: str) -> list:
+    """The folder's objects, result files and folder placeholders left out."""
+    return [b for b in bucket.list_blobs(prefix=folder)
+            if not b.name.endswith("/") and not b.name.endswith(RESULT_SUFFIX)]
 
 
 def _with_bundles(ctx: Context, event: GcsObjectEvent, jobs: list[PublishedJob],
@@ -140,13 +130,13 @@ def _with_bundles(ctx: Context, event: GcsObjectEvent, jobs: list[PublishedJob],
             out.append(job)
             continue
         if folder not in packed:
+            targets = [b.uri for b in job.buckets] or [f"gs://{event.bucket}"]
+            temp = packing_name(event.bucket, event.name, str(event.generation or "0"), folder)
             try:
-                bundle = _pack(bucket, folder)
+                packed[folder] = pack_folder(ctx.clients.storage, event.bucket, folder, _folder_objects(bucket, folder),
+                                             targets, temp)
             except BundleError as e:
                 raise Permanent(str(e).removeprefix("bundle: "), field=f"jobs[{i}].bundle") from None
-            targets = [b.uri for b in job.buckets] or [f"gs://{event.bucket}"]
-            try:
-                packed[folder] = upload_bundle(ctx.clients.storage, bundle, targets)
             except NotFound as e:
                 raise Permanent(str(e), field=f"jobs[{i}].buckets") from None
             except Forbidden:  # deploy grants the scheduler the runner bucket only

@@ -8,7 +8,7 @@ import os
 import sys
 
 from .control import cancel, launch, status
-from .processes import control_lock
+from .processes import CONTROL_LOCK_WAIT_SECONDS, control_lock
 from .supervision import supervise
 from .workspace import prepare
 
@@ -24,11 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tpuq-supervisor")
     parser.add_argument("--home", default=os.path.expanduser("~"))
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("prepare")
+    p_prepare = sub.add_parser("prepare")
     p_start = sub.add_parser("start")  # prepare, then launch: one process for a one-worker slice
     p_start.add_argument("--attempt-id", required=True)
     p_launch = sub.add_parser("launch")
     p_launch.add_argument("--attempt-id", required=True)
+    for locking in (p_prepare, p_start, p_launch):
+        # How long to wait for another holder of the control lock: the executor passes what is left of its start's
+        # time, so a copy of the work it gave up on does not begin later (tpuq.executor.budget).
+        locking.add_argument("--lock-wait", type=float, default=CONTROL_LOCK_WAIT_SECONDS)
     p_cancel = sub.add_parser("cancel")
     p_cancel.add_argument("--attempt-id", required=True)
     p_cancel.add_argument("--reason", default="cancelled")
@@ -41,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command in ("prepare", "launch", "start"):
         spec_text = sys.stdin.read() if args.command in ("prepare", "start") else ""
-        lock = control_lock(home)
+        lock = control_lock(home, args.lock_wait)
         if lock is None:
             return emit({"ok": False, "kind": "infra", "reason": "another prepare or launch holds this worker"})
         try:
