@@ -132,6 +132,9 @@ class SecretFile(StrictModel):
     secret: str
     mount_dir: str
     file: str
+    # Set: a secret deploy makes itself when the project has none, its first version this many random bytes made at
+    # apply (tpuq.deploy.generated_secrets); unset: the user's secret, which deploy never creates or reads.
+    random_bytes: int | None = Field(default=None, ge=32, le=65536)  # Secret Manager's payload limit is 64 KiB
 
 
 class ServiceSpec(StrictModel):
@@ -206,6 +209,18 @@ class Infra:
         handled is cut off (504) and redelivered, and the work is done twice."""
         spec = self.services.service(service)
         return max(spec.timeout_seconds or 0, self.longest_ack_deadline(service)[0])
+
+    def server_env(self, service: str) -> dict[str, str]:
+        """How many requests the container itself serves at once: as many as Cloud Run sends it
+        (`maxInstanceRequestConcurrency`, the service's `concurrency`). functions-framework's gunicorn
+        (functions_framework/_http/gunicorn.py) runs WORKERS processes of THREADS threads, 1 × (4 × CPUs) by
+        default: 4 on 1 vCPU, while Cloud Run sends up to 10 or 20, so the rest waited inside the container,
+        their time counting against Pub/Sub's ack deadline. One process (one Python heap in the memory limit),
+        `concurrency` threads. The dashboard (ui) is no functions-framework target: its werkzeug server starts a
+        thread per request."""
+        if service not in topology.SERVICES:
+            return {}
+        return {"THREADS": str(self.services.service(service).concurrency), "WORKERS": "1"}
 
 
 # ------------------------------------------------------------- expansion
@@ -353,9 +368,9 @@ def render_pubsub() -> dict:
              "min_backoff_seconds": s.min_backoff_seconds, "max_backoff_seconds": s.max_backoff_seconds}
             for s in topology.SUBSCRIPTIONS
         ],
-        # Not in topology: no service consumes it; it keeps dead letters for a week for people to read.
-        "hold_subscriptions": [{"name": f"{topology.DEAD_LETTER_TOPIC}-hold", "topic": topology.DEAD_LETTER_TOPIC,
-                                "message_retention_seconds": 604800}],
+        # No service consumes it; it keeps dead letters for a week for people to read (tpuq.heldletters).
+        "hold_subscriptions": [{"name": topology.DEAD_LETTER_HOLD_SUBSCRIPTION, "topic": topology.DEAD_LETTER_TOPIC,
+                                "message_retention_seconds": topology.DEAD_LETTER_HOLD_RETENTION_SECONDS}],
     }
 
 
