@@ -114,6 +114,14 @@ class Clients:
             return pubsub_v1.PublisherClient(batch_settings=pubsub_v1.types.BatchSettings(max_messages=1))
 
     @cached_property
+    def subscriber(self):
+        """Only people's reads use it: the dead letters Pub/Sub keeps in the hold subscription (tpuq.heldletters)."""
+        from google.cloud import pubsub_v1
+
+        with _environment(self.settings.emulator_env):
+            return pubsub_v1.SubscriberClient()
+
+    @cached_property
     def storage(self):
         from google.cloud import storage
 

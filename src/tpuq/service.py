@@ -158,7 +158,9 @@ def parse_payload(data: bytes) -> dict[str, Any]:
     return value
 
 
-def _job_id_in(payload: dict[str, Any] | None, topic_name: str) -> str | None:
+def job_id_in(payload: dict[str, Any] | None, topic_name: str) -> str | None:
+    """The job a message names (its `job_id`, or on `jobs` its `id`), when Firestore would take it as an id: read
+    from a payload before validation, here and from a dead-lettered message (tpuq.heldletters)."""
     if not payload:
         return None
     candidate = payload.get("job_id") or (payload.get("id") if topic_name == "jobs" else None)
@@ -170,7 +172,7 @@ def _job_id_in(payload: dict[str, Any] | None, topic_name: str) -> str | None:
 def _job_fields(payload: dict[str, Any], topic_name: str) -> dict[str, Any]:
     """The job, attempt and node a message is about, read before validation so that a rejection carries them too."""
     attempt, node = payload.get("attempt"), payload.get("node")
-    return {"job_id": _job_id_in(payload, topic_name),
+    return {"job_id": job_id_in(payload, topic_name),
             "attempt": attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
             "node": node if isinstance(node, str) and node else None}
 
@@ -297,7 +299,7 @@ class Service:
         kind: str = "invalid",
         mark_job: bool = True,
     ) -> tuple[str, int]:
-        job_id = _job_id_in(payload, sub.topic)
+        job_id = job_id_in(payload, sub.topic)
         reason = _utf8(str(err))  # a field or a reason may quote the payload, lone surrogates and all
         log.warning("%s: rejected message %s (%s): %s", sub.name, msg.message_id, err.field or "-", reason)
         record = {

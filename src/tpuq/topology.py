@@ -68,6 +68,11 @@ SUBSCRIPTIONS: tuple[Subscription, ...] = (
 )
 
 DEAD_LETTER_TOPIC = "dead-letters"
+# The pull subscription that keeps what Pub/Sub dead-letters (a topic alone keeps nothing), for people to read:
+# no service consumes it; `tpuq dead-letters`, `tpuq status` and the dashboard read it without acknowledging
+# (tpuq.heldletters). Deploy creates it (infra/pubsub.yaml, hold_subscriptions) with a week's retention.
+DEAD_LETTER_HOLD_SUBSCRIPTION = f"{DEAD_LETTER_TOPIC}-hold"
+DEAD_LETTER_HOLD_RETENTION_SECONDS = 7 * 86400
 
 
 def topic(name: str) -> Topic:

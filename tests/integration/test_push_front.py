@@ -17,7 +17,7 @@ import requests
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from tpuq import store
+from tpuq import store, topology
 from tpuq.auth import SIGNATURE_REMOVED, PushAuth, split_token, strip_signature
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.front import Front, LocalGoogleSigner, Route
@@ -57,6 +57,8 @@ def test_the_stack_declares_the_push_config_deploy_creates(clean_stack, push_acc
     subs = requests.get(f"http://{host}/v1/projects/{clean_stack.project}/subscriptions", timeout=10).json()
     pushes = {s["name"].rsplit("/", 1)[-1]: s["pushConfig"] for s in subs["subscriptions"]}
     assert "scheduler-jobs" in pushes and "executor-assignments" in pushes
+    # ... and the hold subscription, a pull subscription that keeps what is dead-lettered for people to read.
+    assert not pushes.pop(topology.DEAD_LETTER_HOLD_SUBSCRIPTION).get("pushEndpoint")
     for name, push in pushes.items():
         service = name.split("-", 1)[0]
         url = clean_stack.env[f"TPUQ_{service.upper()}_URL"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,12 +23,32 @@ ME = "ada@example.com"
 
 
 @dataclass
+class FakeSubscriber:
+    """The hold subscription of what Pub/Sub dead-lettered (tpuq.heldletters.read): one pull brings what it keeps,
+    a nack gives it back."""
+
+    held: list[Any] = field(default_factory=list)  # ReceivedMessage-shaped: .ack_id, .message
+    out: set[str] = field(default_factory=set)
+
+    def pull(self, request, timeout):
+        given = [m for m in self.held if m.ack_id not in self.out]
+        self.out |= {m.ack_id for m in given}
+        return SimpleNamespace(received_messages=given)
+
+    def modify_ack_deadline(self, request):
+        assert request["ack_deadline_seconds"] == 0  # handed back, never acknowledged
+        self.out -= set(request["ack_ids"])
+
+
+@dataclass
 class FakeClients:
-    """What the dashboard uses of `tpuq.clients.Clients`: Firestore, GCS (no objects) and publishing."""
+    """What the dashboard uses of `tpuq.clients.Clients`: Firestore, GCS (no objects), publishing and the hold
+    subscription."""
 
     firestore: MemoryFirestore = field(default_factory=MemoryFirestore)
     settings: Settings = field(default_factory=lambda: Settings(project="tpuq-local", firestore_emulator="x:1"))
     published: list[tuple[str, Any]] = field(default_factory=list)
+    subscriber: FakeSubscriber = field(default_factory=FakeSubscriber)
 
     class storage:  # noqa: N801 - the client's attribute name
         @staticmethod
@@ -164,8 +185,26 @@ def test_dead_letters_show_topic_field_and_reason(world):
         {"topic": "jobs", "message_id": "7", "field": "tpu", "reason": "unknown TPU type <b>v9</b>",
          "recorded_at": NOW})
     page = client_of(world).get("/dead-letters").get_data(as_text=True)
-    row = re.search(r'<tr data-message="7">(.*?)</tr>', page, re.S).group(1)
+    row = re.search(r'<tr data-message="7"[^>]*>(.*?)</tr>', page, re.S).group(1)
     assert ">jobs<" in row and ">tpu<" in row and "unknown TPU type &lt;b&gt;v9&lt;/b&gt;" in row
+
+
+def test_dead_letters_show_what_pubsub_dead_lettered_with_subscription_and_attempts(world):
+    """A submission no handler ever answered: only the hold subscription keeps it; the page shows it, and leaves it
+    there."""
+    from tpuq import heldletters
+
+    forwarded = SimpleNamespace(message_id="99", data=b'{"id": "train-1", "tpu": "v4-8"}', publish_time=NOW,
+                                attributes={heldletters.SOURCE_SUBSCRIPTION: "scheduler-jobs",
+                                            heldletters.SOURCE_DELIVERY_COUNT: "10",
+                                            heldletters.SOURCE_TOPIC_PUBLISH_TIME: "2026-12-01T14:58:00Z"})
+    world.subscriber.held.append(SimpleNamespace(ack_id="a-1", message=forwarded))
+    for _ in range(2):  # read, not consumed
+        page = client_of(world).get("/dead-letters?topic=jobs").get_data(as_text=True)
+        row = re.search(r'<tr data-message="" data-kind="undelivered">(.*?)</tr>', page, re.S).group(1)
+        assert ">scheduler-jobs<" in row and ">10<" in row and "job train-1" in row
+        assert "never answered by a handler: Pub/Sub gave up after 10 delivery attempts" in row
+    assert world.subscriber.out == set()
 
 
 def test_the_fleet_page_shows_a_zones_backoff_and_the_project_block(world):
@@ -192,3 +231,16 @@ def test_the_fleet_page_shows_a_zones_backoff_and_the_project_block(world):
     assert "15:05 UTC" in row and "backed off until 15:05 UTC after 2 capacity failure(s)" in row
     assert "billing is disabled on the project: enable it, then tpuq fleet unblock" in page
     assert "&lt;b&gt;BILLING_DISABLED&lt;/b&gt;" in page
+
+
+def test_dead_letters_say_when_the_hold_subscription_cannot_be_read(world):
+    from google.api_core.exceptions import PermissionDenied
+
+    def refused(request, timeout):
+        raise PermissionDenied("User not authorized to perform this action.")
+
+    world.subscriber.pull = refused
+    page = client_of(world).get("/dead-letters").get_data(as_text=True)
+    problem = re.search(r'<p class="warning" id="dead-letters-problem">(.*?)</p>', page, re.S).group(1)
+    assert "dead-letters-hold" in problem and "roles/pubsub.subscriber" in problem and "not authorized" in problem
+    assert "no refused messages" in page  # the handlers' records still show (none here)

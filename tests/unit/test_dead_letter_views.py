@@ -26,7 +26,8 @@ def test_the_message_id_a_job_id_was_made_from(job_id, message_id):
 def test_a_row_has_the_time_with_its_zone_topic_message_field_and_reason():
     assert deadletters.row(REFUSED, PARIS) == {
         "time": "2026-12-01 15:03:07 CET", "topic": "jobs", "message_id": "1234", "what": "job-1234", "field": "tpu",
-        "reason": "tpu: unknown accelerator type 'v9-8'", "kind": "invalid"}
+        "reason": "tpu: unknown accelerator type 'v9-8'", "kind": "invalid", "subscription": "scheduler-jobs",
+        "attempts": "", "class": "refused by its handler"}
 
 
 @pytest.mark.parametrize("record, what", [

@@ -27,6 +27,11 @@ What Google does, and what the front does the same way:
   header it came in. Header and claims are untouched, so the container can read them but can never verify
   the signature again.
 - Cloud Run adds `X-Cloud-Trace-Context` to every request; the front adds one when missing.
+- **Request timeout and concurrency** (tpuq_dev.devstack.run_limits): per service (`Route`, from
+  infra/services.yaml as deploy sets them), a request the container has not answered within the service's timeout
+  gets 504 (the container keeps running it), and past concurrency × max_instances requests in flight one more
+  waits up to 60 s for a slot, then gets 429. One process stands for all instances, with one instance's threads:
+  it cannot model scaling out, cold starts, or each instance's memory and CPU.
 
 "Google's" signing key is a local RSA key (`LocalGoogleSigner`) in the stack's state directory: tests use
 it to sign tokens of other accounts, for other audiences, or to forge one with another key.
@@ -40,6 +45,8 @@ often Pub/Sub delivered each message, the chaos soak's witness that no message l
 `redeliver_seconds` > 0 the front itself redelivers a push its container failed (a 5xx, or down: killed, starting
 again), with back-off, for that long, standing in for Pub/Sub's per-message redelivery, which the emulator does
 not model (see `Front._deliver`); those redeliveries are lines of the log too (`"redelivery": true`).
+Pub/Sub's dead-lettering is the front's too (tpuq_dev.devstack.deadlettering): a push that gets no acknowledging
+answer on its subscription's maxDeliveryAttempts-th delivery goes to the dead-letter topic, and the emulator gets 204.
 
 Run: `python -m tpuq_dev.devstack.front --config FILE` (the stack writes FILE; see `FrontConfig`).
 """
@@ -65,6 +72,9 @@ import requests
 from werkzeug.wrappers import Request, Response
 
 from tpuq.auth import SERVERLESS_AUTHORIZATION, check_time_and_issuer, split_token, strip_signature
+from tpuq_dev.devstack.deadlettering import DeadLettering
+from tpuq_dev.devstack.run_limits import (DEFAULT_CONCURRENCY, DEFAULT_MAX_INSTANCES, DEFAULT_TIMEOUT_SECONDS,
+                                          QUEUE_SECONDS, RequestGate, ServingLimits)
 
 log = logging.getLogger("tpuq_dev.devstack.front")
 
@@ -165,10 +175,19 @@ class Route:
     port: int
     backend: str
     invokers: tuple[str, ...]
+    # Cloud Run's limits (run_limits); Cloud Run's defaults unless the service sets them
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    concurrency: int = DEFAULT_CONCURRENCY
+    max_instances: int = DEFAULT_MAX_INSTANCES
+    queue_seconds: float = QUEUE_SECONDS
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def limits(self) -> ServingLimits:
+        return ServingLimits(self.timeout_seconds, self.concurrency, self.max_instances, self.queue_seconds)
 
 
 @dataclass
@@ -222,9 +241,14 @@ class Front:
     # every push would ask. A changed pushConfig applies within PUSH_CONFIG_TTL_SECONDS (Pub/Sub's own
     # config changes are not instant either).
     _push_configs: dict[str, tuple[dict, float]] = field(default_factory=dict, repr=False)
+    _gate: RequestGate = field(init=False, repr=False)  # the route's timeout and concurrency
+
+    def __post_init__(self) -> None:
+        self._gate = RequestGate(self.route.service, self.route.limits)
+        self._dead_letters = DeadLettering(self.route.url, self.pubsub_host, self._session)  # Pub/Sub's (deadlettering)
 
     def __call__(self, environ, start_response):
-        return self.handle(Request(environ))(environ, start_response)
+        return self._dead_letters.answer(Request(environ), self.handle)(environ, start_response)
 
     def handle(self, request: Request) -> Response:
         header = SERVERLESS_AUTHORIZATION if SERVERLESS_AUTHORIZATION in request.headers else "Authorization"
@@ -272,20 +296,26 @@ class Front:
         wait = 1.0
         while True:
             try:
-                answer = self._session.request(method, url, data=body, headers=headers, timeout=3600)
-                if answer.status_code < 500 or time.monotonic() + wait > deadline:
+                answer = self._to_container(method, url, body, headers)
+                if ((answer.status_code < 500 and answer.status_code != 429) or time.monotonic() + wait > deadline
+                        or self._dead_letters.exhausted(body)):
                     return answer
             except requests.ConnectionError:
-                if time.monotonic() + wait > deadline:
+                if time.monotonic() + wait > deadline or self._dead_letters.exhausted(body):
                     raise
             time.sleep(wait)
             wait = min(wait * 2, 8.0)
             self._log_delivery(body, redelivery=True)
+            self._dead_letters.redelivered(body)
+
+    def _to_container(self, method: str, url: str, body: bytes, headers: dict) -> requests.Response:
+        """One request to the container, through Cloud Run's timeout and concurrency (429, 504: run_limits)."""
+        return self._gate.send(lambda: self._session.request(method, url, data=body, headers=headers, timeout=3600))
 
     def _deliver_later(self, method: str, url: str, body: bytes, headers: dict, delay: float) -> None:
         time.sleep(delay)  # a background copy: its answer goes nowhere, as a redelivery's would be Pub/Sub's alone
         try:
-            self._session.request(method, url, data=body, headers=headers, timeout=3600)
+            self._to_container(method, url, body, headers)
         except requests.RequestException as e:
             log.warning("%s: late copy not delivered: %s", self.route.service, e)
 

@@ -131,7 +131,10 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         return
     from tpuq.cli.deadletters import refused_under, status_of_no_job
 
-    if status_of_no_job(db, job_id, as_json or pretty):  # a refused message, or a message of several jobs
+    from tpuq.deadletters import read_held
+
+    # a refused message (or one Pub/Sub dead-lettered), or a message of several jobs
+    if status_of_no_job(db, job_id, as_json or pretty, held=lambda: read_held(clients)):
         return
     job = job_or_fail(db, job_id)
     job["attempt_history"] = attempts(db, job_id)

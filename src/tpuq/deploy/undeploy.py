@@ -7,8 +7,9 @@ description `Target.marker`). Anything else, a foreign resource of the same name
 Removed: the tick job, the Cloud Run services, the subscriptions, the bucket notifications to tpuq's topic,
 the topics, the roles tpuq's own accounts hold on what survives, and those accounts (tpuq-deploy last).
 Kept unless --purge: the runner bucket, the image repository and the Firestore data. Kept always: the Firestore
-database itself, the secrets (tpuq never creates them) and roles held by Google's service agents on what
-survives (other resources of the project may rely on them): the plan prints the command that removes them.
+database itself, the secrets (the user's, and the dashboard's session key deploy made) and roles held by Google's
+service agents on what survives (other resources of the project may rely on them): the plan prints the command that
+removes them.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def undeploy_plan(target: Target, infra: Infra, state: ProjectState, purge: bool
             out.append(Action("delete", f"subscription {name}",
                               request=Request("pubsub", "DELETE", f"projects/{p}/subscriptions/{name}")))
             deleted_subs.add(name)
+            gone.add(f"subscription:{name}")  # and its IAM policy with it
         else:
             out.append(_not_ours("subscription", name, f"no labels {label_text}"))
 

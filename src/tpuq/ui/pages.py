@@ -235,8 +235,8 @@ def dead_letters_page(clients, tz: tzinfo, args: Mapping[str, str]) -> dict[str,
 
     topics = [t.name for t in topology.TOPICS]
     topic = args.get("topic") if args.get("topic") in topics else None
-    records = deadletters.recent(clients.firestore, topic, 200)
-    return {"rows": [deadletters.row(r, tz) for r in records], "topics": topics, "topic": topic}
+    records, problem = deadletters.read_merged(clients, topic, 200)  # and what Pub/Sub dead-lettered
+    return {"rows": [deadletters.row(r, tz) for r in records], "topics": topics, "topic": topic, "problem": problem}
 
 
 # ------------------------------------------------------------------------------------------------ cost
