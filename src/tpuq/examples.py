@@ -9,8 +9,17 @@ owner_prefix: tpuq              # every queued resource tpuq creates is named an
                                 # tpuq never deletes anything without both
 idle_timeout_seconds: 600       # delete a TPU that has been idle this long
 ssh_transport: direct           # vpc (the executor reaches internal IPs) | direct (external IPs) | iap (= vpc)
+ssh_key_secret: tpuq-executor-ssh  # the Secret Manager NAME of the executor's SSH key pair; never put a key in
+                                # this file. Make the pair once (`tpuq deploy --dry-run` prints these too):
+# ssh-keygen -q -t ed25519 -N '' -C tpuq-executor -f ./tpuq-executor-ssh
+# gcloud secrets create tpuq-executor-ssh --data-file=./tpuq-executor-ssh --project=my-trc-project
+# gcloud secrets create tpuq-executor-ssh-public --data-file=./tpuq-executor-ssh.pub --project=my-trc-project
+# rm ./tpuq-executor-ssh ./tpuq-executor-ssh.pub
 worker_secrets: []              # Secret Manager secret NAMES (never values) the TPU workers may read,
                                 # e.g. `gcloud secrets versions access latest --secret=NAME` in the command
+job_buckets:                    # every bucket your jobs list under `buckets:` (job.yaml's two): deploy lets the
+  - gs://my-training-us-central2  # workers read bundles from and write logs to each (tpuq never creates them)
+  - gs://my-training-us-east1
 firestore_location: nam5        # where deploy creates the Firestore database (nam5, eur3 or a region);
                                 # default: deploy's --region. It cannot change once the database exists
 retry:
@@ -61,7 +70,8 @@ EXAMPLE_JOB = """\
 jobs:
   - name: train
     tpu: [v4-32, v6e-64]        # one type, or several compatible types to race
-    buckets:                    # one bucket per region you accept; the winner's is JOB_BUCKET
+    buckets:                    # one bucket per region you accept; the winner's is JOB_BUCKET. Each is
+                                # listed under job_buckets in fleet.yaml, so the workers may write it
       - gs://my-training-us-central2
       - gs://my-training-us-east1
     bundle: .                   # this directory, uploaded once per bucket (.tpuqignore and .tpu-runnerignore exclude files)

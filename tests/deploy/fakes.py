@@ -135,4 +135,8 @@ def state_after(actions: list[Action], project_number: str = "42",
             s.firestore_indexes.append({"name": name, "collectionGroup": r.path.split("/")[-2], **r.body})
         elif r.api == "fleetstore":
             s.stored_fleet_version = FleetFile.model_validate(r.body).version
+        elif r.api == "secretmanager" and r.path.endswith(":addVersion"):  # a secret deploy makes: its value
+            s.versionless_secrets.discard(r.path.split("/")[3].removesuffix(":addVersion"))
+        elif r.api == "secretmanager":  # ... and the secret itself
+            s.secrets = (s.secrets or set()) | {r.params["secretId"]}
     return s

@@ -31,17 +31,20 @@ def test_a_missing_secret_is_a_todo_and_nothing_is_granted_on_it():
     state = ProjectState(known=True, project_number="42", secrets={"tpuq-ssh", "tpuq-ssh-public"})  # no wandb-api-key
     actions = plan(TARGET, INFRA, state)
     on_secrets = {a.iam.key for a in actions if a.iam is not None and a.iam.key.startswith("secret:")}
-    assert on_secrets == {"secret:tpuq-ssh", "secret:tpuq-ssh-public"}
+    assert on_secrets == {"secret:tpuq-ssh", "secret:tpuq-ssh-public", "secret:tpuq-ui-session-key"}  # the last: deploy's
     (todo,) = [a for a in actions if a.verb == "todo" and a.what == "secret wandb-api-key"]
     assert "run tpuq deploy again" in todo.detail
 
 
 def test_a_project_without_any_secret_deploys_to_the_end_and_says_what_to_create():
     actions = plan(TARGET, INFRA, ProjectState(known=True, project_number="42", secrets=set()))
-    assert not [a for a in actions if a.iam is not None and a.iam.api == "secretmanager"]
+    on_secrets = {a.iam.key for a in actions if a.iam is not None and a.iam.api == "secretmanager"}
+    assert on_secrets == {"secret:tpuq-ui-session-key"}  # only the one deploy makes itself
     adapters = {name: RecordingApi(name) for name in [*gcp.BASE_URLS, "fleetstore"]}
     sent = gcp.apply(actions, adapters, echo=lambda line: None, sleep=lambda s: None)
-    assert sent == sum(a.sends for a in actions) and adapters["secretmanager"].sent == []
+    assert sent == sum(a.sends for a in actions)
+    assert {r.path.rsplit("/", 1)[1] for r in adapters["secretmanager"].sent} == {
+        "secrets", "tpuq-ui-session-key:addVersion", "tpuq-ui-session-key:setIamPolicy"}
     todos = " ".join(describe(a for a in actions if a.verb == "todo"))
     assert "secret tpuq-ssh" in todos and "secret wandb-api-key" in todos
 
@@ -82,7 +85,7 @@ def test_an_executor_whose_key_secret_went_away_is_left_as_it_is():
 
 
 def test_a_fleet_naming_no_key_secret_deploys_no_executor():
-    fleet = FleetFile.model_validate(yaml.safe_load(EXAMPLE_FLEET))  # `tpuq init`'s file names none
+    fleet = FleetFile.model_validate({k: v for k, v in yaml.safe_load(EXAMPLE_FLEET).items() if k != "ssh_key_secret"})
     target = Target(fleet=fleet, project_number="42")
     actions = plan(target, load_infra(target.variables()), ProjectState(known=True, project_number="42",
                                                                         secrets={"tpuq-ssh", "tpuq-ssh-public"}))
@@ -200,6 +203,84 @@ def test_other_errors_are_not_retried():
     with pytest.raises(gcp.ApiError):
         gcp.apply([grant], {grant.iam.api: api}, echo=lambda line: None, sleep=waits.append)
     assert waits == [] and api.attempts == 1
+
+
+# ------------------------------------------- API enablement propagation
+def google_error(status: int, reason: str, domain: str = "googleapis.com") -> dict:
+    """A Google API error body (AIP-193), as one answers a call to an API enabled moments ago."""
+    return {"error": {"code": status, "status": "PERMISSION_DENIED", "message":
+                      "Cloud Pub/Sub API has not been used in project 42 before or it is disabled. Enable it by visiting "
+                      "https://console.developers.google.com/apis/api/pubsub.googleapis.com/overview?project=42 then "
+                      "retry. If you enabled this API recently, wait a few minutes for the action to propagate to our "
+                      "systems and retry.",
+                      "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+                                   "domain": domain, "metadata": {"service": "pubsub.googleapis.com",
+                                                                  "consumer": "projects/42"}}]}}
+
+
+class Transport:
+    """A requests-like session that answers each request with the next (status, body) of a script."""
+
+    def __init__(self, *answers: tuple[int, dict]):
+        self.answers, self.sent = list(answers), []
+
+    def request(self, method, url, params=None, json=None, timeout=None):
+        import json as json_module
+
+        import requests
+
+        self.sent.append((method, url))
+        status, body = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        response = requests.Response()
+        response.status_code, response._content = status, json_module.dumps(body).encode()
+        return response
+
+
+def first_topic_create():
+    return next(a for a in plan(TARGET, INFRA, ProjectState()) if a.what.startswith("topic "))
+
+
+def test_an_api_enabled_moments_ago_is_retried_until_it_answers():
+    """Right after services:enable, the API's first calls can answer 403 SERVICE_DISABLED (production-facts.md)."""
+    disabled = google_error(403, "SERVICE_DISABLED")
+    transport, waits = Transport((403, disabled), (403, disabled), (200, {})), []
+    create = first_topic_create()
+    pubsub = gcp.RestApi("pubsub", gcp.BASE_URLS["pubsub"], transport, sleep=waits.append)
+    assert gcp.apply([create], {"pubsub": pubsub}, echo=lambda line: None, sleep=waits.append) == 1
+    assert len(transport.sent) == 3 and waits == [2.0, 4.0]
+
+
+def test_an_api_that_stays_disabled_fails_after_its_budget_with_googles_message():
+    transport, waits = Transport((403, google_error(403, "SERVICE_DISABLED"))), []
+    pubsub = gcp.RestApi("pubsub", gcp.BASE_URLS["pubsub"], transport)
+    with pytest.raises(gcp.ApiError, match="has not been used in project 42") as e:
+        gcp.apply([first_topic_create()], {"pubsub": pubsub}, echo=lambda line: None, sleep=waits.append)
+    assert e.value.service_disabled and max(waits) == gcp.PROPAGATION_MAX_DELAY
+    assert gcp.ENABLEMENT_BUDGET <= sum(waits) < gcp.ENABLEMENT_BUDGET + gcp.PROPAGATION_MAX_DELAY
+
+
+@pytest.mark.parametrize("status, reason, domain", [
+    (403, "IAM_PERMISSION_DENIED", "iam.googleapis.com"),  # a role the caller lacks: real, said at once
+    (403, "SERVICE_DISABLED", "example.com"),  # the reason names another domain's
+    (400, "SERVICE_DISABLED", "googleapis.com"),
+])
+def test_other_refusals_are_not_waited_for(status, reason, domain):
+    transport, waits = Transport((status, google_error(status, reason, domain)), (200, {})), []
+    pubsub = gcp.RestApi("pubsub", gcp.BASE_URLS["pubsub"], transport)
+    with pytest.raises(gcp.ApiError):
+        gcp.apply([first_topic_create()], {"pubsub": pubsub}, echo=lambda line: None, sleep=waits.append)
+    assert waits == [] and len(transport.sent) == 1
+
+
+def test_the_older_json_apis_way_of_saying_it_is_retried_too():
+    """Cloud Storage's JSON API lists reasons in error.errors[]: accessNotConfigured (domain usageLimits)."""
+    body = {"error": {"code": 403, "message": "Access Not Configured.",
+                      "errors": [{"domain": "usageLimits", "reason": "accessNotConfigured", "message": "x"}]}}
+    transport, waits = Transport((403, body), (200, {})), []
+    storage = gcp.RestApi("storage", gcp.BASE_URLS["storage"], transport)
+    bucket = next(a for a in plan(TARGET, INFRA, ProjectState()) if a.what.startswith("bucket gs://"))
+    assert gcp.apply([bucket], {"storage": storage}, echo=lambda line: None, sleep=waits.append) == 1
+    assert waits == [2.0]
 
 
 # ------------------------------------------------------ Cloud Run timeout

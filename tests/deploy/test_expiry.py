@@ -158,7 +158,9 @@ def test_deploy_sets_no_expiry_on_secrets_firestore_documents_or_images():
     lines = requests_of(first_plan())
     secret_writes = [line for line in lines if line["url"].startswith(gcp.BASE_URLS["secretmanager"])
                      and not line["url"].endswith("IamPolicy")]
-    assert secret_writes == []  # tpuq never creates a secret or a version, so never sets expireTime or ttl
+    # the one secret deploy makes, the dashboard's session key, and its version: neither expireTime nor ttl
+    assert [line["url"].rsplit("/", 1)[1] for line in secret_writes] == ["secrets", "tpuq-ui-session-key:addVersion"]
+    assert not [line for line in secret_writes if {"expireTime", "ttl"} & set(line["body"] or {})]
     assert not [line for line in lines if "/fields/" in line["url"]]  # no Firestore TTL policy (fields.patch)
     assert "ttl" not in (INFRA_DIR / "firestore.yaml").read_text().lower()
     (repo,) = [line["body"] for line in lines if line["url"].startswith(gcp.BASE_URLS["artifactregistry"])]

@@ -80,9 +80,11 @@ def test_every_service_has_its_own_account_and_the_push_account_may_invoke_it(in
 def test_secret_bindings_follow_the_fleet(infra):
     secrets = sorted((b.member, b.resource) for b in infra.iam.bindings if b.resource.startswith("secret:"))
     assert secrets == [("sa:tpuq-claimer", "secret:tpuq-ssh-public"), ("sa:tpuq-executor", "secret:tpuq-ssh"),
+                       ("sa:tpuq-ui", "secret:tpuq-ui-session-key"),  # the one deploy makes, whatever the fleet
                        ("sa:tpuq-worker", "secret:hf-token"), ("sa:tpuq-worker", "secret:wandb-key")]
-    bare = load_infra(Target(fleet=FleetFile.model_validate(yaml.safe_load(EXAMPLE_FLEET))).variables())
-    assert [b for b in bare.iam.bindings if b.resource.startswith("secret:")] == []
+    keyless = {k: v for k, v in yaml.safe_load(EXAMPLE_FLEET).items() if k != "ssh_key_secret"}
+    bare = load_infra(Target(fleet=FleetFile.model_validate(keyless)).variables())
+    assert [b.resource for b in bare.iam.bindings if b.resource.startswith("secret:")] == ["secret:tpuq-ui-session-key"]
     assert bare.services.service("executor").secret_files == []
 
 

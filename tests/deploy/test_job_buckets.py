@@ -14,6 +14,8 @@ from tpuq.deploy.plan import ProjectState, Target, plan
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
 
+from .fakes import RecordingApi
+
 BASE = {**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh"}
 WORKER = "serviceAccount:tpuq-worker@my-trc-project.iam.gserviceaccount.com"
 
@@ -100,3 +102,59 @@ def test_reading_finds_the_missing_buckets_and_a_403_is_a_note():
 def test_job_buckets_must_be_bucket_uris(bad, reason):
     with pytest.raises(ValidationError, match=reason):
         FleetFile.model_validate({**BASE, "job_buckets": bad})
+
+
+class ForeignBucketStorage(RecordingApi):
+    """Cloud Storage in a project whose deployer may not touch one job bucket at all (another project's): its metadata
+    and its IAM policy answer 403; every other job bucket exists, with an empty policy."""
+
+    def __init__(self, job_buckets: list[str], foreign: str):
+        super().__init__("storage")
+        self.job_buckets, self.foreign = job_buckets, foreign
+
+    def _refuse(self, method, path):
+        if path.startswith(f"b/{self.foreign}/") or path == f"b/{self.foreign}":
+            raise gcp.ApiError("storage", method, path, 403, f"tpuq-deploy@p.iam.gserviceaccount.com does not have "
+                               "storage.buckets.getIamPolicy access to the Google Cloud Storage bucket.")
+
+    def get_or_none(self, path, params=None):
+        self._refuse("GET", path)
+        return {"name": path.split("/")[1]} if path.split("/")[1] in self.job_buckets else None
+
+    def send(self, request):
+        self._refuse(request.method, request.path)
+        return super().send(request)
+
+
+def test_a_job_bucket_whose_policy_deploy_may_not_read_is_a_todo_for_its_owner_and_the_deploy_goes_on():
+    """Read as an empty policy, it was granted on: the grant's own read failed and the deploy stopped halfway."""
+    t = target(job_buckets=["gs://data-eu", "gs://their-data"])
+    storage = ForeignBucketStorage(["data-eu"], foreign="their-data")
+    adapters = {name: RecordingApi(name) for name in [*gcp.BASE_URLS, "fleetstore"]}
+    adapters["storage"] = storage
+    infra = load_infra(t.variables())
+    state, notes = gcp.read_state(adapters, t, infra)
+    assert state.unreadable_job_buckets == {"their-data"} and state.missing_buckets == set()
+    actions = plan(t, infra, state)
+    assert grants_on(actions, "data-eu", WORKER) and not grants_on(actions, "their-data")
+    (todo,) = [a for a in actions if a.what == "bucket gs://their-data"]
+    assert todo.verb == "todo" and "may not read its IAM policy" in todo.detail and "BUCKET'S OWNER" in todo.detail
+    ui = "serviceAccount:tpuq-ui@my-trc-project.iam.gserviceaccount.com"
+    assert set(todo.commands) == {
+        f"gcloud storage buckets add-iam-policy-binding gs://their-data --member={WORKER} --role=roles/storage.objectAdmin",
+        f"gcloud storage buckets add-iam-policy-binding gs://their-data --member={ui} --role=roles/storage.objectViewer"}
+    sent = gcp.apply(actions, adapters, echo=lambda line: None, sleep=lambda s: None)  # to the end: nothing raises
+    assert sent == sum(a.sends for a in actions)
+    policies_set = {r.path for r in storage.sent if r.path.endswith("/iam")}
+    assert "b/data-eu/iam" in policies_set and "b/their-data/iam" not in policies_set
+
+
+def test_a_job_bucket_policy_refused_only_while_the_storage_api_is_being_enabled_is_granted():
+    t = target(job_buckets=["gs://data-eu"])
+    state = ProjectState(known=True)
+    disabled = gcp.ApiError("storage", "GET", "b/data-eu/iam", 403, "Access Not Configured.",
+                            frozenset({("usageLimits", "accessNotConfigured")}))
+    gcp._unreadable_job_bucket(state, "job_bucket:data-eu")(disabled)
+    gcp._unreadable_job_bucket(state, "bucket:runner")(gcp.ApiError("storage", "GET", "b/r/iam", 403, "forbidden"))
+    assert state.unreadable_job_buckets == set()
+    assert grants_on(plan(t, load_infra(t.variables()), state), "data-eu", WORKER)

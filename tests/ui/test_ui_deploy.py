@@ -2,7 +2,7 @@
 
 What the plan says: the service runs `python -m tpuq.ui` (its own image, built and pushed by cloudbuild.yaml) as
 the tpuq-ui account, keeps Cloud Run's invoker check on, carries TPUQ_UI_AUTH=cloudrun (users from the verified
-token, tpuq.ui.identity) and no push settings, runs one instance (its sessions' key is per process), and nothing
+token, tpuq.ui.identity) and no push settings, signs sessions with a key all its instances share, and nothing
 grants anyone (allUsers, the push account) roles/run.invoker on it: people hold it through their project roles or
 the grant the README gives. Its account reads what the CLI reads and publishes only on cancels and ticks."""
 
@@ -41,7 +41,7 @@ def test_the_plan_creates_tpuq_ui_behind_the_invoker_check():
     env = {e["name"]: e["value"] for e in body["template"]["containers"][0]["env"]}
     assert env["TPUQ_UI_AUTH"] == "cloudrun" and not any(k.startswith("TPUQ_PUSH_") for k in env)
     assert body["template"]["serviceAccount"] == "tpuq-ui@my-trc-project.iam.gserviceaccount.com"
-    assert body["template"]["scaling"]["maxInstanceCount"] == 1
+    assert body["template"]["scaling"]["maxInstanceCount"] == 3  # one session key for all: tpuq.ui.sessionkey
     assert "/tpuq/ui:" in body["template"]["containers"][0]["image"]
 
 
@@ -53,6 +53,8 @@ def test_nobody_is_granted_the_dashboard_and_nothing_is_public():
     ui = {(a.role, a.iam.label) for a in grants if a.member == UI_ACCOUNT}
     assert ui == {("roles/datastore.user", "project my-trc-project"),
                   ("roles/pubsub.publisher", "topic cancels"), ("roles/pubsub.publisher", "topic ticks"),
+                  ("roles/secretmanager.secretAccessor", "secret tpuq-ui-session-key"),
+                  ("roles/pubsub.subscriber", "subscription dead-letters-hold"),  # reads, never consumes
                   ("roles/storage.objectViewer", f"bucket gs://{TARGET.runner_bucket}"),
                   ("roles/storage.objectViewer", "bucket gs://data-eu"),
                   ("roles/cloudquotas.viewer", "project my-trc-project"), ("roles/browser", "project my-trc-project")}

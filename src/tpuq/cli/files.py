@@ -71,10 +71,26 @@ def validate_data(data: object, kind: str):
         raise CliError(f"invalid {kind} file: {reason}") from None
 
 
-def validate(file: Path = typer.Argument(..., help="A fleet file, a tpu-runner deployment.yaml or a job.yaml")) -> None:
-    """Check a fleet, tpu-runner deployment or job file and say what is wrong, field by field."""
-    data = load_yaml_file(file)
-    _report_valid(data, detect_kind(data))
+def validate(files: list[Path] = typer.Argument(..., metavar="FILE...", help="Fleet files, tpu-runner deployment.yaml "
+                                                                          "files or job.yaml files")) -> None:
+    """Check fleet, tpu-runner deployment or job files and say what is wrong, field by field. Given a fleet and a
+    job file together, also whether the fleet would run the jobs: their buckets under its job_buckets, an
+    ssh_key_secret named."""
+    checked = []
+    for file in files:
+        data = load_yaml_file(file)
+        kind = detect_kind(data)
+        checked.append((file, kind, _report_valid(data, kind)))
+    fleets = [(f, model) for f, kind, model in checked if kind == "fleet"]
+    jobs = [(f, model) for f, kind, model in checked if kind == "job"]
+    if fleets and jobs:
+        from tpuq.fleetjobs import fleet_job_warnings
+
+        for fleet_file, fleet in fleets:
+            for job_file, job_model in jobs:
+                for warning in fleet_job_warnings(fleet, job_model):
+                    err.print(f"[yellow]warning[/yellow]: {escape(f'{job_file} with {fleet_file}: {warning}')}",
+                              soft_wrap=True)
 
 
 def validate_fleet(file: Path = typer.Argument(Path("deployment.yaml"), help="A fleet or tpu-runner deployment file")) -> None:
@@ -87,7 +103,8 @@ def validate_jobs(file: Path = typer.Argument(Path("job.yaml"), help="A job.yaml
     _report_valid(load_yaml_file(file), "job")
 
 
-def _report_valid(data: object, kind: str) -> None:
+def _report_valid(data: object, kind: str):
+    """Print what the file is, its notes and warnings; the fleet or job file read."""
     if kind == "fleet":
         read = read_fleet_data(data)
         for note in read.notes:
@@ -101,6 +118,7 @@ def _report_valid(data: object, kind: str) -> None:
     else:
         model = validate_data(data, kind)
         out.print(f"[green]ok[/green]: {len(model.jobs)} job{'s' if len(model.jobs) != 1 else ''}")
+    return model
 
 
 def init(directory: Path = typer.Argument(Path("."), help="Where to write fleet.yaml and job.yaml"),
@@ -120,4 +138,4 @@ def init(directory: Path = typer.Argument(Path("."), help="Where to write fleet.
     if local:
         out.print(f"next: `tpuq dev up` (if it is not running), then `tpuq submit {directory / 'job.yaml'} --wait`")
         return
-    out.print("next: edit them, then `tpuq validate fleet.yaml` and `tpuq submit job.yaml`")
+    out.print("next: edit them, then `tpuq validate fleet.yaml job.yaml` and `tpuq submit job.yaml`")

@@ -21,11 +21,16 @@ def ui(port: int = typer.Option(8090, "--port", min=0, max=65535, help="Port to 
     from tpuq.ui.app import create_app
     from tpuq.ui.identity import fixed_user
     from tpuq.ui.serve import serve
+    from tpuq.ui.sessionkey import SessionKeyError, ensure_key_file, local_key_path
 
     clients = connecting.cli_clients()
     backend = connecting.CURRENT
+    try:  # the same key across restarts: a page left open still posts after `tpuq ui` is started again
+        key = ensure_key_file(local_key_path(backend.state_dir if backend else None))
+    except (SessionKeyError, OSError) as e:
+        raise CliError(str(e)) from None
     app = create_app(lambda: clients, lambda: datetime.now(timezone.utc), fixed_user(current_owner()), local_zone(),
-                     backend_line=backend.line if backend else "")
+                     secret_key=key, backend_line=backend.line if backend else "")
 
     def ready(url: str) -> None:
         print(f"tpuq ui: {url}  (as {current_owner()}; {backend.line if backend else ''}; Ctrl-C stops it)",

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import requests
 
-from tpuq.deploy import job_buckets, network
+from tpuq.deploy import generated_secrets, job_buckets, network
 from tpuq.deploy.infra import Infra
 from tpuq.quota import parse_billing_info
 from tpuq.deploy.plan import NETWORK, Action, IamResource, NetworkFacts, ProjectState, Request, Target, \
@@ -41,11 +42,40 @@ BASE_URLS = {
 READ_ONLY_APIS = {"compute", "cloudbilling"}  # network and billing settings are the owner's: tpuq only reads them
 
 
+# An API enabled moments ago (`services:enable`, whose operation is done) can still refuse its first calls for a few
+# minutes, 403 with google.rpc.ErrorInfo reason SERVICE_DISABLED in domain googleapis.com: "... API has not been
+# used in project N before or it is disabled. ... If you enabled this API recently, wait a few minutes for the
+# action to propagate to our systems and retry." (production-facts.md, "API enablement propagates"). The JSON APIs
+# of the older style (Cloud Storage's: https://cloud.google.com/storage/docs/json_api/v1/status-codes) say the same
+# in `errors[]` as reason accessNotConfigured, domain usageLimits. Retried with backoff, like IAM propagation
+# (https://cloud.google.com/service-usage/docs/troubleshooting: "retry with exponential intervals").
+SERVICE_DISABLED = frozenset({("googleapis.com", "SERVICE_DISABLED"), ("usageLimits", "accessNotConfigured")})
+
+
+def error_reasons(body: Any) -> frozenset[tuple[str, str]]:
+    """The (domain, reason) pairs of a Google error body: ErrorInfo entries of `error.details` (AIP-193) and the
+    entries of `error.errors` (the older JSON APIs)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return frozenset()
+    entries = [d for d in error.get("details") or [] if isinstance(d, dict)
+               and str(d.get("@type", "")).endswith("google.rpc.ErrorInfo")]
+    entries += [e for e in error.get("errors") or [] if isinstance(e, dict)]
+    return frozenset((str(e.get("domain", "")), str(e.get("reason", ""))) for e in entries if e.get("reason"))
+
+
 class ApiError(RuntimeError):
-    def __init__(self, api: str, method: str, path: str, status: int, message: str):
+    def __init__(self, api: str, method: str, path: str, status: int, message: str,
+                 reasons: frozenset[tuple[str, str]] = frozenset()):
         super().__init__(f"{api} {method} {path}: HTTP {status}: {message}")
         self.status = status
         self.message = message
+        self.reasons = reasons  # (domain, reason) pairs: error_reasons
+
+    @property
+    def service_disabled(self) -> bool:
+        """The API is not enabled in the project, or was enabled moments ago and does not know it yet."""
+        return self.status == 403 and bool(self.reasons & SERVICE_DISABLED)
 
 
 class NetworkChangeRefused(RuntimeError):
@@ -67,10 +97,12 @@ class RestApi:
         r = self.session.request(method, self.base_url + path, params=params, json=body, timeout=60)
         if r.status_code >= 400:
             try:
-                message = r.json().get("error", {}).get("message") or r.text
+                body = r.json()
             except ValueError:
-                message = r.text
-            raise ApiError(self.name, method, path, r.status_code, str(message)[:500])
+                body = None
+            error = body.get("error") if isinstance(body, dict) else None
+            message = (error.get("message") if isinstance(error, dict) else None) or r.text
+            raise ApiError(self.name, method, path, r.status_code, str(message)[:500], error_reasons(body))
         return r.json() if r.content else {}
 
     def get_or_none(self, path: str, params: dict | None = None) -> dict | None:
@@ -162,15 +194,26 @@ def _short(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
-def _tolerant(read: Callable[[], Any], default: Any, notes: list[str], what: str) -> Any:
-    """An API not enabled yet (403) or a resource not there (404) reads as empty."""
+def _tolerant(read: Callable[[], Any], default: Any, notes: list[str], what: str,
+              refused: Callable[[ApiError], None] | None = None) -> Any:
+    """An API not enabled yet (403) or a resource not there (404) reads as empty; `refused(error)` hears of each."""
     try:
         return read()
     except ApiError as e:
         if e.status in (403, 404, 501):  # 501: an emulator without that method (Pub/Sub's has no IAM)
             notes.append(f"{what}: read as empty (HTTP {e.status})")
+            if refused is not None:
+                refused(e)
             return default
         raise
+
+
+def _unreadable_job_bucket(state: ProjectState, key: str) -> Callable[[ApiError], None]:
+    def heard(error: ApiError) -> None:
+        name = job_buckets.bucket_of(key)
+        if name is not None and job_buckets.policy_refused(error.status, error.service_disabled):
+            state.unreadable_job_buckets.add(name)
+    return heard
 
 
 def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tuple[ProjectState, list[str]]:
@@ -215,9 +258,12 @@ def read_state(adapters: Mapping[str, Any], target: Target, infra: Infra) -> tup
                                            "stored fleet") if hasattr(a["fleetstore"], "stored_version") else None
     s.secrets = {_short(x["name"]) for x in _tolerant(
         lambda: a["secretmanager"].list_all(f"projects/{p}/secrets", "secrets"), [], notes, "secrets")}
+    s.versionless_secrets = generated_secrets.read_versionless(
+        a["secretmanager"], target, infra, s.secrets, lambda read, what: _tolerant(read, None, notes, what))
     for key in sorted({b.resource for b in infra.iam.bindings}):
         resource = iam_resource(target, infra, key)
-        policy = _tolerant(lambda: _get_policy(a[resource.api], resource), {}, notes, f"IAM policy of {resource.label}")
+        policy = _tolerant(lambda: _get_policy(a[resource.api], resource), {}, notes, f"IAM policy of {resource.label}",
+                           _unreadable_job_bucket(s, key))
         s.iam[key] = {(b["role"], m) for b in policy.get("bindings", []) for m in b.get("members", [])}
     build = _tolerant(lambda: a["cloudbuild"].call("GET", f"projects/{p}/locations/global/defaultServiceAccount"),
                       {}, notes, "Cloud Build's default account") if "cloudbuild" in a else {}
@@ -267,13 +313,16 @@ def _get_policy(api: RestApi, resource: IamResource) -> dict:
 PROPAGATION_FIRST_DELAY = 2.0
 PROPAGATION_MAX_DELAY = 32.0
 PROPAGATION_BUDGET = 180.0
+# An API enabled moments ago (SERVICE_DISABLED above): Google says "wait a few minutes". Wait up to 5.
+ENABLEMENT_BUDGET = 300.0
 
 
 def apply(actions: list[Action], adapters: Mapping[str, Any], echo: Callable[[str], None] = print,
-          sleep: Callable[[float], None] = time.sleep) -> int:
+          sleep: Callable[[float], None] = time.sleep, random_bytes: Callable[[int], bytes] = os.urandom) -> int:
     """Send each action's request in order; stop at the first failure (ApiError says which). Returns the count.
 
-    A delete of something already gone (404) is done: undeploy run twice, or after a partial run, goes on.
+    A delete of something already gone (404) is done: undeploy run twice, or after a partial run, goes on. A secret
+    deploy makes gets its random bytes here, from `random_bytes`, and nowhere else (tpuq.deploy.generated_secrets).
     """
     sent = 0
     for action in actions:
@@ -284,8 +333,9 @@ def apply(actions: list[Action], adapters: Mapping[str, Any], echo: Callable[[st
             _until_known(lambda: change(adapters[action.iam.api], action), action, sleep)
         else:
             assert action.request is not None
+            request = generated_secrets.filled(action.request, random_bytes)
             try:
-                _until_known(lambda: adapters[action.request.api].send(action.request), action, sleep)
+                _until_known(lambda: adapters[request.api].send(request), action, sleep)
             except ApiError as e:
                 if not (action.verb == "delete" and e.status == 404):
                     raise
@@ -315,13 +365,21 @@ def _not_known_yet(error: ApiError, action: Action) -> bool:
     return error.status == 409  # the policy changed between our read and write (etag): read it again
 
 
+def _retry_budget(error: ApiError, action: Action) -> float:
+    """How many seconds of waiting this refusal is worth: Google not knowing yet what was just made or enabled.
+    0 for every other error (another 403 too): it is real, and said at once."""
+    if error.service_disabled:
+        return ENABLEMENT_BUDGET
+    return PROPAGATION_BUDGET if _not_known_yet(error, action) else 0.0
+
+
 def _until_known(write: Callable[[], Any], action: Action, sleep: Callable[[float], None]) -> Any:
     delay, waited = PROPAGATION_FIRST_DELAY, 0.0
     while True:
         try:
             return write()
         except ApiError as e:
-            if not _not_known_yet(e, action) or waited >= PROPAGATION_BUDGET:
+            if waited >= _retry_budget(e, action):
                 raise
         sleep(delay)
         waited += delay
@@ -402,7 +460,7 @@ def wire_requests(action: Action) -> list[dict]:
         return []
     if action.request.api == "fleetstore":
         return [_wire(fleet_commit_request(action.request))]
-    return [_wire(action.request)]
+    return [_wire(generated_secrets.wire_request(action.request))]
 
 
 def _wire(request: Request) -> dict:

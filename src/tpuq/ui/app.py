@@ -32,10 +32,11 @@ FLEET_POLL_SECONDS = 5
 
 
 def create_app(clients_factory: Callable[[], Any], now: Callable[[], datetime], user_of: UserOf,
-               tz: tzinfo = timezone.utc, secret_key: str | None = None, backend_line: str = "") -> Flask:
+               tz: tzinfo = timezone.utc, secret_key: bytes | str | None = None, backend_line: str = "") -> Flask:
     """The dashboard. `clients_factory()`: a `tpuq.clients.Clients` (called once, on the first request);
     `now()`: aware datetimes; `user_of(headers)`: the user's account or None; `tz`: the zone times are shown in;
-    `secret_key`: signs the session cookie (random per process when not given: a restart asks for a reload);
+    `secret_key`: signs the session cookie; every process serving the same users must share it (tpuq.ui.sessionkey),
+    or one refuses the others' forms. Not given: random per process, and a restart asks for a reload;
     `backend_line`: where it reads from, shown in the footer."""
     app = Flask(__name__)
     app.config.update(SECRET_KEY=secret_key or secrets.token_hex(32), SESSION_COOKIE_HTTPONLY=True,
