@@ -83,6 +83,23 @@ def methods() -> tuple[tuple[str, Method], ...]:
             template = spec.get("flatPath") or spec["path"]
             literal = len(re.sub(r"\{[^}]+\}", "", template))
             out.append((base, Method(name, spec["id"], spec["httpMethod"], _template_regex(template), literal, spec)))
+            # The same method's media URLs: its upload paths (mediaUpload.protocols, from the root URL) and, where
+            # the download service serves it, `download/` before the service path (storage's objects.get, alt=media).
+            for protocol in ((spec.get("mediaUpload") or {}).get("protocols") or {}).values():
+                media = protocol["path"].lstrip("/")
+                out.append((doc["rootUrl"], Method(name, spec["id"], spec["httpMethod"], _template_regex(media),
+                                                   len(re.sub(r"\{[^}]+\}", "", media)), spec)))
+            # A resumable upload begins at the simple path (uploadType=resumable) and sends its data with PUT to the
+            # session URI it is given, that path with an upload_id
+            # (https://cloud.google.com/storage/docs/performing-resumable-uploads): the same method.
+            simple = (((spec.get("mediaUpload") or {}).get("protocols") or {}).get("simple") or {}).get("path")
+            if simple and "resumable" in spec["mediaUpload"]["protocols"]:
+                media = simple.lstrip("/")
+                out.append((doc["rootUrl"], Method(name, spec["id"], "PUT", _template_regex(media),
+                                                   len(re.sub(r"\{[^}]+\}", "", media)), spec)))
+            if spec.get("supportsMediaDownload") and spec.get("useMediaDownloadService"):
+                out.append((doc["rootUrl"] + "download/" + doc["servicePath"],
+                            Method(name, spec["id"], spec["httpMethod"], _template_regex(template), literal, spec)))
     return tuple(out)
 
 

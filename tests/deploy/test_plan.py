@@ -28,11 +28,13 @@ def test_planning_again_after_applying_changes_nothing():
     first = plan(TARGET, INFRA, ProjectState(secrets=SECRETS))
     state = state_after(first)
     state.networks = {"europe-west4": NetworkFacts(True, True), "us-east1": NetworkFacts(True, True)}
-    state.vpc = VpcFacts(firewalls=[DEFAULT_ALLOW_SSH])
+    default_subnet = {"name": "default", "network": "projects/p/global/networks/default", "ipCidrRange": "10.128.0.0/20"}
+    state.vpc = VpcFacts(firewalls=[DEFAULT_ALLOW_SSH], region_subnets=dict.fromkeys(FLEET.node_regions, default_subnet))
     again = plan(TARGET, INFRA, state)
     assert [str(a) for a in again if a.sends] == []
-    # ssh_transport direct: every node has external IPs (no NAT needed); the firewall was read and admits ssh
-    assert [a.verb for a in again] == ["check"]
+    # ssh_transport direct: every node has external IPs (no NAT needed); the firewall was read and admits ssh, and
+    # each region the fleet creates TPUs in has its subnet
+    assert [a.verb for a in again] == ["check"] * (1 + len(FLEET.node_regions))
 
 
 def test_a_new_image_tag_updates_the_services_only():
@@ -59,7 +61,7 @@ def test_only_the_missing_network_setting_is_asked_for():
     state = ProjectState(known=True, project_number="42",
                          networks={"europe-west4": NetworkFacts(private_google_access=True, cloud_nat=False)})
     vpc = Target(fleet=FleetFile.model_validate({**FLEET.model_dump(), "ssh_transport": "vpc"}), project_number="42")
-    (todo,) = [a for a in plan(vpc, INFRA, state) if a.verb == "todo" and "europe-west4" in a.what]
+    (todo,) = [a for a in plan(vpc, INFRA, state) if a.verb == "todo" and a.what == "network default in europe-west4"]
     assert "Cloud NAT missing" in todo.detail and "Private Google Access" not in todo.detail.split(";")[0]
     assert not any("subnets update" in c for c in todo.commands)
     assert any("routers nats create" in c for c in todo.commands)

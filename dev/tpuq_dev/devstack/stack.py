@@ -32,6 +32,7 @@ from tpuq import topology
 from tpuq.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.processes import ProcRecord
+from tpuq_dev.iam import recording
 from tpuq_dev.devstack.processes import REQUEST_TIMEOUT, START_TIMEOUT
 from tpuq.stackenv import ENV_FILE_NAME, ENV_STACK_DIR, ENV_STACK_ID, StackError, default_state_dir, local_job_bucket
 
@@ -41,6 +42,10 @@ DEFAULT_RUNNER_BUCKET = "tpuq-runner"
 # Stands for the project's owners: roles/owner (and editor, run.admin) carry run.invoker on every service, so
 # Cloud Run's check lets their own tokens through, and only the service's account check refuses them.
 LOCAL_PROJECT_OWNER = "owner@example.com"
+# Deploy's settings of a service (infra/services.yaml `env`) the stack keeps as they are; the others name what
+# stands in locally (the runner bucket, the SSH key file). The claimer's nodes run as tpuq-worker, so its creates
+# attach that account as in production, and the IAM check asks for actAs on it (tpuq_dev.iam.calls).
+AS_DEPLOYED = frozenset({"TPUQ_WORKER_SERVICE_ACCOUNT"})
 GCLOUD_PLATFORM_DIRS = ("/usr/lib/google-cloud-sdk/platform", "/usr/share/google-cloud-sdk/platform")
 
 
@@ -123,6 +128,16 @@ class DevStack:
         """The front's record of every push Pub/Sub made: a JSON line each (`delivery_counts` reads it)."""
         return self.state_dir / "deliveries.jsonl"
 
+    @property
+    def iam_calls_file(self) -> Path:
+        """Every Google API call the services made, a JSON line each, naming the caller (tpuq_dev.iam.recording)."""
+        return self.state_dir / "iam-calls.jsonl"
+
+    def service_account(self, name: str) -> str:
+        """The service account a service runs as, as deploy names it (infra/services.yaml, Target.sa_email)."""
+        target, infra = self.deployment()
+        return target.sa_email(infra.services.service(name).service_account)
+
     def delivery_counts(self) -> dict[tuple[str, str], int]:
         """(subscription, message id) -> how many times Pub/Sub pushed that message, as the front saw it."""
         counts: dict[tuple[str, str], int] = {}
@@ -164,6 +179,7 @@ class DevStack:
                 raise StackError(f"a dev stack is already running (state in {self.state_dir}); run `tpuq dev down` first")
         _fake_gcs_binary()  # the dev extra is there, before anything starts
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.iam_calls_file.unlink(missing_ok=True)  # this stack's calls only
         self.records = []
         # Which stack this is: a shell holding an earlier stack's `dev env` is told to evaluate it again.
         self.env.update({ENV_STACK_ID: uuid.uuid4().hex[:12], ENV_STACK_DIR: str(self.state_dir.resolve())})
@@ -352,20 +368,25 @@ class DevStack:
             self._deployment = (target, load_infra(target.variables()))
         return self._deployment
 
-    def _push_auth_env(self, name: str) -> dict[str, str]:
-        """The service's push-auth settings exactly as deploy sets them on its Cloud Run service."""
+    def _deployed_env(self, name: str) -> dict[str, str]:
+        """The service's push-auth settings, its server's threads (Infra.server_env) and the account its TPU VMs
+        run as (AS_DEPLOYED) exactly as deploy sets them on its Cloud Run service."""
         from tpuq.deploy.plan import desired_run_service
 
         target, infra = self.deployment()
         container = desired_run_service(target, infra, name)["template"]["containers"][0]
-        return {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("TPUQ_PUSH_")}
+        server = infra.server_env(name).keys()
+        return {e["name"]: e["value"] for e in container["env"]
+                if e["name"].startswith("TPUQ_PUSH_") or e["name"] in server or e["name"] in AS_DEPLOYED}
 
     def _start_service(self, name: str, port: int | None = None) -> None:
         port = port or processes.free_port()
         url = f"http://127.0.0.1:{port}"
         rec = self._spawn(
-            name, service_argv(name, "127.0.0.1", port), port, url,
-            {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self._push_auth_env(name), **self.service_env},
+            # Under the IAM recorder: each Google API call it makes, as its service account (tpuq_dev.iam.calls).
+            name, recording.wrap(service_argv(name, "127.0.0.1", port), str(self.iam_calls_file),
+                                 self.service_account(name)), port, url,
+            {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self._deployed_env(name), **self.service_env},
             cwd=str(self.state_dir),  # not the caller's directory, nor a source tree an installed tpuq lacks
         )
         processes.wait_http(url + "/", rec, timeout=START_TIMEOUT, ok=lambda r: r.status_code == 200)
@@ -379,7 +400,10 @@ class DevStack:
         LocalGoogleSigner.load_or_create(self.google_key_file)
         target, infra = self.deployment()
         routes = [Route(name, self.front_ports[name], self.backend_urls[name],
-                        tuple(sorted({*invoker_emails(infra.iam.bindings, target.member, name), *self.extra_invokers})))
+                        tuple(sorted({*invoker_emails(infra.iam.bindings, target.member, name), *self.extra_invokers})),
+                        timeout_seconds=infra.request_timeout_seconds(name),
+                        concurrency=infra.services.service(name).concurrency,
+                        max_instances=infra.services.service(name).max_instances)
                   for name in self.services]
         config_file = self.state_dir / "front.json"
         FrontConfig(self.env["PUBSUB_EMULATOR_HOST"], str(self.google_key_file), routes, self.push_copies,
@@ -395,16 +419,19 @@ class DevStack:
         declare_topics(self.env["PUBSUB_EMULATOR_HOST"], self.project)
 
     def _declare_subscriptions(self) -> None:
-        """The push subscriptions as deploy creates them (endpoint, OIDC account and audience), on the emulator."""
+        """The push subscriptions as deploy creates them (endpoint, OIDC account and audience), on the emulator, and
+        the hold subscription that keeps what is dead-lettered (without it, a dead letter is lost)."""
         if not self.services:
             return
-        from tpuq.deploy.plan import desired_subscription
+        from tpuq.deploy.plan import desired_subscription, hold_subscription_body
 
         target, infra = self.deployment()
         base = f"http://{self.env['PUBSUB_EMULATOR_HOST']}/v1/projects/{self.project}"
         for spec in infra.pubsub.subscriptions:
             if spec.service in self.services:
                 put_subscription(base, spec.name, desired_subscription(target, infra, spec))
+        for hold in infra.pubsub.hold_subscriptions:
+            put_subscription(base, hold.name, hold_subscription_body(hold, self.project))
 
     def _create_buckets(self, names: Iterable[str]) -> None:
         base = self.env["STORAGE_EMULATOR_HOST"]
@@ -431,6 +458,19 @@ class DevStack:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+        refused = self.iam_refusals()  # what Google Cloud would have refused the services, as their accounts
+        if refused:
+            raise StackError("the services made calls their accounts may not make (the IAM model, tpuq_dev.iam, "
+                             "against infra/iam.yaml as deploy grants it):\n" + "\n".join(f"  {r}" for r in refused))
+
+    def iam_refusals(self) -> list:
+        """Each call a service made (iam_calls_file) that its account's roles, as deploy grants them, do not allow."""
+        from tpuq_dev.iam import calls
+
+        recorded = calls.read(self.iam_calls_file)
+        if not recorded:
+            return []
+        return calls.blocking(calls.refusals(recorded, calls.stack_project(self), calls.stack_endpoints(self.env)))
 
     def reset(self) -> None:
         """Between tests: clear Firestore, reset Pub/Sub and declare topics and subscriptions again."""

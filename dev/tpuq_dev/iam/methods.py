@@ -20,21 +20,24 @@ reference for every permission named here is https://cloud.google.com/iam/docs/p
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
+from typing import Any
 
 PERMISSIONS_REFERENCE = "https://cloud.google.com/iam/docs/permissions-reference"
 ACT_AS = "iam.serviceAccounts.actAs"
 
 # URL template variables that name a resource IAM policies can be set on; any other variable ({project},
 # {location}, {api}, ...) names no such resource, and a permission checked there is checked on the project.
-RESOURCE_VARIABLES = {"topic": "topic", "bucket": "bucket", "secret": "secret", "service_account": "service_account",
-                      "run_service": "run_service"}
+RESOURCE_VARIABLES = {"topic": "topic", "subscription": "subscription", "bucket": "bucket", "secret": "secret",
+                      "service_account": "service_account", "run_service": "run_service"}
 
 
 @dataclass(frozen=True)
 class On:
-    """Where a permission is checked: `resource` (the URL's), `project`, or a resource of `kind` named at a body path."""
+    """Where a permission is checked: `resource` (the URL's), `project`, a resource of `kind` named at a body path, or
+    (`url:VARIABLE`) the resource of `kind` another URL variable names (a rewrite's destination bucket)."""
 
     where: str = "resource"
     kind: str = ""
@@ -47,6 +50,41 @@ PROJECT = On("project")
 class Need:
     permission: str
     on: On = On()
+    when: str = ""  # a key of CONDITIONS: needed only by a request it holds for; "" always
+
+
+def _writes(body: Any) -> list[dict]:
+    return [w for w in (body or {}).get("writes") or [] if isinstance(w, dict)]
+
+
+def _sets(write: dict) -> bool:
+    return "update" in write or "transform" in write
+
+
+def _exists(write: dict) -> Any:
+    return (write.get("currentDocument") or {}).get("exists")
+
+
+def _updates_existing(write: dict) -> bool:
+    condition = write.get("currentDocument") or {}
+    return _sets(write) and (condition.get("exists") is not False)  # exists: true, updateTime, or none (an upsert)
+
+
+# Conditions on the request (query, body) under which a Need applies; each says when, with its source.
+# Firestore: https://cloud.google.com/firestore/docs/security/iam ("Required permissions for API methods": a commit's
+# update or transform with exists=false needs create, with exists=true update, with no precondition both; a delete
+# needs delete; a commit with no write needs datastore.databases.get, as beginTransaction and rollback do).
+# Cloud Storage: https://cloud.google.com/storage/docs/access-control/iam-json (objects.insert: storage.objects.delete
+# too when it replaces an object; the model cannot see whether the object exists, so any insert that may replace one,
+# i.e. without ifGenerationMatch=0, needs it).
+CONDITIONS: dict[str, Callable[[dict, Any], bool]] = {
+    "a write may create a document": lambda query, body: any(_sets(w) and _exists(w) is not True
+                                                             for w in _writes(body)),
+    "a write may update a document": lambda query, body: any(_updates_existing(w) for w in _writes(body)),
+    "a write deletes a document": lambda query, body: any("delete" in w for w in _writes(body)),
+    "no write": lambda query, body: not _writes(body),
+    "it may replace an object": lambda query, body: str((query or {}).get("ifGenerationMatch")) != "0",
+}
 
 
 @dataclass(frozen=True)
@@ -72,6 +110,7 @@ class Method:
     identity_needs: tuple[IdentityNeed, ...] = ()
     effect: str = ""  # grant (setIamPolicy, merged as deploy's read-modify-write) | create_bucket
     advisory: str = ""  # why a refusal only costs a check line
+    grpc: str = ""  # the same method's full gRPC name, as Google's gRPC clients call it (tpuq_dev.iam.calls)
 
     @cached_property
     def pattern(self) -> re.Pattern:
@@ -106,6 +145,14 @@ SCHEDULER = ("https://cloud.google.com/scheduler/docs/access-control; cloudsched
 FIRESTORE = ("https://firebase.google.com/docs/firestore/security/iam (\"The datastore.schemas.* permissions were "
              "previously named datastore.indexes.*\"; gcloud's role definitions of 2026-02 carry only schemas.*)")
 SECRETS = "https://cloud.google.com/secret-manager/docs/access-control"
+SECRET_WRITES = ("https://cloud.google.com/secret-manager/docs/reference/rest/v1/projects.secrets (create, addVersion; "
+                 "versions/list): \"Authorization requires the following IAM permission on the specified resource "
+                 "parent\": secretmanager.secrets.create, secretmanager.versions.add, secretmanager.versions.list")
+FIRESTORE_METHODS = "https://cloud.google.com/firestore/docs/security/iam (Required permissions for API methods)"
+FIRESTORE_WRITE_NEEDS = (Need("datastore.entities.create", when="a write may create a document"),
+                         Need("datastore.entities.update", when="a write may update a document"),
+                         Need("datastore.entities.delete", when="a write deletes a document"),
+                         Need("datastore.databases.get", when="no write"))
 COMPUTE = "https://cloud.google.com/compute/docs/reference/rest/v1 (each method's IAM block)"
 NETWORK_ADVISORY = "tolerant read: refused, deploy prints the network/OS Login check as 'could not be checked'"
 
@@ -113,6 +160,99 @@ RUN_ATTACHES = ("template.serviceAccount",)
 RUN_SECRET_ACCESS = IdentityNeed("template.serviceAccount", "secretmanager.versions.access", "secret",
                                  "template.volumes[].secret.secret", RUN_SECRETS)
 SCHEDULER_ATTACHES = ("httpTarget.oidcToken.serviceAccountEmail", "httpTarget.oauthToken.serviceAccountEmail")
+
+FIRESTORE_DOCUMENTS = "https://firestore.googleapis.com/v1/projects/{project}/databases/{database}/documents"
+GCS = "https://storage.googleapis.com"
+TPU_LOCATION = "https://tpu.googleapis.com/v2/projects/{project}/locations/{location}"
+
+
+def _tpu(method: str, rest: str) -> str:
+    return (f"https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.{rest} (IAM block: {method}); "
+            "iam-dataset map.json agrees")
+
+
+# What the services call at run time, each as its own service account (tpuq_dev.iam.calls checks the stack's
+# recording against these). gRPC methods are the same methods as their REST rows: one row, two names.
+RUNTIME_METHODS: tuple[Method, ...] = (
+    # ---- Pub/Sub: every service publishes (tpuq.clients.Clients.publish)
+    Method("pubsub.projects.topics.publish", "POST",
+           "https://pubsub.googleapis.com/v1/projects/{project}/topics/{topic}:publish",
+           _p("pubsub.topics.publish"), PUBSUB, grpc="/google.pubsub.v1.Publisher/Publish"),
+    # ---- Firestore over gRPC (google-cloud-firestore): reads, queries, transactions; the commit row is above
+    Method("firestore.projects.databases.documents.batchGet", "POST", f"{FIRESTORE_DOCUMENTS}:batchGet",
+           _p("datastore.entities.get"), FIRESTORE_METHODS, grpc="/google.firestore.v1.Firestore/BatchGetDocuments"),
+    Method("firestore.projects.databases.documents.beginTransaction", "POST", f"{FIRESTORE_DOCUMENTS}:beginTransaction",
+           _p("datastore.databases.get"), FIRESTORE_METHODS, grpc="/google.firestore.v1.Firestore/BeginTransaction"),
+    Method("firestore.projects.databases.documents.rollback", "POST", f"{FIRESTORE_DOCUMENTS}:rollback",
+           _p("datastore.databases.get"), FIRESTORE_METHODS, grpc="/google.firestore.v1.Firestore/Rollback"),
+    Method("firestore.projects.databases.documents.runQuery", "POST",
+           f"{FIRESTORE_DOCUMENTS}/{{parent_collection}}/{{parent_document}}:runQuery",
+           _p("datastore.entities.get", "datastore.entities.list"), FIRESTORE_METHODS,
+           grpc="/google.firestore.v1.Firestore/RunQuery"),
+    # The page's table has no aggregation row: the stricter of the query's two (a count reads no entity).
+    Method("firestore.projects.databases.documents.runAggregationQuery", "POST",
+           f"{FIRESTORE_DOCUMENTS}/{{parent_collection}}/{{parent_document}}:runAggregationQuery",
+           _p("datastore.entities.get", "datastore.entities.list"), f"{FIRESTORE_METHODS} (as runQuery)",
+           grpc="/google.firestore.v1.Firestore/RunAggregationQuery"),
+    # ---- Cloud Storage, JSON API (google-cloud-storage): the executor's status objects, the scheduler's job files
+    # and bundles. Media downloads and uploads have their own URLs (the discovery document's mediaUpload paths and
+    # its download service) but are the same methods.
+    Method("storage.objects.list", "GET", f"{GCS}/storage/v1/b/{{bucket}}/o", _p("storage.objects.list"), STORAGE),
+    Method("storage.objects.get", "GET", f"{GCS}/storage/v1/b/{{bucket}}/o/{{object}}", _p("storage.objects.get"),
+           STORAGE),
+    Method("storage.objects.get", "GET", f"{GCS}/download/storage/v1/b/{{bucket}}/o/{{object}}",
+           _p("storage.objects.get"), STORAGE),
+    Method("storage.objects.insert", "POST", f"{GCS}/upload/storage/v1/b/{{bucket}}/o",
+           (Need("storage.objects.create"), Need("storage.objects.delete", when="it may replace an object")), STORAGE),
+    Method("storage.objects.insert", "POST", f"{GCS}/storage/v1/b/{{bucket}}/o",
+           (Need("storage.objects.create"), Need("storage.objects.delete", when="it may replace an object")), STORAGE),
+    Method("storage.objects.delete", "DELETE", f"{GCS}/storage/v1/b/{{bucket}}/o/{{object}}",
+           _p("storage.objects.delete"), STORAGE),
+    Method("storage.objects.patch", "PATCH", f"{GCS}/storage/v1/b/{{bucket}}/o/{{object}}",
+           _p("storage.objects.get", "storage.objects.update"), STORAGE),
+    Method("storage.objects.compose", "POST", f"{GCS}/storage/v1/b/{{bucket}}/o/{{object}}/compose",
+           (Need("storage.objects.get"), Need("storage.objects.create"),
+            Need("storage.objects.delete", when="it may replace an object")), STORAGE),
+    # A resumable upload (google-cloud-storage's for anything over 8 MiB, and its BlobWriter) sends its data with PUT
+    # to the session URI, the insert URL with an upload_id: the same objects.insert, checked as its first request.
+    Method("storage.objects.insert", "PUT", f"{GCS}/upload/storage/v1/b/{{bucket}}/o",
+           (Need("storage.objects.create"), Need("storage.objects.delete", when="it may replace an object")),
+           f"{STORAGE}; https://cloud.google.com/storage/docs/performing-resumable-uploads"),
+    # The scheduler's packed folder, copied under its content name into each of the job's buckets: get on the
+    # source, create (and delete, when it may replace one) on the destination.
+    Method("storage.objects.rewrite", "POST",
+           f"{GCS}/storage/v1/b/{{bucket}}/o/{{object}}/rewriteTo/b/{{destination_bucket}}/o/{{destination_object}}",
+           (Need("storage.objects.get"), Need("storage.objects.create", On("url:destination_bucket", "bucket")),
+            Need("storage.objects.delete", On("url:destination_bucket", "bucket"), when="it may replace an object")),
+           STORAGE),
+    # ---- Cloud TPU (google-cloud-tpu's REST transport): the claimer, the janitor, the executor's host keys.
+    # A queued resource's methods are checked as the node permissions (there are no tpu.queuedResources.*).
+    Method("tpu.projects.locations.queuedResources.get", "GET", f"{TPU_LOCATION}/queuedResources/{{queued_resource}}",
+           _p("tpu.nodes.get"), _tpu("tpu.nodes.get", "queuedResources/get")),
+    Method("tpu.projects.locations.queuedResources.list", "GET", f"{TPU_LOCATION}/queuedResources",
+           _p("tpu.nodes.list"), _tpu("tpu.nodes.list", "queuedResources/list")),
+    Method("tpu.projects.locations.queuedResources.delete", "DELETE",
+           f"{TPU_LOCATION}/queuedResources/{{queued_resource}}",
+           _p("tpu.nodes.delete"), _tpu("tpu.nodes.delete", "queuedResources/delete")),
+    Method("tpu.projects.locations.nodes.get", "GET", f"{TPU_LOCATION}/nodes/{{node}}",
+           _p("tpu.nodes.get"), _tpu("tpu.nodes.get", "nodes/get")),
+    Method("tpu.projects.locations.nodes.list", "GET", f"{TPU_LOCATION}/nodes",
+           _p("tpu.nodes.list"), _tpu("tpu.nodes.list", "nodes/list")),
+    Method("tpu.projects.locations.nodes.delete", "DELETE", f"{TPU_LOCATION}/nodes/{{node}}",
+           _p("tpu.nodes.delete"), _tpu("tpu.nodes.delete", "nodes/delete")),
+    Method("tpu.projects.locations.nodes.getGuestAttributes", "POST",
+           f"{TPU_LOCATION}/nodes/{{node}}:getGuestAttributes",
+           _p("tpu.nodes.get"), _tpu("tpu.nodes.get", "nodes/getGuestAttributes")),
+    Method("tpu.projects.locations.operations.get", "GET", f"{TPU_LOCATION}/operations/{{operation}}",
+           _p("tpu.operations.get"), _tpu("tpu.operations.get", "operations/get")),
+    # ---- Cloud Quotas: the claimer's and the dashboard's quota read (tpuq.cloudchecks); no discovery document
+    # ships for it, so its row is checked against the REST reference by hand.
+    Method("cloudquotas.projects.locations.services.quotaInfos.get", "GET",
+           "https://cloudquotas.googleapis.com/v1/projects/{project}/locations/{location}/services/{service}/"
+           "quotaInfos/{quota_info}", _p("cloudquotas.quotas.get"),
+           "https://cloud.google.com/docs/quotas/reference/rest/v1/projects.locations.services.quotaInfos/get (IAM "
+           "block: cloudquotas.quotas.get)"),
+)
 
 METHODS: tuple[Method, ...] = (
     # ---- Service Usage
@@ -174,6 +314,22 @@ METHODS: tuple[Method, ...] = (
            "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}",
            _p("pubsub.subscriptions.update", on=PROJECT), f"{PUBSUB}; {PUSH_AUTH}",
            acts_as=("subscription.pushConfig.oidcToken.serviceAccountEmail",)),
+    # deploy's grant on the hold subscription (infra/iam.yaml: the dashboard reads it)
+    Method("pubsub.projects.subscriptions.getIamPolicy", "GET",
+           "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}:getIamPolicy",
+           _p("pubsub.subscriptions.getIamPolicy"), PUBSUB),
+    Method("pubsub.projects.subscriptions.setIamPolicy", "POST",
+           "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}:setIamPolicy",
+           _p("pubsub.subscriptions.setIamPolicy"), PUBSUB, effect="grant"),
+    # People's read of what Pub/Sub dead-lettered (tpuq.heldletters: `tpuq dead-letters`, `tpuq status`, the
+    # dashboard): a pull, then modifyAckDeadline 0 to hand every message back. Both are "consume" (the access-control
+    # table; iam-dataset map.json: pull, modifyAckDeadline, acknowledge and seek -> pubsub.subscriptions.consume).
+    Method("pubsub.projects.subscriptions.pull", "POST",
+           "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}:pull",
+           _p("pubsub.subscriptions.consume"), PUBSUB, grpc="/google.pubsub.v1.Subscriber/Pull"),
+    Method("pubsub.projects.subscriptions.modifyAckDeadline", "POST",
+           "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}:modifyAckDeadline",
+           _p("pubsub.subscriptions.consume"), PUBSUB, grpc="/google.pubsub.v1.Subscriber/ModifyAckDeadline"),
     # ---- Cloud Storage
     # The iam-json table as stored did not show this row; the project read is what every caller of it holds.
     Method("storage.projects.serviceAccount.get", "GET",
@@ -242,13 +398,24 @@ METHODS: tuple[Method, ...] = (
     Method("firestore.projects.databases.collectionGroups.indexes.create", "POST",
            "https://firestore.googleapis.com/v1/projects/{project}/databases/{database}/collectionGroups/{group}/indexes",
            _p("datastore.schemas.create"), FIRESTORE),
-    # The fleet document: save_fleet's set() is a commit of an update with no precondition.
+    # The fleet document (save_fleet's set(): an update with no precondition, so create and update), and every
+    # write the services make (the same method over gRPC).
     Method("firestore.projects.databases.documents.commit", "POST",
            "https://firestore.googleapis.com/v1/projects/{project}/databases/{database}/documents:commit",
-           _p("datastore.entities.create", "datastore.entities.update"), FIRESTORE),
-    # ---- Secret Manager (grants only: tpuq never reads or writes a secret's value)
+           FIRESTORE_WRITE_NEEDS, FIRESTORE_METHODS, grpc="/google.firestore.v1.Firestore/Commit"),
+    # ---- Secret Manager: grants; and the one secret deploy makes itself, the dashboard's session key (random
+    # bytes made when applied: tpuq.deploy.generated_secrets). tpuq never reads a secret's value.
     Method("secretmanager.projects.secrets.list", "GET", "https://secretmanager.googleapis.com/v1/projects/{project}/secrets",
            _p("secretmanager.secrets.list"), SECRETS),
+    Method("secretmanager.projects.secrets.create", "POST",
+           "https://secretmanager.googleapis.com/v1/projects/{project}/secrets",
+           _p("secretmanager.secrets.create", on=PROJECT), SECRET_WRITES),
+    Method("secretmanager.projects.secrets.addVersion", "POST",
+           "https://secretmanager.googleapis.com/v1/projects/{project}/secrets/{secret}:addVersion",
+           _p("secretmanager.versions.add"), SECRET_WRITES),
+    Method("secretmanager.projects.secrets.versions.list", "GET",
+           "https://secretmanager.googleapis.com/v1/projects/{project}/secrets/{secret}/versions",
+           _p("secretmanager.versions.list"), SECRET_WRITES),
     Method("secretmanager.projects.secrets.getIamPolicy", "GET",
            "https://secretmanager.googleapis.com/v1/projects/{project}/secrets/{secret}:getIamPolicy",
            _p("secretmanager.secrets.getIamPolicy"), SECRETS),
@@ -283,6 +450,7 @@ METHODS: tuple[Method, ...] = (
            "https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/create (IAM "
            "block: tpu.nodes.create); production-facts.md, actAs: a TPU node with serviceAccount.email",
            acts_as=("tpu.nodeSpec[].node.serviceAccount.email",)),
+    *RUNTIME_METHODS,
 )
 
 
@@ -301,6 +469,29 @@ def find(http_method: str, url: str) -> Match | None:
             if m:
                 return Match(method, m.groupdict())
     return None
+
+
+def find_grpc(full_method: str, resource_name: str) -> Match | None:
+    """The row whose gRPC name this is, with the URL variables a resource name gives it: `projects/p/topics/t`
+    gives {project: p, topic: t} to a row whose URL has `projects/{project}` and `topics/{topic}`."""
+    method = _grpc_rows().get(full_method)
+    if method is None:
+        return None
+    segments = resource_name.split("/")
+    variables = {}
+    for m in re.finditer(r"([A-Za-z]+)/\{([a-z_]+)\}", method.url):
+        if m.group(1) in segments[:-1]:
+            variables[m.group(2)] = segments[segments.index(m.group(1)) + 1]
+    return Match(method, variables)
+
+
+@cache
+def _grpc_rows() -> dict[str, Method]:
+    return {method.grpc: method for method in METHODS if method.grpc}
+
+
+def applies(need: Need, query: Any, body: Any) -> bool:
+    return not need.when or CONDITIONS[need.when](query, body)
 
 
 def modelled_permissions() -> frozenset[str]:

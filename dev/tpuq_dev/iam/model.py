@@ -21,13 +21,13 @@ from typing import Any
 from tpuq_dev.iam import methods, roles
 from tpuq_dev.iam.methods import ACT_AS, Match, Method
 
-KIND_LABELS = {"project": "project", "topic": "topic", "bucket": "bucket", "secret": "secret",
-               "service_account": "service account", "run_service": "Cloud Run service"}
+KIND_LABELS = {"project": "project", "topic": "topic", "subscription": "subscription", "bucket": "bucket",
+               "secret": "secret", "service_account": "service account", "run_service": "Cloud Run service"}
 
 
 @dataclass(frozen=True)
 class Resource:
-    kind: str  # project | topic | bucket | secret | service_account | run_service
+    kind: str  # project | topic | subscription | bucket | secret | service_account | run_service
     name: str
 
     def __str__(self) -> str:
@@ -119,6 +119,8 @@ class Project:
             return [self.resource]
         if on.where == "resource":
             return [self.url_resource(match)]
+        if on.where.startswith("url:"):
+            return [Resource(on.kind, match.variables[on.where.removeprefix("url:")])]
         return [Resource(on.kind, short_name(v)) for v in values_at(body, on.where)]
 
 
@@ -133,6 +135,8 @@ class Refusal:
     advisory: str = ""
 
     def __str__(self) -> str:
+        if not self.method and self.why:  # a call the model could not read (tpuq_dev.iam.calls)
+            return f"{self.request}, as {self.principal.split(':', 1)[-1]}: {self.why}"
         if not self.method:
             return (f"{self.request}: no row in the IAM model's method table (dev/tpuq_dev/iam/methods.py): add one "
                     "naming the permission it needs and the page that says so")
@@ -151,14 +155,24 @@ def refusals_of(request: dict, caller: str, project: Project) -> list[Refusal]:
     label = _request_label(request)
     if match is None:
         return [Refusal(label, "", caller)]
-    method, body = match.method, request.get("body")
+    return refusals_of_match(match, label, request.get("query"), request.get("body"), caller, project)
+
+
+def refusals_of_match(match: Match, label: str, query: Any, body: Any, caller: str, project: Project,
+                      advisory: str = "") -> list[Refusal]:
+    """What a call of this row needs that the caller, or an identity it attaches, lacks (a REST request found by its
+    URL, or a gRPC call found by its name: tpuq_dev.iam.calls). `advisory`: why a refusal would cost nothing here."""
+    method = match.method
+    advisory = advisory or method.advisory
     out: list[Refusal] = []
 
     def need(principal: str, permission: str, resource: Resource, why: str = "") -> None:
         if not project.allows(principal, permission, resource):
-            out.append(Refusal(label, method.id, principal, permission, resource, why, method.advisory))
+            out.append(Refusal(label, method.id, principal, permission, resource, why, advisory))
 
     for n in method.needs:
+        if not methods.applies(n, query, body):
+            continue
         for resource in project.resources_for(match, n.on, body):
             need(caller, n.permission, resource)
     for path in method.acts_as:

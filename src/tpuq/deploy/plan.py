@@ -101,6 +101,9 @@ class VpcFacts:
 
     subnet: dict | None = None  # the executor's subnet in the services' region (compute v1 Subnetwork)
     subnet_missing: bool = False  # read, and not there
+    # The fleet's subnet in each region it creates TPU nodes in (tpuq.subnets): the Subnetwork, or None when read
+    # and not there; a region left out could not be read.
+    region_subnets: dict[str, dict | None] = field(default_factory=dict)
     firewalls: list[dict] | None = None  # compute v1 Firewall resources of the project
     project_metadata: dict[str, str] | None = None  # commonInstanceMetadata, key -> value
     require_os_login: bool | None = None  # org policy constraints/compute.requireOsLogin enforced
@@ -130,6 +133,11 @@ class ProjectState:
     networks: dict[str, NetworkFacts] = field(default_factory=dict)  # region -> facts
     vpc: VpcFacts = field(default_factory=VpcFacts)
     missing_buckets: set[str] = field(default_factory=set)  # the fleet's job_buckets read and not found
+    # The fleet's job_buckets whose IAM policy deploy may not read (403: another project's bucket): granted by their
+    # owner, from a todo (tpuq.deploy.job_buckets)
+    unreadable_job_buckets: set[str] = field(default_factory=set)
+    # Secrets deploy makes (tpuq.deploy.generated_secrets) that exist with no enabled version: one is added
+    versionless_secrets: set[str] = field(default_factory=set)
     cloud_build_account: str | None = None  # who builds that name no account run as (None: not read)
     billing_enabled: bool | None = None  # Cloud Billing's billingEnabled (None: not read)
     # The REST resources behind some of the sets above: their labels and descriptions say what deploy created.
@@ -191,7 +199,10 @@ def plan(target: Target, infra: Infra, state: ProjectState, skip_services: bool 
     actions += _service_agents(target, infra, state)  # before any grant to them
     actions += _topics(infra, state, p, target.labels)
     actions += _bucket(target, infra, state)
-    actions += _grants(target, infra, state, lambda on: not on.startswith("run_service:"))
+    from tpuq.deploy import generated_secrets  # it builds on this module's Action and ProjectState
+
+    actions += generated_secrets.actions(target, infra, state)  # before the grants on them and what mounts them
+    actions += _grants(target, infra, state, lambda on: not on.startswith(("run_service:", "subscription:")))
     actions += _artifact_repository(target, infra, state)  # before the images are pushed (cloudbuild.yaml)
     if not skip_services:
         actions += _run_services(target, infra, state)
@@ -199,6 +210,7 @@ def plan(target: Target, infra: Infra, state: ProjectState, skip_services: bool 
         actions += _subscriptions(target, infra, state)
         actions += _scheduler_jobs(target, infra, state)
     actions += _hold_subscriptions(infra, state, p, target.labels)
+    actions += _grants(target, infra, state, lambda on: on.startswith("subscription:"))  # once they exist
     actions += _notifications(target, infra, state)
     if state.stored_fleet_version != target.fleet.version:
         actions.append(Action("store", f"fleet {target.fleet.name}", f"in Firestore fleets/{target.fleet.name} "
@@ -210,7 +222,7 @@ def plan(target: Target, infra: Infra, state: ProjectState, skip_services: bool 
     from tpuq.deploy import job_buckets, network  # they build on this module's Action and ProjectState
 
     actions += network.checks(target, state)
-    actions += job_buckets.todos(target, state)
+    actions += job_buckets.todos(target, infra, state)
     return actions
 
 
@@ -371,12 +383,18 @@ def hold_subscription_projection(body: dict) -> dict:
             "expirationPolicy": expiration_ttl(body)}
 
 
+def hold_subscription_body(h, p: str, labels: dict[str, str] | None = None) -> dict:
+    """The REST body of a hold subscription (a pull subscription that keeps its topic's messages): deploy creates it,
+    and so does the local stack."""
+    return {"topic": f"projects/{p}/topics/{h.topic}", "messageRetentionDuration": f"{h.message_retention_seconds}s",
+            "expirationPolicy": never_expires(), **({"labels": labels} if labels else {})}
+
+
 def _hold_subscriptions(infra: Infra, state: ProjectState, p: str, labels: dict[str, str] | None = None) -> list[Action]:
     out = []
     for h in infra.pubsub.hold_subscriptions:
-        topic = f"projects/{p}/topics/{h.topic}"
-        body = {"topic": topic, "messageRetentionDuration": f"{h.message_retention_seconds}s",
-                "expirationPolicy": never_expires(), **({"labels": labels} if labels else {})}
+        body = hold_subscription_body(h, p, labels)
+        topic = body["topic"]
         detail = f"(pull; keeps {h.topic} for {h.message_retention_seconds // 86400} days for inspection; never expires)"
         current = state.subscriptions.get(h.name)
         if current is None:
@@ -474,7 +492,7 @@ def desired_run_service(target: Target, infra: Infra, name: str, existing_secret
     spec = infra.services.service(name)
     url = target.service_url(infra, name)
     env = {"GOOGLE_CLOUD_PROJECT": target.project, "TPUQ_RUNNER_BUCKET": target.runner_bucket,
-           "TPUQ_FLEET": target.fleet.name, "TPUQ_SERVICE": name, **spec.env}
+           "TPUQ_FLEET": target.fleet.name, "TPUQ_SERVICE": name, **infra.server_env(name), **spec.env}
     if name in topology.SERVICES:  # a push service; the dashboard (ui) is reached by people, never by a push
         env |= {"TPUQ_PUSH_AUTH": "oidc", "TPUQ_PUSH_AUDIENCE": url,
                 "TPUQ_PUSH_SERVICE_ACCOUNT": target.sa_email(infra.pubsub.push_service_account)}
@@ -554,7 +572,7 @@ def _run_services(target: Target, infra: Infra, state: ProjectState) -> list[Act
     for spec in infra.services.services:
         if spec.name in left_out:
             continue  # _secrets_todo says why and what to create
-        body = desired_run_service(target, infra, spec.name, state.secrets or set())
+        body = desired_run_service(target, infra, spec.name, secrets_after(infra, state))
         image = body["template"]["containers"][0]["image"]
         detail = f"(image {image}, as {body['template']['serviceAccount']}, scales 0..{spec.max_instances})"
         current = state.run_services.get(spec.run_service)
@@ -597,6 +615,10 @@ def iam_resource(target: Target, infra: Infra, on: str) -> IamResource:
         path = f"projects/{p}/topics/{name}"
         return IamResource(on, f"topic {name}", "pubsub", Request("pubsub", "GET", f"{path}:getIamPolicy"),
                            "POST", f"{path}:setIamPolicy")
+    if kind == "subscription":
+        path = f"projects/{p}/subscriptions/{name}"
+        return IamResource(on, f"subscription {name}", "pubsub", Request("pubsub", "GET", f"{path}:getIamPolicy"),
+                           "POST", f"{path}:setIamPolicy")
     if kind in ("bucket", "job_bucket"):
         bucket = _bucket_name(target, name) if kind == "bucket" else name
         return IamResource(on, f"bucket gs://{bucket}", "storage", Request("storage", "GET", f"b/{bucket}/iam"),
@@ -621,6 +643,13 @@ def _granted(target: Target, state: ProjectState, binding) -> bool:
     return (binding.role, target.member(binding.member)) in state.iam.get(binding.resource, set())
 
 
+def secrets_after(infra: Infra, state: ProjectState) -> set[str]:
+    """The secrets the project holds once this deploy made its own (those in infra/services.yaml with random_bytes)."""
+    from tpuq.deploy.generated_secrets import declared
+
+    return (state.secrets or set()) | set(declared(infra))
+
+
 def _grants(target: Target, infra: Infra, state: ProjectState, which) -> list[Action]:
     out = []
     absent_services = {f"run_service:{name}" for name in _left_out(target, state)
@@ -628,12 +657,14 @@ def _grants(target: Target, infra: Infra, state: ProjectState, which) -> list[Ac
     for b in infra.iam.bindings:
         if not which(b.resource) or b.resource.partition(":")[2] in state.missing_buckets:
             continue  # a job bucket that is not there is a todo (tpuq.deploy.job_buckets), not a failed grant
+        if b.resource.startswith("job_bucket:") and b.resource.partition(":")[2] in state.unreadable_job_buckets:
+            continue  # nor is one whose policy deploy may not read: its owner grants (tpuq.deploy.job_buckets)
         if b.resource in absent_services:
             continue  # a service left out of this deploy has no IAM policy to grant on yet
         member = target.member(b.member)
         if _granted(target, state, b):
             continue
-        if b.resource.startswith("secret:") and b.resource.split(":", 1)[1] not in (state.secrets or set()):
+        if b.resource.startswith("secret:") and b.resource.split(":", 1)[1] not in secrets_after(infra, state):
             continue  # a secret tpuq never creates: granted on a later deploy, once it exists (_secrets_todo)
         resource = iam_resource(target, infra, b.resource)
         out.append(Action("grant", b.role, f"on {resource.label} to {member.removeprefix('serviceAccount:')}",
