@@ -1,8 +1,9 @@
 """Core (pure): does a job file fit the fleet it will run on, as far as the two files alone tell?
 
 `tpuq validate fleet.yaml job.yaml` checks each file on its own and then the pair: a bucket a job lists (or reads its
-bundle from) that the fleet's `job_buckets` does not name is one deploy never lets the workers write (README, "Deploy
-to your project", step 7), and a fleet naming no `ssh_key_secret` gets no executor from deploy, so no job starts.
+bundle from) that the fleet's `job_buckets` does not name is one deploy never lets the workers write
+(docs/DEPLOYING.md, "Network, firewall, OS Login and buckets", step 7), and a fleet naming no `ssh_key_secret` gets
+no executor from deploy, so no job starts.
 Both are warnings: the grant may have been made by hand, and the fleet may only be stored, not deployed.
 """
 

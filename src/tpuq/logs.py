@@ -9,7 +9,7 @@ on stdout, a JSON object that Cloud Logging turns into a structured entry:
   lines under its request log;
 - whatever the log context holds: `service`, `subscription`, `message_id`, `job_id`, `attempt`, `node`.
   Cloud Logging keeps them as `jsonPayload.<field>`, so one filter follows a job through the four services
-  (README, "Following one job in Cloud Logging").
+  (docs/DEPLOYING.md, "Following one job in Cloud Logging").
 
 Locally the same records are text on stderr, with the context appended in brackets.
 

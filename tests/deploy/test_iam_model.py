@@ -1,8 +1,8 @@
 """IAM is enforced, not assumed: every request deploy sends, made as the principal that sends it, against the IAM model.
 
 Two paths send a deploy: Cloud Build, as tpuq-deploy (cloudbuild.yaml's serviceAccount), with the roles infra/iam.yaml
-gives it; and a person, as a project owner (README, step 2). The model (tpuq_dev.iam) refuses what the caller's
-roles do not allow, including `iam.serviceAccounts.actAs` on every account a request attaches, and any request
+gives it; and a person, as a project owner (docs/DEPLOYING.md, step 2). The model (tpuq_dev.iam) refuses what the
+caller's roles do not allow, including `iam.serviceAccounts.actAs` on every account a request attaches, and any request
 its method table has no row for.
 """
 

@@ -30,7 +30,7 @@ LOCAL_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T")
 @pytest.fixture(scope="module")
 def gcloud_env(system, tmp_path_factory):
     """gcloud pointed at the local stack: Pub/Sub's emulator, and fake-gcs-server for `gcloud storage`
-    (api_endpoint_overrides/storage: the JSON API's base URL, as the README says), as environment variables
+    (api_endpoint_overrides/storage: the JSON API's base URL, as docs/DEVELOPING.md says), as environment variables
     (CLOUDSDK_<SECTION>_<PROPERTY>, the same properties `gcloud config set` writes)."""
     return {**os.environ, **system.env, "CLOUDSDK_CONFIG": str(tmp_path_factory.mktemp("gcloud")),
             "CLOUDSDK_CORE_PROJECT": system.project, "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",

@@ -183,8 +183,8 @@ echo "worker $TPU_WORKER_ID stopped after $i steps"
 
 @pytest.mark.timeout(1200)
 def test_the_first_hour_through_the_cli_alone(person):
-    """Issue 16's done-when, as the README's local-stack walk tells it, with no Python API: a job of one's own on a
-    4-host slice, watched per worker in a terminal, a shell on worker 2, and a refused message published with
+    """Issue 16's done-when, as the local-stack walk of docs/USING.md tells it, with no Python API: a job of one's own
+    on a 4-host slice, watched per worker in a terminal, a shell on worker 2, and a refused message published with
     gcloud found again by its message id."""
     if shutil.which("tmux") is None or shutil.which("gcloud") is None:
         pytest.fail("tmux and gcloud are needed: `make install-system` installs tmux; gcloud is a prerequisite")

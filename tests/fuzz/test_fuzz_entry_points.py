@@ -36,8 +36,8 @@ settings.register_profile("fuzz", deadline=None, derandomize=True, database=None
                           suppress_health_check=list(HealthCheck))
 FUZZ = settings.get_profile("fuzz")
 
-# Payloads per test; FUZZ_TOTAL in all (the suite's figure, README "Fuzzing"). TPUQ_FUZZ_SCALE multiplies them
-# (benchmarks/fuzz.py runs this file with a larger one).
+# Payloads per test; FUZZ_TOTAL in all (the suite's figure, docs/DEVELOPING.md "Fuzzing"). TPUQ_FUZZ_SCALE multiplies
+# them (benchmarks/fuzz.py runs this file with a larger one).
 SCALE = float(os.environ.get("TPUQ_FUZZ_SCALE", "1"))
 MESSAGES_PER_PATH = int(30 * SCALE)  # x 14 push paths
 HOSTILE_PER_ENTRY = int(15 * SCALE)  # x len(HOSTILE)

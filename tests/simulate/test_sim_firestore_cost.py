@@ -1,5 +1,5 @@
-"""What the README's cost table says of Firestore, measured on the services' own code: an idle deployment (the
-standard fleet, nothing queued, nothing running) stays within Firestore's free tier of 50,000 document reads and
+"""What the cost table of docs/DEPLOYING.md says of Firestore, measured on the services' own code: an idle deployment
+(the standard fleet, nothing queued, nothing running) stays within Firestore's free tier of 50,000 document reads and
 20,000 writes a day (https://cloud.google.com/firestore/pricing), every minute's tick handled."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ and its log lines stream in; a `<script>` in its name and in a log line shows as
 to the stocked-out zone waits while the Fleet page shows that zone's back-off; cancelling it through the
 confirmation cancels it (Firestore says so); refused messages show on Dead letters; the Cost page draws its chart.
 
-Screenshots go to the test's tmp folder; with TPUQ_UI_README_SHOTS=1 also to docs/images/ui-*.png (the README's).
+Screenshots go to the test's tmp folder; with TPUQ_UI_README_SHOTS=1 also to docs/images/ui-*.png (docs/USING.md's).
 The running job waits at a gate the test opens (a file in /dev/shm, which the fake TPU's hosts share), so "while
 it runs" never depends on how fast the machine is.
 """
@@ -222,7 +222,7 @@ def test_dead_letters_and_cost(page, clients):
     if any(True for _ in clients.firestore.collection(store.TPUS).limit(1).stream()):  # the first test's TPU
         assert page.query_selector_all("#cost-rows tr[data-type='v4-8']")
     shoot(page, "cost")
-    page.goto(f"{page.base}/jobs")  # by now: a job that succeeded, one cancelled, the README's picture
+    page.goto(f"{page.base}/jobs")  # by now: a job that succeeded, one cancelled, docs/USING.md's picture
     page.wait_for_selector("tr[data-state='cancelled']")
     shoot(page, "jobs")
 

@@ -4,7 +4,7 @@ What the plan says: the service runs `python -m tpuq.ui` (its own image, built a
 the tpuq-ui account, keeps Cloud Run's invoker check on, carries TPUQ_UI_AUTH=cloudrun (users from the verified
 token, tpuq.ui.identity) and no push settings, signs sessions with a key all its instances share, and nothing
 grants anyone (allUsers, the push account) roles/run.invoker on it: people hold it through their project roles or
-the grant the README gives. Its account reads what the CLI reads and publishes only on cancels and ticks."""
+the grant docs/DEPLOYING.md gives. Its account reads what the CLI reads and publishes only on cancels and ticks."""
 
 from __future__ import annotations
 

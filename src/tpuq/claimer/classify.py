@@ -152,10 +152,10 @@ def external_ip_hint(fleet: FleetFile | None, region: str | None) -> str:
     where = f"region {region}'s" if region else "the region's"
     head = f"{where} external IP quota (IN_USE_ADDRESSES, 8 per region by default) is used up"
     if fleet is not None and fleet.ssh_transport is SshTransport.direct:
-        fix = "use internal IPs: set `ssh_transport: vpc` in the fleet file (README, 'External IPs and NAT')"
+        fix = "use internal IPs: set `ssh_transport: vpc` in the fleet file (docs/DEPLOYING.md, 'External IPs and NAT')"
     else:
         fix = ("use internal IPs: with `ssh_transport: vpc`, set `worker_external_ips: false` once the region has "
-               "Cloud NAT (README, 'External IPs and NAT')")
+               "Cloud NAT (docs/DEPLOYING.md, 'External IPs and NAT')")
     return f"{head}; {fix}"
 
 

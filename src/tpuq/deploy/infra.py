@@ -148,7 +148,7 @@ class ServiceSpec(StrictModel):
     max_instances: int
     # Kept warm: instances that never scale to zero, and CPU outside requests (Cloud Run's "CPU always
     # allocated", run v2 `cpuIdle: false`). Both are billed around the clock; the executor's SSH connections
-    # outlive a request only with them (README, "Back to back on one slice").
+    # outlive a request only with them (docs/DEPLOYING.md, "Keeping the executor's SSH connections between jobs").
     min_instances: int = 0
     cpu_always_allocated: bool = False
     env: dict[str, str] = {}

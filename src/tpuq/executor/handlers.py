@@ -132,7 +132,8 @@ class ExecutorRuntime:
 def keep_connections() -> bool:
     """TPUQ_EXECUTOR_KEEP_SSH=0 opens a new SSH connection per call (the default keeps them between attempts).
     Kept connections pay off only while the instance lives and its CPU runs between requests: on Cloud Run,
-    min instances >= 1 and CPU always allocated (see README, "Turnaround")."""
+    min instances >= 1 and CPU always allocated (see docs/DEPLOYING.md, "Keeping the executor's SSH connections
+    between jobs")."""
     return os.environ.get("TPUQ_EXECUTOR_KEEP_SSH", "1") != "0"
 
 

@@ -143,7 +143,7 @@ def write_report(out_dir: str | Path, results: Sequence[Metrics], title: str) ->
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
              f"<style>{_STYLE}</style></head><body><h1>{esc(title)}</h1>",
              f"<p>{max((m.horizon_seconds for m in results), default=0) / 86400:g} simulated days; "
-             "figures explained in the README's <em>Simulating a grant</em>.</p>",
+             "figures explained in tpuq's docs/SIMULATING.md.</p>",
              "<h2>Summary</h2><table><tr><th></th>" + "".join(f"<th>{esc(m.policy)}</th>" for m in results) + "</tr>"]
     for name, cells in _summary_rows(results):
         parts.append(f"<tr><td>{esc(name)}</td>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
