@@ -186,6 +186,11 @@ def test_a_call_no_row_describes_is_refused_and_the_librarys_own_background_read
     assert refusal.permission == "storage.buckets.get" and refusal.advisory and calls.blocking([refusal]) == []
     (refusal,) = calls.refusals([{**bucket_read, "thread": "ThreadPoolExecutor-0_1"}], project, endpoints)
     assert calls.blocking([refusal]) == [refusal]  # tpuq's own code reading the bucket would need the grant
+    # google.auth asking the instance's metadata server for a token or the project is no API call: no IAM.
+    metadata = [{"account": account("claimer"), "kind": "http", "method": "GET", "query": {},
+                 "url": f"http://{host}/computeMetadata/v1/instance/service-accounts/default/token"}
+                for host in ("169.254.169.254", "metadata.google.internal")]
+    assert calls.refusals(metadata, project, endpoints) == []
 
 
 def test_a_stack_whose_services_made_a_refused_call_fails_when_it_stops(stack, monkeypatch):

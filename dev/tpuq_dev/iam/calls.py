@@ -41,6 +41,16 @@ LIBRARY_BACKGROUND = {
                                                              "the bucket in the background; a 403 is only logged",
 }
 
+# The instance's own metadata server (google.auth asks it for credentials and the project; on Cloud Run that is how
+# a service gets its account's tokens): no Google API, so no IAM permission. Any other call without a row fails.
+METADATA_SERVER_HOSTS = ("169.254.169.254", "metadata.google.internal")
+
+
+def is_metadata_server(call: dict) -> bool:
+    from urllib.parse import urlsplit
+
+    return call.get("kind") != "grpc" and urlsplit(str(call.get("url") or "")).hostname in METADATA_SERVER_HOSTS
+
 
 def read(path: Path) -> list[dict]:
     """The recorded calls (a line still being written is left out)."""
@@ -101,6 +111,8 @@ def row_of(call: dict, endpoints: dict[str, tuple[str, ...]]) -> tuple[methods.M
 def call_refusals(call: dict, project: Project, endpoints: dict[str, tuple[str, ...]]) -> list[Refusal]:
     """What one recorded call needs that its account lacks (a call no row describes, or unreadable: a refusal)."""
     caller = f"serviceAccount:{call.get('account')}"
+    if is_metadata_server(call):
+        return []
     if call.get("error"):
         return [Refusal(_label(call), "", caller, why=f"the recorder could not read the call ({call['error']})")]
     match, label = row_of(call, endpoints)
