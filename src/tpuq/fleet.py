@@ -18,7 +18,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tpuq.jobspec import StrictModel, split_gs_uri
-from tpuq.tputypes import AcceleratorType, UnknownAcceleratorType, parse_accelerator_type, zone_region
+from tpuq.tputypes import (AcceleratorType, ProvisioningModel, UnknownAcceleratorType, families, family, family_named,
+                           parse_accelerator_type, zone_region)
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
@@ -32,11 +33,6 @@ _FIRESTORE_LOCATION_RE = re.compile(r"^[a-z][a-z0-9-]{1,40}[0-9]$")  # nam5, eur
 # most 32 characters, utmp's limit (libmisc/chkname.c, is_valid_user_name). The trailing '$' (Samba machine
 # accounts, a non-POSIX extension) is left out: no login user needs it.
 POSIX_USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-
-
-class ProvisioningModel(str, Enum):
-    spot = "spot"
-    on_demand = "on_demand"
 
 
 _MODEL_ALIASES = {
@@ -100,10 +96,6 @@ def worker_service_account(project: str) -> str:
     return f"{WORKER_ACCOUNT_ID}@{project}.iam.gserviceaccount.com"
 
 
-# Families the quickstart found "single-slot": queue one request at a time and it fills; spreading them
-# over zones alongside other types' races does not help. `FleetEntry.single_slot` overrides it per entry.
-SINGLE_SLOT_FAMILIES = frozenset({"v6e"})
-
 # A region's default external IP quota (IN_USE_ADDRESSES); a slice with external IPs takes one per host
 # (production-facts.md, "External IPs"; cloud-tpu-facts.md, "Default external IP quota is 8 per region").
 DEFAULT_REGION_EXTERNAL_IPS = 8
@@ -128,7 +120,8 @@ class FleetEntry(StrictModel):
     single_slot: bool | None = Field(
         default=None,
         description="Claim this type one request at a time, never fanned out over zones nor raced alongside other "
-        "types (the quickstart's rule for scarce models). Unset: on for v6e, off otherwise",
+        "types (the quickstart's rule for scarce models). Unset: on for "
+        f"{', '.join(f.short_name for f in families() if f.single_slot)}, off otherwise",
     )
 
     @model_validator(mode="before")
@@ -194,10 +187,10 @@ class FleetEntry(StrictModel):
 
     @property
     def is_single_slot(self) -> bool:
-        """`single_slot` as written, else the default: scarce families (v6e) are single-slot."""
+        """`single_slot` as written, else the family's default (`tpuq.tputypes.Family.single_slot`: v6e)."""
         if self.single_slot is not None:
             return self.single_slot
-        return self.accelerator.family in SINGLE_SLOT_FAMILIES
+        return family(self.accelerator.family).single_slot
 
     @property
     def max_slices(self) -> int:
@@ -403,14 +396,15 @@ class FleetFile(StrictModel):
         if quota is None:
             return None
         out: dict[str, dict[str, TierQuota]] = {}
-        for zone, families in quota.items():
+        for zone, by_family in quota.items():
             zone_region(zone)
             out[zone] = {}
-            for family, q in families.items():
-                canon = _family_of(family)
-                if canon is None:
-                    raise ValueError(f"{zone}.{family}: unknown TPU family (expected v2, v3, v4, v5p, v5e, v6e)")
-                out[zone][canon] = q
+            for name, q in by_family.items():
+                row = family_named(name)
+                if row is None:
+                    known = ", ".join(f.short_name for f in families())
+                    raise ValueError(f"{zone}.{name}: unknown TPU family (expected {known})")
+                out[zone][row.name] = q
         return out
 
     @model_validator(mode="after")
@@ -509,11 +503,3 @@ class FleetFile(StrictModel):
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-
-def _family_of(name: str) -> str | None:
-    name = name.strip().lower()
-    if name in ("v2", "v3", "v4", "v5p", "v5litepod", "v6e"):
-        return name
-    if name == "v5e":
-        return "v5litepod"
-    return None

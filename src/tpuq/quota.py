@@ -19,8 +19,9 @@ Facts (see docs/ARCHITECTURE.md, "Quota and billing before queueing"):
 - v5e single-host slices (v5litepod-1, -4, -8) draw on the serving quotas (`...LitepodServing...`), not the
   training ones (production-facts.md; Cloud TPU quota docs: "TPU v5e uses separate quotas for training and
   serving"). So the quota a slice draws on is its pool (`quota_pool`): its family, or v5e's serving pool.
-- Only the quota IDs below are known (cloud-tpu-facts.md, production-facts.md). v2, v3, on-demand v4 and v5p
-  have none here: their quota is the one the fleet file declares, and `tpuq fleet` says so.
+- Only the quota IDs the catalogue has on record are known (`tpuq.tputypes.FAMILIES`, `QuotaIds.on_record`;
+  cloud-tpu-facts.md, production-facts.md). v2, v3, on-demand v4 and v5p have none: their quota is the one the
+  fleet file declares, and `tpuq fleet` says so.
 - Billing: Cloud Billing's `projects/P/billingInfo`; `billingEnabled` is left out when false (proto3 JSON).
   Billing off makes the TPU API refuse everything, whatever quota remains.
 
@@ -32,20 +33,16 @@ Racing never stops because a pre-check itself failed: an unreadable quota falls 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 from tpuq.fleet import FleetFile, ProvisioningModel
-from tpuq.tputypes import AcceleratorType, parse_accelerator_type, zone_region
+from tpuq.tputypes import AcceleratorType, Family, QuotaUnit, families, family, parse_accelerator_type, zone_region
 
 TPU_SERVICE = "tpu.googleapis.com"
 UNLIMITED = -1  # a Cloud Quotas value that means no limit (production-facts.md, "Cloud Quotas values")
-
-
-class QuotaUnit(str, Enum):
-    chips = "chips"
-    tensorcores = "TensorCores"
 
 
 class QuotaScope(str, Enum):
@@ -60,46 +57,56 @@ class QuotaFact:
     scope: QuotaScope = QuotaScope.zone
 
 
-SERVING_POOL = "v5litepod-serving"  # v5e single-host slices: the serving quotas, apart from v5e training's
+def _pools(row: Family) -> Iterator[tuple[str, ProvisioningModel, tuple[QuotaFact, ...]]]:
+    """(pool, tier, the quota IDs that bound it, the per-zone one first) of one family, for the IDs on record."""
+    for pool, by_tier in ((row.name, row.quota), (row.serving_pool, row.serving_quota)):
+        for model, ids in by_tier.items():
+            if ids.on_record:
+                facts = [QuotaFact(ids.zone, row.unit, QuotaScope.zone)]
+                if ids.region:
+                    facts.append(QuotaFact(ids.region, row.unit, QuotaScope.region))
+                yield pool, model, tuple(facts)
 
-# (pool, tier) -> the quota IDs that bound it, the per-zone one first. Nothing else is known: see the docstring.
-# The per-region v5e and v6e IDs are those `gcloud beta quotas info list --service=tpu.googleapis.com` lists next
-# to the per-zone ones ("PerRegion variants exist", cloud-tpu-facts.md); v4's is the one marin#87's refusal names.
-# No per-region serving ID is on record, so the serving pools have their per-zone IDs only.
-_Z, _R, _CORES, _CHIPS = QuotaScope.zone, QuotaScope.region, QuotaUnit.tensorcores, QuotaUnit.chips
-QUOTA_FACTS: dict[tuple[str, ProvisioningModel], tuple[QuotaFact, ...]] = {
-    ("v4", ProvisioningModel.spot): (
-        QuotaFact("TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI", _CORES, _Z),
-        QuotaFact("TPUV4sPreemptiblePodPerProjectPerRegionForTPUAPI", _CORES, _R)),
-    ("v5litepod", ProvisioningModel.spot): (
-        QuotaFact("TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI", _CHIPS, _Z),
-        QuotaFact("TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI", _CHIPS, _R)),
-    ("v5litepod", ProvisioningModel.on_demand): (
-        QuotaFact("TPUV5sLitepodPerProjectPerZoneForTPUAPI", _CHIPS, _Z),
-        QuotaFact("TPUV5sLitepodPerProjectPerRegionForTPUAPI", _CHIPS, _R)),
-    (SERVING_POOL, ProvisioningModel.spot): (
-        QuotaFact("TPUV5sPreemptibleLitepodServingPerProjectPerZoneForTPUAPI", _CHIPS, _Z),),
-    (SERVING_POOL, ProvisioningModel.on_demand): (
-        QuotaFact("TPUV5sLitepodServingPerProjectPerZoneForTPUAPI", _CHIPS, _Z),),
-    ("v6e", ProvisioningModel.spot): (
-        QuotaFact("TPUV6EPreemptiblePerProjectPerZoneForTPUAPI", _CHIPS, _Z),
-        QuotaFact("TPUV6EPreemptiblePerProjectPerRegionForTPUAPI", _CHIPS, _R)),
-    ("v6e", ProvisioningModel.on_demand): (
-        QuotaFact("TPUV6EPerProjectPerZoneForTPUAPI", _CHIPS, _Z),
-        QuotaFact("TPUV6EPerProjectPerRegionForTPUAPI", _CHIPS, _R)),
-}
-CORES_PER_CHIP = 2
+
+class _QuotaFacts(Mapping):
+    """(pool, tier) -> the quota IDs that bound it, the per-zone one first: the catalogue's IDs on record
+    (`tpuq.tputypes.FAMILIES`), read from it when asked. Nothing else is known: see the docstring."""
+
+    def _table(self) -> dict[tuple[str, ProvisioningModel], tuple[QuotaFact, ...]]:
+        return {(pool, model): facts for row in families() for pool, model, facts in _pools(row)}
+
+    def __getitem__(self, key: tuple[str, ProvisioningModel]) -> tuple[QuotaFact, ...]:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[tuple[str, ProvisioningModel]]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+QUOTA_FACTS: Mapping[tuple[str, ProvisioningModel], tuple[QuotaFact, ...]] = _QuotaFacts()
+
+
+def _serving_pools() -> dict[str, Family]:
+    return {row.serving_pool: row for row in families() if row.serving_pool}
+
+
+# v5e single-host slices' pool: the serving quotas, apart from v5e training's (the one family that has them).
+SERVING_POOL = next(iter(_serving_pools()))
 
 
 def quota_pool(accel: AcceleratorType | str) -> str:
     """The quota a slice draws on: its family's, or for a v5e single-host slice (1, 4, 8 chips) the serving one."""
     accel = parse_accelerator_type(accel) if isinstance(accel, str) else accel
-    return SERVING_POOL if accel.family == "v5litepod" and accel.hosts == 1 else accel.family
+    serving = family(accel.family).serving_pool
+    return serving if serving and accel.hosts == 1 else accel.family
 
 
 def pool_family(pool: str) -> str:
     """The family a pool belongs to: what the fleet file's `quota:` block is keyed by."""
-    return "v5litepod" if pool == SERVING_POOL else pool
+    row = _serving_pools().get(pool)
+    return row.name if row else pool
 
 
 def quota_facts(pool: str, model: ProvisioningModel) -> tuple[QuotaFact, ...]:
@@ -117,12 +124,12 @@ def quota_info_name(project: str, quota_id: str) -> str:
 def units_needed(accel: AcceleratorType | str, unit: QuotaUnit) -> int:
     """What one slice of this type takes from a quota counted in `unit` (v4-32: 32 TensorCores or 16 chips)."""
     accel = parse_accelerator_type(accel) if isinstance(accel, str) else accel
-    return accel.chips * CORES_PER_CHIP if unit is QuotaUnit.tensorcores else accel.chips
+    return accel.chips * unit.per_chip
 
 
 def chips_from_units(value: int, unit: QuotaUnit) -> int:
     """A quota value in its unit, as whole chips (the unit the claimer counts in). Not for UNLIMITED."""
-    return value // CORES_PER_CHIP if unit is QuotaUnit.tensorcores else value
+    return value // unit.per_chip
 
 
 class QuotaInfoError(ValueError):
@@ -320,7 +327,8 @@ def _tier(model: ProvisioningModel) -> str:
 
 
 def _pool_label(pool: str) -> str:
-    return "v5litepod serving (single-host v5e)" if pool == SERVING_POOL else pool
+    row = _serving_pools().get(pool)
+    return f"{row.name} serving (single-host {row.short_name})" if row else pool
 
 
 def _value_text(value: int, fact: QuotaFact) -> str:

@@ -46,7 +46,8 @@ def _run(address: str, port: int, pkey: paramiko.PKey) -> None:
 
 
 def measure(accelerator: str = "v5litepod-64", runs: int = 3) -> None:
-    family = parse_accelerator_type(accelerator).family
+    accel = parse_accelerator_type(accelerator)
+    family = accel.family
     scenario = {
         "zones": {ZONE: {"quota": {family: {"spot": 100_000}}}},
         "delays": {"accepted": 0, "waiting": 0, "provisioning": 60, "deleting": 0},
@@ -58,7 +59,7 @@ def measure(accelerator: str = "v5litepod-64", runs: int = 3) -> None:
             qr_id = f"m{run}"
             body = {
                 "tpu": {"nodeSpec": [{"nodeId": f"{qr_id}-n", "node": {
-                    "acceleratorType": accelerator, "runtimeVersion": "v2-alpha-tpuv5-lite",
+                    "acceleratorType": accelerator, "runtimeVersion": accel.default_runtime,
                     "metadata": {"ssh-keys": metadata}}}]},
                 "spot": {},
             }

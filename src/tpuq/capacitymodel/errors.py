@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuq.errors import ERROR_INFO_TYPE, QUOTA_FAILURE_TYPE  # the detail types the claimer reads, spelled once
+from tpuq.tputypes import ProvisioningModel, QuotaIds
+from tpuq.tputypes import family as family_row
 
 # google.rpc.Code values
 RPC_CODES = {
@@ -121,17 +123,13 @@ def _eid(rng: random.Random) -> str:
     return f"[EID: 0x{rng.getrandbits(64):016x}]"
 
 
+def _quota_ids(family: str, spot: bool) -> QuotaIds:
+    return family_row(family).quota[ProvisioningModel.spot if spot else ProvisioningModel.on_demand]
+
+
 def quota_id(family: str, spot: bool) -> str:
-    """The per-zone Cloud Quotas id the real API names in quota errors."""
-    ids = {
-        "v2": ("TPUV2sPodPerProjectPerZoneForTPUAPI", "TPUV2sPreemptiblePodPerProjectPerZoneForTPUAPI"),
-        "v3": ("TPUV3sPodPerProjectPerZoneForTPUAPI", "TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI"),
-        "v4": ("TPUV4sPodPerProjectPerZoneForTPUAPI", "TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI"),
-        "v5p": ("TPUV5pPerProjectPerZoneForTPUAPI", "TPUV5pPreemptiblePerProjectPerZoneForTPUAPI"),
-        "v5litepod": ("TPUV5sLitepodPerProjectPerZoneForTPUAPI", "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI"),
-        "v6e": ("TPUV6EPerProjectPerZoneForTPUAPI", "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI"),
-    }
-    return ids[family][1 if spot else 0]
+    """The per-zone Cloud Quotas id the real API names in quota errors (the catalogue's, `tpuq.tputypes`)."""
+    return _quota_ids(family, spot).zone
 
 
 def capacity_error(zone: str, rng: random.Random) -> RpcStatus:
@@ -151,8 +149,9 @@ def quota_error(zone: str, family: str, spot: bool, limit: int) -> RpcStatus:
 
 def region_quota_id(family: str, spot: bool) -> str:
     """The per-region Cloud Quotas id next to the per-zone one (marin#87 names TPUV4sPreemptiblePodPerProjectPerRegion-
-    ForTPUAPI; production-facts.md)."""
-    return quota_id(family, spot).replace("PerZone", "PerRegion")
+    ForTPUAPI; production-facts.md); where the catalogue knows none, the per-zone one's name with PerRegion."""
+    ids = _quota_ids(family, spot)
+    return ids.region or ids.zone.replace("PerZone", "PerRegion")
 
 
 def region_quota_error(region: str, family: str, spot: bool, limit: int) -> RpcStatus:

@@ -7,12 +7,12 @@ services' clients in process, so both speak exactly what google-cloud-tpu parses
 
 from __future__ import annotations
 
-import functools
 import zlib
 from typing import Any
 
 from tpuq.quota import QUOTA_FACTS, pool_family
-from tpuq.tputypes import _FAMILIES, zone_region
+from tpuq.tputypes import families, zone_region
+from tpuq.tputypes import family as family_row
 
 from .clock import rfc3339
 from .errors import quota_id, region_quota_id
@@ -33,7 +33,7 @@ _ECHOED_QR_FIELDS = ("spot", "guaranteed", "bestEffort", "queueingPolicy", "rese
 
 def topology(chips: int, family: str) -> str:
     """acceleratorConfig.topology as the API reports it: v4-8 2x2x1, v4-32 2x2x4, v5litepod-64 8x8."""
-    if family in ("v4", "v5p"):  # 3-D tori; the smallest slice is one 2x2x1 host
+    if family_row(family).topology_3d:  # 3-D tori (v4, v5p); the smallest slice is one 2x2x1 host
         dims, remaining = [2, 2, 1], max(1, chips // 4)
     else:
         dims, remaining = [1, 1], chips
@@ -155,13 +155,12 @@ _TIERS = (("on_demand", False), ("spot", True))
 FAKE_BILLING_ACCOUNT = "billingAccounts/000000-FAKE00-000000"
 
 
-@functools.cache
 def quota_ids() -> dict[str, tuple[str, str, str]]:
     """Every TPU quota ID the fake serves -> (family, tier, "zone" | "region"): the per-zone and per-region IDs of
     every family (the fake's error catalogue), and the others tpuq reads (`tpuq.quota.QUOTA_FACTS`: v5e's serving
     IDs, which the fake reports from v5e's one quota: its scenario has no serving pool of its own)."""
     ids = {}
-    for family in _FAMILIES:
+    for family in (row.name for row in families()):
         for tier, spot in _TIERS:
             ids[quota_id(family, spot)] = (family, tier, "zone")
             ids[region_quota_id(family, spot)] = (family, tier, "region")
@@ -173,8 +172,8 @@ def quota_ids() -> dict[str, tuple[str, str, str]]:
 
 def quota_units(family: str) -> tuple[int, str]:
     """(units per chip, unit name): the unit the family's type names count in."""
-    counts_cores = _FAMILIES[family][0]
-    return (2, "TensorCores") if counts_cores else (1, "chips")
+    unit = family_row(family).unit
+    return unit.per_chip, unit.value
 
 
 def _details(chips: int, per_chip: int) -> dict:

@@ -19,13 +19,12 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
                       model_validator)
 
 from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
-from tpuq.tputypes import _FAMILIES, zone_region
+from tpuq.tputypes import families, zone_region
 
 from .errors import ERROR_CLASSES
 from .subnets import Subnetwork
 from .timeline import AlternatingWindows, exponential, keyed_rng, keyed_uniforms, sample
 
-FAMILIES = tuple(_FAMILIES)
 Tier = Literal["spot", "on_demand"]
 
 
@@ -38,8 +37,9 @@ class _Strict(BaseModel):
 
 
 def _check_family(value: str | None) -> str | None:
-    if value is not None and value not in FAMILIES:
-        raise ValueError(f"unknown accelerator family {value!r}; expected one of {', '.join(FAMILIES)}")
+    names = [f.name for f in families()]
+    if value is not None and value not in names:
+        raise ValueError(f"unknown accelerator family {value!r}; expected one of {', '.join(names)}")
     return value
 
 

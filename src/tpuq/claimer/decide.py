@@ -59,7 +59,6 @@ from tpuq.claimer.classify import (BlockKind, block_kind, classify, describe_fai
 from tpuq.claimer.model import (
     DELETABLE_STATES,
     GONE,
-    HELD_STATES,
     REQUEST_OPEN,
     REQUEST_WITHDRAWN,
     REQUESTED,
@@ -81,7 +80,17 @@ from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetEntry
 from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
 from tpuq.quota import BILLING_OFF_MESSAGE, billing_block_reason, declared_quota, quota_pool
+from tpuq.racing import HELD_STATES, RaceStage, race_verdict
 from tpuq.tputypes import canonical_name, zone_region
+
+# Why a loser is cancelled, by the stage of its race (`tpuq.racing`): the delete's reason in the logs.
+_LOSER_REASONS = {
+    RaceStage.won: "request satisfied: cancel the losers",
+    # Capacity granted (PROVISIONING) covers the request: the racers still queued are cancelled now, while the
+    # API still lets them go. Left to race, one granted too would be a second slice billed to the end of its
+    # provisioning, for nothing. Should a granted one fail, the request races again.
+    RaceStage.granted: "capacity granted elsewhere: cancel the racers",
+}
 
 _ANNOUNCED = {
     Qr.ACTIVE: FleetEventKind.active,
@@ -435,21 +444,13 @@ class _Decision:
 
     def plan_request(self, request: RequestRecord) -> None:
         mine = [q for q in self.qrs.values() if q.request_id == request.request_id]
-        won = sum(1 for q in mine if q.state == Qr.ACTIVE)
-        if won >= request.count:
+        verdict = race_verdict({q.qr_id: q.state for q in mine}, request.count)
+        if verdict.stage is not RaceStage.racing:  # won or granted: cancel the losers still racing, add no zone
             for qr in mine:
-                if qr.pending and not qr.delete_requested:
-                    self.request_delete(qr, force=False, reason="request satisfied: cancel the losers")
+                if qr.qr_id in verdict.losers and qr.pending and not qr.delete_requested:
+                    self.request_delete(qr, force=False, reason=_LOSER_REASONS[verdict.stage])
             return
         held = sum(1 for q in mine if q.state in HELD_STATES)
-        if held >= request.count:
-            # Capacity granted (PROVISIONING) covers the request: the racers still queued are cancelled now,
-            # while the API still lets them go. Left to race, one granted too would be a second slice billed
-            # to the end of its provisioning, for nothing. Should a granted one fail, the request races again.
-            for qr in mine:
-                if qr.pending and qr.state not in HELD_STATES and not qr.delete_requested:
-                    self.request_delete(qr, force=False, reason="capacity granted elsewhere: cancel the racers")
-            return
         if self.blocked or claim_gate(self.state, request.request_id, request.types, self.qrs.values(),
                                         self.now) is not None:
             return

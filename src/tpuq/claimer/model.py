@@ -43,9 +43,9 @@ PENDING_STATES = QR_STATES_RACING
 # the janitor's business).
 DELETABLE_STATES = frozenset({_Qr.ACCEPTED, _Qr.WAITING_FOR_RESOURCES, _Qr.FAILED})
 
-# Slices an entry holds: what its `count` (max_slices) caps. Racers waiting in the queue hold no slice, so an
-# entry with count 1 still races every zone with quota; the first to win is kept and the rest are cancelled.
-HELD_STATES = frozenset({_Qr.PROVISIONING, _Qr.ACTIVE})
+# Slices an entry holds (PROVISIONING or ACTIVE: `tpuq.racing.HELD_STATES`) are what its `count` (max_slices)
+# caps. Racers waiting in the queue hold no slice, so an entry with count 1 still races every zone with quota; the
+# first to win is kept and the rest are cancelled (`tpuq.racing.race_verdict`).
 
 MAX_RESOURCE_ID = 63
 REQUEST_OPEN, REQUEST_WITHDRAWN = RequestStatus.open, RequestStatus.withdrawn

@@ -44,6 +44,7 @@ from tpuq.documents import QueuedResourceState as Qr
 from tpuq.fleet import FleetFile
 from tpuq.messages import AttemptEvent, AttemptEventKind, AttemptOutcome
 from tpuq.ownership import LABEL_REQUEST, is_ours, name_and_labels, resource_name
+from tpuq.racing import RaceStage, race_verdict
 from tpuq.rawproto import has_field, raw_message, state_name
 
 # A pending racer can be deleted without force: it has no node yet.
@@ -114,13 +115,16 @@ def decide_losers(
     waits, which a surplus slice could serve. `classified`: FAILED ones the claimer has classified."""
     members = [m for m in members if m.resource is not None and is_ours(m.resource, fleet)]
     decision = LoserDecision()
+    needed = max(request_count, 1)  # a race keeps one winner, whatever the count
+    verdict = race_verdict({m.name: m.state for m in members}, needed)
+    if verdict.stage is not RaceStage.won:
+        # No winner yet, or too few: every racer may still be needed. A granted race is the claimer's to cut
+        # short: it watches every racer and cancels the queued ones.
+        return decision
     active = [m for m in members if m.state == Qr.ACTIVE]
-    if not active:
-        return decision  # no winner yet: the race goes on
-    needed = max(request_count, 1)
-    if len(active) < needed:
-        return decision  # demand not met: every racer may still be needed
     for m in members:
+        if m.name not in verdict.losers:
+            continue
         if m.state in CANCELLABLE_STATES:
             decision.deletes.append(Delete(m.resource, m.name, force=False, reason="race lost"))
         elif dead_and_ours_to_delete(m.resource, m.name, classified):
