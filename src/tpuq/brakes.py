@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta, timezone
 from typing import Any
 
-from tpuq.documents import TpuState
+from tpuq.documents import TpuDoc, TpuState
 from tpuq.fleet import FleetFile
 from tpuq.tputypes import UnknownAcceleratorType, parse_accelerator_type
 
@@ -57,7 +57,7 @@ def day_use(tpus: Iterable[Mapping[str, Any]], fleet_name: str, now: datetime) -
             continue
         hosts = hosts_of(t.get("type"))
         gone = t.get("state") == TpuState.gone
-        end = (t.get("gone_at") or t.get("updated_at")) if gone else now
+        end = (t.get(TpuDoc.field("gone_at")) or t.get("updated_at")) if gone else now
         if not isinstance(end, datetime):
             continue
         if not gone:

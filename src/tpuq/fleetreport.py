@@ -14,8 +14,8 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from tpuq import documents, store
 from tpuq.brakes import DayUse, claim_stop_reason, day_start, day_use, grant_days_left
-from tpuq.documents import (QR_STATES_RACING, JobDoc, JobState, NodeHealth, QueuedResourceState, RequestStatus, TpuState,
-                            short_node_name)
+from tpuq.documents import (QR_STATES_RACING, JobDoc, JobState, NodeHealth, QueuedResourceState, RequestStatus, TpuDoc,
+                            TpuState, short_node_name)
 from tpuq.errors import Permanent
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import ANY_TPU
@@ -66,7 +66,7 @@ def build_view(fleet: FleetFile, report: dict[str, Any], tpu_docs: list[dict[str
         if t.get("state") == TpuState.gone:
             continue
         t = dict(t)
-        t["idle_for"] = age(t.get("idle_since"), now) if t.get("state") == TpuState.idle else ""
+        t["idle_for"] = age(t.get(TpuDoc.field("idle_since")), now) if t.get("state") == TpuState.idle else ""
         t["health"] = health_note(t, now)
         tpus.append(t)
     checks = precheck_view(fleet, prechecks) if prechecks is not None else {}

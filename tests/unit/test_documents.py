@@ -1,7 +1,7 @@
 """The document contracts (`tpuq.documents`): one owner for every stored state, and the state machines' tables.
 
-The scan reads the package's source: a state written as a string literal anywhere but `tpuq.documents` is a
-second owner of that name, and renaming the state would break it silently.
+The scans read the package's source: a state, or a field name only one collection's documents use, written as a
+string literal anywhere but `tpuq.documents` is a second owner of that name, and renaming it would break it silently.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import tpuq_dev
 from tpuq import documents as D
 from tpuq.jobstate import TRANSITIONS, JobEvent, allowed_events
 
-PACKAGE = Path(D.__file__).parent
+CONTRACTS = Path(D.__file__).parent  # the tpuq.documents package: one module per collection
+PACKAGE = CONTRACTS.parent
 DEV_PACKAGE = Path(tpuq_dev.__file__).parent  # the fake TPU, the local stack and the demo read the same states
-CONTRACTS = PACKAGE / "documents.py"
 # A stdlib-only program shipped to the workers: it cannot import tpuq, and its own status words are its
 # protocol with the executor (`tpuq.executor.executor` reads them), not stored states.
 WORKER_PROGRAM = PACKAGE / "executor" / "worker"
@@ -34,7 +34,7 @@ STATE_FIELDS = {"state", "status", "tpu_state"}
 
 def _sources() -> list[Path]:
     return sorted(p for root in (PACKAGE, DEV_PACKAGE) for p in root.rglob("*.py")
-                  if p != CONTRACTS and WORKER_PROGRAM not in p.parents)
+                  if CONTRACTS not in p.parents and WORKER_PROGRAM not in p.parents)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -238,14 +238,20 @@ def test_an_execution_s_end_is_read_only_once_published():
 JOB_ONLY_FIELDS = {"capacity_request", "capacity_requests", "cancel_requested", "cancel_reason", "priority_rank",
                    "infra_failures", "not_before", "submit_time", "assignment_republished_at", "assignment_republishes",
                    "assigned_at", "finished_at"}  # names no other document, message or file uses: a literal of one is the job's
+# The same for tpus/{node} and executions/{job}:{attempt}.
+TPU_ONLY_FIELDS = {"idle_since", "busy_since", "deleting_since", "delete_reason", "gone_at", "gone_reason",
+                   "quarantined", "quarantine_reason", "host_keys"}
+EXECUTION_ONLY_FIELDS = {"received_at", "start_lease_until", "start_lease_by", "probed_at", "unreachable_since",
+                         "ended_by"}
+OWNED_FIELDS = ((D.JobDoc, JOB_ONLY_FIELDS), (D.TpuDoc, TPU_ONLY_FIELDS), (D.ExecutionDoc, EXECUTION_ONLY_FIELDS))
 
 
-def job_field_literals(source: str) -> list[tuple[int, str]]:
-    """(line, literal) of a job-only field name read or written as a string: `x["not_before"]`,
+def field_literals(source: str, names: set[str] = JOB_ONLY_FIELDS) -> list[tuple[int, str]]:
+    """(line, literal) of one of `names` read or written as a string: `x["not_before"]`,
     `x.get("cancel_requested")`, `{"submit_time": ...}`, `FieldFilter("capacity_request.id", ...)`."""
     def named(node) -> bool:
         return isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-            node.value.split(".", 1)[0] in JOB_ONLY_FIELDS
+            node.value.split(".", 1)[0] in names
 
     found = set()
     for node in ast.walk(ast.parse(source)):
@@ -260,16 +266,25 @@ def job_field_literals(source: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def test_job_only_fields_are_the_job_view_s():
+@pytest.mark.parametrize("view, names", OWNED_FIELDS, ids=lambda v: getattr(v, "__name__", ""))
+def test_owned_fields_are_their_view_s(view, names):
     from dataclasses import fields
 
-    assert JOB_ONLY_FIELDS <= {f.name for f in fields(D.JobDoc)}
+    assert names <= {f.name for f in fields(view)}
 
 
-def test_no_job_field_literal_outside_the_contracts():
+def test_each_owned_field_has_one_owner():
+    owned = [names for _, names in OWNED_FIELDS]
+    assert all(not (a & b) for i, a in enumerate(owned) for b in owned[i + 1:])
+
+
+@pytest.mark.parametrize("view, names", OWNED_FIELDS, ids=lambda v: getattr(v, "__name__", ""))
+def test_no_owned_field_literal_outside_the_contracts(view, names):
     offences = [f"{path.relative_to(PACKAGE.parents[1])}:{line}: {value!r}"
-                for path in _sources() for line, value in job_field_literals(path.read_text())]
-    assert offences == [], "read jobs through JobDoc.from_doc, write them with JobDoc.fields:\n" + "\n".join(offences)
+                for path in _sources() for line, value in field_literals(path.read_text(), names)]
+    name = view.__name__
+    assert offences == [], f"read {view.COLLECTION} through {name}.from_doc or {name}.field, write them with " \
+                           f"{name}.fields:\n" + "\n".join(offences)
 
 
 @pytest.mark.parametrize("source", [
@@ -280,12 +295,25 @@ def test_no_job_field_literal_outside_the_contracts():
     'q.order_by("priority_rank")',
 ])
 def test_the_job_field_scan_finds_each_kind(source):
-    assert job_field_literals(source), source
+    assert field_literals(source), source
+
+
+@pytest.mark.parametrize("source, names", [
+    ('freed = {"state": s, "idle_since": now}', TPU_ONLY_FIELDS),
+    ('if doc.get("quarantined"): pass', TPU_ONLY_FIELDS),
+    ('ref.set({"host_keys": DELETE_FIELD}, merge=True)', TPU_ONLY_FIELDS),
+    ('until = execution.get("start_lease_until")', EXECUTION_ONLY_FIELDS),
+    ('ref.set({"probed_at": now}, merge=True)', EXECUTION_ONLY_FIELDS),
+])
+def test_the_tpu_and_execution_field_scans_find_each_kind(source, names):
+    assert field_literals(source, names), source
 
 
 def test_the_job_field_scan_leaves_keywords_and_other_words_alone():
-    assert job_field_literals('JobDoc.fields(not_before=None, cancel_requested=False)\nx = d["zone"]\n'
-                              'q.order_by(JobDoc.field("submit_time"))') == []
+    assert field_literals('JobDoc.fields(not_before=None, cancel_requested=False)\nx = d["zone"]\n'
+                          'q.order_by(JobDoc.field("submit_time"))') == []
+    assert field_literals('TpuDoc.fields(idle_since=now)\nx = d[TpuDoc.field("gone_at")]\nslot.idle_since',
+                          TPU_ONLY_FIELDS) == []
 
 
 def _now():

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
-from tpuq.documents import ExecutionEnd, ExecutionState, NodeHealth, TpuState
+from tpuq.documents import ExecutionDoc, ExecutionEnd, ExecutionState, NodeHealth, TpuState
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.messages import Assignment, AttemptEvent, AttemptEventKind, AttemptOutcome
 
@@ -47,16 +47,17 @@ def start_underway(execution: Doc | None, now: datetime) -> bool:
     (`tpuq.scheduler.scheduling.republish_assignment_after`), and a copy that arrives after the lease starts it."""
     if not execution or execution.get("state") != STARTING or is_over(execution):
         return False
-    until = execution.get("start_lease_until")
+    until = execution.get(ExecutionDoc.field("start_lease_until"))
     return isinstance(until, datetime) and now < until
 
 
 def lease_released(execution: Doc | None, lease_by: str) -> Doc | None:
     """The fields that end this delivery's lease, when its start raised (Pub/Sub delivers the push again within
     seconds, and that delivery must not find the attempt leased); None when the lease is another's or over."""
-    if not execution or execution.get("state") != STARTING or execution.get("start_lease_by") != lease_by:
+    if not execution or execution.get("state") != STARTING or \
+            execution.get(ExecutionDoc.field("start_lease_by")) != lease_by:
         return None
-    return {"start_lease_until": None}
+    return ExecutionDoc.fields(start_lease_until=None)
 
 
 def judgeable(execution: Doc | None) -> bool:
@@ -65,19 +66,19 @@ def judgeable(execution: Doc | None) -> bool:
 
 
 def start_record(assignment: Assignment, now: datetime) -> Doc:
-    return {"job_id": assignment.job_id, "attempt": assignment.attempt, "attempt_id": assignment.attempt_id,
-            "node": assignment.node, "assignment": assignment.model_dump(mode="json"), "state": STARTING.value,
-            "ended": False, "received_at": now}
+    return ExecutionDoc.fields(job_id=assignment.job_id, attempt=assignment.attempt, attempt_id=assignment.attempt_id,
+                               node=assignment.node, assignment=assignment.model_dump(mode="json"), state=STARTING,
+                               ended=False, received_at=now)
 
 
 def start_lease(until: datetime, lease_by: str) -> Doc:
     """Merged into the start record by the delivery that starts the attempt: the lease it holds while it does
     (`lease_by` names the delivery; see start_underway)."""
-    return {"start_lease_until": until, "start_lease_by": lease_by}
+    return ExecutionDoc.fields(start_lease_until=until, start_lease_by=lease_by)
 
 
 def started_record(now: datetime) -> Doc:
-    return {"state": STARTED.value, "started_at": now}
+    return ExecutionDoc.fields(state=STARTED, started_at=now)
 
 
 def cannot_start(reason: object) -> Decided:
@@ -109,7 +110,7 @@ def start_failure(decided: Decided, node: NodeState) -> Decided:
 
 def probe_due(execution: Doc, now: datetime, every: timedelta) -> bool:
     """Ask a started attempt's workers at most once per `every`, and not in its first `every`."""
-    started_at, probed_at = execution.get("started_at"), execution.get("probed_at")
+    started_at, probed_at = execution.get("started_at"), execution.get(ExecutionDoc.field("probed_at"))
     if started_at is None or now - started_at < every:
         return False
     return not (probed_at and now - probed_at < every)
@@ -134,7 +135,7 @@ def unreachable_since(execution: Doc, probed_now: Probed, now: datetime) -> date
     """Since when some worker has been unreachable at every probe (None: every worker answered)."""
     if not probed_now.unreachable:
         return None
-    return execution.get("unreachable_since") or now
+    return execution.get(ExecutionDoc.field("unreachable_since")) or now
 
 
 def unreachable_problem(probed_now: Probed, since: datetime | None, now: datetime, grace: timedelta) -> Probed:

@@ -29,7 +29,7 @@ from functools import cached_property
 import paramiko
 
 from tpuq import gcslayout, store
-from tpuq.documents import TPU_STATES_IN_SERVICE, execution_doc_id, short_node_name
+from tpuq.documents import TPU_STATES_IN_SERVICE, ExecutionDoc, TpuDoc, execution_doc_id, short_node_name
 from tpuq.errors import Permanent
 from tpuq.executor import budget, decide
 from tpuq.executor.executor import Executor
@@ -65,7 +65,9 @@ class FirestorePinStore:
 
     def get_pins(self, node: str):
         snap = self._ref(node).get()
-        return {int(k): v for k, v in ((snap.to_dict() or {}).get("host_keys") or {}).items()} if snap.exists else {}
+        if not snap.exists:
+            return {}
+        return {int(k): v for k, v in ((snap.to_dict() or {}).get(TpuDoc.field("host_keys")) or {}).items()}
 
     def add_pins(self, node: str, pins):
         from google.cloud import firestore
@@ -75,10 +77,10 @@ class FirestorePinStore:
         @firestore.transactional
         def merge(tx):
             snap = ref.get(transaction=tx)
-            current = {int(k): v for k, v in ((snap.to_dict() or {}).get("host_keys") or {}).items()}
+            current = {int(k): v for k, v in ((snap.to_dict() or {}).get(TpuDoc.field("host_keys")) or {}).items()}
             for worker, key in pins.items():
                 current.setdefault(int(worker), key)
-            tx.set(ref, {"host_keys": {str(k): v for k, v in current.items()}}, merge=True)
+            tx.set(ref, TpuDoc.fields(host_keys={str(k): v for k, v in current.items()}), merge=True)
             return current
 
         return merge(self.db.transaction())
@@ -86,7 +88,7 @@ class FirestorePinStore:
     def forget(self, node: str) -> None:
         from google.cloud import firestore
 
-        self._ref(node).set({"host_keys": firestore.DELETE_FIELD}, merge=True)
+        self._ref(node).set(TpuDoc.fields(host_keys=firestore.DELETE_FIELD), merge=True)
 
 
 def _load_private_key() -> paramiko.PKey:
@@ -187,7 +189,7 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
     underway, stored = _record_starting(db, ref, assignment, ctx.now(), lease_by)
     if underway:
         log.info("attempt %s: another delivery of its assignment is starting it (until %s): this copy starts nothing",
-                 assignment.attempt_id, stored.get("start_lease_until"))
+                 assignment.attempt_id, stored.get(ExecutionDoc.field("start_lease_until")))
         return
     if stored is not None:  # a redelivery (or a late copy) of an attempt that started or is over
         if not decide.is_over(stored):
@@ -291,7 +293,7 @@ def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:
     assignment = Assignment.model_validate(stored["assignment"])
     answers = decide.probed(runtime(ctx).executor.probe_attempt(assignment))
     since = decide.unreachable_since(stored, answers, now)
-    ref.set({"probed_at": now, "unreachable_since": since}, merge=True)
+    ref.set(ExecutionDoc.fields(probed_at=now, unreachable_since=since), merge=True)
     return decide.unreachable_problem(answers, since, now, max(UNREACHABLE_PROBES * every, UNREACHABLE_MIN))
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from google.cloud.firestore import FieldFilter
 
 from tpuq import guarded, store
-from tpuq.documents import TPU_STATES_HOLDING_A_SLICE, JobState, TpuState, short_node_name
+from tpuq.documents import TPU_STATES_HOLDING_A_SLICE, JobState, TpuDoc, TpuState, short_node_name
 from tpuq.documents import QueuedResourceState as Qr
 from tpuq.errors import TpuqError
 from tpuq.fleet import FleetFile
@@ -80,7 +80,7 @@ class Janitor:
         q = self.db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", self.fleet.name))
         if live_only:
             q = q.where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
-        return [d.TpuDoc.from_doc(s.id, s.to_dict()) for s in q.stream()]
+        return [d.TpuDoc.from_doc(s.to_dict(), s.id) for s in q.stream()]
 
     def known_among(self, listed) -> set[str]:
         """Of the listed resources' ids, those `d.known_ids` counts as known (all `decide_orphans` asks about).
@@ -149,7 +149,7 @@ class Janitor:
         doc = snap.to_dict() if snap.exists else None
         if not allowed(doc):
             return False
-        fields = {"state": TpuState.deleting, "deleting_since": now, "delete_reason": reason, "updated_at": now}
+        fields = TpuDoc.fields(state=TpuState.deleting, deleting_since=now, delete_reason=reason, updated_at=now)
         if not snap.exists:
             fields = {**(absent_fields or {}), **fields, "created_at": now}
         if not guarded.commit_if_unchanged(self.db, guarded.WriteSet().update(snap, fields)):
@@ -160,7 +160,7 @@ class Janitor:
     def mark_gone(self, tpu_id: str, reason: str) -> None:
         now = self.ctx.now()
         self.db.collection(store.TPUS).document(tpu_id).set(
-            {"state": TpuState.gone, "gone_at": now, "gone_reason": reason, "updated_at": now}, merge=True)
+            TpuDoc.fields(state=TpuState.gone, gone_at=now, gone_reason=reason, updated_at=now), merge=True)
 
     # ------------------------------------------------------------ races and dead ones
     def settle(self, observed: dict[str, Any], request_of: dict[str, str], classified: set[str]) -> None:
@@ -227,7 +227,7 @@ class Janitor:
         reason = "idle while the fleet is paused" if paused else None
         for t in d.decide_idle(tpus, self.fleet, now, paused):
             marked = self.mark_deleting(
-                t.id, lambda doc: doc is not None and d.idle_expired(d.TpuDoc.from_doc(t.id, doc), self.fleet,
+                t.id, lambda doc: doc is not None and d.idle_expired(d.TpuDoc.from_doc(doc, t.id), self.fleet,
                                                                      self.ctx.now(), paused),
                 reason or f"idle longer than {self.fleet.idle_timeout_for(t.entry_id)} s")
             if not marked:

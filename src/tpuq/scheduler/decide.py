@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from tpuq.documents import JobDoc, NodeHealth
+from tpuq.documents import JobDoc, NodeHealth, TpuDoc
 from tpuq.fleet import FleetFile
 from tpuq.jobspec import JobSpec
 from tpuq.jobstate import JobEvent, transition
@@ -85,8 +85,8 @@ def tpu_refuses_new_job(doc: Doc, now: datetime) -> str | None:
     """Why an idle TPU takes no new job now, or None: quarantined (its last attempt was preempted or could not
     reach it), or its node is not HEALTHY, or maintenance comes before a job could end
     (`NodeHealth.refuses_new_job`: under way, or its window opens within `MAINTENANCE_HORIZON`)."""
-    if doc.get("quarantined"):
-        return doc.get("quarantine_reason") or "quarantined"
+    if doc.get(TpuDoc.field("quarantined")):
+        return doc.get(TpuDoc.field("quarantine_reason")) or "quarantined"
     health = NodeHealth.from_doc(doc)
     return health.refuses_new_job(now) if health is not None else None
 

@@ -19,8 +19,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tpuq import gcslayout
-from tpuq.documents import (AttemptDoc, AttemptState, ExecutionEnd, ExecutionState, JobDoc, TpuState,
-                             short_node_name)
+from tpuq.documents import (AttemptDoc, AttemptState, ExecutionDoc, ExecutionEnd, ExecutionState, JobDoc, TpuDoc,
+                             TpuState, short_node_name)
 from tpuq.fleet import FleetFile, RetryBudgets
 from tpuq.jobspec import JobSpec, PublishedJob
 from tpuq.jobstate import still_unstarted, IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
@@ -98,12 +98,8 @@ def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | No
     if existing is None:
         return {
             **details,
-            "state": TpuState.idle.value,
-            "job_id": None,
-            "attempt_id": None,
-            "idle_since": now,
-            "created_at": now,
-            "updated_at": now,
+            **TpuDoc.fields(state=TpuState.idle, job_id=None, attempt_id=None, idle_since=now, created_at=now,
+                            updated_at=now),
         }
     changed = {k: v for k, v in details.items() if existing.get(k) != v and v is not None}
     return {**changed, "updated_at": now} if changed else None
@@ -125,7 +121,7 @@ def tpu_on_gone(existing: Doc | None, event: FleetEvent, now: datetime) -> Doc |
     """SUSPENDED / GONE / FAILED for a node: the TPU is gone (recorded even if never seen ACTIVE)."""
     if existing is not None and existing.get("state") == TpuState.gone:
         return None
-    fields: Doc = {"state": TpuState.gone.value, "gone_at": now, "gone_reason": event.kind.value, "updated_at": now}
+    fields: Doc = TpuDoc.fields(state=TpuState.gone, gone_at=now, gone_reason=event.kind.value, updated_at=now)
     if existing is None:
         fields |= {
             **_node_identity(event, event.entry_id),
@@ -145,9 +141,9 @@ def tpu_freed(tpu: Doc | None, attempt_id: str, now: datetime, suspect: str | No
     """
     if tpu is None or tpu.get("state") != TpuState.busy or tpu.get("attempt_id") != attempt_id:
         return None
-    freed = {"state": TpuState.idle.value, "job_id": None, "attempt_id": None, "idle_since": now, "updated_at": now}
+    freed = TpuDoc.fields(state=TpuState.idle, job_id=None, attempt_id=None, idle_since=now, updated_at=now)
     if suspect:
-        freed.update({"quarantined": True, "quarantine_reason": suspect[:500]})
+        freed.update(TpuDoc.fields(quarantined=True, quarantine_reason=suspect[:500]))
     return freed
 
 
@@ -204,7 +200,7 @@ def assignment(stored: Doc, tpu: Doc, match: Match, runner_bucket: str | None,
             cancel_requested=False,
             updated_at=now,
         ),
-        tpu={"state": TpuState.busy.value, "job_id": job_id, "attempt_id": attempt_id, "busy_since": now, "updated_at": now},
+        tpu=TpuDoc.fields(state=TpuState.busy, job_id=job_id, attempt_id=attempt_id, busy_since=now, updated_at=now),
         attempt=AttemptDoc.fields(
             attempt=n,
             attempt_id=attempt_id,
@@ -386,7 +382,7 @@ def unstarted_assignment(stored: Doc | None, execution: Doc | None, now: datetim
     if job.state is not JobState.assigned or job.assigned_at is None or now - job.assigned_at < republish_after:
         return UnstartedAssignment()
     record = execution or {}
-    received = record.get("received_at")
+    received = record.get(ExecutionDoc.field("received_at"))
     starting_now = (record.get("state") == ExecutionState.starting and isinstance(received, datetime)
                     and now - received < STARTING_FOR)
     executor_has_it = (record.get("state") == ExecutionState.started or starting_now
@@ -408,8 +404,8 @@ def abandoned_record(stored: Doc, detail: str | None, now: datetime) -> Doc:
     copy of its assignment the executor receives later is dropped, not run beside the retry."""
     job = JobDoc.from_doc(stored)
     end = ExecutionEnd(outcome=AttemptOutcome.infra_failed.value, detail=detail, ended_at=now)
-    return {"job_id": job.id, "attempt": job.attempt, "attempt_id": job.attempt_id, "node": job.tpu,
-            "ended_by": "scheduler", **end.to_doc()}
+    return {**ExecutionDoc.fields(job_id=job.id, attempt=job.attempt, attempt_id=job.attempt_id, node=job.tpu,
+                                  ended_by="scheduler"), **end.to_doc()}
 
 
 def never_started_detail(job: JobDoc) -> str:

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tpuq.brakes import HOUR, day_start, hosts_of
-from tpuq.documents import AttemptDoc, TpuState, short_node_name
+from tpuq.documents import AttemptDoc, TpuDoc, TpuState, short_node_name
 from tpuq.messages import AttemptOutcome
 
 # The start of the janitor's `delete_reason` on a racer deleted because its race was already won
@@ -56,7 +56,7 @@ def _tpu_span(tpu: Mapping[str, Any], now: datetime) -> tuple[datetime, datetime
     begin = tpu.get("created_at")
     if not isinstance(begin, datetime):
         return None
-    end = (tpu.get("gone_at") or tpu.get("updated_at")) if tpu.get("state") == TpuState.gone else now
+    end = (tpu.get(TpuDoc.field("gone_at")) or tpu.get("updated_at")) if tpu.get("state") == TpuState.gone else now
     return (begin, min(end, now)) if isinstance(end, datetime) else None
 
 
@@ -109,7 +109,7 @@ def cost_rows(tpus: Iterable[Mapping[str, Any]], attempts: Iterable[Mapping[str,
         if span is None:
             continue
         hosts = int(tpu.get("hosts") or hosts_of(tpu.get("type")))
-        loser = node not in used and str(tpu.get("delete_reason") or "").startswith(SURPLUS_REASON)
+        loser = node not in used and str(tpu.get(TpuDoc.field("delete_reason")) or "").startswith(SURPLUS_REASON)
         for day, hours in split_by_day(*span):
             billed = hours * hosts
             add(day, tpu.get("type") or "?", "billed", billed)
