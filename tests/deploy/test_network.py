@@ -11,7 +11,8 @@ import yaml
 
 from tpuq.deploy import gcp, network
 from tpuq.deploy.infra import INFRA_DIR, load_infra
-from tpuq.deploy.plan import ProjectState, Target, VpcFacts, desired_run_service, plan, run_projection
+from tpuq.deploy.model import ProjectState, Target, VpcFacts
+from tpuq.deploy.plan import desired_run_service, plan, run_projection
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
 from tpuq.subnets import example_subnet_range

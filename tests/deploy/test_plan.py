@@ -7,7 +7,8 @@ import yaml
 
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import load_infra
-from tpuq.deploy.plan import Action, NetworkFacts, ProjectState, Target, VpcFacts, plan
+from tpuq.deploy.model import Action, NetworkFacts, ProjectState, Target, VpcFacts
+from tpuq.deploy.plan import plan
 from tpuq.examples import EXAMPLE_FLEET
 from tpuq.fleet import FleetFile
 

@@ -15,9 +15,10 @@ import pytest
 
 from tpuq.cli.connecting import Backend, resolve_project, runner_bucket_of
 from tpuq.cli.console import CliError
-from tpuq.cli.identity import account_of, owner
-from tpuq.cli.jobs import cancel_refusal
-from tpuq.cli.views import job_table_rows, plain_table, shown_reason
+from tpuq.cli.accounts import account_of
+from tpuq.cli.identity import owner
+from tpuq.cli.views import job_table_rows, plain_table
+from tpuq.operations.jobs import cancel_refusal, shown_reason
 from tpuq.documents import JobDoc, JobState
 from tpuq.errors import Permanent
 from tpuq.executor.outcome import all_workers

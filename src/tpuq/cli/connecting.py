@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tpuq.cli.accounts import account_of, gcloud_config_value
 from tpuq.cli.console import CliError, err, one_line
 
 # How the backend was found (Backend.kind).
@@ -41,7 +42,7 @@ class Backend:
     project_source: str  # --project, GOOGLE_CLOUD_PROJECT, gcloud config, ...
     state_dir: str | None = None  # the local stack's
     credentials: Any = None  # google.auth credentials (PROJECT only), refreshed
-    account: str | None = None  # whose they are, when they say (tpuq.cli.identity.account_of)
+    account: str | None = None  # whose they are, when they say (tpuq.cli.accounts.account_of)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -77,23 +78,6 @@ def resolve_project(option: str | None, env: dict[str, str], emulated: bool,
         return found, "gcloud config"
     raise CliError(f"no Google Cloud project: pass --project P, set {ENV_PROJECT}, or run "
                    "`gcloud config set project P` (or start the local stack with `tpuq dev up`)")
-
-
-def gcloud_config_value(key: str) -> str | None:
-    """`gcloud config get-value KEY`, or None when gcloud is missing, fails or has none set."""
-    import shutil
-    import subprocess
-
-    gcloud = shutil.which("gcloud")
-    if not gcloud:
-        return None
-    try:
-        done = subprocess.run([gcloud, "config", "get-value", key], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    value = done.stdout.strip().splitlines()[-1].strip() if done.returncode == 0 and done.stdout.strip() else ""
-    return value if value and value != "(unset)" else None
 
 
 def _reachable(hostport: str) -> bool:
@@ -140,8 +124,6 @@ def find_backend(check_credentials: bool = True) -> Backend:
                 raise
             backend.notes.append(str(e))
         else:
-            from tpuq.cli.identity import account_of
-
             backend.account = account_of(backend.credentials)
     return backend
 
@@ -167,8 +149,8 @@ CURRENT: Backend | None = None  # the backend cli_clients found last (this proce
 
 def runner_bucket_of(db, project: str) -> tuple[str | None, str]:
     """The runner bucket of the deployed fleet, without TPUQ_RUNNER_BUCKET: the stored fleet's `runner_bucket`,
-    else the name `tpuq deploy` gives it (tpuq.deploy.plan.Target). (None, why) without a stored fleet."""
-    from tpuq.deploy.plan import Target
+    else the name `tpuq deploy` gives it (tpuq.deploy.model.Target). (None, why) without a stored fleet."""
+    from tpuq.deploy.model import Target
     from tpuq.errors import TpuqError
     from tpuq.fleetstore import load_fleet
 

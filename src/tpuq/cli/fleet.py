@@ -14,6 +14,7 @@ from tpuq.cli.connecting import cli_clients
 from tpuq.cli.files import load_yaml_file, validate_data
 from tpuq.cli.console import out
 from tpuq.cli.views import json_default, print_fleet
+from tpuq.operations.jobs import nudge
 
 
 def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fleet name (default: the only one)"),
@@ -45,15 +46,6 @@ def local_zone():
     return datetime.now().astimezone().tzinfo
 
 
-def _nudge(clients, source: str) -> None:
-    """A tick now, so that every service applies the change at once instead of at the next scheduled tick."""
-    from datetime import datetime, timezone
-
-    from tpuq.messages import Tick
-
-    clients.publish("ticks", Tick(at=datetime.now(timezone.utc), source=source))
-
-
 def fleet_pause(name: Optional[str] = typer.Argument(None, metavar="FLEET", help="Fleet name (default: the only one)")) -> None:
     """No new claims. Running jobs finish; idle TPUs are deleted at once. `tpuq fleet resume` undoes it."""
     import os
@@ -64,7 +56,7 @@ def fleet_pause(name: Optional[str] = typer.Argument(None, metavar="FLEET", help
     clients = cli_clients()
     fleet_name = load_fleet(clients.firestore, name).name
     set_paused(clients.firestore, fleet_name, True, datetime.now(timezone.utc), os.environ.get("USER"))
-    _nudge(clients, "pause")
+    nudge(clients, "pause")
     out.print(f"fleet {fleet_name!r} paused: nothing new is claimed or started; running jobs finish; idle TPUs "
               "are deleted now (tpuq fleet resume undoes it)")
 
@@ -81,7 +73,7 @@ def fleet_resume(name: Optional[str] = typer.Argument(None, metavar="FLEET", hel
         out.print(f"fleet {fleet_name!r} is not paused")
         return
     set_paused(clients.firestore, fleet_name, False, datetime.now(timezone.utc))
-    _nudge(clients, "resume")
+    nudge(clients, "resume")
     out.print(f"fleet {fleet_name!r} resumed: claiming again")
 
 
@@ -120,7 +112,7 @@ def fleet_drain(name: Optional[str] = typer.Argument(None, metavar="FLEET", help
             if control.drain_id != drain_id or not control.drain_pending or time.monotonic() > deadline:
                 break
             if time.monotonic() - nudged > 5:
-                _nudge(clients, "drain")
+                nudge(clients, "drain")
                 nudged = time.monotonic()
             time.sleep(0.5)
     for deleted in control.drain_deleted:
@@ -184,5 +176,5 @@ def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None
                        f"({ENV_FLEET}); nothing stored. Set `name: {in_use}` in the file to change it, or start the "
                        f"local stack with `tpuq dev up --fleet {file}` (a project: `tpuq deploy {file}`)")
     version = save_fleet(clients.firestore, model, datetime.now(timezone.utc))
-    _nudge(clients, "fleet-apply")  # jobs blocked for want of an entry are looked at again now
+    nudge(clients, "fleet-apply")  # jobs blocked for want of an entry are looked at again now
     out.print(f"fleet {model.name!r} stored (version {version}); the services use it from their next message")

@@ -13,6 +13,7 @@ from tpuq.cli.console import CliError, err, out
 from tpuq.cli.files import load_yaml_file, validate_data
 from tpuq.cli.views import json_default, print_job, print_job_table
 from tpuq.documents import TERMINAL_JOB_STATES, JobDoc, JobState
+from tpuq.operations.jobs import cancel_refusal, change_priority, request_cancel
 
 
 def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
@@ -240,22 +241,6 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
         raise typer.Exit(code)
 
 
-def request_cancel(clients, job_id: str, reason: str, requested_by: str, if_pending: bool = False,
-                   expected_attempt: int | None = None) -> None:
-    """Ask the scheduler to cancel a job (`cancels` topic): `tpuq cancel` and the dashboard (tpuq.ui)."""
-    from tpuq.messages import CancelRequest
-
-    clients.publish("cancels", CancelRequest(job_id=job_id, reason=reason, requested_by=requested_by,
-                                             if_pending=if_pending, expected_attempt=expected_attempt))
-
-
-def cancel_refusal(job_id: str, owner: str | None, me: str, force: bool) -> str | None:
-    """Why `tpuq cancel` leaves a job alone: someone else submitted it and --force was not given (pure)."""
-    if force or not owner or owner == me:
-        return None
-    return f"{job_id} was submitted by {owner}, not you ({me}): tpuq cancel --force {job_id} cancels it anyway"
-
-
 def _confirm_if_pending(db, asked: dict[str, int], timeout: float) -> bool:
     """Wait until the scheduler cancelled each job or it started first; print which. True if one was skipped
     (or not confirmed in time)."""
@@ -310,31 +295,6 @@ def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
         out.print(f"{job_id} already has priority {wanted.value}")
         return
     out.print(f"{job_id}: priority {wanted.value} (was {job.get('priority')}); the scheduler re-plans now")
-
-
-def change_priority(clients, job_id: str, wanted, now) -> tuple[str, dict | None]:
-    """Set a pending job's priority (a guarded read-decide-commit) and nudge the scheduler: `set-priority` and the
-    dashboard (tpuq.ui). ("unknown" | "conflict" | "same" | "changed", the job as read)."""
-    from tpuq.cli.fleet import _nudge
-    from tpuq.guarded import WriteSet, read_decide_commit
-    from tpuq.jobstate import IllegalTransition, reprioritized
-
-    ref = clients.firestore.collection(store.JOBS).document(job_id)
-
-    def decide(snap):
-        if not snap.exists:
-            return WriteSet(), ("unknown", None)
-        job = snap.to_dict()
-        try:
-            fields = reprioritized(job, wanted, now)
-        except IllegalTransition:
-            return WriteSet(), ("conflict", job)
-        return WriteSet().update(snap, fields), ("changed" if fields else "same", job)
-
-    result, job = read_decide_commit(clients.firestore, [ref], decide)
-    if result == "changed":
-        _nudge(clients, "set-priority")  # the scheduler's next pass, now, takes the queue in the new order
-    return result, job
 
 
 def logs(job_id: str = typer.Argument(...),

@@ -12,6 +12,7 @@ from tpuq.cli.console import out
 from tpuq.documents import JOB_STATES_ON_A_TPU, AttemptDoc, JobDoc, JobState
 from tpuq.errors import Permanent
 from tpuq.jobwatch import STOPPED
+from tpuq.operations.jobs import shown_reason
 
 
 def json_default(value):
@@ -24,12 +25,6 @@ def state_style(state) -> str:
     colour = {JobState.succeeded: "green", JobState.failed: "red", JobState.rejected: "red",
               JobState.cancelled: "yellow", JobState.running: "cyan", JobState.assigned: "cyan"}.get(state or "", "white")
     return f"[{colour}]{state}[/{colour}]"
-
-
-def shown_reason(job: JobDoc) -> str | None:
-    """The job's reason, unless it only repeats the state (`reason: succeeded` under `state: succeeded`)."""
-    reason = (job.reason or "").strip()
-    return reason if reason and reason != job.state.value else None
 
 
 def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] = (), verbose: bool = False,

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tpuq.deploy.infra import INFRA_DIR, load_infra
-from tpuq.deploy.plan import Action, ProjectState, Target, plan
+from tpuq.deploy.model import Action, ProjectState, Target
+from tpuq.deploy.plan import plan
 from tpuq.fleet import FleetFile
 
 

@@ -19,8 +19,8 @@ import requests
 from tpuq.deploy import generated_secrets, job_buckets, network
 from tpuq.deploy.infra import Infra
 from tpuq.quota import parse_billing_info
-from tpuq.deploy.plan import NETWORK, Action, IamResource, NetworkFacts, ProjectState, Request, Target, \
-    iam_resource, large_slice_regions
+from tpuq.deploy.model import Action, IamResource, NetworkFacts, ProjectState, Request, Target
+from tpuq.deploy.plan import NETWORK, iam_resource, large_slice_regions
 
 BASE_URLS = {
     "serviceusage": "https://serviceusage.googleapis.com/v1/",

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpuq.deploy.infra import Infra
-from tpuq.deploy.plan import Action, ProjectState, Request, Target
+from tpuq.deploy.model import Action, ProjectState, Request, Target
 
 _MARKER = re.compile(r"<(\d+) random bytes, made when applied>")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpuq.deploy.infra import Infra
-from tpuq.deploy.plan import Action, ProjectState, Target
+from tpuq.deploy.model import Action, ProjectState, Target
 from tpuq.fleet import worker_service_account
 
 RESOURCE_PREFIX = "job_bucket:"  # infra/iam.yaml's resource kind for them

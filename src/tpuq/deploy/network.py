@@ -28,7 +28,7 @@ import ipaddress
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tpuq.deploy.plan import Action, ProjectState, Target, VpcFacts
+from tpuq.deploy.model import Action, ProjectState, Target, VpcFacts
 from tpuq.fleet import FleetFile, SshTransport, executor_network_tag, worker_network_tag, worker_service_account
 from tpuq.tputypes import zone_region
 from tpuq.sshaccess import ports_cover as _covers_port  # one reading of a rule's protocol and ports

@@ -18,8 +18,8 @@ from urllib.parse import quote
 
 from tpuq import store
 from tpuq.deploy.infra import Infra
-from tpuq.deploy.plan import Action, ProjectState, Request, Target, _bucket_name, _index_key, _with_number, \
-    iam_resource
+from tpuq.deploy.model import Action, ProjectState, Request, Target
+from tpuq.deploy.plan import _bucket_name, _index_key, _with_number, iam_resource
 
 KEEP = "keep"
 

@@ -33,6 +33,7 @@ from tpuq.errors import NotFound, Permanent, describe_validation_error
 from tpuq.jobspec import JobFile, PublishedJob
 from tpuq.messages import GcsObjectEvent
 from tpuq.scheduler.folder_bundle import pack_folder, packing_name
+from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs  # the jobs topic's intake, shared
 from tpuq.service import Context
 from tpuq.submit import _slug
 
@@ -148,8 +149,6 @@ def _with_bundles(ctx: Context, event: GcsObjectEvent, jobs: list[PublishedJob],
 
 
 def on_object_finalized(event: GcsObjectEvent, ctx: Context) -> None:
-    from tpuq.scheduler.handlers import fleet_in_force, submit_jobs  # the jobs topic's intake, shared
-
     if not is_job_file(event.name):
         return  # bundles, results and everything else in the bucket
     bucket = ctx.clients.storage.bucket(event.bucket)

@@ -9,13 +9,11 @@ message, or an event for an attempt that is no longer current, writes nothing.
 from __future__ import annotations
 
 import logging
-import threading
 
 from tpuq import store
 from tpuq.documents import ExecutionEnd, JobDoc, JobState, TpuState, execution_doc_id, short_node_name
 from tpuq.errors import Permanent, Retryable
 from tpuq.fleet import FleetFile, RetryBudgets
-from tpuq.fleetstore import load_fleet
 from tpuq.guarded import WriteSet, read_decide_commit
 from tpuq.isolation import Isolated
 from tpuq.jobspec import PublishedJob, PublishedJobFile
@@ -27,11 +25,10 @@ from tpuq.messages import (
     FleetEvent,
     FleetEventKind,
     Tick,
-    message_owner,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
-from tpuq.scheduler.grouping import GroupedPasses
-from tpuq.scheduler.plan import PendingJob
+from tpuq.scheduler.gcs_submit import on_object_finalized
+from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
 from tpuq.scheduler.scheduling import (
     active_slices_not_recorded,
     ended_attempts_not_applied,
@@ -44,14 +41,6 @@ from tpuq.scheduler.scheduling import (
 from tpuq.service import Context, Service
 
 log = logging.getLogger("tpuq.scheduler")
-
-def fleet_in_force(ctx: Context) -> FleetFile | None:
-    """The stored fleet; None before any is stored: jobs are still queued and matched, nothing is claimed."""
-    try:
-        return load_fleet(ctx.clients.firestore)
-    except Retryable as e:
-        log.warning("%s", e)
-        return None
 
 
 def _budgets(fleet: FleetFile | None) -> RetryBudgets:
@@ -76,38 +65,6 @@ def on_job(submission: PublishedJob | PublishedJobFile, ctx: Context) -> None:
         submit_jobs(ctx, intake.file_jobs(submission, ctx.message_id), source, fleet, from_file=True)
     else:
         submit_jobs(ctx, [submission], source, fleet)
-
-
-def submit_jobs(ctx: Context, jobs: list[PublishedJob], source: str, fleet: FleetFile | None = None,
-                from_file: bool = False) -> list[str]:
-    """Store each job as pending (blocked from the first second if no entry can run it), keyed by this
-    message's id, then run a pass; returns the job ids. The jobs topic's intake, and the bucket upload's.
-    `from_file`: the jobs of one `jobs:` file, all stored or (an id taken by another submission) none."""
-    if from_file:
-        intake.refuse_taken_ids(ctx.clients.firestore, jobs, ctx.message_id)
-    owner = message_owner(ctx.attributes)
-    job_ids = []
-    for job in jobs:
-        blocked = capacity.unrunnable_reason(
-            PendingJob.from_spec(job, ctx.now(), job_id=intake.job_id_for(job, ctx.message_id)), fleet)
-        job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked, owner)
-        log.info("job %s %s (source %s)%s", job_id, "stored as pending" if created else "already stored", source,
-                 f", blocked: {blocked}" if blocked and created else "")
-        job_ids.append(job_id)
-    # Also on a redelivery: the pass after the first delivery may not have run. Grouped with the other pushes'
-    # jobs stored meanwhile (tpuq.scheduler.grouping): one pass for a burst, not one per job.
-    new_job_passes(ctx).plan(job_ids, lambda batch: scheduling_pass(ctx, fleet, trigger_job_ids=batch))
-    return job_ids
-
-
-_GROUPS: dict[int, GroupedPasses] = {}
-_GROUPS_LOCK = threading.Lock()
-
-
-def new_job_passes(ctx: Context) -> GroupedPasses:
-    """This instance's grouping of new-job passes (one per set of clients: one per process in a service)."""
-    with _GROUPS_LOCK:
-        return _GROUPS.setdefault(id(ctx.clients), GroupedPasses())
 
 
 # ------------------------------------------------------------ fleet events
@@ -302,9 +259,6 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     with parts.part("the scheduling pass"):
         scheduling_pass(ctx, fleet, full=True)
     parts.raise_if_any()
-
-
-from tpuq.scheduler.gcs_submit import on_object_finalized  # noqa: E402 - the bucket-upload path into `jobs`
 
 
 def build_service() -> Service:

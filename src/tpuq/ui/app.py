@@ -1,6 +1,6 @@
 """Shell: the dashboard's Flask app, over the read paths the CLI uses (tpuq.queries, tpuq.fleetreport,
-tpuq.deadletters, tpuq.cli.live's job reader, tpuq.jobwatch) and its two changes (`tpuq cancel`'s and
-`tpuq set-priority`'s code: tpuq.cli.jobs.request_cancel, change_priority).
+tpuq.deadletters, the client layer's job reader tpuq.operations.jobreader, tpuq.jobwatch) and its two changes
+(`tpuq cancel`'s and `tpuq set-priority`'s code: tpuq.operations.jobs.request_cancel, change_priority).
 
 Server-rendered (Jinja, autoescaped: a job's name or a log line is text, never markup). Pages that change poll a
 fragment of themselves with htmx (`hx-trigger="every Ns"`) and swap it in; a job's fragment stops polling once

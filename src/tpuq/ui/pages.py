@@ -1,9 +1,10 @@
 """Shell: what each page shows, read the way the CLI reads it, and the two changes the dashboard makes.
 
 The reads are the CLI's: `tpuq.queries.list_jobs` and `tpuq.fleetreport.annotate_waiting` (`tpuq list`),
-`tpuq.cli.live.JobReader` and `tpuq.jobwatch` (`tpuq watch`, `tpuq logs`), `tpuq.fleetreport.all_fleet_views`
-(`tpuq fleet`), `tpuq.deadletters` (`tpuq dead-letters`), `tpuq.ui.cost`. The changes are `tpuq cancel`'s and
-`tpuq set-priority`'s (`tpuq.cli.jobs.request_cancel`, `cancel_refusal`, `change_priority`). The filtering and
+`tpuq.operations.jobreader.JobReader` and `tpuq.jobwatch` (`tpuq watch`, `tpuq logs`),
+`tpuq.fleetreport.all_fleet_views` (`tpuq fleet`), `tpuq.deadletters` (`tpuq dead-letters`), `tpuq.ui.cost`.
+The changes are `tpuq cancel`'s and `tpuq set-priority`'s, from the client layer (`tpuq.operations.jobs`:
+`request_cancel`, `cancel_refusal`, `change_priority`); the dashboard imports no CLI module. The filtering and
 row shaping is pure (`job_rows`, `filter_jobs`) and tested without a backend.
 """
 
@@ -40,7 +41,7 @@ def filter_jobs(rows: list[Mapping[str, Any]], priority: str | None, search: str
 
 def job_row(stored: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """One row of the Jobs page: id, name, state, priority, type, zone, age, reason."""
-    from tpuq.cli.views import shown_reason
+    from tpuq.operations.jobs import shown_reason
     from tpuq.queries import age
 
     try:
@@ -105,7 +106,7 @@ def attempt_rows(stored_attempts: list[Mapping[str, Any]], tz: tzinfo, now: date
 def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None) -> dict[str, Any] | None:
     """The job, its attempts, its workers (`tpuq watch`'s rows) and its log lines (of one worker when given), or
     None when no such job is stored."""
-    from tpuq.cli.live import JobReader
+    from tpuq.operations.jobreader import JobReader
     from tpuq.fleetreport import local_time
     from tpuq.jobwatch import duration, where
     from tpuq.queries import UnknownJob, attempts, get_job
@@ -149,14 +150,14 @@ def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None
 
 def cancel_refusal_of(job: Mapping[str, Any], user: str | None) -> str | None:
     """What the confirmation says before cancelling someone else's job (`tpuq cancel`'s rule)."""
-    from tpuq.cli.jobs import cancel_refusal
+    from tpuq.operations.jobs import cancel_refusal
 
     return cancel_refusal(job["id"], job.get("owner") or None, user or "", force=False)
 
 
 def cancel(clients, job_id: str, user: str, force: bool) -> tuple[str, bool]:
     """`tpuq cancel JOB` as `user` (with `--force` when asked): (what happened, whether it was asked)."""
-    from tpuq.cli.jobs import cancel_refusal, request_cancel
+    from tpuq.operations.jobs import cancel_refusal, request_cancel
     from tpuq.queries import UnknownJob, get_job
 
     try:
@@ -175,7 +176,7 @@ def cancel(clients, job_id: str, user: str, force: bool) -> tuple[str, bool]:
 
 def set_priority(clients, job_id: str, priority: str, now: datetime) -> tuple[str, bool]:
     """`tpuq set-priority JOB P`: (what happened, whether it changed)."""
-    from tpuq.cli.jobs import change_priority
+    from tpuq.operations.jobs import change_priority
 
     if priority not in PRIORITIES:
         return f"priority: {priority!r} is not one of {', '.join(PRIORITIES)}", False
