@@ -195,7 +195,8 @@ def test_the_scheduler_records_the_node_s_health(case, stored, node, written):
     fields = lifecycle.tpu_on_health(stored, health_event(node), NOW)
     assert bool(fields) == written, case
     if written:
-        assert NodeHealth.from_doc(fields) == NodeHealth.from_api(node) and set(fields) == {"node_health", "updated_at"}
+        assert NodeHealth.from_doc(fields) == NodeHealth.from_api(node)
+        assert set(fields) == {"node_health", "node_health_at", "updated_at"}
 
 
 def test_an_active_event_carries_the_node_s_health_into_a_new_tpu_record():
@@ -207,7 +208,23 @@ def test_an_active_event_carries_the_node_s_health_into_a_new_tpu_record():
     # An `existing:` node's ACTIVE comes every tick: only a change of health is written.
     assert lifecycle.tpu_on_active(doc, event, None, NOW) is None
     sick = lifecycle.tpu_on_active(doc, event.model_copy(update={"node_health": NodeHealth.from_api(SICK)}), None, NOW)
-    assert set(sick) == {"node_health", "updated_at"}
+    assert set(sick) == {"node_health", "node_health_at", "updated_at"}
+
+
+def test_an_older_reading_delivered_late_never_replaces_a_newer_one():
+    """Pub/Sub may push a node's ACTIVE again long after a later NODE_HEALTH (a redelivery after a failed push):
+    its older, healthy reading must not clear the sickness the executor and the pass judge by."""
+    active = FleetEvent(kind=FleetEventKind.active, fleet="f1", queued_resource="q", zone=ZONE, type="v4-8",
+                        node=f"projects/p/locations/{ZONE}/nodes/n1", at=NOW, node_health=HEALTHY,
+                        endpoints=[WorkerEndpoint(worker_id=0, ip="10.0.0.2")])
+    doc = lifecycle.tpu_on_active(None, active, None, NOW)
+    sick = health_event(SICK).model_copy(update={"at": NOW + timedelta(minutes=5)})
+    doc = {**doc, **lifecycle.tpu_on_health(doc, sick, NOW + timedelta(minutes=5))}
+    assert lifecycle.tpu_on_active(doc, active, None, NOW + timedelta(minutes=9)) is None  # the late copy
+    assert lifecycle.tpu_on_health(doc, health_event({"health": "HEALTHY"}), NOW + timedelta(minutes=9)) is None
+    assert NodeHealth.from_doc(doc) == NodeHealth.from_api(SICK)
+    later = health_event({"health": "HEALTHY"}).model_copy(update={"at": NOW + timedelta(minutes=8)})
+    assert NodeHealth.from_doc(lifecycle.tpu_on_health(doc, later, NOW)).health is TpuHealth.HEALTHY  # newer: taken
 
 
 # ------------------------------------------------------------------ the executor ends the attempt, like a lost host

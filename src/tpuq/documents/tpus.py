@@ -63,6 +63,7 @@ class TpuDoc(_View):
     hosts: int | None = None
     spot: bool | None = None
     node_health: Mapping[str, Any] | None = None  # NodeHealth.to_doc()
+    node_health_at: datetime | None = None  # when the claimer read that health (the event's `at`): no older reading replaces it
     # What it does
     job_id: str | None = None  # the job holding it while busy
     attempt_id: str | None = None

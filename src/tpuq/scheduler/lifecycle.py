@@ -81,27 +81,36 @@ def _node_identity(event: FleetEvent, entry_id: str | None) -> Doc:
     }
 
 
+def _reading_is_newer(existing: Doc, event: FleetEvent) -> bool:
+    """Whether the event's health reading is newer than the stored one. Pub/Sub may deliver a node's ACTIVE event
+    again long after a later NODE_HEALTH (a redelivery after a failed push); its older reading must not replace it."""
+    stored = existing.get(TpuDoc.field("node_health_at"))
+    return stored is None or event.at >= stored
+
+
 def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | None, now: datetime) -> Doc | None:
     """An ACTIVE node: a new idle TPU, or fresher endpoints for a known one (never resets a busy TPU)."""
     if not event.node:
         return None
     if existing is not None and existing.get("state") == TpuState.gone:
         return None  # gone is final: an ACTIVE that arrives late (or is redelivered) must not revive it
+    health = event.node_health.to_doc() if event.node_health else None
     details = {
         **_node_identity(event, entry_for(fleet, event)),
         "endpoints": [e.model_dump(mode="json", exclude_none=True) for e in event.endpoints],
         "chips": event.chips,
         "hosts": event.hosts,
         "spot": event.spot,
-        "node_health": event.node_health.to_doc() if event.node_health else None,
     }
     if existing is None:
         return {
             **details,
-            **TpuDoc.fields(state=TpuState.idle, job_id=None, attempt_id=None, idle_since=now, created_at=now,
-                            updated_at=now),
+            **TpuDoc.fields(node_health=health, node_health_at=event.at if health else None, state=TpuState.idle,
+                            job_id=None, attempt_id=None, idle_since=now, created_at=now, updated_at=now),
         }
     changed = {k: v for k, v in details.items() if existing.get(k) != v and v is not None}
+    if health is not None and existing.get(TpuDoc.field("node_health")) != health and _reading_is_newer(existing, event):
+        changed.update(TpuDoc.fields(node_health=health, node_health_at=event.at))
     return {**changed, "updated_at": now} if changed else None
 
 
@@ -112,9 +121,9 @@ def tpu_on_health(existing: Doc | None, event: FleetEvent, now: datetime) -> Doc
     if existing is None or existing.get("state") == TpuState.gone or event.node_health is None:
         return None
     health = event.node_health.to_doc()
-    if existing.get("node_health") == health:
+    if existing.get(TpuDoc.field("node_health")) == health or not _reading_is_newer(existing, event):
         return None
-    return {"node_health": health, "updated_at": now}
+    return TpuDoc.fields(node_health=health, node_health_at=event.at, updated_at=now)
 
 
 def tpu_on_gone(existing: Doc | None, event: FleetEvent, now: datetime) -> Doc | None:
