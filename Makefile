@@ -49,4 +49,4 @@ bench: install
 	$(PYTHON) benchmarks/run_all.py
 
 clean:
-	rm -rf build dist src/*.egg-info dev/*.egg-info .pytest_cache .hypothesis $(VENV)
+	rm -rf build dist *.egg-info dev/*.egg-info .pytest_cache .hypothesis $(VENV)

@@ -17,9 +17,9 @@ import os
 import random
 import time
 
-from tpuq.capacitymodel.clock import ManualClock
-from tpuq.capacitymodel.model import FakeTpuWorld
-from tpuq.capacitymodel.scenario import parse_scenario
+from tpuq_dev.capacitymodel.clock import ManualClock
+from tpuq_dev.capacitymodel.model import FakeTpuWorld
+from tpuq_dev.capacitymodel.scenario import parse_scenario
 
 P, Z = "bench", "us-central2-b"
 

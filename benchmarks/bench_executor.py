@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tpuq import gcslayout
+from tpuq.contracts import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.pins import InMemoryPinStore
@@ -44,7 +44,7 @@ from tpuq.executor.ssh import ConnectionCache, SshLogin, run_on_workers
 from tpuq.executor.workerspec import WorkerSettings
 from tpuq_dev.devstack.processes import free_port
 from tpuq_dev.faketpu.hosts import WorkerHostManager, published_host_keys
-from tpuq.messages import Assignment, WorkerEndpoint
+from tpuq.contracts.messages import Assignment, WorkerEndpoint
 
 USER = "tpuqbench"
 BUCKET = "bench-us-central2"

@@ -36,10 +36,10 @@ from google.cloud import firestore, tpu_v2  # noqa: E402
 from tests.janitor.conftest import (  # noqa: E402
     ACTIVE_AFTER, JANITOR, SCENARIO, THIRD_ZONE, WAIT_ZONE, WIN_ZONE, Stack, envelope, make_fleet)
 from tpuq_dev.devstack.stack import DevStack  # noqa: E402
-from tpuq.capacitymodel.clock import ManualClock  # noqa: E402
+from tpuq_dev.capacitymodel.clock import ManualClock  # noqa: E402
 from tpuq_dev.faketpu.control import FakeTpuControl  # noqa: E402
 from tpuq_dev.faketpu.server import FakeTpuServer  # noqa: E402
-from tpuq.fleetstore import save_fleet  # noqa: E402
+from tpuq.runtime.fleetstore import save_fleet  # noqa: E402
 
 
 def one_run(server: FakeTpuServer, db, app) -> float:

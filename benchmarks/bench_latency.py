@@ -17,11 +17,11 @@ import time
 import uuid
 
 
-from tpuq import store
-from tpuq.clients import Clients, Settings
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
-from tpuq.queries import worker_log_chunks
+from tpuq.operations.queries import worker_log_chunks
 
 from stackbench import whole_stack
 

@@ -27,10 +27,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 
-from tpuq import store
-from tpuq.clients import Clients, Settings
-from tpuq.documents import JobState
-from tpuq.queries import worker_log_chunks
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.contracts.documents import JobState
+from tpuq.operations.queries import worker_log_chunks
 from tpuq_dev.devstack.stack import wait_for
 
 from stackbench import cpu_seconds_per, cpu_snapshot, whole_stack

@@ -5,7 +5,7 @@ Prints one JSON line per size: pending jobs, idle TPUs, the best wall time of a 
 assignment's writes, sizing the capacity asks), and what it decided. Stored documents are
 built outside the timed part; no emulator is involved (the decision is pure).
 `parse_again_seconds`: the same read in the next pass, the stored versions unchanged, as the scheduler
-reads it (`tpuq.versioned`: each snapshot's update_time names its version, parsed once).
+reads it (`tpuq.runtime.versioned`: each snapshot's update_time names its version, parsed once).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import json
 import time
 from datetime import datetime, timedelta, timezone
 
-from tpuq.fleet import FleetFile
+from tpuq.contracts.fleet import FleetFile
 from tpuq.scheduler.decide import PassSnapshot, decide_pass, entries_to_count, queue_from, queue_of, queued
-from tpuq.versioned import Versioned
+from tpuq.runtime.versioned import Versioned
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ZONES = ["us-central2-b", "us-central2-a", "us-east1-d"]

@@ -20,15 +20,15 @@ from pathlib import Path
 
 from google.cloud.firestore import FieldFilter, Query
 
-from tpuq import store, topology
-from tpuq.clients import Clients, Settings
-from tpuq.documents import JobState
-from tpuq.fleet import FleetFile
-from tpuq.fleetstore import save_fleet
-from tpuq.jobspec import PublishedJob
+from tpuq.contracts import store, topology
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.contracts.documents import JobState
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.contracts.jobspec import PublishedJob
 from tpuq.scheduler import intake
 from tpuq.scheduler.scheduling import scheduling_pass
-from tpuq.service import Context
+from tpuq.runtime.service import Context
 from tpuq_dev.devstack.stack import DevStack, firestore_clear
 
 

@@ -18,8 +18,8 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-from tpuq.fleet import FleetFile
-from tpuq.jobspec import Priority
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.jobspec import Priority
 from tpuq.scheduler.plan import IdleTpu, PendingJob, plan
 
 SIZES = [(1000, 100), (2000, 200), (5000, 500), (10000, 1000), (20000, 2000)]

@@ -37,7 +37,7 @@ VARIANTS = {"polling-split": ("polling", {"split_counts": True})}
 
 
 def _inputs(days: float, seed: int, jobs: int | None, fleet: str | None = None):
-    from tpuq.cli.simulate import EXAMPLE_FILES, EXAMPLES, read_inputs
+    from tpuq_dev.simulate_cli import EXAMPLE_FILES, EXAMPLES, read_inputs
 
     workload = EXAMPLES / EXAMPLE_FILES["workload"]
     if jobs is not None:  # the scale run: the standard mix, more jobs, arriving over the whole run
@@ -52,7 +52,7 @@ def _inputs(days: float, seed: int, jobs: int | None, fleet: str | None = None):
 
 def run_one(policy: str, days: float, seed: int, jobs: int | None, fleet: str | None = None) -> dict:
     logging.disable(logging.WARNING)  # a month of the services' own log lines
-    from tpuq.cli.simulate import run_policy
+    from tpuq_dev.simulate_cli import run_policy
 
     inputs = _inputs(days, seed, jobs, fleet)
     cpu, wall = time.process_time(), time.perf_counter()

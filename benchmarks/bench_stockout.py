@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the stack the tests use
 
 from tests.integration.claimstack import PROJECT, ClaimStack  # noqa: E402
-from tpuq.fleet import ClaimPolicy  # noqa: E402
-from tpuq.inmemory import MemoryFirestore  # noqa: E402
-from tpuq.messages import FleetEventKind  # noqa: E402
+from tpuq.contracts.fleet import ClaimPolicy  # noqa: E402
+from tpuq_dev.inmemory import MemoryFirestore  # noqa: E402
+from tpuq.contracts.messages import FleetEventKind  # noqa: E402
 
 HEALTHY, STOCKED_OUT = "us-central2-a", "us-central2-b"
 

@@ -16,7 +16,7 @@ the push front), and for the whole window:
 
 Then the invariants, as figures (0 is the goal for each):
 
-- `jobs`: every published job exists, is terminal, once: its attempts, replayed through `tpuq.jobstate`'s
+- `jobs`: every published job exists, is terminal, once: its attempts, replayed through `tpuq.contracts.jobstate`'s
   table, lead to its state, and only the last attempt ended the job;
 - `overlap`: no two attempts of one job ran at the same time, judged from the stamps the job's own command
   printed on the workers (read back from the attempts' logs in GCS);
@@ -25,7 +25,7 @@ Then the invariants, as figures (0 is the goal for each):
   node, made at the start; the fake's call log must show no DELETE of them, and they must still exist);
 - `looped`: Pub/Sub pushed no message more than `MAX_DELIVERIES` times (the front counts per message id);
 - `liveness`: at every sample (every `SAMPLE_SECONDS`, from the first publish to the end), every pending job keeps
-  `tpuq.liveness`'s rule: within its bound after it could run, it is assigned, or the claimer holds its capacity
+  `tpuq.contracts.liveness`'s rule: within its bound after it could run, it is assigned, or the claimer holds its capacity
   request open, or it shows a reason that holds it.
 
 Output: one JSON line (jobs, outcomes, faults by kind, violations by invariant); details on stderr.
@@ -52,13 +52,13 @@ from typing import Any, Callable
 import requests
 import yaml
 
-from tpuq import store
-from tpuq.clients import Clients, Settings
-from tpuq.documents import AttemptDoc, AttemptState, JobDoc, JobState, RequestStatus, execution_doc_id
-from tpuq.jobstate import IllegalTransition, JobEvent, transition
-from tpuq.liveness import nothing_holds
-from tpuq.messages import AttemptOutcome
-from tpuq.queries import worker_log_chunks, worker_statuses
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.contracts.documents import AttemptDoc, AttemptState, JobDoc, JobState, RequestStatus, execution_doc_id
+from tpuq.contracts.jobstate import IllegalTransition, JobEvent, transition
+from tpuq.contracts.liveness import nothing_holds
+from tpuq.contracts.messages import AttemptOutcome
+from tpuq.operations.queries import worker_log_chunks, worker_statuses
 from tpuq_dev.devstack.stack import DevStack
 from tpuq_dev.faketpu.control import FakeTpuControl, FakeTpuControlError
 

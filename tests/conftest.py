@@ -20,7 +20,7 @@ hypothesis_settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
-from tpuq.clients import Clients, Settings
+from tpuq.runtime.clients import Clients, Settings
 from tpuq_dev.devstack import stack as devstack
 
 
@@ -57,13 +57,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _fleet_choice_not_inherited(request, monkeypatch):
-    """TPUQ_FLEET names the fleet that in-process services load (tpuq.fleetstore.load_fleet). The whole-system
+    """TPUQ_FLEET names the fleet that in-process services load (tpuq.runtime.fleetstore.load_fleet). The whole-system
     stack of tests/e2e (session-scoped) exports its own, `demo`, for the rest of the session; a test outside
     tests/e2e stores a fleet of its own and must not be served `demo`'s name. The stacks' services get
-    TPUQ_FLEET from their stack's env, not from here. Nor the session stacks' ids (tpuq.stackenv.ENV_STACK_ID,
+    TPUQ_FLEET from their stack's env, not from here. Nor the session stacks' ids (tpuq.operations.stackenv.ENV_STACK_ID,
     ENV_STACK_DIR): a test that points the CLI at other emulators would be told its environment is stale."""
     if "e2e" not in request.node.path.parts:
-        from tpuq.stackenv import ENV_STACK_DIR, ENV_STACK_ID
+        from tpuq.operations.stackenv import ENV_STACK_DIR, ENV_STACK_ID
 
         for key in ("TPUQ_FLEET", ENV_STACK_ID, ENV_STACK_DIR):
             monkeypatch.delenv(key, raising=False)

@@ -60,7 +60,7 @@ def dev_up(
     with err.status("starting the local stack..."):
         s.up()
     out.print(f"local stack ready in {time.monotonic() - started:.1f}s; state in {s.state_dir}")
-    from tpuq.capacitymodel.scenario import load_scenario
+    from tpuq_dev.capacitymodel.scenario import load_scenario
     from tpuq_dev.devstack.describe import started_lines
 
     for line in started_lines(s.load_fleet(), load_scenario(s.scenario) if s.scenario else None, s.time_scale,
@@ -79,7 +79,7 @@ def dev_env(state_dir: Optional[Path] = typer.Option(None)) -> None:
     """Print the stack's environment as export lines, for eval."""
     import shlex
 
-    from tpuq.stackenv import load_env
+    from tpuq.operations.stackenv import load_env
 
     for key, value in sorted(load_env(state_dir).items()):
         print(f"export {key}={shlex.quote(value)}")
@@ -104,6 +104,9 @@ def dev_status(state_dir: Optional[Path] = typer.Option(None), as_json: bool = t
 
 def register(app: typer.Typer, dev_app: typer.Typer) -> None:
     """The entry point tpuq.cli.app calls: add these commands to the `tpuq` app and its `dev` group."""
+    from tpuq_dev.simulate_cli import simulate
+
     app.command("demo")(demo)
+    app.command("simulate")(simulate)
     for name, command in (("up", dev_up), ("down", dev_down), ("env", dev_env), ("status", dev_status)):
         dev_app.command(name)(command)

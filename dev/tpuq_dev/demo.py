@@ -25,13 +25,13 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from tpuq import store
-from tpuq.clients import Clients, Settings
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
 from tpuq_dev.devstack.stack import DEMO_DIR, DevStack
-from tpuq.documents import AttemptDoc, JobDoc, JobState, TpuState, short_node_name
+from tpuq.contracts.documents import AttemptDoc, JobDoc, JobState, TpuState, short_node_name
 from tpuq_dev.faketpu.control import FakeTpuControl
-from tpuq.jobspec import JobFile
-from tpuq.submit import prepare, submit_prepared
+from tpuq.contracts.jobspec import JobFile
+from tpuq.operations.submit import prepare, submit_prepared
 
 DEMO_BUCKET = "tpuq-demo-us-central2"
 

@@ -1,6 +1,15 @@
-"""The claimer's entry point, where a reviewer looks for it. Its code is `tpuq.entrypoints.claimer`, inside the package:
-that is what the local stack and the container start (`python -m tpuq.entrypoints claimer`), because an installed tpuq
-has no services/ directory. This file only re-exports it.
+"""Claimer entry point (Cloud Functions 2nd gen / Cloud Run, HTTP target `handle`).
+
+Pub/Sub pushes capacity requests to /push/capacity and ticks to /push/ticks;
+`tpuq.runtime.service` routes by path.
 """
 
-from tpuq.entrypoints.claimer import SERVICE, handle  # noqa: F401
+from tpuq.claimer.handlers import build_service
+from tpuq.runtime.entrypoints import configure_logging
+
+configure_logging()
+SERVICE = build_service()  # builds the route table only; clients are created on first use
+
+
+def handle(request):
+    return SERVICE.dispatch(request)

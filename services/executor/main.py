@@ -1,6 +1,11 @@
-"""The executor's entry point, where a reviewer looks for it. Its code is `tpuq.entrypoints.executor`, inside the package:
-that is what the local stack and the container start (`python -m tpuq.entrypoints executor`), because an installed tpuq
-has no services/ directory. This file only re-exports it.
-"""
+"""Executor entry point (Cloud Run, HTTP target `handle`): assignments, status-object events, ticks."""
 
-from tpuq.entrypoints.executor import SERVICE, handle  # noqa: F401
+from tpuq.executor.handlers import build_service
+from tpuq.runtime.entrypoints import configure_logging
+
+configure_logging()
+SERVICE = build_service()  # the route table only; clients and SSH keys are loaded on first use
+
+
+def handle(request):
+    return SERVICE.dispatch(request)

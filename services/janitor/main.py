@@ -1,6 +1,14 @@
-"""The janitor's entry point, where a reviewer looks for it. Its code is `tpuq.entrypoints.janitor`, inside the package:
-that is what the local stack and the container start (`python -m tpuq.entrypoints janitor`), because an installed tpuq
-has no services/ directory. This file only re-exports it.
+"""Janitor entry point (Cloud Functions 2nd gen / Cloud Run, HTTP target `handle`).
+
+Pub/Sub pushes fleet events, attempt events and ticks here; `tpuq.runtime.service` routes by path.
 """
 
-from tpuq.entrypoints.janitor import SERVICE, handle  # noqa: F401
+from tpuq.janitor.handlers import build_service
+from tpuq.runtime.entrypoints import configure_logging
+
+configure_logging()
+SERVICE = build_service()  # builds the route table only; clients are created on first use
+
+
+def handle(request):
+    return SERVICE.dispatch(request)

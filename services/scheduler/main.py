@@ -1,6 +1,14 @@
-"""The scheduler's entry point, where a reviewer looks for it. Its code is `tpuq.entrypoints.scheduler`, inside the package:
-that is what the local stack and the container start (`python -m tpuq.entrypoints scheduler`), because an installed tpuq
-has no services/ directory. This file only re-exports it.
+"""Scheduler entry point (Cloud Run / Cloud Functions 2nd gen, HTTP target `handle`).
+
+Pub/Sub push subscriptions post here; `tpuq.runtime.service` routes by path.
 """
 
-from tpuq.entrypoints.scheduler import SERVICE, handle  # noqa: F401
+from tpuq.scheduler.handlers import build_service
+from tpuq.runtime.entrypoints import configure_logging
+
+configure_logging()
+SERVICE = build_service()  # builds the route table only; clients are created on first use
+
+
+def handle(request):
+    return SERVICE.dispatch(request)

@@ -13,15 +13,15 @@ import pytest
 from google.cloud import pubsub_v1
 from pydantic import BaseModel
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq_dev.devstack.stack import wait_for
-from tpuq.entrypoints import source_file
+from tpuq.runtime.entrypoints import source_file
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
-from tpuq.fleet import FleetFile
-from tpuq.fleetstore import save_fleet
-from tpuq.messages import FleetEvent
-from tpuq.service import utcnow
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.contracts.messages import FleetEvent
+from tpuq.runtime.service import utcnow
 
 TEST_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtpuqclaimertestkeyonlyforthetests0000 test"
 

@@ -11,9 +11,9 @@ import pytest
 from tpuq.claimer.classify import BlockKind, block_kind, project_block_reason, raw_error, zone_quota_reason
 from tpuq.claimer.decide import decide
 from tpuq.claimer.model import ClaimState, FleetStatus, Observed
-from tpuq.errors import ErrorInfo
-from tpuq.fleet import FleetFile
-from tpuq.quota import BILLING_OFF_MESSAGE, BillingState, EffectiveQuota, Prechecks, billing_block_reason
+from tpuq.contracts.errors import ErrorInfo
+from tpuq.contracts.fleet import FleetFile
+from tpuq.capacity.quota import BILLING_OFF_MESSAGE, BillingState, EffectiveQuota, Prechecks, billing_block_reason
 
 P = "proj-x"
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -102,7 +102,7 @@ def test_a_billing_block_clears_at_the_next_successful_billing_check(raw, billin
 
 
 def test_while_blocked_the_claimer_reads_the_pre_checks_afresh():
-    from tpuq.cloudchecks import PrecheckCache
+    from tpuq.capacity.cloudchecks import PrecheckCache
 
     class Reader:
         reads = 0

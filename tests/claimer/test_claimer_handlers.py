@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.fleetreport import fleet_report, fleet_view
-from tpuq.service import utcnow
+from tpuq.operations.fleetreport import fleet_report, fleet_view
+from tpuq.runtime.service import utcnow
 from tpuq_dev.devstack.stack import wait_for
-from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, Tick
+from tpuq.contracts.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, Tick
 
 from .conftest import fleet_data, scenario_data
 
@@ -184,8 +184,8 @@ def test_a_second_region_without_the_fleets_subnet_is_dropped_with_the_command_t
     as unknown: one blind retry, then an hour's stop with the API's bare text."""
     from datetime import timezone
 
-    from tpuq.fleetreport import waiting_reason
-    from tpuq.subnets import example_subnet_range
+    from tpuq.operations.fleetreport import waiting_reason
+    from tpuq.capacity.subnets import example_subnet_range
 
     zones = ["us-central1-a", "europe-west4-b"]
     scenario = scenario_data(zones, families=("v5litepod",), provisioning=1e6)

@@ -11,9 +11,9 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from tpuq.claimer.classify import classify, describe_failure, project_block_reason, raw_error
-from tpuq.errors import ErrorInfo, error_info_from_details, error_info_of, status_error_info
-from tpuq.fleet import FleetFile
-from tpuq.messages import FailureClass as F
+from tpuq.contracts.errors import ErrorInfo, error_info_from_details, error_info_of, status_error_info
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.messages import FailureClass as F
 
 EID = "[EID: 0x1a2b3c4d5e6f7081]"
 # Texts only: what the real API writes in failedData.error (code, message), where no details are known to come.

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 from tpuq.claimer.model import QrRecord
 from tpuq.claimer.tpuapi import build_queued_resource
-from tpuq.fleet import FleetFile
+from tpuq.contracts.fleet import FleetFile
 
 NOW = datetime(2026, 11, 29, tzinfo=timezone.utc)
 FLEET = FleetFile.model_validate({

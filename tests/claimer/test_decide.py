@@ -20,9 +20,9 @@ from tpuq.claimer.model import (
     RequestReceived,
     queued_resource_id,
 )
-from tpuq.fleet import FleetFile
-from tpuq.subnets import example_subnet_range
-from tpuq.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, WorkerEndpoint
+from tpuq.contracts.fleet import FleetFile
+from tpuq.capacity.subnets import example_subnet_range
+from tpuq.contracts.messages import CapacityAction, CapacityRequest, FailureClass, FleetEventKind, WorkerEndpoint
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ZONES = ["us-central2-a", "us-central2-b", "us-central2-c"]
@@ -347,7 +347,7 @@ def test_an_unknown_error_early_in_the_window_is_not_expired():
 
 
 def test_error_info_decides_before_the_text():
-    from tpuq.errors import ErrorInfo
+    from tpuq.contracts.errors import ErrorInfo
 
     state, _ = run(ClaimState(make_fleet()), RequestReceived(request()))
     qa = f"tq-r1-{ZONES[0]}"
@@ -444,7 +444,7 @@ def test_long_names_stay_within_api_limits_and_deterministic():
 def test_unknown_error_settings_are_validated_with_the_field_named(claim, field):
     from pydantic import ValidationError
 
-    from tpuq.errors import describe_validation_error
+    from tpuq.contracts.errors import describe_validation_error
 
     with pytest.raises(ValidationError) as e:
         make_fleet(claim=claim)
@@ -454,7 +454,7 @@ def test_unknown_error_settings_are_validated_with_the_field_named(claim, field)
 def test_unknown_error_settings_default_as_the_quickstart_says_and_the_example_fleet_sets_them():
     import yaml
 
-    from tpuq.examples import EXAMPLE_FLEET
+    from tpuq.operations.examples import EXAMPLE_FLEET
 
     claim = make_fleet().claim
     assert (claim.unknown_error_retries, claim.unknown_error_backoff_seconds) == (1, 3600)

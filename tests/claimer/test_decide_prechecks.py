@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 
 from tpuq.claimer.decide import decide
 from tpuq.claimer.model import ClaimState, RequestReceived
-from tpuq.fleet import FleetFile, ProvisioningModel
-from tpuq.messages import CapacityRequest
-from tpuq.quota import (BillingState, EffectiveQuota, Prechecks, QuotaReading, QuotaSource, ZoneQuota,
+from tpuq.contracts.fleet import FleetFile, ProvisioningModel
+from tpuq.contracts.messages import CapacityRequest
+from tpuq.capacity.quota import (BillingState, EffectiveQuota, Prechecks, QuotaReading, QuotaSource, ZoneQuota,
                         effective_quota, parse_quota_info)
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -3,9 +3,9 @@
 import pytest
 
 from tpuq.claimer.sshkeys import default_provider, ssh_keys_metadata
-from tpuq.errors import Permanent
-from tpuq.fleet import FleetFile
-from tpuq.ownership import is_ours
+from tpuq.contracts.errors import Permanent
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.ownership import is_ours
 
 FLEET = FleetFile.model_validate({"name": "f1", "project": "p", "owner_prefix": "tq", "ssh_key_secret": "exec-key",
                                   "tpus": [{"id": "a", "type": "v4-8", "zones": ["us-central2-b"]}]})

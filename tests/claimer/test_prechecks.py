@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tpuq.fleetreport import fleet_report
-from tpuq.messages import CapacityRequest, Tick
+from tpuq.operations.fleetreport import fleet_report
+from tpuq.contracts.messages import CapacityRequest, Tick
 
 from .conftest import fleet_data, scenario_data
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from tpuq.claimer import handlers
-from tpuq.errors import Retryable
+from tpuq.contracts.errors import Retryable
 from tests.helpers import fleets_only_context
 from tests.claimer.test_decide import make_fleet
 

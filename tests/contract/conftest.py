@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from tpuq.clients import Clients, Settings
-from tpuq.inmemory import MemoryFirestore
+from tpuq.runtime.clients import Clients, Settings
+from tpuq_dev.inmemory import MemoryFirestore
 
 
 @pytest.fixture(scope="session")

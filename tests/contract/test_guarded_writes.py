@@ -1,4 +1,4 @@
-"""The one guarded-write primitive (`tpuq.guarded`), on both stores: racing writers get exactly one winner.
+"""The one guarded-write primitive (`tpuq.runtime.guarded`), on both stores: racing writers get exactly one winner.
 
 The scheduler's assignment and the janitor's `deleting` mark guard the same
 `tpus/{node}` document the same way, so whichever commits first wins and the
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpuq import store
-from tpuq.guarded import Seen, WriteSet, commit_guarded, commit_if_unchanged, read_decide_commit
+from tpuq.contracts import store
+from tpuq.runtime.guarded import Seen, WriteSet, commit_guarded, commit_if_unchanged, read_decide_commit
 from tpuq.janitor.handlers import Janitor
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

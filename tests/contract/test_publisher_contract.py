@@ -7,8 +7,8 @@ import uuid
 import pytest
 from google.api_core.exceptions import NotFound
 
-from tpuq.clients import Clients, Settings
-from tpuq.inmemory import MemoryPublisher
+from tpuq.runtime.clients import Clients, Settings
+from tpuq_dev.inmemory import MemoryPublisher
 
 
 @pytest.fixture(params=["memory", "emulator"])

@@ -120,7 +120,7 @@ def test_delete_is_idempotent(db, col):
 # ------------------------------------------------------------------ size limits
 # Firestore refuses a document over 1 MiB and a field value over 1 MiB - 89 bytes with INVALID_ARGUMENT, on every
 # retry (production-facts.md, "Firestore document size"; Firestore's quotas page). A job over it must be refused by
-# tpuq with a reason (tpuq.jobspec's limits), never found out by a write that fails for ever.
+# tpuq with a reason (tpuq.contracts.jobspec's limits), never found out by a write that fails for ever.
 HALF_MIB_AND_MORE = 600_000
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tpuq.deploy.gcp import ApiError
 from tpuq.deploy.plan import Action, ProjectState, Request
-from tpuq.fleet import FleetFile
+from tpuq.contracts.fleet import FleetFile
 
 
 class RecordingApi:

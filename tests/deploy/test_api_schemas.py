@@ -18,8 +18,8 @@ from tpuq.deploy import gcp
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import ProjectState, Target, plan
 from tpuq_dev.devstack.stack import DEMO_DIR
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 
 from . import discovery
 from .fakes import state_after

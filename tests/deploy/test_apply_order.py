@@ -7,12 +7,12 @@ import shutil
 import pytest
 import yaml
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import INFRA_DIR, InfraError, load_infra
 from tpuq.deploy.plan import ProjectState, Target, desired_run_service, plan
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 
 from .fakes import RecordingApi, state_after
 

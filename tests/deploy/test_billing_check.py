@@ -13,8 +13,8 @@ from tpuq.deploy import gcp
 from tpuq.deploy.cli import run_deploy
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import Target
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 
 from .fakes import ProjectApi, RecordingApi
 

@@ -16,11 +16,11 @@ import pathspec
 import requests
 import yaml
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.deploy.infra import DEPLOY_SERVICE_ACCOUNT, INFRA_DIR
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.stack import service_argv
-from tpuq.entrypoints import source_file
+from tpuq.runtime.entrypoints import source_file
 
 from tests.helpers import wait_until
 
@@ -90,7 +90,7 @@ def test_each_dockerfile_cmd_starts_the_entry_point_the_local_stack_runs():
         workdir = [rest for keyword, rest in instructions if keyword == "WORKDIR"][-1]
         assert workdir == "/app"
         # The same argv as DevStack's, with the container's interpreter; both start the installed module
-        # tpuq.entrypoints.<name>, never a file of the source tree. No --port: the server listens on $PORT, as
+        # tpuq.runtime.entrypoints.<name>, never a file of the source tree. No --port: the server listens on $PORT, as
         # Cloud Run requires.
         argv = service_argv(name, "0.0.0.0", 8080, python="python")
         assert argv[-2:] == ["--port", "8080"] and cmd == argv[:-2]
@@ -127,8 +127,8 @@ def test_the_build_runs_as_the_deploy_account_and_logs_where_a_chosen_account_ma
 
 def test_gcloud_builds_submit_uploads_the_sources_and_not_the_virtualenv_or_git():
     ignore = pathspec.PathSpec.from_lines("gitignore", (REPO / ".gcloudignore").read_text().splitlines())
-    for left_out in (".venv/bin/python", ".git/HEAD", "src/tpuq/__pycache__/cli.cpython-311.pyc",
-                     ".pytest_cache/v/x", "build/lib/tpuq/cli.py", "src/tpuq.egg-info/PKG-INFO"):
+    for left_out in (".venv/bin/python", ".git/HEAD", "shared/__pycache__/cli.cpython-311.pyc",
+                     ".pytest_cache/v/x", "build/lib/tpuq/cli.py", "tpuq.egg-info/PKG-INFO", "services/claimer/__pycache__/main.cpython-311.pyc"):
         assert ignore.match_file(left_out), left_out
     needed = ["pyproject.toml", "cloudbuild.yaml", "fleet.yaml", "my-fleet.yaml"]
     for step in BUILD["steps"]:
@@ -148,15 +148,12 @@ def test_no_service_answers_on_a_path_cloud_run_reserves():
     """Google's front end keeps paths ending in z (/healthz, ...) for itself: they never reach the container."""
     assert [s.path for s in topology.SUBSCRIPTIONS if s.path.rstrip("/").endswith("z")] == []
     quoted_path = re.compile(r"""["'](/[\w/.-]*z)["']""")
-    found = [(str(path.relative_to(REPO)), m.group(1)) for root in ("src", "dev", "services") for path in (REPO / root).rglob("*.py")
+    found = [(str(path.relative_to(REPO)), m.group(1)) for root in ("shared", "services", "operations", "cli", "deploy", "dev") for path in (REPO / root).rglob("*.py")
              for m in quoted_path.finditer(path.read_text())]
     assert found == []
 def test_each_services_main_py_is_the_installed_entry_module():
-    """services/<name>/main.py stays where reviewers look, and serves exactly what the containers start."""
+    """services/<name>/main.py is the module the containers and the local stack serve (tpuq.<name>.main)."""
     for name in topology.SERVICES:
-        entry = importlib.import_module(f"tpuq.entrypoints.{name}")
-        spec = importlib.util.spec_from_file_location(f"main_{name}", REPO / "services" / name / "main.py")
-        main = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(main)
-        assert main.handle is entry.handle and main.SERVICE is entry.SERVICE
-        assert Path(entry.__file__).resolve() == source_file(name).resolve()
+        entry = importlib.import_module(f"tpuq.{name}.main")
+        assert Path(entry.__file__).resolve() == source_file(name).resolve() == REPO / "services" / name / "main.py"
+        assert callable(entry.handle)

@@ -9,16 +9,17 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tpuq import topology
+from tpuq.contracts import topology
 import yaml
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
 
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import INFRA_DIR, load_infra
-from tpuq.deploy.plan import Target, expiration_ttl, plan, subscription_projection
+from tpuq.deploy.plan import Target, plan
+from tpuq.deploy.subscriptions import expiration_ttl, subscription_projection
 from tpuq.deploy.undeploy import undeploy_plan
-from tpuq.fleet import FleetFile
+from tpuq.contracts.fleet import FleetFile
 from tpuq_dev.devstack.stack import DEMO_DIR
 
 from .fakes import EmulatorWithoutIam, FirestoreAdminStandIn, ProjectApi, RecordingApi, SecretsHeld

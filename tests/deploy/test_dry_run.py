@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.deploy.infra import INFRA_DIR
 from tpuq_dev.devstack.stack import DEMO_DIR
 

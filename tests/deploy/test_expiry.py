@@ -12,12 +12,12 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from tpuq import gcslayout, topology
+from tpuq.contracts import gcslayout, topology
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import INFRA_DIR, load_infra
 from tpuq.deploy.plan import ProjectState, Target, plan
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 
 from . import discovery
 from .fakes import state_after

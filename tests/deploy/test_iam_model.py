@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.cli.files import load_yaml_file, validate_data
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import DEPLOY_SERVICE_ACCOUNT, load_infra
 from tpuq.deploy.plan import ProjectState, Target, plan
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile, worker_service_account
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile, worker_service_account
 from tpuq_dev.devstack.stack import DEMO_DIR, LOCAL_PROJECT_OWNER
 from tpuq_dev.iam import methods, roles
 from tpuq_dev.iam.model import Project, Refusal, Resource, check
@@ -192,7 +192,7 @@ def test_a_request_the_table_has_no_row_for_is_refused():
 
 # ------------------------------------------------------------ reading what Pub/Sub dead-lettered
 def held_read(project: str) -> list[dict]:
-    """tpuq.heldletters.read as REST: a pull from the hold subscription, then modifyAckDeadline 0 on what it got."""
+    """tpuq.operations.heldletters.read as REST: a pull from the hold subscription, then modifyAckDeadline 0 on what it got."""
     path = f"https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{topology.DEAD_LETTER_HOLD_SUBSCRIPTION}"
     return [{"method": "POST", "url": f"{path}:pull", "query": {}, "body": {"maxMessages": 1000}},
             {"method": "POST", "url": f"{path}:modifyAckDeadline", "query": {},

@@ -7,15 +7,15 @@ import shutil
 import pytest
 import yaml
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.deploy import infra as infra_mod
 from tpuq.deploy.infra import INFRA_DIR, InfraError, load_infra, topology_drift
 from tpuq.deploy.plan import Target
 from tpuq.scheduler import gcs_submit
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq import gcslayout
-from tpuq.fleet import FleetFile
-from tpuq.messages import Tick
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts import gcslayout
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.messages import Tick
 
 FLEET = FleetFile.model_validate({**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh",
                                   "worker_secrets": ["wandb-key", "hf-token"]})

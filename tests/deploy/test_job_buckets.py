@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from tpuq.deploy import gcp, job_buckets
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import ProjectState, Target, plan
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 
 from .fakes import RecordingApi
 

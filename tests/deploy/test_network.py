@@ -13,9 +13,9 @@ from tpuq.deploy import gcp, network
 from tpuq.deploy.infra import INFRA_DIR, load_infra
 from tpuq.deploy.model import ProjectState, Target, VpcFacts
 from tpuq.deploy.plan import desired_run_service, plan, run_projection
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
-from tpuq.subnets import example_subnet_range
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
+from tpuq.capacity.subnets import example_subnet_range
 
 BASE = {**yaml.safe_load(EXAMPLE_FLEET), "ssh_key_secret": "tpuq-ssh", "owner_prefix": "rq"}
 

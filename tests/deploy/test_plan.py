@@ -9,8 +9,8 @@ from tpuq.deploy import gcp
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.model import Action, NetworkFacts, ProjectState, Target, VpcFacts
 from tpuq.deploy.plan import plan
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 
 from .fakes import state_after
 

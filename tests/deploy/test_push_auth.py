@@ -22,13 +22,14 @@ import functions_framework
 import pytest
 import yaml
 
-from tpuq.auth import SIGNATURE_REMOVED, PushAuth, google_oidc_verifier, strip_signature
-from tpuq.entrypoints import source_file
+from tpuq.runtime.auth import SIGNATURE_REMOVED, PushAuth, google_oidc_verifier, strip_signature
+from tpuq.runtime.entrypoints import source_file
 from tpuq.deploy.infra import load_infra
-from tpuq.deploy.plan import Target, desired_run_service, desired_subscription
+from tpuq.deploy.plan import Target, desired_run_service
+from tpuq.deploy.subscriptions import desired_subscription
 from tpuq_dev.devstack.front import LocalGoogleSigner, invoker_emails
 from tpuq_dev.devstack.stack import DEMO_DIR
-from tpuq.fleet import FleetFile
+from tpuq.contracts.fleet import FleetFile
 
 AUDIENCE = "https://tpuq-scheduler-123456789.us-central1.run.app"
 PUSH_ACCOUNT = "tpuq-push@my-project.iam.gserviceaccount.com"
@@ -155,7 +156,7 @@ def test_half_configured_deployed_mode_refuses_everything(monkeypatch):
 
 def test_local_mode_checks_nothing_and_says_so_once(caplog):
     auth = PushAuth.from_env({})
-    with caplog.at_level(logging.WARNING, logger="tpuq.auth"):
+    with caplog.at_level(logging.WARNING, logger="tpuq.runtime.auth"):
         assert auth.check({}, "scheduler") is None
         assert auth.check({"Authorization": "Bearer junk"}, "scheduler") is None
     assert [r.getMessage() for r in caplog.records if "OFF" in r.getMessage()] == [

@@ -13,8 +13,8 @@ import yaml
 
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import Target, desired_run_service, run_projection
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 
 SERVICES = ("scheduler", "claimer", "executor", "janitor")
 

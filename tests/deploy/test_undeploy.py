@@ -8,13 +8,13 @@ import json
 import pytest
 import yaml
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq.deploy import gcp
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import ProjectState, Target, plan
 from tpuq.deploy.undeploy import undeploy_plan
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 
 from . import discovery
 from .fakes import ProjectApi, RecordingApi, state_after

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuq.clients import Clients, Settings
+from tpuq.runtime.clients import Clients, Settings
 from tpuq_dev.devstack.stack import DEMO_DIR, DevStack
 
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from tests.helpers import wait_until
-from tpuq import store
-from tpuq.stackenv import ENV_STACK_ID
+from tpuq.contracts import store
+from tpuq.operations.stackenv import ENV_STACK_ID
 
 DEADLINE = 240  # seconds: for a slow loaded machine; nothing asserts timing
 # A warning that reaches the terminal fails the command: it becomes an error (exit 1, "error: UserWarning: ...").

@@ -7,7 +7,7 @@ import os
 import subprocess
 import uuid
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq_dev.devstack.stack import wait_for
 
 

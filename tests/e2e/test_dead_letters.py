@@ -18,8 +18,8 @@ import uuid
 import pytest
 
 from tests.helpers import wait_until
-from tpuq import store
-from tpuq.documents import TpuState
+from tpuq.contracts import store
+from tpuq.contracts.documents import TpuState
 from tpuq_dev.faketpu.control import FakeTpuControl
 
 DEADLINE = 120

@@ -9,8 +9,8 @@ import json
 
 from rich.console import Console
 
-from tpuq import store
-from tpuq.clients import Clients, Settings
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
 from tpuq_dev.demo import run
 from tpuq_dev.faketpu.control import FakeTpuControl
 

@@ -7,10 +7,10 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
-from tpuq.queries import worker_log_chunks
+from tpuq.operations.queries import worker_log_chunks
 
 DEADLINE = 300
 

@@ -18,9 +18,9 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
-from tpuq import store
-from tpuq.clients import Clients, Settings
-from tpuq.fleetstore import load_control
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.fleetstore import load_control
 from tpuq_dev.devstack.stack import DevStack
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tests.helpers import wait_until

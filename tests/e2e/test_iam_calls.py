@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from tpuq import store
-from tpuq.fleet import worker_service_account
+from tpuq.contracts import store
+from tpuq.contracts.fleet import worker_service_account
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.iam import calls
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Tmux, wait_until, worker_rows
-from tpuq import store
+from tpuq.contracts import store
 
 DEADLINE = 300
 BUCKET = "gs://tpuq-demo-us-central2"

@@ -13,8 +13,8 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 from tests.e2e.test_cli_polish import tpuq
-from tpuq import store
-from tpuq.jobspec import PublishedJob
+from tpuq.contracts import store
+from tpuq.contracts.jobspec import PublishedJob
 from tpuq.scheduler.intake import job_document
 
 

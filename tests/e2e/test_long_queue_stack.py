@@ -9,9 +9,9 @@ import subprocess
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from tpuq import store
-from tpuq.documents import JobState
-from tpuq.jobspec import PublishedJob
+from tpuq.contracts import store
+from tpuq.contracts.documents import JobState
+from tpuq.contracts.jobspec import PublishedJob
 from tpuq.scheduler import intake
 from tpuq_dev.devstack.stack import wait_for
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from tpuq import store
-from tpuq.documents import NodeHealth, TpuHealth, short_node_name
+from tpuq.contracts import store
+from tpuq.contracts.documents import NodeHealth, TpuHealth, short_node_name
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 

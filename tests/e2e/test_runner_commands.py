@@ -12,7 +12,7 @@ import uuid
 import yaml
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq_dev.devstack.stack import DEMO_DIR
 from tests.helpers import wait_until
 

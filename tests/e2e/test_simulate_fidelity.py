@@ -1,5 +1,5 @@
 """The simulator against the real system (issue 18, "Fidelity"): one small workload, run on the local stack (the
-four services as processes, the fake Cloud TPU at time_scale 1, real sshd workers) and in `tpuq.simulate` (the
+four services as processes, the fake Cloud TPU at time_scale 1, real sshd workers) and in `tpuq_dev.simulate` (the
 same handlers in process, the capacity model in virtual time), must end the same way: every job's final state,
 its number of attempts and the zone of each attempt. Timing may differ within the bound the simulator's
 docstring ("Fidelity") states, which is asserted here too.
@@ -25,15 +25,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tpuq import store
-from tpuq.capacitymodel.scenario import load_scenario
-from tpuq.clients import Clients, Settings
-from tpuq.documents import AttemptDoc, JobDoc
-from tpuq.jobspec import Priority
-from tpuq.simulate.bus import Delivery
-from tpuq.simulate.run import simulate
-from tpuq.simulate.workload import SimJob
-from tpuq.tpurunner import read_fleet
+from tpuq.contracts import store
+from tpuq_dev.capacitymodel.scenario import load_scenario
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.contracts.documents import AttemptDoc, JobDoc
+from tpuq.contracts.jobspec import Priority
+from tpuq_dev.simulate.bus import Delivery
+from tpuq_dev.simulate.run import simulate
+from tpuq_dev.simulate.workload import SimJob
+from tpuq.operations.tpurunner import read_fleet
 from tpuq_dev.devstack.stack import ALL_SERVICES_AVAILABLE, DevStack
 
 from tests.helpers import wait_until

@@ -17,11 +17,11 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
-from tpuq import store
-from tpuq.clients import Clients, Settings
-from tpuq.documents import JobDoc, JobState
-from tpuq.messages import CancelRequest
-from tpuq.sshaccess import IAP_RANGE
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.contracts.documents import JobDoc, JobState
+from tpuq.contracts.messages import CancelRequest
+from tpuq.operations.sshaccess import IAP_RANGE
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tests.helpers import wait_until
 

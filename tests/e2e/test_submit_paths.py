@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 

@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
-from tpuq import store
-from tpuq.clients import Clients, Settings
-from tpuq.stackenv import load_env
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.operations.stackenv import load_env
 from tpuq_dev.faketpu.control import FakeTpuControl
 
 DEADLINE = 300

@@ -11,9 +11,9 @@ import os
 import subprocess
 import uuid
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq_dev.devstack.stack import wait_for
-from tpuq.jobspec import PublishedJob
+from tpuq.contracts.jobspec import PublishedJob
 
 DEADLINE = 300
 

@@ -184,7 +184,7 @@ def host_keys() -> PublishedHostKeys:
 
 def endpoints_of(hosts):
     """The hosts as the Cloud TPU API reports them: internal IP, external IP when there is one, port 8470."""
-    from tpuq.messages import WorkerEndpoint
+    from tpuq.contracts.messages import WorkerEndpoint
 
     return [WorkerEndpoint(worker_id=i, ip=h.internal_address, external_ip=h.external_address, port=8470)
             for i, h in enumerate(hosts)]

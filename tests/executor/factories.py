@@ -6,7 +6,7 @@ import io
 import tarfile
 from datetime import datetime, timezone
 
-from tpuq.messages import Assignment, WorkerEndpoint
+from tpuq.contracts.messages import Assignment, WorkerEndpoint
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 

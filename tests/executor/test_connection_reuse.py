@@ -13,7 +13,7 @@ import pytest
 
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.executor.ssh import ConnectionCache
-from tpuq.messages import AttemptOutcome
+from tpuq.contracts.messages import AttemptOutcome
 
 from .conftest import wait_until
 from .factories import make_assignment

@@ -9,15 +9,15 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tpuq import gcslayout
+from tpuq.contracts import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState, Wait
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import ConnectPolicy, SshLogin
 from tpuq.executor.workerspec import WorkerSettings
-from tpuq.fleet import SshTransport
-from tpuq.messages import AttemptOutcome, WorkerEndpoint
+from tpuq.contracts.fleet import SshTransport
+from tpuq.contracts.messages import AttemptOutcome, WorkerEndpoint
 
 from .conftest import wait_until
 from .factories import T0, make_assignment, upload_bundle

@@ -17,9 +17,9 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.claimer.tpuapi import node_metadata
-from tpuq.clients import Clients, Settings
+from tpuq.runtime.clients import Clients, Settings
 from tpuq.executor import handlers
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
@@ -27,11 +27,11 @@ from tpuq.executor.outcome import Decided, NodeState
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import ConnectPolicy, SshLogin
 from tpuq.executor.workerspec import WorkerSettings
-from tpuq.fleet import FleetFile
-from tpuq.fleetstore import save_fleet
-from tpuq.inmemory import MemoryFirestore, MemoryPublisher
-from tpuq.messages import AttemptOutcome
-from tpuq.service import Context
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq_dev.inmemory import MemoryFirestore, MemoryPublisher
+from tpuq.contracts.messages import AttemptOutcome
+from tpuq.runtime.service import Context
 from tpuq_dev.faketpu.server import lenient_ssh_keys
 
 from .conftest import SSH_USER, SshIdentity, _new_ed25519_pem, endpoints_of, wait_until

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from tpuq.executor.outcome import Decided, NodeState, Wait, WorkerStatus, decide_outcome
-from tpuq.messages import AttemptOutcome
+from tpuq.contracts.messages import AttemptOutcome
 
 from .factories import T0
 

@@ -10,8 +10,8 @@ import pytest
 from tpuq.executor.pins import HostKeysUnavailable, InMemoryPinStore, host_keys_from_guest_attributes
 from tpuq.executor.ssh import (ConnectPolicy, HostKeyMismatch, NoSshAddress, WorkerPool, run_on_workers,
                                ssh_address)
-from tpuq.fleet import SshTransport
-from tpuq.messages import WorkerEndpoint
+from tpuq.contracts.fleet import SshTransport
+from tpuq.contracts.messages import WorkerEndpoint
 
 NODE = "projects/p/locations/us-central2-b/nodes/n1"
 

@@ -1,6 +1,6 @@
 """A start ends well inside the assignment push's time (issue 32 §5).
 
-Pub/Sub waits the assignments subscription's ack deadline (600 s, tpuq.topology) for the executor's answer and then
+Pub/Sub waits the assignments subscription's ack deadline (600 s, tpuq.contracts.topology) for the executor's answer and then
 delivers the push again; a start that outlasted it ran a second `prepare` beside the first. Here every step of a
 start takes simulated time on a fake clock (no sshd): the wait for a host key the guest agent publishes late, and
 SSH commands that take minutes. The whole start must end inside the push, and say why it gave up.
@@ -13,14 +13,14 @@ import os
 import threading
 import time
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.executor.executor import Executor
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import CommandTimeout, ConnectPolicy, ExecResult, SshLogin, WorkerPool
 from tpuq.executor.worker.main import main as supervisor_main
 from tpuq.executor.worker.processes import control_lock
 from tpuq.executor.workerspec import WorkerSettings
-from tpuq.messages import AttemptOutcome
+from tpuq.contracts.messages import AttemptOutcome
 
 from .factories import T0, make_assignment
 

@@ -13,14 +13,14 @@ from datetime import timedelta
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tpuq import gcslayout
+from tpuq.contracts import gcslayout
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState, WorkerStatus, decide_outcome
 from tpuq.executor.pins import InMemoryPinStore
 from tpuq.executor.ssh import ConnectPolicy, SshLogin
 from tpuq.executor.workerspec import WorkerSettings
-from tpuq.messages import AttemptOutcome
+from tpuq.contracts.messages import AttemptOutcome
 
 from .conftest import wait_until
 from .factories import T0, make_assignment

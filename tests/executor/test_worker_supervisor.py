@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuq import gcslayout
+from tpuq.contracts import gcslayout
 from tpuq.executor.supervisor_bundle import build_supervisor_script
 from tpuq.executor.worker.control import bootstrap_argv
 from tpuq.executor.worker.files import read_json

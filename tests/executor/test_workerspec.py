@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.errors import Permanent
+from tpuq.contracts.errors import Permanent
 from tpuq.executor.workerspec import AttemptPlan, RunnerEnv, WorkerSettings, build_worker_env
-from tpuq.jobspec import RUNNER_ENV
+from tpuq.contracts.jobspec import RUNNER_ENV
 
 from .factories import make_assignment
 

@@ -14,7 +14,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
-from tpuq.capacitymodel.clock import ManualClock
+from tpuq_dev.capacitymodel.clock import ManualClock
 from tpuq_dev.faketpu.server import FakeTpuServer
 from tests.helpers import wait_until  # noqa: F401 - re-exported for this package's tests
 

@@ -10,11 +10,11 @@ import random
 import pytest
 from google.cloud import tpu_v2
 
-from tpuq.capacitymodel.clock import ManualClock
-from tpuq.capacitymodel.errors import ApiError
-from tpuq.capacitymodel.model import FakeTpuWorld, NodeState, QrState
-from tpuq.capacitymodel.scenario import parse_scenario
-from tpuq.fleet import FleetFile
+from tpuq_dev.capacitymodel.clock import ManualClock
+from tpuq_dev.capacitymodel.errors import ApiError
+from tpuq_dev.capacitymodel.model import FakeTpuWorld, NodeState, QrState
+from tpuq_dev.capacitymodel.scenario import parse_scenario
+from tpuq.contracts.fleet import FleetFile
 from tpuq.janitor.deleter import DeleteAdapter
 from tpuq_dev.faketpu.server import FakeTpuServer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.capacitymodel.scenario import parse_scenario
+from tpuq_dev.capacitymodel.scenario import parse_scenario
 from tpuq_dev.devstack.describe import scenario_lines
 
 

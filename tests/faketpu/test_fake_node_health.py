@@ -8,13 +8,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.capacitymodel.clock import ManualClock, ScaledClock
-from tpuq.capacitymodel.errors import ApiError
-from tpuq.capacitymodel.model import FakeTpuWorld, NodeState
-from tpuq.capacitymodel.scenario import ScenarioError, parse_scenario
+from tpuq_dev.capacitymodel.clock import ManualClock, ScaledClock
+from tpuq_dev.capacitymodel.errors import ApiError
+from tpuq_dev.capacitymodel.model import FakeTpuWorld, NodeState
+from tpuq_dev.capacitymodel.scenario import ScenarioError, parse_scenario
 from tpuq.claimer.tpuapi import NodeJsonReader, TpuApi
-from tpuq.documents import MaintenanceStatus, NodeHealth, SymptomType, TpuHealth
-from tpuq.capacitymodel.render import render_node
+from tpuq.contracts.documents import MaintenanceStatus, NodeHealth, SymptomType, TpuHealth
+from tpuq_dev.capacitymodel.render import render_node
 from tpuq_dev.faketpu.control import FakeTpuControl, FakeTpuControlError
 from tpuq_dev.faketpu.server import FakeTpuServer
 

@@ -16,8 +16,8 @@ from tpuq.claimer.model import REQUESTED, QrRecord
 from tpuq.claimer.tpuapi import TpuApi
 from tpuq.deploy import gcp, network
 from tpuq.deploy.plan import Target
-from tpuq.fleet import FleetFile
-from tpuq.messages import FailureClass
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.messages import FailureClass
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from google.api_core import exceptions as gexc
 
-from tpuq.errors import Retryable, from_api_error
+from tpuq.contracts.errors import Retryable, from_api_error
 from tpuq_dev.faketpu.control import FakeTpuControl, FakeTpuControlError
 
 from .conftest import FAST_SCENARIO, manual_clock_server, qr_request, tpu_client

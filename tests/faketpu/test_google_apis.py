@@ -15,11 +15,11 @@ import pytest
 import requests
 import yaml
 
-from tpuq.cloudchecks import PrecheckReader
+from tpuq.capacity.cloudchecks import PrecheckReader
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
-from tpuq.fleet import FleetFile, ProvisioningModel
-from tpuq.quota import QUOTA_FACTS, QuotaSource, pool_family
+from tpuq.contracts.fleet import FleetFile, ProvisioningModel
+from tpuq.capacity.quota import QUOTA_FACTS, QuotaSource, pool_family
 
 GCLOUD = shutil.which("gcloud")
 PROJECT = "quota-proj"

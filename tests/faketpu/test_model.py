@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from tpuq.capacitymodel.clock import ManualClock
-from tpuq.capacitymodel.errors import ApiError
-from tpuq.capacitymodel.model import FakeTpuWorld, NodeState, QrState
-from tpuq.capacitymodel.scenario import parse_scenario
+from tpuq_dev.capacitymodel.clock import ManualClock
+from tpuq_dev.capacitymodel.errors import ApiError
+from tpuq_dev.capacitymodel.model import FakeTpuWorld, NodeState, QrState
+from tpuq_dev.capacitymodel.scenario import parse_scenario
 
 P, Z, Z2 = "proj", "us-central2-b", "europe-west4-a"
 
@@ -91,7 +91,7 @@ def test_hosts_required_keeps_provisioning_until_hosts_started():
     clock.advance(200)
     assert state(w) == QrState.PROVISIONING
     [node] = w.nodes_awaiting_hosts()
-    from tpuq.capacitymodel.model import Endpoint
+    from tpuq_dev.capacitymodel.model import Endpoint
 
     assert w.hosts_started(node.name, (Endpoint("127.0.9.9", 22),))
     assert state(w) == QrState.ACTIVE
@@ -446,7 +446,7 @@ def test_dash_location_lists_every_zone():
 def test_the_state_machine_imports_without_the_http_server_or_the_worker_hosts():
     """A simulator runs the model alone: importing it must not pull in HTTP, sshd hosts or SSH clients."""
     loaded = subprocess.run(
-        [sys.executable, "-c", "import json, sys, tpuq.capacitymodel.model; print(json.dumps(sorted(sys.modules)))"],
+        [sys.executable, "-c", "import json, sys, tpuq_dev.capacitymodel.model; print(json.dumps(sorted(sys.modules)))"],
         capture_output=True, text=True, timeout=60, check=True,
     )
     modules = json.loads(loaded.stdout)
@@ -481,7 +481,7 @@ def test_a_scripted_failure_fails_requests_at_the_capacity_check_in_its_window(e
 
 
 def test_scripted_failure_error_class_is_validated():
-    from tpuq.capacitymodel.scenario import ScenarioError
+    from tpuq_dev.capacitymodel.scenario import ScenarioError
 
     with pytest.raises(ScenarioError, match="unknown error class 'meteor'"):
         parse_scenario({"zones": {Z: {"failures": [{"error": "meteor"}]}}})
@@ -529,7 +529,7 @@ def test_which_failures_carry_an_error_info():
 
 
 def test_a_synchronous_quota_fault_is_the_real_429_with_a_quota_failure():
-    from tpuq.capacitymodel.model import ApiCallFault
+    from tpuq_dev.capacitymodel.model import ApiCallFault
 
     w, _ = world()
     w.add_fault(ApiCallFault(status="UNAVAILABLE", message="", error_class="quota"))

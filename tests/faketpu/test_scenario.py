@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.capacitymodel.scenario import ScenarioError, Stockout, load_scenario, parse_scenario
+from tpuq_dev.capacitymodel.scenario import ScenarioError, Stockout, load_scenario, parse_scenario
 
 EXAMPLE = """
 seed: 3

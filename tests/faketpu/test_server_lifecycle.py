@@ -95,7 +95,7 @@ def test_a_16_host_slice_is_reachable_on_every_worker(fast_server, ssh_key, proj
 
 
 def test_requests_turn_active_with_no_client_request(fast_server, project):
-    from tpuq.capacitymodel.model import QrState
+    from tpuq_dev.capacitymodel.model import QrState
 
     client, control = tpu_client(fast_server.url), FakeTpuControl(fast_server.url)
     client.create_queued_resource(request=qr_request(project, ZONE, "quiet", "quiet-node", "v4-8")).result(timeout=10)

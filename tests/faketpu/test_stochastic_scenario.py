@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from tpuq.capacitymodel.clock import ManualClock
-from tpuq.capacitymodel.model import FakeTpuWorld, QrState
-from tpuq.capacitymodel.scenario import ScenarioError, parse_scenario, stockout_windows
+from tpuq_dev.capacitymodel.clock import ManualClock
+from tpuq_dev.capacitymodel.model import FakeTpuWorld, QrState
+from tpuq_dev.capacitymodel.scenario import ScenarioError, parse_scenario, stockout_windows
 
 P, Z, Z2 = "proj", "us-central2-b", "europe-west4-a"
 DAY = 86400

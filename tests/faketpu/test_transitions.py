@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from tpuq.capacitymodel.clock import ManualClock
-from tpuq.documents import TpuHealth
-from tpuq.capacitymodel.model import FakeTpuWorld, NodeState, QrState, Transition
-from tpuq.capacitymodel.scenario import parse_scenario
+from tpuq_dev.capacitymodel.clock import ManualClock
+from tpuq.contracts.documents import TpuHealth
+from tpuq_dev.capacitymodel.model import FakeTpuWorld, NodeState, QrState, Transition
+from tpuq_dev.capacitymodel.scenario import parse_scenario
 
 P, Z = "proj", "us-central2-b"
 QR = f"projects/{P}/locations/{Z}/queuedResources/"

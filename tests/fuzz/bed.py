@@ -1,4 +1,4 @@
-"""The fuzz bed: the four services' real entry points (functions-framework apps over `tpuq.entrypoints.<service>`)
+"""The fuzz bed: the four services' real entry points (functions-framework apps over `tpuq.runtime.entrypoints.<service>`)
 on one in-memory Firestore, Pub/Sub publisher and GCS, with a seeded store, and the judge of every answer.
 
 `Bed.push(...)` posts one body to one push path and classifies the answer:
@@ -6,7 +6,7 @@ on one in-memory Firestore, Pub/Sub publisher and GCS, with a seeded store, and 
   (for the `jobs` topic, a job id it named and that was free is stored as `rejected` with the reason);
 - `bad_envelope`: 400, for a request that is not a Pub/Sub push at all;
 - `accepted`: 204, only allowed for a payload its topic model accepts (the handler found nothing to do);
-- `retry`: 503 from a typed `tpuq.errors.Retryable` (the adapter's "retry" body), only allowed where the
+- `retry`: 503 from a typed `tpuq.contracts.errors.Retryable` (the adapter's "retry" body), only allowed where the
   caller says so;
 - anything else, 500 above all, is a crash: `Bed.crashes` keeps it and the test fails.
 
@@ -32,13 +32,13 @@ from typing import Any
 
 import functions_framework
 
-from tpuq import store, topology
-from tpuq.auth import PushAuth
-from tpuq.clients import Settings
-from tpuq.documents import JobState
-from tpuq.entrypoints import source_file
-from tpuq.fleetstore import save_fleet
-from tpuq.inmemory.firestore import MAX_DOCUMENT_BYTES, document_size
+from tpuq.contracts import store, topology
+from tpuq.runtime.auth import PushAuth
+from tpuq.runtime.clients import Settings
+from tpuq.contracts.documents import JobState
+from tpuq.runtime.entrypoints import source_file
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq_dev.inmemory.firestore import MAX_DOCUMENT_BYTES, document_size
 from tests.fuzz.memgcs import MemoryGcs
 from tests.helpers import push_envelope
 from tests.scheduler.conftest import active, fleet_file, memory_clients

@@ -1,4 +1,4 @@
-"""The few google-cloud-storage calls the bucket-upload path makes (tpuq.scheduler.gcs_submit, tpuq.submit), in
+"""The few google-cloud-storage calls the bucket-upload path makes (tpuq.scheduler.gcs_submit, tpuq.operations.submit), in
 memory: `client.bucket(name)`, `bucket.blob(name)`, `bucket.list_blobs(prefix=)`, `blob.download_as_bytes()`,
 `blob.download_to_filename()`, `blob.upload_from_string(data, content_type=, if_generation_match=)`, `blob.size`.
 

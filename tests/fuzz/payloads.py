@@ -15,8 +15,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tpuq import topology
-from tpuq.jobspec import PublishedJob
+from tpuq.contracts import topology
+from tpuq.contracts.jobspec import PublishedJob
 
 TRAVERSAL = ["../", "../../etc/passwd", "..", ".", "a/b", "seed-running/attempts/1", "/", "", "__x__", "__name__",
              "jobs/../tpus", "..\\..\\windows", "%2e%2e%2f", "submit/../../x", "/etc/shadow", "~/.ssh/id_rsa",

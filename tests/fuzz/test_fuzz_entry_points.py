@@ -24,10 +24,10 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.cli.app import main as tpuq_main
-from tpuq.errors import Permanent, describe_validation_error
-from tpuq.jobspec import JOB_ID_RE, JobFile
+from tpuq.contracts.errors import Permanent, describe_validation_error
+from tpuq.contracts.jobspec import JOB_ID_RE, JobFile
 from tpuq.scheduler.gcs_submit import RESULT_SUFFIX, parse_job_file
 from tests.fuzz import payloads as p
 from tests.fuzz.bed import RUNNER_BUCKET, envelope, make_bed, quiet

@@ -21,19 +21,19 @@ from typing import Any, Callable
 import flask
 
 from tests.helpers import push_envelope
-from tpuq import store
-from tpuq.auth import PushAuth
+from tpuq.contracts import store
+from tpuq.runtime.auth import PushAuth
 from tpuq.claimer import handlers as claimer_handlers
-from tpuq.clients import Clients, Settings
-from tpuq.capacitymodel.clock import ManualClock
+from tpuq.runtime.clients import Clients, Settings
+from tpuq_dev.capacitymodel.clock import ManualClock
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
-from tpuq.fleet import FleetFile
-from tpuq.fleetstore import save_fleet
-from tpuq.inmemory import MemoryPublisher
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq_dev.inmemory import MemoryPublisher
 from tpuq.janitor import handlers as janitor_handlers
-from tpuq.messages import CapacityAction, CapacityRequest, FleetEvent, Tick
-from tpuq.service import Service
+from tpuq.contracts.messages import CapacityAction, CapacityRequest, FleetEvent, Tick
+from tpuq.runtime.service import Service
 
 PROJECT = "tpuq-claimstack"
 TEST_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtpuqclaimertestkeyonlyforthetests0000 test"

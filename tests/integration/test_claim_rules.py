@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.claimstack import PROJECT, ClaimStack
-from tpuq.documents import QR_STATES_RACING
-from tpuq.messages import AttemptEvent, AttemptEventKind, AttemptOutcome, CapacityAction, FleetEventKind, Tick
+from tpuq.contracts.documents import QR_STATES_RACING
+from tpuq.contracts.messages import AttemptEvent, AttemptEventKind, AttemptOutcome, CapacityAction, FleetEventKind, Tick
 
 A, B, C, D = "us-central2-a", "us-central2-b", "us-central2-c", "us-central2-d"
 TICK = 60.0

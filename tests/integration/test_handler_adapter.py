@@ -9,8 +9,8 @@ import textwrap
 import functions_framework
 import pytest
 
-from tpuq import store
-from tpuq.entrypoints import source_file
+from tpuq.contracts import store
+from tpuq.runtime.entrypoints import source_file
 
 SCHEDULER = str(source_file("scheduler"))
 
@@ -89,8 +89,8 @@ def test_request_that_is_not_an_envelope_is_refused(scheduler_client):
 def failing_service(clean_stack, tmp_path):
     source = tmp_path / "main.py"
     source.write_text(textwrap.dedent("""
-        from tpuq.errors import Retryable
-        from tpuq.service import Service
+        from tpuq.contracts.errors import Retryable
+        from tpuq.runtime.service import Service
 
         def always_fails(tick, ctx):
             raise Retryable("the TPU API is unavailable")
@@ -117,7 +117,7 @@ def test_a_rejection_is_logged_with_the_job_it_names(scheduler_client, clients):
     import io
     import logging
 
-    from tpuq import logs
+    from tpuq.runtime import logs
 
     stream = io.StringIO()
     handler = logs.make_handler({"K_SERVICE": "tpuq-scheduler"}, stream)

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq_dev.devstack.stack import wait_for
 
 VALID_JOB = {"id": "hello-1", "tpu": "v4-8", "command": "echo hello", "priority": "high"}

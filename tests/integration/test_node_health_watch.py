@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.claimstack import PROJECT, ClaimStack
-from tpuq.documents import MaintenanceStatus, SymptomType, TpuHealth, qr_from_doc
-from tpuq.messages import FleetEventKind
+from tpuq.contracts.documents import MaintenanceStatus, SymptomType, TpuHealth, qr_from_doc
+from tpuq.contracts.messages import FleetEventKind
 
 ZONE = "us-central2-b"
 TICK = 60.0

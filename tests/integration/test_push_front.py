@@ -17,8 +17,8 @@ import requests
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
-from tpuq import store, topology
-from tpuq.auth import SIGNATURE_REMOVED, PushAuth, split_token, strip_signature
+from tpuq.contracts import store, topology
+from tpuq.runtime.auth import SIGNATURE_REMOVED, PushAuth, split_token, strip_signature
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.front import Front, LocalGoogleSigner, Route
 from tpuq_dev.devstack.stack import LOCAL_PROJECT_OWNER

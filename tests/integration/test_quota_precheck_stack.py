@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from tests.helpers import wait_until
-from tpuq import store
-from tpuq.clients import Clients, Settings
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
 from tpuq_dev.devstack.stack import DevStack
 from tpuq_dev.faketpu.control import FakeTpuControl
-from tpuq.messages import CapacityRequest, Tick
-from tpuq.service import utcnow
+from tpuq.contracts.messages import CapacityRequest, Tick
+from tpuq.runtime.service import utcnow
 
 ZONES = ["us-central2-a", "us-central2-b", "us-central2-c"]
 NO_QUOTA = ZONES[1]

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 
-from tpuq import store
+from tpuq.contracts import store
 
 
 def submit(tmp_path, stack, job: dict) -> subprocess.CompletedProcess:
@@ -46,9 +46,9 @@ def test_a_bucket_gone_between_the_check_and_the_upload_is_the_same_one_line(cle
     """fake-gcs-server answers an upload to a missing bucket 404, as GCS does: never shown raw."""
     import pytest
 
-    from tpuq.bundle import make_bundle
-    from tpuq.errors import NotFound
-    from tpuq.submit import upload_bundle
+    from tpuq.contracts.bundle import make_bundle
+    from tpuq.contracts.errors import NotFound
+    from tpuq.operations.submit import upload_bundle
 
     (tmp_path / "run.sh").write_text("echo hi\n")
     with pytest.raises(NotFound) as e:

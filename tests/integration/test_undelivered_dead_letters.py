@@ -5,7 +5,7 @@ On the session stack: the scheduler's container is killed (a crash), so every pu
 dead-letters it as Pub/Sub does (tpuq_dev.devstack.deadlettering), the hold subscription keeps it, and
 `tpuq dead-letters` and `tpuq status` (subprocesses) show it with its subscription and delivery attempts.
 
-The deployed policy (tpuq.topology: 10 attempts) takes the emulator ~44 s of redeliveries (after 0, 1, 4, 7, 11,
+The deployed policy (tpuq.contracts.topology: 10 attempts) takes the emulator ~44 s of redeliveries (after 0, 1, 4, 7, 11,
 16, 21, 27, 34, 44 s); this test gives its scheduler-jobs subscription 5 attempts (Pub/Sub's minimum), ~11 s.
 """
 
@@ -19,8 +19,8 @@ import uuid
 import requests
 
 from tests.helpers import wait_until
-from tpuq import store
-from tpuq.deploy.plan import desired_subscription
+from tpuq.contracts import store
+from tpuq.deploy.subscriptions import desired_subscription
 
 ATTEMPTS = 5
 

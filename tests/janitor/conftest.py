@@ -13,16 +13,16 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq.claimer.model import QrRecord, queued_resource_id
 from tpuq.claimer.statestore import qr_to_doc
-from tpuq.entrypoints import source_file
-from tpuq.capacitymodel.clock import ManualClock
+from tpuq.runtime.entrypoints import source_file
+from tpuq_dev.capacitymodel.clock import ManualClock
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
-from tpuq.fleet import FleetFile
-from tpuq.fleetstore import save_fleet
-from tpuq.ownership import owner_labels
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.runtime.ownership import owner_labels
 from tests.helpers import push_envelope, wait_until  # noqa: F401 - wait_until: re-exported for this package's tests
 
 JANITOR = str(source_file("janitor"))  # the installed entry module the janitor's container runs

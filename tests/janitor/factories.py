@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from google.cloud import tpu_v2
 
-from tpuq.fleet import FleetFile
-from tpuq.ownership import owner_labels
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.ownership import owner_labels
 
 PROJECT = "p-janitor"
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WAIT_ZONE, WIN_ZONE
-from tpuq.fleetstore import load_control, request_drain, set_paused
+from tpuq.runtime.fleetstore import load_control, request_drain, set_paused
 
 
 @pytest.mark.fleet(idle_timeout_seconds=3600, entry={"keep_warm_count": 1})

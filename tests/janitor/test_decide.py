@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.documents import TpuState
+from tpuq.contracts.documents import TpuState
 from tpuq.janitor import decide as d
 from tests.janitor.factories import fleet, node, ours, qr
 
@@ -218,7 +218,7 @@ class TestFinishDeletes:
     ("ended", "failed", False), ("started", None, False),
 ])
 def test_only_attempts_ended_on_infrastructure_get_their_tpu_judged(kind, outcome, judged):
-    from tpuq.messages import AttemptEvent
+    from tpuq.contracts.messages import AttemptEvent
 
     event = AttemptEvent(kind=kind, job_id="j", attempt=1, attempt_id="j-1", node="n", outcome=outcome, at=NOW)
     assert d.attempt_end_to_judge(event) is judged

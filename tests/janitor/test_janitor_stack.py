@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq import store
+from tpuq.contracts import store
 
 from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WAIT_ZONE, WIN_ZONE, wait_until
 

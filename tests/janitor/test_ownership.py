@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import tpuq.janitor
 from tpuq.janitor import decide as d
 from tpuq.janitor.deleter import DeleteAdapter, NotOurs
-from tpuq.ownership import LABEL_FLEET, LABEL_OWNER, LABEL_REQUEST, is_ours
+from tpuq.runtime.ownership import LABEL_FLEET, LABEL_OWNER, LABEL_REQUEST, is_ours
 from tests.janitor.factories import fleet, node, ours, qr
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -121,7 +121,7 @@ def test_decide_functions_never_select_a_foreign_resource(f, listed, count, pend
 @settings(max_examples=200, deadline=None)
 @given(f=fleets(), resource=resources())
 def test_ours_needs_both_marks(f, resource):
-    from tpuq.ownership import name_and_labels
+    from tpuq.runtime.ownership import name_and_labels
     name, labels = name_and_labels(resource)
     both = d.short_node_name(name).startswith(f.owner_prefix + "-") and labels.get(LABEL_OWNER) == f.owner_prefix
     assert is_ours(resource, f) == (both and labels.get(LABEL_FLEET, f.name) == f.name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.errors import Retryable
+from tpuq.contracts.errors import Retryable
 from tpuq.janitor import handlers
 from tests.helpers import fleets_only_context
 from tests.janitor.factories import fleet

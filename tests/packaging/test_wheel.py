@@ -23,9 +23,10 @@ import requests
 import yaml
 
 from tests.deploy.test_cloudbuild import dockerfile_instructions
-from tpuq import topology
+from tests.layout import production_modules
+from tpuq.contracts import topology
 from tpuq_dev.devstack import processes
-from tpuq.examples import EXAMPLE_FLEET
+from tpuq.operations.examples import EXAMPLE_FLEET
 
 REPO = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT = 600  # a fresh environment's install, from the pip cache on a loaded machine
@@ -176,19 +177,28 @@ def installed(wheel, tmp_path_factory) -> Installed:
 # ---------------------------------------------------------------- the wheel's content
 def test_the_wheel_ships_every_module_the_infra_files_and_the_service_entry_points(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped_source = {p.relative_to(REPO / "src").as_posix() for p in (REPO / "src" / "tpuq").rglob("*")
-                      if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts}
-    assert shipped_source - names == set(), "pyproject.toml's package list misses these"
+    shipped_source = {"/".join(module.split(".")) + ("/__init__.py" if path.name == "__init__.py" else ".py")
+                      for module, path in production_modules().items()}
+    assert len(shipped_source) > 140 and shipped_source - names == set(), "pyproject.toml's package list misses these"
     infra = {f"tpuq/_infra/{p.name}" for p in (REPO / "infra").iterdir() if p.suffix in (".yaml", ".json")}
     assert infra and infra - names == set()
-    entry_points = {f"tpuq/entrypoints/{name}.py" for name in topology.SERVICES} | {"tpuq/entrypoints/__main__.py"}
+    entry_points = {f"tpuq/{name}/main.py" for name in topology.SERVICES} | {"tpuq/runtime/entrypoints/__main__.py"}
     assert entry_points - names == set()
     version = wheel.name.split("-")[1]
     assert {n.split("/")[0] for n in names} == {"tpuq", f"tpuq-{version}.dist-info"}  # no stray top-level names
 
 
+def test_the_wheel_carries_no_stand_in(wheel):
+    """Production carries only production (issue 33 §2): the simulator, the capacity model and the in-memory store
+    are the dev tools' (tpuq-dev), as are the fake Cloud TPU API and the local stack."""
+    names = zipfile.ZipFile(wheel).namelist()
+    stand_ins = ("simulate", "capacitymodel", "inmemory", "faketpu", "devstack", "demo")
+    assert [n for n in names if any(part in stand_ins or part.startswith(stand_ins) for part in n.split("/")[:-1])
+            or n.split("/")[-1].removesuffix(".py") in stand_ins] == []
+
+
 def test_the_installed_package_is_read_from_the_environment_not_the_checkout(installed):
-    probe = ("import tpuq, tpuq.deploy.infra as infra, tpuq.entrypoints as e; "
+    probe = ("import tpuq, tpuq.deploy.infra as infra, tpuq.runtime.entrypoints as e; "
              "print(tpuq.__file__); print(infra.INFRA_DIR); print(e.source_file('executor'))")
     paths = ok(run([installed.python, "-c", probe], installed.work, installed.env)).stdout.split()
     for path in paths:
@@ -206,7 +216,7 @@ def test_help_init_and_validate_work_from_the_wheel(installed):
 
 def test_the_dashboard_ships_its_templates_and_static_files_and_serves_them_from_the_wheel(wheel, installed):
     names = set(zipfile.ZipFile(wheel).namelist())
-    ui = REPO / "src" / "tpuq" / "ui"
+    ui = REPO / "services" / "ui"
     files = {f"tpuq/ui/{p.relative_to(ui).as_posix()}" for folder in ("templates", "static")
              for p in (ui / folder).iterdir()}
     assert {"tpuq/ui/static/htmx.min.js", "tpuq/ui/static/chart.umd.min.js", "tpuq/ui/templates/job.html"} <= files
@@ -221,15 +231,18 @@ def test_the_dashboard_ships_its_templates_and_static_files_and_serves_them_from
         ["200", "True", "403", "True"]
 
 
-def test_simulate_runs_the_standard_scenario_from_the_wheel_without_the_dev_tools(wheel, installed):
-    """`tpuq simulate --example` from a plain install: the example files are package data, the capacity model and
-    the in-memory store ship with tpuq, nothing of tpuq_dev is needed (none is installed here), and without the
-    simulate extra the figures still print and the note says how to get the charts."""
-    names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"tpuq/simulate/examples/trc-scenario.yaml", "tpuq/capacitymodel/scenarios/default.yaml"} <= names
-    assert not any(n.startswith("tpuq_dev/") for n in names)
-    done = ok(installed.tpuq("simulate", "--example", "--days", "0.05", "--policy", "tpuq", "--policy", "bound",
-                             "--json", timeout=900))
+def test_simulate_says_what_to_install_then_runs_from_the_wheel_with_the_simulate_extra(installed, dev_wheels,
+                                                                                      tmp_path):
+    """`tpuq simulate` comes with the dev tools (the simulate extra), found through the same entry point as
+    `tpuq dev`: a plain install names the extra and runs nothing; with the extra, the standard scenario runs from
+    the installed example files (package data of tpuq-dev)."""
+    refused = installed.tpuq("simulate", "--example", "--days", "0.05")
+    assert refused.returncode != 0 and "pip install 'tpuq[simulate]'" in refused.stdout + refused.stderr
+    venv = make_venv(tmp_path / "venv")
+    pip_install(venv, f"{installed.wheel}[simulate]", "--find-links", str(dev_wheels), cwd=installed.work)
+    with_extra = Installed(venv, installed.wheel, installed.work)
+    done = ok(with_extra.tpuq("simulate", "--example", "--days", "0.05", "--policy", "tpuq", "--policy", "bound",
+                              "--json", timeout=900))
     figures = json.loads(done.stdout)
     assert {r["policy"] for r in figures["results"]} == {"tpuq", "bound"}
     assert figures["jobs"] >= 1

@@ -1,7 +1,7 @@
 """Scheduler test fixtures: the scheduler's own entry point, fed real push envelopes.
 
 `sched` runs the scheduler on the in-memory Firestore and Pub/Sub publisher
-(`tpuq.inmemory`): no emulator, no stack. Messages reach it as push envelopes
+(`tpuq_dev.inmemory`): no emulator, no stack. Messages reach it as push envelopes
 through functions-framework's test client, and what it publishes is read back
 from the publisher stub.
 
@@ -28,13 +28,13 @@ import requests
 from google.api_core.exceptions import DeadlineExceeded
 from pydantic import BaseModel
 
-from tpuq import store, topology
-from tpuq.clients import Clients, Settings
-from tpuq.entrypoints import source_file
-from tpuq.fleet import FleetFile
-from tpuq.fleetstore import save_fleet
-from tpuq.inmemory import MemoryFirestore, MemoryPublisher
-from tpuq.messages import FleetEvent, FleetEventKind, WorkerEndpoint
+from tpuq.contracts import store, topology
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.entrypoints import source_file
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq_dev.inmemory import MemoryFirestore, MemoryPublisher
+from tpuq.contracts.messages import FleetEvent, FleetEventKind, WorkerEndpoint
 
 from tests.helpers import push_envelope
 
@@ -132,7 +132,7 @@ class Sched:
 
 
 def scheduler_app(clients: Clients):
-    """The scheduler's entry point (tpuq.entrypoints.scheduler) through functions-framework, on `clients`."""
+    """The scheduler's entry point (tpuq.scheduler.main) through functions-framework, on `clients`."""
     app = functions_framework.create_app("handle", SCHEDULER_SOURCE, "http")
     entry = sys.modules[Path(SCHEDULER_SOURCE).stem]  # functions-framework registers a source under its file's stem
     assert Path(entry.__file__).resolve() == Path(SCHEDULER_SOURCE).resolve()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpuq.messages import FleetEventKind, Tick
+from tpuq.contracts.messages import FleetEventKind, Tick
 
 from tests.scheduler.conftest import active
 
@@ -76,8 +76,8 @@ def test_a_new_jobs_pass_never_takes_a_tpu_an_older_higher_priority_job_fits(sch
     job must get it all the same."""
     from datetime import datetime, timezone
 
-    from tpuq import store
-    from tpuq.fleetstore import load_fleet
+    from tpuq.contracts import store
+    from tpuq.runtime.fleetstore import load_fleet
     from tpuq.scheduler.lifecycle import tpu_on_active
 
     sched.deliver("jobs", job("high", priority="high"))
@@ -96,7 +96,7 @@ def test_a_new_job_that_fits_an_idle_tpu_gets_it_behind_a_long_queue_that_does_n
     """The whole-queue read is bounded per type; the new job that set off the pass is planned in it anyway."""
     from datetime import datetime, timezone
 
-    from tpuq.fleetstore import save_fleet
+    from tpuq.runtime.fleetstore import save_fleet
     from tpuq.scheduler.scheduling import PER_TYPE_EXTRA
 
     from tests.scheduler.conftest import PROJECT_ZONE, fleet_file

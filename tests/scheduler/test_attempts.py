@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tpuq.fleetstore import save_fleet
-from tpuq.messages import AttemptEvent, FleetEventKind
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.contracts.messages import AttemptEvent, FleetEventKind
 
 from tests.scheduler.conftest import active, fleet_file, utc
 

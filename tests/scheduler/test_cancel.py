@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tpuq import store
-from tpuq.messages import CancelRequest
+from tpuq.contracts import store
+from tpuq.contracts.messages import CancelRequest
 
 from tests.scheduler.conftest import active
 from tests.scheduler.test_attempts import ended, running_job
@@ -83,9 +83,9 @@ def test_set_priority_reorders_the_queue_for_the_next_pass(sched):
     raised to high, gets the one idle TPU ahead of the normal one."""
     from datetime import datetime, timezone
 
-    from tpuq.jobspec import Priority
-    from tpuq.jobstate import reprioritized
-    from tpuq.messages import Tick
+    from tpuq.contracts.jobspec import Priority
+    from tpuq.contracts.jobstate import reprioritized
+    from tpuq.contracts.messages import Tick
 
     sched.deliver("jobs", {"id": "ja", "tpu": "v4-8", "priority": "low", "command": "train"})
     sched.deliver("jobs", {"id": "jb", "tpu": "v4-8", "command": "train"})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from tpuq.fleetstore import save_fleet
-from tpuq.jobspec import Priority
-from tpuq.messages import CancelRequest, FailureClass, FleetEventKind, Tick
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.contracts.jobspec import Priority
+from tpuq.contracts.messages import CancelRequest, FailureClass, FleetEventKind, Tick
 from tpuq.scheduler.capacity import ask_for_capacity, request_id_for, room_per_entry
 from tpuq.scheduler.plan import PendingJob
 

@@ -116,7 +116,7 @@ def test_a_folder_over_the_limit_is_refused_with_its_size_and_the_limit_in_the_r
 
 def test_the_packed_folder_is_the_bundle_tpuq_submit_makes_of_the_same_directory(gcs, bucket, tmp_path):
     """Same rules, same bytes: ignore files at the root, ignored folders pruned, folders implied by the names."""
-    from tpuq.bundle import make_bundle
+    from tpuq.contracts.bundle import make_bundle
     from tpuq.scheduler.folder_bundle import pack_folder
 
     files = {".tpuqignore": b"*.log\ncache/\n", ".tpu-runnerignore": b"scratch\n", "run.sh": b"python train.py\n",

@@ -3,7 +3,7 @@ a redelivery stores nothing new; a file with an id another submission holds stor
 
 from __future__ import annotations
 
-from tpuq import store
+from tpuq.contracts import store
 
 FILE = {"jobs": [{"name": "train", "tpu": "v4-8", "command": "python train.py"},
                  {"id": "eval-1", "tpu": "v4-8", "command": "python eval.py", "priority": "high"}]}

@@ -6,8 +6,8 @@ does (tests/contract/test_store_contract.py), so this fails here, not only in pr
 
 from __future__ import annotations
 
-from tpuq import store
-from tpuq.jobspec import MAX_COMMAND_BYTES, MAX_ENV_VALUE_BYTES
+from tpuq.contracts import store
+from tpuq.contracts.jobspec import MAX_COMMAND_BYTES, MAX_ENV_VALUE_BYTES
 
 
 def test_a_job_over_one_mib_is_stored_rejected_with_its_reason(sched):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from tpuq.fleet import RetryBudgets
-from tpuq.messages import AttemptOutcome, FleetEventKind
+from tpuq.contracts.fleet import RetryBudgets
+from tpuq.contracts.messages import AttemptOutcome, FleetEventKind
 from tpuq.scheduler import lifecycle
 from tpuq.scheduler.plan import Match
 

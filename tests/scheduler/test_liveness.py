@@ -19,16 +19,16 @@ import json
 import random
 from datetime import datetime, timedelta, timezone
 
-from tpuq import topology
+from tpuq.contracts import topology
 from tpuq.claimer.decide import decide as claimer_decide
 from tpuq.claimer.model import ClaimState, RequestReceived
-from tpuq.documents import JobDoc
-from tpuq.fleetstore import save_fleet
-from tpuq.jobspec import PublishedJob
-from tpuq.liveness import LIVENESS_BOUND, nothing_holds
-from tpuq.messages import AttemptEvent, CapacityRequest, Tick
+from tpuq.contracts.documents import JobDoc
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.contracts.jobspec import PublishedJob
+from tpuq.contracts.liveness import LIVENESS_BOUND, nothing_holds
+from tpuq.contracts.messages import AttemptEvent, CapacityRequest, Tick
 from tpuq.scheduler import handlers
-from tpuq.service import Context
+from tpuq.runtime.service import Context
 
 from tests.scheduler.conftest import active, fleet_file
 

@@ -12,13 +12,13 @@ from datetime import timedelta
 
 import pytest
 
-from tpuq import store, topology
-from tpuq.documents import JobState
-from tpuq.jobspec import PublishedJob
-from tpuq.messages import Tick
+from tpuq.contracts import store, topology
+from tpuq.contracts.documents import JobState
+from tpuq.contracts.jobspec import PublishedJob
+from tpuq.contracts.messages import Tick
 from tpuq.scheduler import intake
 from tpuq.scheduler.scheduling import PER_TYPE_EXTRA, scheduling_pass
-from tpuq.service import Context
+from tpuq.runtime.service import Context
 
 from tests.scheduler.conftest import active, fleet_file, utc
 

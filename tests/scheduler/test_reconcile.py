@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta, timezone
 
-from tpuq import store, topology
-from tpuq.messages import Tick
+from tpuq.contracts import store, topology
+from tpuq.contracts.messages import Tick
 from tpuq.scheduler import handlers
-from tpuq.service import Context
+from tpuq.runtime.service import Context
 
 from tests.scheduler.conftest import active
 from tests.scheduler.test_attempts import running_job
@@ -48,7 +48,7 @@ def test_attempt_without_a_recorded_end_is_left_alone(sched):
 def test_slice_whose_active_event_was_lost_is_recorded_and_used(sched):
     from tpuq.claimer.model import QrRecord
     from tpuq.claimer.statestore import qr_to_doc
-    from tpuq.messages import WorkerEndpoint
+    from tpuq.contracts.messages import WorkerEndpoint
 
     now = datetime.now(timezone.utc)
     node = "projects/tpuq-local/locations/us-central2-b/nodes/tpuq-r-x-1-us-central2-b"
@@ -69,7 +69,7 @@ def test_slice_whose_active_event_was_lost_is_recorded_and_used(sched):
 def test_a_failing_backstop_never_stops_the_others_nor_the_pass(sched, monkeypatch):
     import pytest
 
-    from tpuq.errors import Retryable
+    from tpuq.contracts.errors import Retryable
 
     running_job(sched)
     sched.db.collection(store.EXECUTIONS).document("j1:1").set(
@@ -91,8 +91,8 @@ def test_a_slice_recorded_by_the_backstop_keeps_the_health_the_claimer_saw(sched
     must carry it, or an unhealthy node would look healthy to the pass for ever."""
     from tpuq.claimer.model import QrRecord
     from tpuq.claimer.statestore import qr_to_doc
-    from tpuq.documents import NodeHealth
-    from tpuq.messages import WorkerEndpoint
+    from tpuq.contracts.documents import NodeHealth
+    from tpuq.contracts.messages import WorkerEndpoint
 
     now = datetime.now(timezone.utc)
     node = "projects/tpuq-local/locations/us-central2-b/nodes/tpuq-r-y-1-us-central2-b"

@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq_dev.devstack import processes
-from tpuq.fleetstore import save_fleet
-from tpuq.messages import Tick
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.contracts.messages import Tick
 
 from tests.helpers import wait_until
 from tests.scheduler.conftest import SCHEDULER_SOURCE, active, fleet_file, utc

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tpuq.fleet import FleetFile
+from tpuq.contracts.fleet import FleetFile
 from tpuq.scheduler.capacity import unrunnable_reason
 from tpuq.scheduler.plan import PendingJob
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta, timezone
 
-from tpuq import store
-from tpuq.documents import JobDoc
-from tpuq.fleet import RetryBudgets
-from tpuq.messages import Tick
+from tpuq.contracts import store
+from tpuq.contracts.documents import JobDoc
+from tpuq.contracts.fleet import RetryBudgets
+from tpuq.contracts.messages import Tick
 from tpuq.scheduler import handlers, lifecycle
 from tpuq.scheduler.scheduling import REPUBLISH_ASSIGNMENT_AFTER as EVERY
 
@@ -202,7 +202,7 @@ def test_the_end_loses_to_an_executor_that_begins_the_attempt_meanwhile(sched, m
     """The executor records `starting` between the tick's read and its write: the end does not commit, and the
     attempt is the executor's (a start takes up to one push, `lifecycle.STARTING_FOR`)."""
     from tpuq.executor import decide as executor_decide
-    from tpuq.messages import Assignment
+    from tpuq.contracts.messages import Assignment
 
     first = assigned_job(sched)
     resend_three_times(sched)

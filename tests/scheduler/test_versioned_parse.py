@@ -1,17 +1,17 @@
-"""A pass parses each stored pending job once per stored version (`tpuq.versioned`): unchanged jobs
+"""A pass parses each stored pending job once per stored version (`tpuq.runtime.versioned`): unchanged jobs
 are not copied and validated again, and a job written since is read as written."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from tpuq import store
-from tpuq.documents import JobState
-from tpuq.inmemory import MemoryFirestore
-from tpuq.messages import Tick
+from tpuq.contracts import store
+from tpuq.contracts.documents import JobState
+from tpuq_dev.inmemory import MemoryFirestore
+from tpuq.contracts.messages import Tick
 from tpuq.scheduler.decide import queued
 from tpuq.scheduler.scheduling import scheduling_pass
-from tpuq.versioned import Versioned, versioned
+from tpuq.runtime.versioned import Versioned, versioned
 
 from tests.scheduler.conftest import active, fleet_file
 from tests.scheduler.test_long_queue import NOW, context, store_pending
@@ -84,7 +84,7 @@ def test_the_claimers_load_reads_a_rewritten_queued_resource_as_written():
     from dataclasses import replace
 
     from tpuq.claimer.statestore import StateWriter, load_state
-    from tpuq.documents import QrRecord
+    from tpuq.contracts.documents import QrRecord
 
     db = MemoryFirestore()
     fleet = fleet_file()

@@ -63,14 +63,14 @@ def run_upload(gcs_url: str, bucket_name: str, job_file: str) -> dict:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from tpuq import topology
-    from tpuq.clients import Clients, Settings
-    from tpuq.fleet import FleetFile
-    from tpuq.fleetstore import save_fleet
-    from tpuq.inmemory import MemoryFirestore, MemoryPublisher
-    from tpuq.messages import GcsObjectEvent
+    from tpuq.contracts import topology
+    from tpuq.runtime.clients import Clients, Settings
+    from tpuq.contracts.fleet import FleetFile
+    from tpuq.runtime.fleetstore import save_fleet
+    from tpuq_dev.inmemory import MemoryFirestore, MemoryPublisher
+    from tpuq.contracts.messages import GcsObjectEvent
     from tpuq.scheduler import gcs_submit
-    from tpuq.service import Context
+    from tpuq.runtime.service import Context
 
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     settings = Settings(project="tpuq-local", runner_bucket=bucket_name)

@@ -1,4 +1,4 @@
-"""The offline bound (tpuq.simulate.bound): hand-checkable cases, then a month of 2,000 jobs."""
+"""The offline bound (tpuq_dev.simulate.bound): hand-checkable cases, then a month of 2,000 jobs."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from tpuq.capacitymodel.scenario import parse_scenario, stockout_windows
-from tpuq.fleet import FleetFile
-from tpuq.simulate.bound import compute_bound
-from tpuq.simulate.workload import SimJob
+from tpuq_dev.capacitymodel.scenario import parse_scenario, stockout_windows
+from tpuq.contracts.fleet import FleetFile
+from tpuq_dev.simulate.bound import compute_bound
+from tpuq_dev.simulate.workload import SimJob
 
 Z, Z2, Z3 = "us-central2-b", "europe-west4-a", "us-east1-d"
 HOUR, DAY = 3600.0, 86400.0

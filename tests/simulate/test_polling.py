@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from tpuq.capacitymodel.scenario import parse_scenario
-from tpuq.documents import QueuedResourceState as Qs
-from tpuq.documents import TpuNodeState as Ns
-from tpuq.fleet import FleetFile
-from tpuq.simulate.cloud import SimCloud
-from tpuq.simulate.events import EventLoop
-from tpuq.simulate.polling import (
+from tpuq_dev.capacitymodel.scenario import parse_scenario
+from tpuq.contracts.documents import QueuedResourceState as Qs
+from tpuq.contracts.documents import TpuNodeState as Ns
+from tpuq.contracts.fleet import FleetFile
+from tpuq_dev.simulate.cloud import SimCloud
+from tpuq_dev.simulate.events import EventLoop
+from tpuq_dev.simulate.polling import (
     ControllerState,
     CreateQr,
     DeleteNode,
@@ -34,8 +34,8 @@ from tpuq.simulate.polling import (
     reconcile,
     should_stop,
 )
-from tpuq.simulate.workers import RunEnd, SimWorkers
-from tpuq.simulate.workload import SimJob
+from tpuq_dev.simulate.workers import RunEnd, SimWorkers
+from tpuq_dev.simulate.workload import SimJob
 
 PROJECT = "tpuq-sim"
 B, C, A = "us-central2-b", "us-central2-c", "us-central2-a"
@@ -338,7 +338,7 @@ def test_a_zone_the_api_refuses_aborts_every_pass_before_any_create():
 def test_a_create_the_api_refuses_is_tried_again_on_every_pass_without_backoff():
     """R8: tpu-runner records a failed create and stops that entry's creates for the pass; nothing else. A
     refusal that can never succeed (PERMISSION_DENIED here) is tried again 30 s later, for ever."""
-    from tpuq.capacitymodel.model import ApiCallFault
+    from tpuq_dev.capacitymodel.model import ApiCallFault
 
     scenario = {"zones": {B: {"quota": {"v4": {"spot": 64}}}}}
     jobs = [SimJob(f"j{i}", 0.0, ("v4-8",), "normal", 600.0) for i in range(2)]

@@ -9,12 +9,12 @@ from datetime import timedelta, timezone
 
 import pytest
 
-from tpuq.capacitymodel.scenario import parse_scenario
-from tpuq.fleet import FleetFile
-from tpuq.simulate.events import EventLoop
-from tpuq.simulate.quiet import Deadlines, TracedClock
-from tpuq.simulate.run import simulate
-from tpuq.simulate.workload import SimJob
+from tpuq_dev.capacitymodel.scenario import parse_scenario
+from tpuq.contracts.fleet import FleetFile
+from tpuq_dev.simulate.events import EventLoop
+from tpuq_dev.simulate.quiet import Deadlines, TracedClock
+from tpuq_dev.simulate.run import simulate
+from tpuq_dev.simulate.workload import SimJob
 
 NOW = 100.0
 
@@ -134,8 +134,8 @@ def test_a_skipped_tick_counts_the_api_calls_and_firestore_reads_its_handling_wo
 def test_a_quiet_handlings_reads_are_affected_only_by_changes_to_what_it_read():
     from google.cloud.firestore import FieldFilter
 
-    from tpuq.inmemory import MemoryFirestore
-    from tpuq.simulate.tpuq_policy import _ReadSet
+    from tpuq_dev.inmemory import MemoryFirestore
+    from tpuq_dev.simulate.tpuq_policy import _ReadSet
 
     class Recorder:
         def __init__(self):
@@ -181,8 +181,8 @@ def test_a_range_filter_against_a_moving_now_notes_when_a_stored_document_starts
 
     from google.cloud.firestore import FieldFilter
 
-    from tpuq.inmemory import MemoryFirestore
-    from tpuq.simulate.tpuq_policy import TpuqPolicy
+    from tpuq_dev.inmemory import MemoryFirestore
+    from tpuq_dev.simulate.tpuq_policy import TpuqPolicy
 
     loop = EventLoop()
     deadlines = Deadlines()
@@ -212,8 +212,8 @@ def test_a_document_written_after_a_moving_range_read_affects_it():
 
     from google.cloud.firestore import FieldFilter
 
-    from tpuq.inmemory import MemoryFirestore
-    from tpuq.simulate.tpuq_policy import TpuqPolicy, _ReadSet
+    from tpuq_dev.inmemory import MemoryFirestore
+    from tpuq_dev.simulate.tpuq_policy import TpuqPolicy, _ReadSet
 
     loop = EventLoop()
     clock = TracedClock(loop, Deadlines())

@@ -4,10 +4,10 @@ nothing through a queued resource's whole life, a node's health events and a mai
 
 from __future__ import annotations
 
-from tpuq.capacitymodel.errors import ApiError
-from tpuq.capacitymodel.scenario import parse_scenario
-from tpuq.simulate.cloud import SimCloud
-from tpuq.simulate.events import EventLoop
+from tpuq_dev.capacitymodel.errors import ApiError
+from tpuq_dev.capacitymodel.scenario import parse_scenario
+from tpuq_dev.simulate.cloud import SimCloud
+from tpuq_dev.simulate.events import EventLoop
 from tests.faketpu.test_model import P, Z, body
 
 SCENARIO = {

@@ -163,10 +163,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 
 def test_the_standard_scenarios_files_ship_in_the_package_and_agree():
-    from tpuq.capacitymodel.scenario import ZoneScenario
-    from tpuq.cli.simulate import EXAMPLE_FILES, EXAMPLES, _load_fleet, _load_jobs, check_jobs_against_fleet, read_inputs
-    from tpuq.simulate.workload import load_workload
-    from tpuq.tputypes import parse_accelerator_type
+    from tpuq_dev.capacitymodel.scenario import ZoneScenario
+    from tpuq_dev.simulate_cli import EXAMPLE_FILES, EXAMPLES, _load_fleet, _load_jobs, check_jobs_against_fleet, read_inputs
+    from tpuq_dev.simulate.workload import load_workload
+    from tpuq.contracts.tputypes import parse_accelerator_type
 
     paths = {kind: EXAMPLES / name for kind, name in EXAMPLE_FILES.items()}
     fleet = _load_fleet(paths["fleet"])
@@ -194,8 +194,8 @@ def test_the_standard_scenarios_files_ship_in_the_package_and_agree():
 ])
 def test_a_brake_only_the_tpuq_policy_honours_is_noted(extra, notes):
     """A real fleet file's brakes stop tpuq's claims but not polling's or the bound's: the user is told why."""
-    from tpuq.cli.simulate import _load_fleet, brake_notes
-    from tpuq.fleet import FleetFile
+    from tpuq_dev.simulate_cli import _load_fleet, brake_notes
+    from tpuq.contracts.fleet import FleetFile
 
     fleet = _load_fleet(TINY / "fleet.yaml")
     fleet = FleetFile.model_validate({**fleet.model_dump(exclude_none=True), **extra})
@@ -204,6 +204,6 @@ def test_a_brake_only_the_tpuq_policy_honours_is_noted(extra, notes):
 
 
 def test_a_run_of_one_day_is_called_one_day():
-    from tpuq.cli.simulate import _days
+    from tpuq_dev.simulate_cli import _days
 
     assert (_days(1), _days(1.5), _days(30)) == ("1 day", "1.5 days", "30 days")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tpuq.simulate.events import EventLoop
+from tpuq_dev.simulate.events import EventLoop
 
 
 @pytest.mark.parametrize("horizon, most_apart", [(43_200.0, 432.0), (30 * 86_400.0, 86_400.0)])

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from tpuq.cli.simulate import EXAMPLE_FILES, EXAMPLES, read_inputs
-from tpuq.simulate.run import simulate
+from tpuq_dev.simulate_cli import EXAMPLE_FILES, EXAMPLES, read_inputs
+from tpuq_dev.simulate.run import simulate
 
 DAY = 86400.0
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from tpuq.simulate.metrics import (Metrics, SliceLife, WasteCause, bound_records, nearest_rank, percentiles,
+from tpuq_dev.simulate.metrics import (Metrics, SliceLife, WasteCause, bound_records, nearest_rank, percentiles,
                                    summarize)
-from tpuq.simulate.workers import AttemptRun, RunEnd
-from tpuq.simulate.workload import SimJob
+from tpuq_dev.simulate.workers import AttemptRun, RunEnd
+from tpuq_dev.simulate.workload import SimJob
 
 H = 10 * 3600.0  # the horizon
 C = WasteCause

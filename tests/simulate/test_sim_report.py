@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from tpuq.simulate import report
-from tpuq.simulate.metrics import SliceLife, summarize
-from tpuq.simulate.workers import AttemptRun, RunEnd
-from tpuq.simulate.workload import SimJob
+from tpuq_dev.simulate import report
+from tpuq_dev.simulate.metrics import SliceLife, summarize
+from tpuq_dev.simulate.workers import AttemptRun, RunEnd
+from tpuq_dev.simulate.workload import SimJob
 
 H = 2 * 86400.0
 
@@ -62,7 +62,7 @@ def test_a_wait_under_an_hour_reads_in_minutes(seconds, text):
 
 
 def test_the_cli_table_and_the_report_show_a_wait_the_same_way(tmp_path):
-    from tpuq.cli.simulate import SUMMARY
+    from tpuq_dev.simulate_cli import SUMMARY
 
     tpuq_run = results()[0]
     wait = tpuq_run.jobs.wait["all"].p50

@@ -1,18 +1,18 @@
 """A handler that waits (the claimer's fast watch) holds only its own push: what is due meanwhile runs at its own
-time (tpuq.simulate.waits). Found by tests/e2e/test_simulate_fidelity.py: before, jobs submitted during a fast watch
+time (tpuq_dev.simulate.waits). Found by tests/e2e/test_simulate_fidelity.py: before, jobs submitted during a fast watch
 reached the scheduler when it ended, all at once and out of order."""
 
 from __future__ import annotations
 
 import pytest
 
-from tpuq.capacitymodel.scenario import parse_scenario
-from tpuq.documents import JobDoc
-from tpuq.fleet import FleetFile
-from tpuq.simulate.events import EventLoop
-from tpuq.simulate.run import simulate
-from tpuq.simulate.waits import Waits
-from tpuq.simulate.workload import SimJob
+from tpuq_dev.capacitymodel.scenario import parse_scenario
+from tpuq.contracts.documents import JobDoc
+from tpuq.contracts.fleet import FleetFile
+from tpuq_dev.simulate.events import EventLoop
+from tpuq_dev.simulate.run import simulate
+from tpuq_dev.simulate.waits import Waits
+from tpuq_dev.simulate.workload import SimJob
 
 FLEET = FleetFile.model_validate({
     "name": "w", "project": "tpuq-sim", "claim": {"watch_interval_seconds": 5},
@@ -64,7 +64,7 @@ def test_a_failing_waiting_task_raises_in_the_loop(use_greenlets):
 
 
 def test_greenlets_and_threads_give_the_same_run(monkeypatch):
-    from tpuq.simulate import waits as waits_module
+    from tpuq_dev.simulate import waits as waits_module
 
     def run(use_greenlets: bool):
         monkeypatch.setattr(waits_module.Waits.__init__, "__defaults__", (use_greenlets,))

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from tpuq.jobspec import JOB_ID_RE
-from tpuq.simulate.workload import (GeneratedWorkload, SimJob, TraceWorkload, WorkloadError, generate, load_workload,
+from tpuq.contracts.jobspec import JOB_ID_RE
+from tpuq_dev.simulate.workload import (GeneratedWorkload, SimJob, TraceWorkload, WorkloadError, generate, load_workload,
                                     parse_workload)
 
 DAY = 86400.0

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_until
-from tpuq import store
-from tpuq.clients import Clients, Settings
+from tpuq.contracts import store
+from tpuq.runtime.clients import Clients, Settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",

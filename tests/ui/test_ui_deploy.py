@@ -21,8 +21,8 @@ from tests.deploy.test_cloudbuild import dockerfile_instructions
 from tests.helpers import wait_until
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import ProjectState, Target, desired_run_service, plan
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 from tpuq_dev.devstack import processes
 
 REPO = Path(__file__).resolve().parents[2]

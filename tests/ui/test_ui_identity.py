@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tpuq.auth import google_oidc_verifier, strip_signature
+from tpuq.runtime.auth import google_oidc_verifier, strip_signature
 from tpuq.ui.identity import CloudRunUser
 from tpuq_dev.devstack.front import LocalGoogleSigner
 

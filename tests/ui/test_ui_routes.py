@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tpuq import store
-from tpuq.clients import Settings
-from tpuq.inmemory import MemoryFirestore
+from tpuq.contracts import store
+from tpuq.runtime.clients import Settings
+from tpuq_dev.inmemory import MemoryFirestore
 from tpuq.ui.app import create_app
 from tpuq.ui.identity import fixed_user
 
@@ -24,7 +24,7 @@ ME = "ada@example.com"
 
 @dataclass
 class FakeSubscriber:
-    """The hold subscription of what Pub/Sub dead-lettered (tpuq.heldletters.read): one pull brings what it keeps,
+    """The hold subscription of what Pub/Sub dead-lettered (tpuq.operations.heldletters.read): one pull brings what it keeps,
     a nack gives it back."""
 
     held: list[Any] = field(default_factory=list)  # ReceivedMessage-shaped: .ack_id, .message
@@ -42,7 +42,7 @@ class FakeSubscriber:
 
 @dataclass
 class FakeClients:
-    """What the dashboard uses of `tpuq.clients.Clients`: Firestore, GCS (no objects), publishing and the hold
+    """What the dashboard uses of `tpuq.runtime.clients.Clients`: Firestore, GCS (no objects), publishing and the hold
     subscription."""
 
     firestore: MemoryFirestore = field(default_factory=MemoryFirestore)
@@ -192,7 +192,7 @@ def test_dead_letters_show_topic_field_and_reason(world):
 def test_dead_letters_show_what_pubsub_dead_lettered_with_subscription_and_attempts(world):
     """A submission no handler ever answered: only the hold subscription keeps it; the page shows it, and leaves it
     there."""
-    from tpuq import heldletters
+    from tpuq.operations import heldletters
 
     forwarded = SimpleNamespace(message_id="99", data=b'{"id": "train-1", "tpu": "v4-8"}', publish_time=NOW,
                                 attributes={heldletters.SOURCE_SUBSCRIPTION: "scheduler-jobs",
@@ -212,10 +212,10 @@ def test_the_fleet_page_shows_a_zones_backoff_and_the_project_block(world):
     block with the API's words (escaped)."""
     import yaml
 
-    from tpuq.documents import FleetStatus, TargetRecord, status_to_doc, target_to_doc
-    from tpuq.examples import EXAMPLE_FLEET
-    from tpuq.fleet import FleetFile
-    from tpuq.fleetstore import save_fleet
+    from tpuq.contracts.documents import FleetStatus, TargetRecord, status_to_doc, target_to_doc
+    from tpuq.operations.examples import EXAMPLE_FLEET
+    from tpuq.contracts.fleet import FleetFile
+    from tpuq.runtime.fleetstore import save_fleet
 
     fleet = FleetFile.model_validate(yaml.safe_load(EXAMPLE_FLEET))
     version = save_fleet(world.firestore, fleet, NOW)

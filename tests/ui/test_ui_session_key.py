@@ -21,13 +21,13 @@ import yaml
 from tests.deploy.fakes import RecordingApi, state_after
 from tests.ui.test_ui_identity import token
 from tests.ui.test_ui_routes import NOW, FakeClients, job_doc
-from tpuq import store
-from tpuq.auth import strip_signature
+from tpuq.contracts import store
+from tpuq.runtime.auth import strip_signature
 from tpuq.deploy import gcp, generated_secrets
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import ProjectState, Target, desired_run_service, plan
-from tpuq.examples import EXAMPLE_FLEET
-from tpuq.fleet import FleetFile
+from tpuq.operations.examples import EXAMPLE_FLEET
+from tpuq.contracts.fleet import FleetFile
 from tpuq.ui import sessionkey
 from tpuq.ui.serve import deployed_app
 
@@ -42,7 +42,7 @@ INFRA = load_infra(TARGET.variables())
 def clients(monkeypatch):
     world = FakeClients()
     world.firestore.collection(store.JOBS).document("j-1").set(job_doc("j-1", "pending", "normal", owner=ALICE))
-    monkeypatch.setattr("tpuq.clients.Clients", lambda settings: world)  # what deployed_app makes its clients with
+    monkeypatch.setattr("tpuq.runtime.clients.Clients", lambda settings: world)  # what deployed_app makes its clients with
     return world
 
 

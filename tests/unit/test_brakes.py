@@ -11,15 +11,15 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tests.janitor import factories as jf
-from tpuq.brakes import DayUse, claim_stop_reason, day_use, grant_days_left
+from tpuq.capacity.brakes import DayUse, claim_stop_reason, day_use, grant_days_left
 from tpuq.claimer.decide import claim_gate, decide
 from tpuq.claimer.model import REQUESTED, ClaimState, Observation, Observed, QrRecord, RequestReceived
-from tpuq.documents import TpuDoc
-from tpuq.fleet import Budget, FleetFile
-from tpuq.fleetreport import build_view, local_time, waiting_reason
-from tpuq.fleetstore import FleetControl
+from tpuq.contracts.documents import TpuDoc
+from tpuq.contracts.fleet import Budget, FleetFile
+from tpuq.operations.fleetreport import build_view, local_time, waiting_reason
+from tpuq.runtime.fleetstore import FleetControl
 from tpuq.janitor import decide as jd
-from tpuq.messages import CapacityRequest
+from tpuq.contracts.messages import CapacityRequest
 
 NOW = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
 ZONES = ["us-central2-a", "us-central2-b"]
@@ -241,8 +241,8 @@ def test_view_per_zone_and_type_and_the_waiting_job():
 @pytest.mark.parametrize("cancel_requested, state", [(False, "pending"), (True, "cancelled")])
 def test_a_job_whose_cancel_was_asked_is_not_requeued_when_its_tpu_goes_first(cancel_requested, state):
     """A drain cancels the running jobs and deletes their TPUs: whichever the executor sees first, the job ends."""
-    from tpuq.fleet import RetryBudgets
-    from tpuq.messages import AttemptOutcome
+    from tpuq.contracts.fleet import RetryBudgets
+    from tpuq.contracts.messages import AttemptOutcome
     from tpuq.scheduler.lifecycle import attempt_ended
 
     job = {"id": "j1", "state": "running", "attempt": 1, "spec": {"tpu": ["v4-8"], "command": "x"},

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from tpuq.bundle import BundleError, make_bundle
+from tpuq.contracts.bundle import BundleError, make_bundle
 
 
 def write(root, rel, text="x"):

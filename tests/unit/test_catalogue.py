@@ -1,4 +1,4 @@
-"""One TPU catalogue (`tpuq.tputypes.FAMILIES`): a new family is one row there, and no other module spells a
+"""One TPU catalogue (`tpuq.contracts.tputypes.FAMILIES`): a new family is one row there, and no other module spells a
 family's facts (issue 33 §4)."""
 
 from __future__ import annotations
@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from tpuq import tputypes
-from tpuq.capacitymodel.clock import ManualClock
-from tpuq.capacitymodel.errors import quota_error, region_quota_error
-from tpuq.capacitymodel.model import FakeTpuWorld, QrState
-from tpuq.capacitymodel.render import quota_ids, render_node, render_quota_info
-from tpuq.capacitymodel.scenario import parse_scenario
-from tpuq.fleet import FleetFile, ProvisioningModel
-from tpuq.quota import QUOTA_FACTS, QuotaReading, QuotaSource, effective_quota, parse_quota_info, quota_pool, \
+from tests.layout import production_modules
+from tpuq.contracts import tputypes
+from tpuq_dev.capacitymodel.clock import ManualClock
+from tpuq_dev.capacitymodel.errors import quota_error, region_quota_error
+from tpuq_dev.capacitymodel.model import FakeTpuWorld, QrState
+from tpuq_dev.capacitymodel.render import quota_ids, render_node, render_quota_info
+from tpuq_dev.capacitymodel.scenario import parse_scenario
+from tpuq.contracts.fleet import FleetFile, ProvisioningModel
+from tpuq.capacity.quota import QUOTA_FACTS, QuotaReading, QuotaSource, effective_quota, parse_quota_info, quota_pool, \
     wanted_quota_ids
-from tpuq.tputypes import Family, QuotaIds, QuotaUnit, UnknownAcceleratorType, parse_accelerator_type
+from tpuq.contracts.tputypes import Family, QuotaIds, QuotaUnit, UnknownAcceleratorType, parse_accelerator_type
 
 ROOT = Path(__file__).resolve().parents[2]
 SPOT, ON_DEMAND = ProvisioningModel.spot, ProvisioningModel.on_demand
@@ -121,14 +122,14 @@ def test_a_new_family_is_one_row_for_the_capacity_model(new_family):
 
 # ---------------------------------------------------------------- no family fact outside the catalogue
 
-CATALOGUE = "src/tpuq/tputypes.py"
+CATALOGUE = "shared/contracts/tputypes.py"
 # (file, literal) -> why that literal is not a family fact.
 ALLOWED = {
-    ("src/tpuq/capacitymodel/model.py", "v2"): "the TPU API's version (tpu.googleapis.com/v2), not the v2 family",
-    ("src/tpuq/simulate/cloud.py", "v2"): "the TPU API's version",
+    ("dev/tpuq_dev/capacitymodel/model.py", "v2"): "the TPU API's version (tpu.googleapis.com/v2), not the v2 family",
+    ("dev/tpuq_dev/simulate/cloud.py", "v2"): "the TPU API's version",
     ("dev/tpuq_dev/faketpu/api.py", "v2"): "the TPU API's versions the fake serves",
-    ("src/tpuq/capacitymodel/render.py", "V2"): "a node's apiVersion, not the V2 generation",
-    ("src/tpuq/capacitymodel/model.py", "v4"): "a synchronous refusal injected on a zone is about no type: the "
+    ("dev/tpuq_dev/capacitymodel/render.py", "V2"): "a node's apiVersion, not the V2 generation",
+    ("dev/tpuq_dev/capacitymodel/model.py", "v4"): "a synchronous refusal injected on a zone is about no type: the "
                                                "fake names v4 spot's quota in it",
 }
 
@@ -156,18 +157,17 @@ def _is_family_fact(text: str) -> bool:
 def test_no_module_but_the_catalogue_spells_a_family_fact():
     """String literals only (docstrings and comments cite and explain; they decide nothing)."""
     found = []
-    for base in ("src/tpuq", "dev/tpuq_dev"):
-        for path in sorted((ROOT / base).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if rel == CATALOGUE:
-                continue
-            tree = ast.parse(path.read_text(), rel)
-            docstrings = _docstrings(tree)
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
-                        and _is_family_fact(node.value) and (rel, node.value) not in ALLOWED:
-                    found.append(f"{rel}:{node.lineno}: {node.value!r}")
-    assert not found, "family facts belong in one row of tpuq.tputypes.FAMILIES:\n" + "\n".join(found)
+    for path in sorted([*production_modules().values(), *(ROOT / "dev" / "tpuq_dev").rglob("*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == CATALOGUE:
+            continue
+        tree = ast.parse(path.read_text(), rel)
+        docstrings = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                    and _is_family_fact(node.value) and (rel, node.value) not in ALLOWED:
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert not found, "family facts belong in one row of tpuq.contracts.tputypes.FAMILIES:\n" + "\n".join(found)
 
 
 def test_the_scan_sees_what_it_looks_for():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.documents import AttemptState, JobState
-from tpuq.messages import AttemptOutcome
+from tpuq.contracts.documents import AttemptState, JobState
+from tpuq.contracts.messages import AttemptOutcome
 
 from tests.helpers import load_benchmark
 

@@ -19,16 +19,16 @@ from tpuq.cli.accounts import account_of
 from tpuq.cli.identity import owner
 from tpuq.cli.views import job_table_rows, plain_table
 from tpuq.operations.jobs import cancel_refusal, shown_reason
-from tpuq.documents import JobDoc, JobState
-from tpuq.errors import Permanent
+from tpuq.contracts.documents import JobDoc, JobState
+from tpuq.contracts.errors import Permanent
 from tpuq.executor.outcome import all_workers
-from tpuq.fleet import FleetFile
-from tpuq.fleetstore import save_fleet
-from tpuq.inmemory import MemoryFirestore
-from tpuq.jobspec import PublishedJob
-from tpuq.messages import OWNER_ATTRIBUTE, message_owner
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq_dev.inmemory import MemoryFirestore
+from tpuq.contracts.jobspec import PublishedJob
+from tpuq.contracts.messages import OWNER_ATTRIBUTE, message_owner
 from tpuq.scheduler.intake import job_document
-from tpuq.stackenv import ENV_STACK_DIR, ENV_STACK_ID, stale_env_problem
+from tpuq.operations.stackenv import ENV_STACK_DIR, ENV_STACK_ID, stale_env_problem
 
 NOW = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
 

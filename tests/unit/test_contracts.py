@@ -7,11 +7,11 @@ from datetime import datetime, timezone
 import pytest
 from pydantic import ValidationError
 
-from tpuq import messages
-from tpuq.errors import describe_validation_error
-from tpuq.fleet import FleetFile, ProvisioningModel
-from tpuq.jobspec import JobFile, JobSpec, PublishedJob
-from tpuq.tputypes import parse_accelerator_type, zone_region
+from tpuq.contracts import messages
+from tpuq.contracts.errors import describe_validation_error
+from tpuq.contracts.fleet import FleetFile, ProvisioningModel
+from tpuq.contracts.jobspec import JobFile, JobSpec, PublishedJob
+from tpuq.contracts.tputypes import parse_accelerator_type, zone_region
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

@@ -1,4 +1,4 @@
-"""What `tpuq dead-letters` and `tpuq status job-<message id>` show of a refused message (tpuq.deadletters)."""
+"""What `tpuq dead-letters` and `tpuq status job-<message id>` show of a refused message (tpuq.operations.deadletters)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tpuq import deadletters
+from tpuq.operations import deadletters
 
 PARIS = ZoneInfo("Europe/Paris")
 AT = datetime(2026, 12, 1, 14, 3, 7, tzinfo=timezone.utc)
@@ -62,9 +62,9 @@ def test_json_has_iso_times_with_their_offset():
 def test_status_of_an_id_that_is_no_job(capsys):
     """`tpuq status` finds a refused message by `job-<message id>` or the id it asked for, and the jobs a `jobs:`
     file message stored; a stored job is left to the job view (on the in-memory Firestore)."""
-    from tpuq import store
+    from tpuq.contracts import store
     from tpuq.cli.deadletters import status_of_no_job
-    from tpuq.inmemory import MemoryFirestore
+    from tpuq_dev.inmemory import MemoryFirestore
 
     db = MemoryFirestore(project="p")
     db.collection(store.DEAD_LETTERS).document("scheduler-jobs:1234").set(REFUSED)

@@ -1,7 +1,7 @@
-"""The document contracts (`tpuq.documents`): one owner for every stored state, and the state machines' tables.
+"""The document contracts (`tpuq.contracts.documents`): one owner for every stored state, and the state machines' tables.
 
 The scans read the package's source: a state, or a field name only one collection's documents use, written as a
-string literal anywhere but `tpuq.documents` is a second owner of that name, and renaming it would break it silently.
+string literal anywhere but `tpuq.contracts.documents` is a second owner of that name, and renaming it would break it silently.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 import tpuq_dev
-from tpuq import documents as D
-from tpuq.jobstate import TRANSITIONS, JobEvent, allowed_events
+from tests.layout import REPO, production_modules
+from tpuq.contracts import documents as D
+from tpuq.contracts.jobstate import TRANSITIONS, JobEvent, allowed_events
 
-CONTRACTS = Path(D.__file__).parent  # the tpuq.documents package: one module per collection
-PACKAGE = CONTRACTS.parent
+CONTRACTS = Path(D.__file__).parent  # the tpuq.contracts.documents package: one module per collection
 DEV_PACKAGE = Path(tpuq_dev.__file__).parent  # the fake TPU, the local stack and the demo read the same states
 # A stdlib-only program shipped to the workers: it cannot import tpuq, and its own status words are its
 # protocol with the executor (`tpuq.executor.executor` reads them), not stored states.
-WORKER_PROGRAM = PACKAGE / "executor" / "worker"
+WORKER_PROGRAM = REPO / "services" / "executor" / "worker"
 
 STORED_ENUMS = (D.JobState, D.AttemptState, D.TpuState, D.QueuedResourceState, D.ClaimerQrState,
                 D.TpuNodeState, D.RequestStatus, D.ExecutionState)
@@ -33,8 +33,8 @@ STATE_FIELDS = {"state", "status", "tpu_state"}
 
 
 def _sources() -> list[Path]:
-    return sorted(p for root in (PACKAGE, DEV_PACKAGE) for p in root.rglob("*.py")
-                  if CONTRACTS not in p.parents and WORKER_PROGRAM not in p.parents)
+    sources = [*production_modules().values(), *DEV_PACKAGE.rglob("*.py")]
+    return sorted(p for p in sources if CONTRACTS not in p.parents and WORKER_PROGRAM not in p.parents)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -108,9 +108,9 @@ def state_literals(source: str) -> list[tuple[int, str]]:
 
 def test_no_state_literal_outside_the_contracts():
     assert WORKER_PROGRAM.is_dir(), "the exemption must name the worker program where it is"
-    offences = [f"{path.relative_to(PACKAGE.parents[1])}:{line}: {value!r}"
+    offences = [f"{path.relative_to(REPO)}:{line}: {value!r}"
                 for path in _sources() for line, value in state_literals(path.read_text())]
-    assert offences == [], "use the enums of tpuq.documents:\n" + "\n".join(offences)
+    assert offences == [], "use the enums of tpuq.contracts.documents:\n" + "\n".join(offences)
 
 
 @pytest.mark.parametrize("source", [
@@ -142,7 +142,7 @@ def test_the_scan_leaves_other_words_alone(source):
 
 
 def test_the_fake_tpu_runs_the_same_state_enums():
-    from tpuq.capacitymodel import model
+    from tpuq_dev.capacitymodel import model
 
     assert model.QrState is D.QueuedResourceState and model.NodeState is D.TpuNodeState
 
@@ -157,7 +157,7 @@ def test_the_api_enums_are_google_s():
 
 
 def test_fleet_event_kinds_are_queued_resource_states():
-    from tpuq.messages import FleetEventKind
+    from tpuq.contracts.messages import FleetEventKind
 
     stored = {m.value for m in D.QueuedResourceState} | {m.value for m in D.ClaimerQrState}
     # NODE_HEALTH, the one kind that is no queued-resource state: a node's health or maintenance changed.
@@ -280,7 +280,7 @@ def test_each_owned_field_has_one_owner():
 
 @pytest.mark.parametrize("view, names", OWNED_FIELDS, ids=lambda v: getattr(v, "__name__", ""))
 def test_no_owned_field_literal_outside_the_contracts(view, names):
-    offences = [f"{path.relative_to(PACKAGE.parents[1])}:{line}: {value!r}"
+    offences = [f"{path.relative_to(REPO)}:{line}: {value!r}"
                 for path in _sources() for line, value in field_literals(path.read_text(), names)]
     name = view.__name__
     assert offences == [], f"read {view.COLLECTION} through {name}.from_doc or {name}.field, write them with " \
@@ -323,7 +323,7 @@ def _now():
 
 
 def test_a_stored_job_reads_back_as_its_view():
-    from tpuq.jobspec import PublishedJob
+    from tpuq.contracts.jobspec import PublishedJob
     from tpuq.scheduler.intake import job_document
 
     stored = job_document(PublishedJob.model_validate({"id": "j1", "tpu": ["v4-8"], "command": "x"}), "j1", "cli",
@@ -362,7 +362,7 @@ def test_a_job_without_an_id_takes_its_document_s():
     (D.AttemptDoc, {"attempt": 2, "state": "lost"}, ["attempts/2", "'lost'", "ended"]),
 ])
 def test_an_unknown_state_is_a_clear_error(view, doc, words):
-    from tpuq.errors import Permanent
+    from tpuq.contracts.errors import Permanent
 
     with pytest.raises(Permanent) as e:
         view.from_doc(doc)
@@ -388,7 +388,7 @@ def test_query_field_names_are_checked():
 
 
 def test_an_attempt_reads_back_as_its_view():
-    from tpuq.messages import AttemptOutcome
+    from tpuq.contracts.messages import AttemptOutcome
 
     stored = D.AttemptDoc.fields(attempt=2, attempt_id="j1-2", tpu="n1", state=D.AttemptState.assigned,
                                  outcome=None, assigned_at=_now())

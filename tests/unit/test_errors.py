@@ -3,8 +3,8 @@
 import pytest
 from google.api_core import exceptions as g
 
-from tpuq import errors
-from tpuq.errors import AlreadyExists, NotFound, Permanent, Retryable, from_api_error
+from tpuq.contracts import errors
+from tpuq.contracts.errors import AlreadyExists, NotFound, Permanent, Retryable, from_api_error
 
 QUOTA_TEXT = ("Quota limit 'TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI' has been exceeded. "
               "Limit: 0 in zone us-central2-b.")

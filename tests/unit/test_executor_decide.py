@@ -9,7 +9,7 @@ import pytest
 
 from tpuq.executor import decide
 from tpuq.executor.outcome import Decided, NodeState
-from tpuq.messages import Assignment, AttemptOutcome
+from tpuq.contracts.messages import Assignment, AttemptOutcome
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 EVERY = timedelta(seconds=60)

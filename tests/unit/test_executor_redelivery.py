@@ -14,15 +14,15 @@ import json
 import random
 from datetime import datetime, timezone
 
-from tpuq import store, topology
-from tpuq.clients import Clients, Settings
-from tpuq.documents import execution_doc_id, short_node_name
+from tpuq.contracts import store, topology
+from tpuq.runtime.clients import Clients, Settings
+from tpuq.contracts.documents import execution_doc_id, short_node_name
 from tpuq.executor import decide, handlers
 from tpuq.executor.executor import StartResult
 from tpuq.executor.outcome import NodeState, decide_outcome
-from tpuq.inmemory import MemoryFirestore, MemoryPublisher
-from tpuq.messages import Assignment, Tick, WorkerEndpoint
-from tpuq.service import Context
+from tpuq_dev.inmemory import MemoryFirestore, MemoryPublisher
+from tpuq.contracts.messages import Assignment, Tick, WorkerEndpoint
+from tpuq.runtime.service import Context
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 NODE = "projects/tpuq-local/locations/us-central2-b/nodes/tpuq-r-j1-1-us-central2-b"
@@ -168,7 +168,7 @@ def test_a_copy_whose_start_fails_after_the_other_copy_started_the_attempt_ends_
     """Two copies read `starting` at once; the first launches the command and records `started`, the second's
     connect fails a moment later. The attempt runs: no end is published for it."""
     from tpuq.executor.outcome import Decided
-    from tpuq.messages import AttemptOutcome
+    from tpuq.contracts.messages import AttemptOutcome
 
     env = Env()
     env.execution_ref().set(decide.start_record(ASSIGNMENT, NOW))  # the first copy's record, mid-start

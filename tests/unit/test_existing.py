@@ -1,4 +1,4 @@
-"""`existing:` nodes (issue 15 §2): what one getNode of a node tpuq did not create means (tpuq.existing)."""
+"""`existing:` nodes (issue 15 §2): what one getNode of a node tpuq did not create means (tpuq.capacity.existing)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tpuq.existing import NodeRead, add_key_command, decide_existing, key_installed, node_name
-from tpuq.fleet import FleetFile
-from tpuq.messages import FleetEventKind, WorkerEndpoint
+from tpuq.capacity.existing import NodeRead, add_key_command, decide_existing, key_installed, node_name
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.messages import FleetEventKind, WorkerEndpoint
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
 KEY = "tpuq:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExecutor tpuq-executor"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from tpuq import store
-from tpuq.fleet import FleetFile
-from tpuq.fleetstore import fleet_of, load_fleet, save_fleet
-from tpuq.inmemory import MemoryFirestore
+from tpuq.contracts import store
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import fleet_of, load_fleet, save_fleet
+from tpuq_dev.inmemory import MemoryFirestore
 
 AT = datetime(2026, 1, 5, tzinfo=timezone.utc)
 

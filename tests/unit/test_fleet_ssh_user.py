@@ -9,7 +9,7 @@ import pytest
 
 from tpuq.cli.console import CliError
 from tpuq.cli.files import validate_data
-from tpuq.fleet import FleetFile
+from tpuq.contracts.fleet import FleetFile
 
 FLEET = {"name": "lab", "project": "p", "tpus": [{"id": "small", "type": "v4-8", "zones": ["us-central2-b"]}]}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq.errors import Permanent
+from tpuq.contracts.errors import Permanent
 from tpuq.scheduler.gcs_submit import bundle_folder, gcs_job_id, parse_job_file
 
 JOB = "jobs:\n  - name: My Train\n    tpu: v4-8\n    bundle: .\n    command: sh run.sh\n  - tpu: v4-8\n    command: x\n"

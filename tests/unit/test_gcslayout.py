@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuq import gcslayout
+from tpuq.contracts import gcslayout
 
 
 def test_status_names_parse_back():

@@ -1,5 +1,5 @@
-"""Messages no handler ever answered, which Pub/Sub dead-lettered (tpuq.heldletters), shown beside the handlers' own
-records wherever a refused message shows (tpuq.deadletters.merged, the CLI's `tpuq status`)."""
+"""Messages no handler ever answered, which Pub/Sub dead-lettered (tpuq.operations.heldletters), shown beside the handlers' own
+records wherever a refused message shows (tpuq.operations.deadletters.merged, the CLI's `tpuq status`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tpuq import deadletters, heldletters
+from tpuq.operations import deadletters, heldletters
 
 PARIS = ZoneInfo("Europe/Paris")
 PUBLISHED = datetime(2026, 12, 1, 14, 0, 0, tzinfo=timezone.utc)
@@ -98,9 +98,9 @@ def test_job_message_id_can_only_be_offered_the_dead_lettered_submissions_naming
 
 
 def test_tpuq_status_reads_the_hold_subscription_only_when_nothing_else_names_the_id(capsys):
-    from tpuq import store
+    from tpuq.contracts import store
     from tpuq.cli.deadletters import status_of_no_job
-    from tpuq.inmemory import MemoryFirestore
+    from tpuq_dev.inmemory import MemoryFirestore
 
     db = MemoryFirestore(project="p")
     db.collection(store.DEAD_LETTERS).document("scheduler-jobs:1234").set(handler_record("1234", FORWARDED))
@@ -149,7 +149,7 @@ def received(ack_id: str, job_id: str) -> SimpleNamespace:
 
 
 def clients_with(subscriber) -> SimpleNamespace:
-    from tpuq.clients import Settings
+    from tpuq.runtime.clients import Settings
 
     return SimpleNamespace(subscriber=subscriber, settings=Settings(project="tpuq-local"))
 

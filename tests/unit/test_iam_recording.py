@@ -209,8 +209,8 @@ def test_a_stack_whose_services_made_a_refused_call_fails_when_it_stops(stack, m
 
 def test_the_stack_starts_each_service_under_the_recorder_as_its_own_account(stack):
     assert stack.service_account("claimer") == account("claimer")
-    argv = wrap(["python", "-m", "tpuq.entrypoints", "claimer", "--port", "1"], str(stack.iam_calls_file),
+    argv = wrap(["python", "-m", "tpuq.runtime.entrypoints", "claimer", "--port", "1"], str(stack.iam_calls_file),
                 stack.service_account("claimer"))
     assert argv == ["python", "-m", "tpuq_dev.iam.recording", "--to", str(stack.iam_calls_file), "--account",
-                    account("claimer"), "--", "tpuq.entrypoints", "claimer", "--port", "1"]
+                    account("claimer"), "--", "tpuq.runtime.entrypoints", "claimer", "--port", "1"]
     assert Path(stack.iam_calls_file).parent == stack.state_dir

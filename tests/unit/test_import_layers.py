@@ -1,9 +1,12 @@
-"""The import graph of src/tpuq runs one way (issue 33 §3): no arrow from a lower layer to a higher one, no circle.
+"""The import graph of the tpuq package runs one way (issue 33 §3): no arrow from a lower layer to a higher one, no
+circle. The layers, bottom up (docs/ARCHITECTURE.md, "Where things live"):
 
-- Nothing outside tpuq.cli imports tpuq.cli: the dashboard (tpuq.ui) and the services share what they need with
-  the CLI through modules below it (the client layer tpuq.operations, and tpuq.submit, tpuq.queries, ...).
-- The client layer (tpuq.operations) imports neither front end (tpuq.cli, tpuq.ui).
-- A service (scheduler, claimer, executor, janitor) imports no front end, not the client layer, and no other service.
+- shared/: the contracts (tpuq.contracts) import nothing else of tpuq; the runtime (tpuq.runtime) and the capacity
+  checks (tpuq.capacity) import only shared/;
+- the services (services/<name>/: scheduler, claimer, executor, janitor) import shared/ and no other service;
+- the client layer (operations/, tpuq.operations) imports no service and no front end;
+- the front ends: deploy (tpuq.deploy), the dashboard (services/ui/, tpuq.ui) and the CLI (tpuq.cli), which only
+  the CLI imports.
 - No import cycle among the modules of tpuq.
 
 An arrow is every `import` / `from ... import` anywhere in a module, inside functions too: a function-level import
@@ -17,19 +20,17 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "src" / "tpuq"
-FRONT_ENDS = ("tpuq.cli", "tpuq.ui")
+from tests.layout import production_modules
+
+FRONT_ENDS = ("tpuq.cli", "tpuq.ui", "tpuq.deploy")
 CLIENT_LAYER = "tpuq.operations"
 SERVICES = ("tpuq.scheduler", "tpuq.claimer", "tpuq.executor", "tpuq.janitor")
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+CONTRACTS = "tpuq.contracts"
+SHARED = (CONTRACTS, "tpuq.runtime", "tpuq.capacity")
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE_ROOT.rglob("*.py"))}
+    return production_modules()
 
 
 def within(name: str, package: str) -> bool:
@@ -99,6 +100,14 @@ def upward_imports(edges: dict[str, list[tuple[int, str]]]) -> list[str]:
         for line, imported in found:
             if within(imported, "tpuq.cli") and not within(importer, "tpuq.cli"):
                 wrong.append(where(importer, line, imported) + ": only the CLI imports the CLI")
+            elif within(importer, "tpuq.ui") and within(imported, "tpuq.deploy"):
+                wrong.append(where(importer, line, imported) + ": the dashboard imports no deploy")
+            elif within(importer, CONTRACTS) and not within(imported, CONTRACTS):
+                wrong.append(where(importer, line, imported) + ": the contracts import only contracts")
+            elif any(within(importer, s) for s in SHARED) and not any(within(imported, s) for s in SHARED):
+                wrong.append(where(importer, line, imported) + ": shared/ imports only shared/")
+            elif within(importer, CLIENT_LAYER) and any(within(imported, s) for s in SERVICES):
+                wrong.append(where(importer, line, imported) + ": the client layer imports no service")
             elif within(importer, CLIENT_LAYER) and any(within(imported, f) for f in FRONT_ENDS):
                 wrong.append(where(importer, line, imported) + ": the client layer imports no front end")
             for service in SERVICES:
@@ -162,12 +171,16 @@ def _cycle_arrows(component: list[str], edges: dict[str, list[tuple[int, str]]])
 def test_the_rules_see_the_imports_they_forbid():
     edges = {
         "tpuq.ui.pages": [(3, "tpuq.cli.jobs")],
-        "tpuq.scheduler.handlers": [(4, "tpuq.claimer.decide"), (5, "tpuq.operations.jobs"), (6, "tpuq.store")],
+        "tpuq.scheduler.handlers": [(4, "tpuq.claimer.decide"), (5, "tpuq.operations.jobs"), (6, "tpuq.contracts.store")],
         "tpuq.operations.jobs": [(7, "tpuq.ui.app")],
         "tpuq.cli.jobs": [(8, "tpuq.operations.jobs"), (9, "tpuq.cli.console")],
+        "tpuq.contracts.fleet": [(10, "tpuq.runtime.clients"), (11, "tpuq.contracts.tputypes")],
+        "tpuq.runtime.clients": [(12, "tpuq.capacity.cloudchecks"), (13, "tpuq.operations.queries")],
+        "tpuq.operations.queries": [(14, "tpuq.scheduler.plan"), (15, "tpuq.contracts.store")],
     }
     assert [w.split(":")[0] for w in upward_imports(edges)] == [
-        "tpuq.operations.jobs", "tpuq.scheduler.handlers", "tpuq.scheduler.handlers", "tpuq.ui.pages"]
+        "tpuq.contracts.fleet", "tpuq.operations.jobs", "tpuq.operations.queries", "tpuq.runtime.clients",
+        "tpuq.scheduler.handlers", "tpuq.scheduler.handlers", "tpuq.ui.pages"]
     assert cycles({"a": [(1, "b")], "b": [(2, "c")], "c": [(3, "a")], "d": [(4, "a")]}) == [["a", "b", "c"]]
 
 

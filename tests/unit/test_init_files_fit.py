@@ -9,10 +9,10 @@ import subprocess
 import yaml
 
 from tpuq.deploy.plan import _ssh_secret_commands
-from tpuq.examples import EXAMPLE_FLEET, EXAMPLE_JOB
-from tpuq.fleet import FleetFile
-from tpuq.fleetjobs import fleet_job_warnings
-from tpuq.jobspec import JobFile
+from tpuq.operations.examples import EXAMPLE_FLEET, EXAMPLE_JOB
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.fleetjobs import fleet_job_warnings
+from tpuq.contracts.jobspec import JobFile
 
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from google.cloud.firestore import FieldFilter
 
-from tpuq.inmemory import MemoryFirestore
+from tpuq_dev.inmemory import MemoryFirestore
 
 
 def _db() -> MemoryFirestore:

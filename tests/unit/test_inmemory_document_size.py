@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 
 from google.cloud import firestore
 
-from tpuq.inmemory import MemoryFirestore
-from tpuq.inmemory.firestore import document_size
+from tpuq_dev.inmemory import MemoryFirestore
+from tpuq_dev.inmemory.firestore import document_size
 
 
 def test_the_documented_example_is_147_bytes():

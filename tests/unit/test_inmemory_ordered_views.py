@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.cloud.firestore import FieldFilter, Query
 
-from tpuq.inmemory import MemoryFirestore
+from tpuq_dev.inmemory import MemoryFirestore
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 ORDERS = [

@@ -17,10 +17,10 @@ from pydantic import ValidationError
 
 from tpuq.cli.console import CliError
 from tpuq.cli.files import validate_data
-from tpuq.errors import describe_validation_error
-from tpuq.inmemory.firestore import MAX_DOCUMENT_BYTES, document_size
-from tpuq.jobspec import MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_VALUE_BYTES, MAX_SPEC_BYTES, PublishedJob
-from tpuq.messages import Assignment, WorkerEndpoint
+from tpuq.contracts.errors import describe_validation_error
+from tpuq_dev.inmemory.firestore import MAX_DOCUMENT_BYTES, document_size
+from tpuq.contracts.jobspec import MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_VALUE_BYTES, MAX_SPEC_BYTES, PublishedJob
+from tpuq.contracts.messages import Assignment, WorkerEndpoint
 from tpuq.scheduler.intake import job_document
 
 JOB = {"id": "j1", "tpu": "v4-8", "command": "python train.py"}

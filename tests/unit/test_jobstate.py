@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.errors import Permanent
-from tpuq.fleet import RetryBudgets
-from tpuq.jobstate import (
+from tpuq.contracts.errors import Permanent
+from tpuq.contracts.fleet import RetryBudgets
+from tpuq.contracts.jobstate import (
     TRANSITIONS,
     IllegalTransition,
     JobEvent,
@@ -20,7 +20,7 @@ from tpuq.jobstate import (
     retry_decision,
     transition,
 )
-from tpuq.messages import AttemptOutcome
+from tpuq.contracts.messages import AttemptOutcome
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -161,8 +161,8 @@ def test_decision_event_is_an_edge_from_running():
 # ---- set-priority and cancel --if-pending ------------------------------------
 
 def test_reprioritized_only_a_pending_job():
-    from tpuq.jobspec import Priority
-    from tpuq.jobstate import reprioritized
+    from tpuq.contracts.jobspec import Priority
+    from tpuq.contracts.jobstate import reprioritized
 
     job = {"state": "pending", "priority": "low", "priority_rank": 0, "spec": {"priority": "low"}}
     assert reprioritized(job, Priority.high, NOW) == {"priority": "high", "priority_rank": 2,
@@ -183,6 +183,6 @@ def test_reprioritized_only_a_pending_job():
     ("cancelled", 0, 0, False),
 ])
 def test_still_unstarted(state, attempt, expected, unstarted):
-    from tpuq.jobstate import still_unstarted
+    from tpuq.contracts.jobstate import still_unstarted
 
     assert still_unstarted({"state": state, "attempt": attempt}, expected) is unstarted

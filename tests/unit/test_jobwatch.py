@@ -1,4 +1,4 @@
-"""The live views' core (`tpuq.jobwatch`) and its drawing (`tpuq.cli.views.watch_view`), from documents and
+"""The live views' core (`tpuq.operations.jobwatch`) and its drawing (`tpuq.cli.views.watch_view`), from documents and
 status objects as the scheduler and the workers write them: no stack."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 from tpuq.cli.views import watch_view
-from tpuq.documents import AttemptDoc, JobDoc
-from tpuq.jobwatch import (STOPPED, LineAssembler, build_watch, change_lines, detach_message, duration, facts,
+from tpuq.contracts.documents import AttemptDoc, JobDoc
+from tpuq.operations.jobwatch import (STOPPED, LineAssembler, build_watch, change_lines, detach_message, duration, facts,
                            job_exit_code, worker_count)
 
 NOW = datetime(2026, 12, 1, 15, 0, 30, tzinfo=timezone.utc)

@@ -1,4 +1,4 @@
-"""The liveness rule (tpuq.liveness), pure: which pending jobs nothing holds."""
+"""The liveness rule (tpuq.contracts.liveness), pure: which pending jobs nothing holds."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.documents import JobDoc
-from tpuq.liveness import LIVENESS_BOUND, nothing_holds
+from tpuq.contracts.documents import JobDoc
+from tpuq.contracts.liveness import LIVENESS_BOUND, nothing_holds
 
 NOW = datetime(2026, 12, 3, 18, 30, tzinfo=timezone.utc)
 LATE = NOW - LIVENESS_BOUND - timedelta(seconds=1)

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from werkzeug.test import EnvironBuilder
 
-from tpuq import logs
-from tpuq.auth import PushAuth
-from tpuq.messages import AttemptEvent
-from tpuq.service import Service
+from tpuq.runtime import logs
+from tpuq.runtime.auth import PushAuth
+from tpuq.contracts.messages import AttemptEvent
+from tpuq.runtime.service import Service
 
 REPO = Path(__file__).resolve().parents[2]
 CLOUD_RUN = {"K_SERVICE": "tpuq-scheduler"}

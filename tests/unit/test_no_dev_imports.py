@@ -1,10 +1,12 @@
-"""Production code never imports dev tooling.
+"""Production carries only production (issue 33 §2).
 
-- tpuq (src/tpuq, what every Cloud Run image installs) imports nothing from tpuq_dev (dev/, the dev extra):
-  the CLI finds `tpuq demo` and `tpuq dev` through an entry point, never through an import.
-- The four services never load the capacity model (tpuq.capacitymodel, the fake's and the simulator's state
-  machine) nor the in-memory stores: checked on what importing each service really loads.
-- The capacity model itself stays HTTP- and SSH-free, so that the simulator runs it from a plain install.
+- tpuq (shared/, services/, operations/, cli/, deploy/: what every Cloud Run image installs) imports nothing from
+  tpuq_dev (dev/, the dev and simulate extras): the CLI finds `tpuq demo`, `tpuq simulate` and `tpuq dev` through
+  an entry point, never through an import.
+- A fresh interpreter that imports a service, the CLI's core, deploy or the dashboard loads none of the simulator,
+  the capacity model or the in-memory store: checked on what the import really loads (tests/packaging/test_wheel.py
+  checks that the wheel does not carry them).
+- The capacity model itself stays HTTP- and SSH-free, so that the simulator runs it without the local stack.
 """
 
 from __future__ import annotations
@@ -17,16 +19,11 @@ from pathlib import Path
 
 import pytest
 
-import tpuq
-from tpuq import topology
+from tests.layout import REPO, production_modules
+from tpuq.contracts import topology
 
-PACKAGE_ROOT = Path(tpuq.__file__).resolve().parent
 DEV_PACKAGE = "tpuq_dev"
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+STAND_INS = ("tpuq_dev.simulate", "tpuq_dev.capacitymodel", "tpuq_dev.inmemory")
 
 
 def imported_modules(node: ast.AST, importer: str, is_package: bool) -> list[str]:
@@ -56,16 +53,17 @@ def imports_of(source: str, importer: str, is_package: bool, forbidden: tuple[st
 
 
 def test_no_module_of_tpuq_imports_the_dev_package():
-    offenders = [f"{p.relative_to(PACKAGE_ROOT)}:{line} imports {name}"
-                 for p in sorted(PACKAGE_ROOT.rglob("*.py"))
-                 for line, name in imports_of(p.read_text(), module_name(p), p.name == "__init__.py", (DEV_PACKAGE,))]
-    assert offenders == []
+    modules = production_modules()
+    offenders = [f"{p.relative_to(REPO)}:{line} imports {name}"
+                 for module, p in modules.items()
+                 for line, name in imports_of(p.read_text(), module, p.name == "__init__.py", (DEV_PACKAGE,))]
+    assert len(modules) > 140 and offenders == []
 
 
 def test_the_scan_sees_function_level_and_relative_imports():
-    source = "import os\n\ndef later():\n    from .capacitymodel import model\n\nfrom tpuq_dev import demo\n"
-    assert imports_of(source, "tpuq.some_service", False, (DEV_PACKAGE, "tpuq.capacitymodel")) == [
-        (4, "tpuq.capacitymodel"), (6, "tpuq_dev")]
+    source = "import os\n\ndef later():\n    from .inmemory import firestore\n\nfrom tpuq_dev import demo\n"
+    assert imports_of(source, "tpuq_dev.some_tool", False, ("tpuq_dev.inmemory",)) == [(4, "tpuq_dev.inmemory")]
+    assert imports_of(source, "tpuq.some_service", False, (DEV_PACKAGE,)) == [(6, "tpuq_dev")]
 
 
 def loaded_modules(statement: str) -> set[str]:
@@ -81,18 +79,29 @@ def under(modules: set[str], *packages: str) -> list[str]:
 
 
 @pytest.mark.parametrize("service", topology.SERVICES)
-def test_a_service_loads_neither_dev_tooling_nor_the_capacity_model(service):
-    modules = loaded_modules(f"import tpuq.entrypoints.{service} as e; e.handle")
-    assert f"tpuq.{service}" in modules
-    assert under(modules, DEV_PACKAGE, "tpuq.capacitymodel", "tpuq.inmemory") == []
+def test_a_service_loads_neither_dev_tooling_nor_the_stand_ins(service):
+    modules = loaded_modules(f"import tpuq.{service}.main as e; e.handle")
+    assert f"tpuq.{service}.handlers" in modules
+    assert under(modules, DEV_PACKAGE, *STAND_INS) == []
+
+
+@pytest.mark.parametrize("statement", [
+    "import tpuq.cli.jobs, tpuq.cli.files, tpuq.cli.fleet, tpuq.operations.submit, tpuq.operations.queries",
+    "import tpuq.deploy.cli, tpuq.deploy.plan",
+    "import tpuq.ui.app",
+])
+def test_the_cli_core_deploy_and_the_dashboard_load_no_stand_in(statement):
+    modules = loaded_modules(statement)
+    # the CLI's package finds the dev commands' entry point (tpuq_dev.cli, when installed): never the stand-ins
+    assert under(modules, *STAND_INS, "tpuq_dev.devstack", "tpuq_dev.faketpu") == []
 
 
 def test_the_capacity_model_runs_without_http_ssh_or_dev_tooling():
-    modules = loaded_modules("import tpuq.capacitymodel.model, tpuq.capacitymodel.scenario")
-    assert under(modules, DEV_PACKAGE, "flask", "werkzeug", "paramiko", "requests") == []
+    modules = loaded_modules("import tpuq_dev.capacitymodel.model, tpuq_dev.capacitymodel.scenario")
+    assert under(modules, "tpuq_dev.devstack", "tpuq_dev.faketpu", "flask", "werkzeug", "paramiko", "requests") == []
 
 
 def test_the_cli_finds_the_dev_commands_without_importing_the_local_stack():
     modules = loaded_modules("import tpuq.cli.app")
     assert "tpuq_dev.cli" in modules  # the entry point, found through package metadata
-    assert under(modules, "tpuq_dev.devstack", "tpuq_dev.faketpu", "tpuq_dev.demo") == []
+    assert under(modules, "tpuq_dev.devstack", "tpuq_dev.faketpu", "tpuq_dev.demo", *STAND_INS) == []

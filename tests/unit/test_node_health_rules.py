@@ -1,4 +1,4 @@
-"""Node health and maintenance, the pure rules: what the API's fields mean (`tpuq.documents.NodeHealth`), which
+"""Node health and maintenance, the pure rules: what the API's fields mean (`tpuq.contracts.documents.NodeHealth`), which
 idle TPU the pass skips (`scheduler.decide`), what the claimer announces (`claimer.decide`), what the scheduler
 records (`scheduler.lifecycle`) and how the executor ends an attempt on an unhealthy node (`executor.outcome`)."""
 
@@ -11,11 +11,11 @@ import pytest
 
 from tpuq.claimer.decide import decide
 from tpuq.claimer.model import ClaimState, NodeInfo, Observation, Observed, QrRecord
-from tpuq.documents import MAINTENANCE_HORIZON, NodeHealth, TpuHealth, qr_from_doc, qr_to_doc
+from tpuq.contracts.documents import MAINTENANCE_HORIZON, NodeHealth, TpuHealth, qr_from_doc, qr_to_doc
 from tpuq.executor import decide as executor_decide
 from tpuq.executor.outcome import Decided, NodeState, WorkerStatus, decide_outcome
-from tpuq.fleet import FleetFile
-from tpuq.messages import AttemptOutcome, FleetEvent, FleetEventKind, WorkerEndpoint
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.messages import AttemptOutcome, FleetEvent, FleetEventKind, WorkerEndpoint
 from tpuq.scheduler import lifecycle
 from tpuq.scheduler.decide import PassSnapshot, decide_pass, queue_of, tpu_refuses_new_job
 
@@ -272,7 +272,7 @@ def test_the_executor_reads_the_node_problem_from_the_tpu_record(case, doc, prob
 def test_the_infra_end_counts_against_the_infra_budget_and_keeps_the_region():
     stored = {"id": "j", "state": "running", "attempt": 1, "attempt_id": "j-1", "region": "us-central2",
               "spec": {"id": "j", "tpu": ["v4-8"], "command": "train"}, "infra_failures": 0, "preemptions": 0}
-    from tpuq.fleet import RetryBudgets
+    from tpuq.contracts.fleet import RetryBudgets
 
     end = lifecycle.attempt_ended(stored, 1, AttemptOutcome.infra_failed, f"node unhealthy: {PROBLEM}",
                                   RetryBudgets(), NOW, random.Random(1))
@@ -290,6 +290,6 @@ def test_the_infra_end_counts_against_the_infra_budget_and_keeps_the_region():
     (SICK, "UNHEALTHY_TENSORFLOW (MESH_BUILD_FAIL on worker 0)"),
 ])
 def test_tpuq_fleet_shows_why_a_tpu_takes_no_job(node, shown):
-    from tpuq.fleetreport import health_note
+    from tpuq.operations.fleetreport import health_note
 
     assert health_note(tpu("a", node), NOW) == shown

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.fleet import FleetFile
-from tpuq.jobspec import JobSpec, Priority
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.jobspec import JobSpec, Priority
 from tpuq.scheduler import IdleTpu, Match, PendingJob, Plan, fleet_options, order_key, plan, scheduling_order
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)

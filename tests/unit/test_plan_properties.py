@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpuq.fleet import FleetFile
-from tpuq.jobspec import Priority
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.jobspec import Priority
 from tpuq.scheduler.plan import IdleTpu, PendingJob, plan, scheduling_order
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)

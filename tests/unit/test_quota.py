@@ -1,4 +1,4 @@
-"""The quota and billing pre-checks' pure core (tpuq.quota): Cloud Quotas shapes, units, the effective quota."""
+"""The quota and billing pre-checks' pure core (tpuq.capacity.quota): Cloud Quotas shapes, units, the effective quota."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.cloudchecks import PrecheckCache, PrecheckReader
-from tpuq.fleet import FleetFile, ProvisioningModel
-from tpuq.tputypes import parse_accelerator_type
-from tpuq.quota import (
+from tpuq.capacity.cloudchecks import PrecheckCache, PrecheckReader
+from tpuq.contracts.fleet import FleetFile, ProvisioningModel
+from tpuq.contracts.tputypes import parse_accelerator_type
+from tpuq.capacity.quota import (
     QUOTA_FACTS,
     SERVING_POOL,
     QuotaInfoError,
@@ -298,7 +298,7 @@ def test_a_declared_family_covers_its_serving_pool_and_skips_both_ids():
 
 
 def test_tpuq_fleet_shows_unlimited_not_not_checked():
-    from tpuq.fleetreport import precheck_view, target_rows
+    from tpuq.operations.fleetreport import precheck_view, target_rows
 
     f = fleet([{"id": "a", "type": "v4-32", "zones": US2[:1]}])
     quota = effective_quota(f, readings_of(quota_info_body(V4_SPOT, [zone_entry(US2[0], "-1")]),

@@ -1,12 +1,12 @@
-"""The racing rule both the claimer and the janitor apply (`tpuq.racing.race_verdict`)."""
+"""The racing rule both the claimer and the janitor apply (`tpuq.contracts.racing.race_verdict`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tpuq.documents import ClaimerQrState as Claimer
-from tpuq.documents import QueuedResourceState as Qr
-from tpuq.racing import RaceStage, race_verdict
+from tpuq.contracts.documents import ClaimerQrState as Claimer
+from tpuq.contracts.documents import QueuedResourceState as Qr
+from tpuq.contracts.racing import RaceStage, race_verdict
 
 EVERY_STATE = [*Qr, Claimer.REQUESTED, Claimer.GONE, None]
 

@@ -1,4 +1,4 @@
-"""tpuq.rawproto reads typed resources through their protobuf: each answer must be the one proto-plus's own
+"""tpuq.runtime.rawproto reads typed resources through their protobuf: each answer must be the one proto-plus's own
 attributes give (the path every stand-in takes) and, where the JSON carries the field, the REST JSON's."""
 
 import json
@@ -7,8 +7,8 @@ import pytest
 from google.cloud import tpu_v2
 
 from tpuq.janitor.decide import is_queued_resource, state_of
-from tpuq.ownership import name_and_labels
-from tpuq.rawproto import raw_message
+from tpuq.runtime.ownership import name_and_labels
+from tpuq.runtime.rawproto import raw_message
 
 LABELS = {"tpuq-owner": "tpuq", "tpuq-fleet": "trc"}
 QR_NAME = "projects/p/locations/us-central2-b/queuedResources/tpuq-a1"
@@ -63,7 +63,7 @@ def test_typed_resource_reads_as_its_attributes_and_its_rest_json_do(resource):
 
 def test_a_state_unknown_here_reads_as_its_number_and_decides_nothing():
     from tpuq.janitor.decide import decide_dead
-    from tpuq.fleet import FleetFile
+    from tpuq.contracts.fleet import FleetFile
 
     fleet = FleetFile.model_validate({"name": "trc", "project": "p", "owner_prefix": "tpuq",
                                       "tpus": [{"id": "v4", "type": "v4-8", "zones": ["us-central2-b"]}]})

@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from tpuq.bundle import make_bundle, runner_ignores
+from tpuq.contracts.bundle import make_bundle, runner_ignores
 
 FILES = ["train.py", "secret.env", "conf/prod.env", "data/a/b.bin", "data/c.bin", "logs/x.txt", "src/logs/y.txt",
          "!keep.env", "notes.log", "secrets/key.pem", "deep/secrets/key.pem", "Secret.ENV"]

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from tpuq.fleet import FleetFile, RetryBudgets
-from tpuq.jobspec import JobFile, JobSpec, Priority
-from tpuq.messages import AttemptOutcome, FleetEvent, FleetEventKind
+from tpuq.contracts.fleet import FleetFile, RetryBudgets
+from tpuq.contracts.jobspec import JobFile, JobSpec, Priority
+from tpuq.contracts.messages import AttemptOutcome, FleetEvent, FleetEventKind
 from tpuq.scheduler import lifecycle
 from tpuq.scheduler.capacity import ask_for_capacity, room_per_entry
 from tpuq.scheduler.plan import IdleTpu, PendingJob, plan
@@ -109,7 +109,7 @@ def job_file(*ids) -> JobFile:
     (("a", "b"), [], ["a", "b"]),
 ])
 def test_select_jobs(ids, given, chosen):
-    from tpuq.submit import select_jobs
+    from tpuq.operations.submit import select_jobs
 
     assert [j.id for j in select_jobs(job_file(*ids), given).jobs] == chosen
 
@@ -122,7 +122,7 @@ def test_select_jobs(ids, given, chosen):
     ((None,), ["Bad_Id"], "--job-id 'Bad_Id': must be"),
 ])
 def test_select_jobs_errors(ids, given, words):
-    from tpuq.submit import select_jobs
+    from tpuq.operations.submit import select_jobs
 
     with pytest.raises(ValueError) as e:
         select_jobs(job_file(*ids), given)

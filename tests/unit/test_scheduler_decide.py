@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.fleet import FleetFile, RetryBudgets
-from tpuq.messages import AttemptOutcome, FailureClass, FleetEvent, FleetEventKind
+from tpuq.contracts.fleet import FleetFile, RetryBudgets
+from tpuq.contracts.messages import AttemptOutcome, FailureClass, FleetEvent, FleetEventKind
 from tpuq.scheduler import lifecycle
 from tpuq.scheduler.decide import PassSnapshot, decide_pass, entries_to_count, queue_of
 
@@ -176,7 +176,7 @@ def test_what_a_fleet_event_means_to_the_scheduler(event, lost, reason):
 
 
 def test_every_job_left_waiting_shows_what_holds_it():
-    """The liveness rule (tpuq.liveness): a job neither assigned nor asking states its reason."""
+    """The liveness rule (tpuq.contracts.liveness): a job neither assigned nor asking states its reason."""
     named = decided([job("a", spec={"tpu_name": "mine"})], [tpu("n1")])
     assert named.blocked == {"a": "waiting for TPU mine (its tpu_name) to be idle and healthy"}
     no_fleet = decide_pass(PassSnapshot(queue=queue_of([job("a")]), idle_tpus=[]), None, "b", NOW)

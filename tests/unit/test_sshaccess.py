@@ -1,12 +1,12 @@
-"""`tpuq ssh`'s decisions (tpuq.sshaccess): which firewall rule admits IAP, the exact gcloud and ssh argv,
+"""`tpuq ssh`'s decisions (tpuq.operations.sshaccess): which firewall rule admits IAP, the exact gcloud and ssh argv,
 which workers a job has, and which job states have a worker to open a shell on."""
 
 from __future__ import annotations
 
 import pytest
 
-from tpuq.documents import JobDoc, JobState
-from tpuq.sshaccess import (
+from tpuq.contracts.documents import JobDoc, JobState
+from tpuq.operations.sshaccess import (
     IAP_RANGE,
     NodeView,
     SshRefused,

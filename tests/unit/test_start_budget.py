@@ -10,13 +10,13 @@ import yaml
 
 from tpuq.deploy.infra import load_infra
 from tpuq.deploy.plan import Target
-from tpuq.examples import EXAMPLE_FLEET
+from tpuq.operations.examples import EXAMPLE_FLEET
 from tpuq.executor import budget
 from tpuq.executor.budget import BudgetExhausted, Deadline
 from tpuq.executor.pins import HostKeysUnavailable, InMemoryPinStore
 from tpuq.executor.ssh import ConnectPolicy, WorkerPool
-from tpuq.fleet import FleetFile
-from tpuq.messages import WorkerEndpoint
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.messages import WorkerEndpoint
 from tpuq.scheduler import lifecycle
 
 NODE = "projects/p/locations/us-central2-b/nodes/n1"

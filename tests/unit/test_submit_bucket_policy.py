@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from tpuq.jobspec import JobFile
-from tpuq.submit import check_buckets, job_bucket_names, may_write, prepare
+from tpuq.contracts.jobspec import JobFile
+from tpuq.operations.submit import check_buckets, job_bucket_names, may_write, prepare
 
 WORKER = "tpuq-worker@p.iam.gserviceaccount.com"
 HINT = ("the workers' account tpuq-worker@p.iam.gserviceaccount.com cannot write gs://{0}; run: gcloud storage "

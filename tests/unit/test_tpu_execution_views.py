@@ -1,4 +1,4 @@
-"""The typed views of tpus/{node} and executions/{job}:{attempt} (`tpuq.documents.TpuDoc`, `ExecutionDoc`).
+"""The typed views of tpus/{node} and executions/{job}:{attempt} (`tpuq.contracts.documents.TpuDoc`, `ExecutionDoc`).
 
 Every field a writer stores is one its view declares, and a stored document reads back as its view and writes back
 unchanged: the views describe the documents deployments already hold, they do not reshape them.
@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.documents import ExecutionDoc, ExecutionEnd, TpuDoc, TpuState, WorkerEndpoint
+from tpuq.contracts.documents import ExecutionDoc, ExecutionEnd, TpuDoc, TpuState, WorkerEndpoint
 from tpuq.executor import decide
-from tpuq.messages import Assignment, FleetEvent, FleetEventKind
+from tpuq.contracts.messages import Assignment, FleetEvent, FleetEventKind
 from tpuq.scheduler import lifecycle
 from tpuq.scheduler.plan import Match
 

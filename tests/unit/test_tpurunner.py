@@ -18,10 +18,10 @@ from tpuq.claimer.decide import decide
 from tpuq.claimer.model import ClaimState, NodeInfo, Observation, Observed, RequestReceived
 from tpuq.cli import main
 from tpuq.deploy.plan import Target
-from tpuq.errors import Permanent
-from tpuq.fleet import FleetFile, SshTransport
-from tpuq.messages import CapacityRequest, WorkerEndpoint
-from tpuq.tpurunner import RUNNER_ENTRY_FIELDS, RUNNER_FIELDS, read_fleet
+from tpuq.contracts.errors import Permanent
+from tpuq.contracts.fleet import FleetFile, SshTransport
+from tpuq.contracts.messages import CapacityRequest, WorkerEndpoint
+from tpuq.operations.tpurunner import RUNNER_ENTRY_FIELDS, RUNNER_FIELDS, read_fleet
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tpu_runner"
 EXAMPLE = FIXTURES / "deployment.example.yaml"

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 import yaml
 
-from tpuq.fleet import FleetFile
-from tpuq.tputypes import parse_accelerator_type
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.tputypes import parse_accelerator_type
 
 
 def tpuq(*args, cwd):

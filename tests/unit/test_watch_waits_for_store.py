@@ -8,10 +8,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tpuq import store
+from tpuq.contracts import store
 from tpuq.cli.console import CliError
 from tpuq.cli.live import _await_stored
-from tpuq.inmemory import MemoryFirestore
+from tpuq_dev.inmemory import MemoryFirestore
 
 
 def _store_later(db, collection: str, doc_id: str, doc: dict, after: float) -> threading.Timer:

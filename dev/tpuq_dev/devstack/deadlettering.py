@@ -8,7 +8,7 @@ instance busy, 504 past the request timeout, 503 with the container down). After
 `deadLetterPolicy.maxDeliveryAttempts` (5 to 100; "1 + the number of NACKs and of ack deadlines exceeded")
 deliveries, Pub/Sub publishes a new message to the dead-letter topic, with the original's data and attributes
 and four more: CloudPubSubDeadLetterSourceDeliveryCount, ...SourceSubscription (the subscription's id),
-...SourceSubscriptionProject and ...SourceTopicPublishTime (tpuq.heldletters names them), and removes the
+...SourceSubscriptionProject and ...SourceTopicPublishTime (tpuq.operations.heldletters names them), and removes the
 message from the subscription. Only the dead-letter topic's subscriptions keep it (tpuq's hold subscription).
 
 What the emulator does (0.8.20, measured on a push subscription with maxDeliveryAttempts 5 whose endpoint answers
@@ -47,7 +47,7 @@ from typing import Any
 
 import requests
 
-from tpuq.heldletters import (SOURCE_DELIVERY_COUNT, SOURCE_SUBSCRIPTION, SOURCE_SUBSCRIPTION_PROJECT,
+from tpuq.operations.heldletters import (SOURCE_DELIVERY_COUNT, SOURCE_SUBSCRIPTION, SOURCE_SUBSCRIPTION_PROJECT,
                               SOURCE_TOPIC_PUBLISH_TIME)
 
 log = logging.getLogger("tpuq_dev.devstack.front")

@@ -6,8 +6,8 @@ Pure: from the parsed fleet file and scenario to lines of text.
 
 from __future__ import annotations
 
-from tpuq.capacitymodel.scenario import Scenario, Window
-from tpuq.fleetreport import entries_view, entry_line
+from tpuq_dev.capacitymodel.scenario import Scenario, Window
+from tpuq.operations.fleetreport import entries_view, entry_line
 
 
 def _secs(scenario_seconds: float, time_scale: float) -> str:

@@ -71,7 +71,7 @@ from typing import Any
 import requests
 from werkzeug.wrappers import Request, Response
 
-from tpuq.auth import SERVERLESS_AUTHORIZATION, check_time_and_issuer, split_token, strip_signature
+from tpuq.runtime.auth import SERVERLESS_AUTHORIZATION, check_time_and_issuer, split_token, strip_signature
 from tpuq_dev.devstack.deadlettering import DeadLettering
 from tpuq_dev.devstack.run_limits import (DEFAULT_CONCURRENCY, DEFAULT_MAX_INSTANCES, DEFAULT_TIMEOUT_SECONDS,
                                           QUEUE_SECONDS, RequestGate, ServingLimits)
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
                                                  "invoker check")
     parser.add_argument("--config", type=Path, required=True)
     args = parser.parse_args(argv)
-    from tpuq import logs
+    from tpuq.runtime import logs
 
     logs.setup()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request would drown the refusals

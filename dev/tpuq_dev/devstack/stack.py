@@ -6,7 +6,7 @@
 - the tpuq services as real processes receiving Pub/Sub push, in production's push-auth mode,
   behind one front (tpuq_dev.devstack.front) that does what Pub/Sub and Cloud Run do there: it adds the push
   subscription's ID token, checks invoker rights and removes the token's signature,
-then declares the topics, push subscriptions and buckets from `tpuq.topology`
+then declares the topics, push subscriptions and buckets from `tpuq.contracts.topology`
 and writes the environment (`env` file) for clients.
 """
 
@@ -28,13 +28,13 @@ from typing import Any, Iterable
 import requests
 import yaml
 
-from tpuq import topology
-from tpuq.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
+from tpuq.contracts import topology
+from tpuq.runtime.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.processes import ProcRecord
 from tpuq_dev.iam import recording
 from tpuq_dev.devstack.processes import REQUEST_TIMEOUT, START_TIMEOUT
-from tpuq.stackenv import ENV_FILE_NAME, ENV_STACK_DIR, ENV_STACK_ID, StackError, default_state_dir, local_job_bucket
+from tpuq.operations.stackenv import ENV_FILE_NAME, ENV_STACK_DIR, ENV_STACK_ID, StackError, default_state_dir, local_job_bucket
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"  # the demo's fake-TPU scenario and fleet
 DEFAULT_PROJECT = "tpuq-local"
@@ -50,14 +50,14 @@ GCLOUD_PLATFORM_DIRS = ("/usr/lib/google-cloud-sdk/platform", "/usr/share/google
 
 
 def ALL_SERVICES_AVAILABLE() -> tuple[str, ...]:
-    """The services that have an entry module in this install (tpuq.entrypoints), in topology order."""
-    return tuple(name for name in topology.SERVICES if importlib.util.find_spec(f"tpuq.entrypoints.{name}"))
+    """The services that have an entry module in this install (tpuq.runtime.entrypoints), in topology order."""
+    return tuple(name for name in topology.SERVICES if importlib.util.find_spec(f"tpuq.runtime.entrypoints.{name}"))
 
 
 def service_argv(name: str, host: str, port: int, python: str = sys.executable) -> list[str]:
     """How a service is started: the local stack and each service's container (its Dockerfile CMD) run this.
-    The entry module is found in the installed package, never in a source tree (tpuq.entrypoints)."""
-    return [python, "-m", "tpuq.entrypoints", name, "--host", host, "--port", str(port)]
+    The entry module is found in the installed package, never in a source tree (tpuq.runtime.entrypoints)."""
+    return [python, "-m", "tpuq.runtime.entrypoints", name, "--host", host, "--port", str(port)]
 
 
 def _find_platform_tool(*parts: str) -> Path:
@@ -164,10 +164,10 @@ class DevStack:
         return list(dict.fromkeys(names))
 
     def load_fleet(self):
-        """The fleet file `up` stores (tpuq.fleet.FleetFile), or None without one."""
+        """The fleet file `up` stores (tpuq.contracts.fleet.FleetFile), or None without one."""
         if self.fleet_file is None:
             return None
-        from tpuq.tpurunner import read_fleet
+        from tpuq.operations.tpurunner import read_fleet
 
         return read_fleet(yaml.safe_load(Path(self.fleet_file).read_text())).fleet  # tpuq's or tpu-runner's file
 
@@ -295,7 +295,7 @@ class DevStack:
         processes.wait_http(google_url + "/_fake/health", rec, timeout=START_TIMEOUT, ok=lambda r: r.status_code == 200)
         self.env["TPUQ_TPU_API_ENDPOINT"] = url
         # Its Cloud Quotas and Cloud Billing stand-ins, on their own URL like their googleapis hosts: the claimer's
-        # pre-checks and `tpuq fleet` read them (tpuq.cloudchecks), gcloud too with CLOUDSDK_API_ENDPOINT_OVERRIDES_*.
+        # pre-checks and `tpuq fleet` read them (tpuq.capacity.cloudchecks), gcloud too with CLOUDSDK_API_ENDPOINT_OVERRIDES_*.
         self.env[ENV_CLOUDQUOTAS_ENDPOINT] = google_url
         self.env[ENV_CLOUDBILLING_ENDPOINT] = google_url
         self.env["TPUQ_COMPUTE_API_ENDPOINT"] = google_url  # its compute firewalls.list, which `tpuq ssh` reads
@@ -303,8 +303,8 @@ class DevStack:
     def _store_fleet(self) -> None:
         from google.cloud import firestore
 
-        from tpuq.fleetstore import save_fleet
-        from tpuq.service import utcnow
+        from tpuq.runtime.fleetstore import save_fleet
+        from tpuq.runtime.service import utcnow
 
         fleet = self.load_fleet()
         # The client finds the emulator through the environment when it is made; this process's environment
@@ -360,7 +360,7 @@ class DevStack:
         if self._deployment is None:
             from tpuq.deploy.infra import load_infra
             from tpuq.deploy.plan import Target
-            from tpuq.tpurunner import read_fleet
+            from tpuq.operations.tpurunner import read_fleet
 
             data = yaml.safe_load(Path(self.fleet_file or DEMO_DIR / "fleet.yaml").read_text())
             urls = {name: self.env[f"TPUQ_{name.upper()}_URL"] for name in self.services}
@@ -423,7 +423,7 @@ class DevStack:
         the hold subscription that keeps what is dead-lettered (without it, a dead letter is lost)."""
         if not self.services:
             return
-        from tpuq.deploy.plan import desired_subscription, hold_subscription_body
+        from tpuq.deploy.subscriptions import desired_subscription, hold_subscription_body
 
         target, infra = self.deployment()
         base = f"http://{self.env['PUBSUB_EMULATOR_HOST']}/v1/projects/{self.project}"
@@ -509,7 +509,7 @@ def job_bucket_names(fleet) -> list[str]:
     tpuq-demo-us-central2), so that a job listing it runs there as it does against a project."""
     if fleet is None:
         return []
-    from tpuq.tputypes import zone_region
+    from tpuq.contracts.tputypes import zone_region
 
     regions = dict.fromkeys(zone_region(z) for entry in fleet.tpus for z in entry.zones)
     return [local_job_bucket(fleet.owner_prefix, fleet.name, region) for region in regions]

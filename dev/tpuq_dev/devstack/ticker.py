@@ -7,8 +7,8 @@ import signal
 import threading
 from datetime import datetime, timezone
 
-from tpuq.clients import Clients
-from tpuq.messages import Tick
+from tpuq.runtime.clients import Clients
+from tpuq.contracts.messages import Tick
 
 
 def run(period: float, clients: Clients, stop: threading.Event) -> None:

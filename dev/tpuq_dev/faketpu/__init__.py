@@ -6,6 +6,6 @@ See README.md in this directory. Modules:
 - hosts: real sshd worker hosts (WorkerHostManager, parse_ssh_keys_metadata)
 - api: the Flask routes and JSON rendering
 - measure: the fake's own benchmark
-The state machine, its error catalogue, create validation, scenario and clock are tpuq.capacitymodel.
+The state machine, its error catalogue, create validation, scenario and clock are tpuq_dev.capacitymodel.
 Run standalone: python -m tpuq_dev.faketpu --help
 """

@@ -13,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tpuq.capacitymodel.scenario import ScenarioError
+from tpuq_dev.capacitymodel.scenario import ScenarioError
 from .server import FakeTpuServer
 
 

@@ -18,12 +18,12 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from tpuq.capacitymodel.clock import rfc3339
-from tpuq.documents import MaintenanceType, SymptomType, TpuHealth
+from tpuq_dev.capacitymodel.clock import rfc3339
+from tpuq.contracts.documents import MaintenanceType, SymptomType, TpuHealth
 from .faults import FaultLayer, add_fault_layer
-from tpuq.capacitymodel.errors import ERROR_CLASSES, HTTP_STATUS, ApiError, invalid
-from tpuq.capacitymodel.render import render_node, render_operation, render_queued_resource
-from tpuq.capacitymodel.model import ApiCallFault, FakeTpuWorld
+from tpuq_dev.capacitymodel.errors import ERROR_CLASSES, HTTP_STATUS, ApiError, invalid
+from tpuq_dev.capacitymodel.render import render_node, render_operation, render_queued_resource
+from tpuq_dev.capacitymodel.model import ApiCallFault, FakeTpuWorld
 
 API_VERSIONS = ("v2", "v2alpha1")
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from flask import Flask, Response, g, request
 
-from tpuq.capacitymodel.errors import ApiError
+from tpuq_dev.capacitymodel.errors import ApiError
 
 UNAVAILABLE_MESSAGE = "The service is currently unavailable."
 DEADLINE_MESSAGE = "Deadline expired before operation could complete."

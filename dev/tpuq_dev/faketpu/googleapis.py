@@ -13,7 +13,7 @@ what the TPU API enforces.
   and v5p (2 per chip), chips for v5e and v6e. `details.value` is an int64, so a JSON string, and a zero is
   left out (`details: {}`), as proto3 JSON does; `-1` (a scenario's -1) is unlimited. Each family has a per-zone
   ID (zone entries, then a default) and a per-region ID (`region: R` entries from the scenario's `region_quota`,
-  no default); v5e's serving IDs report v5e's one quota (`tpuq.capacitymodel.render.quota_ids`).
+  no default); v5e's serving IDs report v5e's one quota (`tpuq_dev.capacitymodel.render.quota_ids`).
 - Cloud Billing, `v1`: `GET /v1/projects/P/billingInfo` → `{name, projectId, billingAccountName,
   billingEnabled}`; `billingEnabled` and the account are left out when billing is off (proto3 JSON).
 - Compute Engine `v1`, firewalls read only (what `tpuq ssh` checks before tunnelling through IAP):
@@ -24,7 +24,7 @@ what the TPU API enforces.
   changes a firewall, and the call log shows any attempt.
 - Compute Engine `v1`, subnetworks read only (what `tpuq deploy` checks in every region of the fleet):
   `GET /compute/v1/projects/P/regions/R/subnetworks` → a SubnetworkList and `GET .../subnetworks/NAME` → one
-  Subnetwork, from the world's layout (tpuq.capacitymodel.subnets: the scenario's `network.auto_mode_networks` and
+  Subnetwork, from the world's layout (tpuq_dev.capacitymodel.subnets: the scenario's `network.auto_mode_networks` and
   `network.subnetworks`, or what `POST /_fake/subnetworks {"project", "auto_mode_networks", "subnetworks",
   "permission_denied"}` set for a project), the same one the TPU API's create enforces. Writes are refused (405).
 """
@@ -39,14 +39,14 @@ import zlib
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from tpuq.capacitymodel.clock import rfc3339
-from tpuq.capacitymodel.scenario import FirewallRule
-from tpuq.capacitymodel.subnets import Subnetwork
+from tpuq_dev.capacitymodel.clock import rfc3339
+from tpuq_dev.capacitymodel.scenario import FirewallRule
+from tpuq_dev.capacitymodel.subnets import Subnetwork
 
 from .api import CallLog, add_log_routes, record_call
-from tpuq.capacitymodel.errors import ApiError
-from tpuq.capacitymodel.model import FakeTpuWorld
-from tpuq.capacitymodel.render import TPU_SERVICE, quota_ids, render_billing_info, render_quota_info
+from tpuq_dev.capacitymodel.errors import ApiError
+from tpuq_dev.capacitymodel.model import FakeTpuWorld
+from tpuq_dev.capacitymodel.render import TPU_SERVICE, quota_ids, render_billing_info, render_quota_info
 
 QUOTA_VERSIONS = ("v1", "v1beta")
 

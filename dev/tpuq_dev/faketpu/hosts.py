@@ -75,7 +75,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuq.fleet import POSIX_USER_NAME_RE
+from tpuq.contracts.fleet import POSIX_USER_NAME_RE
 
 RUN_DIR = Path("/run/tpuq-faketpu")
 # Each host's namespace binds its own sshd dir here; outside /tmp on purpose.

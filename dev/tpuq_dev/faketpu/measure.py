@@ -17,10 +17,10 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from tpuq.tputypes import parse_accelerator_type
+from tpuq.contracts.tputypes import parse_accelerator_type
 
 from .hosts import SSH_PORT
-from tpuq.capacitymodel.model import QrState
+from tpuq_dev.capacitymodel.model import QrState
 from .server import FakeTpuServer
 
 USER = "tpuqfake"

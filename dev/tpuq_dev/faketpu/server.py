@@ -28,11 +28,11 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 
 from .api import CallLog, create_app
 from .faults import FaultLayer
-from tpuq.capacitymodel.clock import Clock, ScaledClock
+from tpuq_dev.capacitymodel.clock import Clock, ScaledClock
 from .googleapis import create_google_apis_app
 from .hosts import WorkerHost, WorkerHostManager, parse_ssh_keys_metadata
-from tpuq.capacitymodel.model import TPU_RUNTIME_PORT, Endpoint, FakeTpuWorld, GuestAttribute, NodeRecord
-from tpuq.capacitymodel.scenario import Scenario, load_scenario, parse_scenario
+from tpuq_dev.capacitymodel.model import TPU_RUNTIME_PORT, Endpoint, FakeTpuWorld, GuestAttribute, NodeRecord
+from tpuq_dev.capacitymodel.scenario import Scenario, load_scenario, parse_scenario
 
 log = logging.getLogger(__name__)
 HOST_KEYS_NAMESPACE = "hostkeys"  # the guest agent writes hostkeys/<algorithm> = <base64 public key>

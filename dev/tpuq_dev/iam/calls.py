@@ -67,8 +67,8 @@ def read(path: Path) -> list[dict]:
 
 def stack_endpoints(env: dict[str, str]) -> dict[str, tuple[str, ...]]:
     """Each stand-in's base URL in the stack's environment -> the Google base URLs it stands for."""
-    from tpuq.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_TPU_ENDPOINT
-    from tpuq.cloudchecks import CLOUDBILLING_URL, CLOUDQUOTAS_URL
+    from tpuq.runtime.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_TPU_ENDPOINT
+    from tpuq.capacity.cloudchecks import CLOUDBILLING_URL, CLOUDQUOTAS_URL
 
     out: dict[str, tuple[str, ...]] = {}
     stand_ins = (("STORAGE_EMULATOR_HOST", STORAGE_URL), (ENV_TPU_ENDPOINT, TPU_URL),
@@ -163,7 +163,7 @@ def stack_project(stack: Any) -> Project:
 
     from tpuq.deploy.infra import load_infra
     from tpuq.deploy.plan import ProjectState, plan
-    from tpuq.fleet import FleetFile
+    from tpuq.contracts.fleet import FleetFile
 
     target, _ = stack.deployment()
     job_buckets = [f"gs://{b}" for b in stack.buckets if b != stack.runner_bucket]

@@ -174,7 +174,7 @@ def _tpu(method: str, rest: str) -> str:
 # What the services call at run time, each as its own service account (tpuq_dev.iam.calls checks the stack's
 # recording against these). gRPC methods are the same methods as their REST rows: one row, two names.
 RUNTIME_METHODS: tuple[Method, ...] = (
-    # ---- Pub/Sub: every service publishes (tpuq.clients.Clients.publish)
+    # ---- Pub/Sub: every service publishes (tpuq.runtime.clients.Clients.publish)
     Method("pubsub.projects.topics.publish", "POST",
            "https://pubsub.googleapis.com/v1/projects/{project}/topics/{topic}:publish",
            _p("pubsub.topics.publish"), PUBSUB, grpc="/google.pubsub.v1.Publisher/Publish"),
@@ -245,7 +245,7 @@ RUNTIME_METHODS: tuple[Method, ...] = (
            _p("tpu.nodes.get"), _tpu("tpu.nodes.get", "nodes/getGuestAttributes")),
     Method("tpu.projects.locations.operations.get", "GET", f"{TPU_LOCATION}/operations/{{operation}}",
            _p("tpu.operations.get"), _tpu("tpu.operations.get", "operations/get")),
-    # ---- Cloud Quotas: the claimer's and the dashboard's quota read (tpuq.cloudchecks); no discovery document
+    # ---- Cloud Quotas: the claimer's and the dashboard's quota read (tpuq.capacity.cloudchecks); no discovery document
     # ships for it, so its row is checked against the REST reference by hand.
     Method("cloudquotas.projects.locations.services.quotaInfos.get", "GET",
            "https://cloudquotas.googleapis.com/v1/projects/{project}/locations/{location}/services/{service}/"
@@ -321,7 +321,7 @@ METHODS: tuple[Method, ...] = (
     Method("pubsub.projects.subscriptions.setIamPolicy", "POST",
            "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}:setIamPolicy",
            _p("pubsub.subscriptions.setIamPolicy"), PUBSUB, effect="grant"),
-    # People's read of what Pub/Sub dead-lettered (tpuq.heldletters: `tpuq dead-letters`, `tpuq status`, the
+    # People's read of what Pub/Sub dead-lettered (tpuq.operations.heldletters: `tpuq dead-letters`, `tpuq status`, the
     # dashboard): a pull, then modifyAckDeadline 0 to hand every message back. Both are "consume" (the access-control
     # table; iam-dataset map.json: pull, modifyAckDeadline, acknowledge and seek -> pubsub.subscriptions.consume).
     Method("pubsub.projects.subscriptions.pull", "POST",

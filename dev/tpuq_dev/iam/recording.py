@@ -3,9 +3,9 @@
 The emulators (Pub/Sub, Firestore, fake-gcs-server) and the fake Cloud TPU accept anonymous callers, so none of
 them can say who called. The stack therefore starts each service through this wrapper:
 
-    python -m tpuq_dev.iam.recording --to FILE --account EMAIL -- tpuq.entrypoints NAME --host H --port P
+    python -m tpuq_dev.iam.recording --to FILE --account EMAIL -- tpuq.runtime.entrypoints NAME --host H --port P
 
-which installs two hooks and then runs the module exactly as `python -m tpuq.entrypoints ...` would (the service's
+which installs two hooks and then runs the module exactly as `python -m tpuq.runtime.entrypoints ...` would (the service's
 code is not touched; src/tpuq knows nothing of this):
 - gRPC: every channel the process opens (grpc.insecure_channel / secure_channel, what Google's gRPC clients use)
   is intercepted; each call is one line naming the full method and the request's resource fields

@@ -1,0 +1,141 @@
+"""Fleet and job files: reading and checking them (`tpuq validate`, `tpuq init`, and every command taking a file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.markup import escape
+
+from tpuq.cli.console import CliError, err, out
+from tpuq.contracts.errors import describe_validation_error
+
+
+def load_yaml_file(path: Path) -> object:
+    if not path.exists():
+        raise CliError(f"{path}: no such file")
+    if path.is_dir():
+        raise CliError(f"{path}: is a directory, expected a YAML file")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise CliError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not a text file") from None
+
+
+def detect_kind(data: object) -> str:
+    """"fleet" (a tpuq fleet file or a tpu-runner deployment.yaml: `tpus:`) or "job" (`jobs:`, or one job)."""
+    if isinstance(data, dict) and "tpus" in data:
+        return "fleet"
+    if isinstance(data, dict) and ("jobs" in data or "command" in data):
+        return "job"
+    if not isinstance(data, dict):
+        raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+    raise CliError("neither a job file nor a fleet file: a job file has `jobs:` (or one job's `command:`), a fleet "
+                   "file or a tpu-runner deployment.yaml has `tpus:`, and this file has neither")
+
+
+def read_fleet_data(data: object):
+    """The fleet of a tpuq fleet file or a tpu-runner deployment file (tpuq.operations.tpurunner.FleetRead)."""
+    from tpuq.contracts.errors import Permanent
+    from tpuq.operations.tpurunner import is_runner_file, read_fleet
+
+    if not isinstance(data, dict):
+        raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+    kind = "tpu-runner deployment" if is_runner_file(data) else "fleet"
+    try:
+        return read_fleet(data)
+    except ValidationError as e:
+        _, reason = describe_validation_error(e)
+        raise CliError(f"invalid {kind} file: {reason}") from None
+    except Permanent as e:
+        raise CliError(f"invalid {kind} file: {e}") from None
+
+
+def validate_data(data: object, kind: str):
+    from tpuq.contracts.jobspec import JobFile
+
+    if kind == "fleet":
+        return read_fleet_data(data).fleet
+    if not isinstance(data, dict):
+        raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+    try:
+        return JobFile.model_validate(data)
+    except ValidationError as e:
+        _, reason = describe_validation_error(e)
+        raise CliError(f"invalid {kind} file: {reason}") from None
+
+
+def validate(files: list[Path] = typer.Argument(..., metavar="FILE...", help="Fleet files, tpu-runner deployment.yaml "
+                                                                          "files or job.yaml files")) -> None:
+    """Check fleet, tpu-runner deployment or job files and say what is wrong, field by field. Given a fleet and a
+    job file together, also whether the fleet would run the jobs: their buckets under its job_buckets, an
+    ssh_key_secret named."""
+    checked = []
+    for file in files:
+        data = load_yaml_file(file)
+        kind = detect_kind(data)
+        checked.append((file, kind, _report_valid(data, kind)))
+    fleets = [(f, model) for f, kind, model in checked if kind == "fleet"]
+    jobs = [(f, model) for f, kind, model in checked if kind == "job"]
+    if fleets and jobs:
+        from tpuq.contracts.fleetjobs import fleet_job_warnings
+
+        for fleet_file, fleet in fleets:
+            for job_file, job_model in jobs:
+                for warning in fleet_job_warnings(fleet, job_model):
+                    err.print(f"[yellow]warning[/yellow]: {escape(f'{job_file} with {fleet_file}: {warning}')}",
+                              soft_wrap=True)
+
+
+def validate_fleet(file: Path = typer.Argument(Path("deployment.yaml"), help="A fleet or tpu-runner deployment file")) -> None:
+    """tpu-runner's name for `tpuq validate` on a fleet (deployment) file."""
+    _report_valid(load_yaml_file(file), "fleet")
+
+
+def validate_jobs(file: Path = typer.Argument(Path("job.yaml"), help="A job.yaml")) -> None:
+    """tpu-runner's name for `tpuq validate` on a job file."""
+    _report_valid(load_yaml_file(file), "job")
+
+
+def _report_valid(data: object, kind: str):
+    """Print what the file is, its notes and warnings; the fleet or job file read."""
+    if kind == "fleet":
+        read = read_fleet_data(data)
+        for note in read.notes:
+            err.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
+        for warning in read.warnings:
+            err.print(f"[yellow]warning[/yellow]: {escape(warning)}", soft_wrap=True)
+        model = read.fleet
+        what = "tpu-runner deployment file, read as fleet" if read.kind == "tpu-runner" else "fleet"
+        out.print(f"[green]ok[/green]: {what} {model.name!r} with {len(model.tpus)} TPU "
+                  f"entr{'y' if len(model.tpus) == 1 else 'ies'}")
+    else:
+        model = validate_data(data, kind)
+        out.print(f"[green]ok[/green]: {len(model.jobs)} job{'s' if len(model.jobs) != 1 else ''}")
+    return model
+
+
+def init(directory: Path = typer.Argument(Path("."), help="Where to write fleet.yaml and job.yaml"),
+         force: bool = typer.Option(False, "--force", help="Overwrite existing files"),
+         local: bool = typer.Option(False, "--local", help="Only a job.yaml that runs on `tpuq dev up`'s stack as it is")) -> None:
+    """Write example fleet and job files, with comments."""
+    from tpuq.operations.examples import EXAMPLE_FLEET, EXAMPLE_JOB, local_job
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files = (("job.yaml", local_job()),) if local else (("fleet.yaml", EXAMPLE_FLEET), ("job.yaml", EXAMPLE_JOB))
+    for name, text in files:
+        path = directory / name
+        if path.exists() and not force:
+            raise CliError(f"{path} already exists (use --force to overwrite)")
+        path.write_text(text)
+        out.print(f"wrote {path}")
+    if local:
+        out.print(f"next: `tpuq dev up` (if it is not running), then `tpuq submit {directory / 'job.yaml'} --wait`")
+        return
+    out.print("next: edit them, then `tpuq validate fleet.yaml job.yaml` and `tpuq submit job.yaml`")

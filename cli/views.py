@@ -1,0 +1,264 @@
+"""Rendering: the job table (`status`, `list`), one job's `watch` view and the `fleet` view."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from tpuq.cli.console import out
+from tpuq.contracts.documents import JOB_STATES_ON_A_TPU, AttemptDoc, JobDoc, JobState
+from tpuq.contracts.errors import Permanent
+from tpuq.operations.jobwatch import STOPPED
+from tpuq.operations.jobs import shown_reason
+
+
+def json_default(value):
+    from datetime import datetime
+
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def state_style(state) -> str:
+    colour = {JobState.succeeded: "green", JobState.failed: "red", JobState.rejected: "red",
+              JobState.cancelled: "yellow", JobState.running: "cyan", JobState.assigned: "cyan"}.get(state or "", "white")
+    return f"[{colour}]{state}[/{colour}]"
+
+
+def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] = (), verbose: bool = False,
+              now=None, tz=None) -> None:
+    """One job: its state, owner, times (local, with their zone), spec, reasons, the fleet's blocks (for a
+    pending job) and every attempt."""
+    from datetime import datetime, timezone
+
+    from tpuq.operations.fleetreport import local_time
+    from tpuq.operations.queries import age
+
+    now = now or datetime.now(timezone.utc)
+    tz = tz or datetime.now().astimezone().tzinfo
+    job = JobDoc.from_doc(stored, job_id)
+    spec = job.spec or {}
+    out.print(f"[bold]{job_id}[/bold]  state: {state_style(job.state)}  priority: {job.priority}  "
+              f"source: {job.source}  owner: {escape(job.owner or 'unknown')}", highlight=False)
+    if spec:
+        out.print(f"  tpu: {', '.join(job.spec_tpu)}   command: {spec.get('command')}", highlight=False, markup=False)
+    times = [f"{label} {local_time(when, tz, now)}" for label, when in
+             (("submitted", job.submit_time), ("started", job.started_at), ("finished", job.finished_at))
+             if isinstance(when, datetime)]
+    if times:
+        ago = f" ({age(job.submit_time, now)} ago)" if isinstance(job.submit_time, datetime) else ""
+        out.print(f"  {', '.join(times)}{ago}", highlight=False, markup=False)
+    for key in ("reason", "waiting", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
+        # `waiting` is not stored: the CLI adds what holds a pending job (tpuq.operations.fleetreport.annotate_waiting)
+        value = (stored.get("waiting") if key == "waiting" else shown_reason(job) if key == "reason"
+                 else getattr(job, JobDoc.field(key)))
+        if value:
+            out.print(f"  {key}: {value}", highlight=False, markup=False)
+    print_blocked(blocks, list(details), verbose, indent="  ")
+    for a in (AttemptDoc.from_doc(doc) for doc in stored["attempt_history"]):
+        when = f" at {local_time(a.started_at, tz, now)}" if isinstance(a.started_at, datetime) else ""
+        out.print(f"  attempt {a.attempt}: {a.state} {a.outcome or ''} on "
+                  f"{a.tpu or '?'}{when} {('- ' + a.detail[:200]) if a.detail else ''}", highlight=False, markup=False)
+
+
+JOB_TABLE = ("job", "state", "priority", "tpu", "owner", "age", "reason")
+
+
+def job_table_rows(rows, now) -> list[tuple[str, ...]]:
+    """`tpuq list`'s rows, as text (pure)."""
+    from tpuq.operations.queries import age
+
+    table = []
+    for row in rows:
+        try:
+            j = JobDoc.from_doc(row)
+        except Permanent as e:  # one unreadable job is shown as stored, not the end of the list
+            table.append((str(row.get("id", "")), str(row.get("state")), "", "", "", "", str(e)))
+            continue
+        reason = f"waiting: {row['waiting']}" if row.get("waiting") else (shown_reason(j) or j.blocked or "")
+        table.append((j.id, j.state.value, j.priority or "", ",".join(j.spec_tpu), j.owner or "",
+                      age(j.submit_time, now), reason.strip().splitlines()[0] if reason.strip() else ""))
+    return table
+
+
+def plain_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Columns padded to their widest cell, two spaces apart, nothing cut or wrapped: what `tpuq list` prints
+    when its output is not a terminal (a pipe, a file), where a width-80 table would break names mid-word."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in (header, *rows)]
+    return "\n".join(lines)
+
+
+def print_job_table(rows, now) -> None:
+    if not rows:
+        out.print("no jobs yet (tpuq submit job.yaml)")
+        return
+    text_rows = job_table_rows(rows, now)
+    if not out.is_terminal:
+        print(plain_table(JOB_TABLE, text_rows))
+        return
+    table = Table()
+    for name in JOB_TABLE:
+        # Nothing is cut off or elided: a cell too wide for its column wraps at its spaces, and a name longer than
+        # the column is folded onto the next line, whole. (Not a terminal: plain_table, nothing wraps.)
+        table.add_column(name, overflow="fold", no_wrap=name in ("state", "priority", "age"))
+    for r in text_rows:
+        table.add_row(r[0], state_style(r[1]), *(escape(c) for c in r[2:]))
+    out.print(table)
+
+
+def _worker_style(state: str) -> str:
+    from tpuq.contracts.messages import AttemptOutcome
+
+    if state == AttemptOutcome.failed_setup.value:
+        return f"[red]{state}[/red]"
+    if state in (AttemptOutcome.preempted.value, STOPPED):
+        return f"[yellow]{state}[/yellow]"
+    return state_style(state)
+
+
+def watch_view(watch) -> Group:
+    """`tpuq watch` on a terminal: the job's line (state, where it runs, for how long), why a pending job waits,
+    then one row per worker of the slice: state, exit code, elapsed time, last log line. `watch`: a
+    `tpuq.operations.jobwatch.JobWatch`."""
+    from rich.markup import escape
+
+    from tpuq.operations.jobwatch import duration, first_line, where
+
+    head = f"[bold]{escape(watch.job_id)}[/bold]  {state_style(watch.state)}"
+    place = where(watch)
+    if place:
+        head += f"  {'assigned to' if watch.state is JobState.assigned else 'on'} {escape(place)}"
+    if watch.elapsed is not None:
+        head += f"  {'waiting' if watch.state is JobState.pending else 'for'} {duration(watch.elapsed)}"
+    parts: list = [Text.from_markup(head)]
+    parts += [Text(f"  {line}", style="yellow") for line in watch.waiting]
+    if watch.state is JobState.pending and not watch.waiting:
+        parts.append(Text("  waiting for a TPU", style="yellow"))
+    if watch.workers:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("worker", justify="right")
+        table.add_column("state")
+        table.add_column("exit", justify="right")
+        table.add_column("elapsed", justify="right")
+        table.add_column("last line", overflow="ellipsis", no_wrap=True, max_width=120)
+        for row in watch.workers:
+            code = "" if row.exit_code is None else str(row.exit_code) + (f" ({row.signal})" if row.signal else "")
+            table.add_row(str(row.worker), _worker_style(row.state), code, duration(row.elapsed),
+                          Text(row.last_line))
+        parts.append(table)
+    elif watch.state in JOB_STATES_ON_A_TPU:
+        parts.append(Text("  no workers known yet"))
+    if watch.reason and (watch.terminal or watch.state is JobState.pending):
+        parts.append(Text(f"  {first_line(watch.reason)}", style="red" if watch.exit_code else ""))
+    if watch.terminal:
+        parts.append(Text(f"  exit status {watch.exit_code}"))
+    return Group(*parts)
+
+
+def print_brakes(brakes: dict) -> None:
+    """Claiming on or stopped (and why), the day's VM-hours against the budget, the grant's days left, a drain."""
+    if brakes.get("stopped"):
+        out.print(f"[red]claiming stopped:[/red] {brakes['stopped']}", highlight=False)
+    budget, grant, drain = brakes.get("budget"), brakes.get("grant"), brakes.get("drain")
+    if budget:
+        out.print(f"budget: {budget['used_today']:.1f} of {budget['vm_hours_per_day']:g} VM-hours used today "
+                  f"({budget['day']} UTC), {budget['alive_hosts']} host(s) alive", highlight=False)
+    if grant:
+        out.print(f"grant: expires {grant['expires']}, {grant['days_left']} day(s) left", highlight=False)
+    if drain:
+        state = "done" if drain["done"] else "in progress"
+        out.print(f"drain {drain['id']}: {state}, {len(drain['deleted'])} deleted", highlight=False)
+
+
+def print_blocked(reasons: list[str], details: list[str], verbose: bool, indent: str = "") -> None:
+    """Each blocked reason, short; with `verbose` the API's own error under it."""
+    for i, reason in enumerate(reasons):
+        out.print(f"{indent}[red]blocked:[/red] {escape(reason)}", highlight=False)
+        detail = details[i] if i < len(details) else ""
+        if verbose and detail:
+            out.print(f"{indent}  the API said: {detail}", highlight=False, markup=False)
+
+
+def print_fleet(view: dict, verbose: bool = False) -> None:
+    from tpuq.operations.fleetreport import entry_line
+
+    out.print(f"fleet [bold]{view['fleet']}[/bold]")
+    for entry in view.get("entries", []):
+        out.print(f"  entry {entry_line(entry)}", highlight=False, markup=False)
+    print_blocked(view.get("blocked", []), view.get("blocked_details", []), verbose)
+    print_brakes(view.get("brakes") or {})
+    if "billing" in view:
+        out.print(f"billing: {view['billing']}", highlight=False, markup=False)
+    for line in view.get("precheck_problems", []):
+        out.print(f"pre-check: {line}", highlight=False, markup=False)
+    for e in view.get("existing", []):
+        if e.get("usable"):
+            out.print(f"existing TPU {e['node']} ({e['zone']}, {e['type']}): in use by tpuq", highlight=False,
+                      markup=False)
+        else:
+            out.print(e.get("problem") or f"existing TPU {e['node']}: not usable", highlight=False, markup=False)
+            if e.get("fix"):
+                out.print(f"  run: {e['fix']}", highlight=False, markup=False, soft_wrap=True)
+    for q in view.get("quota", []):
+        out.print(f"quota {q['zone']} {q['type']}: {q['note']}", highlight=False, markup=False)
+    qrs = Table("queued resource", "zone", "type", "state", "note", title="queued resources", title_justify="left")
+    for q in view.get("queued_resources", []):
+        qrs.add_row(q.get("name", ""), q.get("zone", ""), q.get("type", ""), q.get("state", ""), q.get("note", ""))
+    out.print(qrs)
+    tpus = Table("tpu", "zone", "type", "state", "job", "idle for", "health", title="TPUs", title_justify="left")
+    for t in view.get("tpus", []):
+        tpus.add_row(t.get("short", ""), t.get("zone", ""), t.get("type", ""), t.get("state", ""), t.get("job_id") or "",
+                     t.get("idle_for", ""), t.get("health", ""))
+    out.print(tpus)
+    targets = Table("zone", "type", "quota (chips)", "racing", "held by", title="zones and types",
+                    title_justify="left")
+    for r in view.get("targets", []):
+        quota = (f"unlimited ({r.get('quota_source')})" if r.get("quota_unlimited") else "not checked"
+                 if r.get("quota_chips") is None else f"{r['quota_chips']} ({r.get('quota_source')})")
+        targets.add_row(r["zone"], r["type"], quota, ", ".join(r.get("racing") or []) or "-",
+                        "see below" if r.get("note") else "")
+    out.print(targets)
+    # What holds a zone, in full on its own line: a raw API error or a quota detail is too long for a cell.
+    for z in view.get("zones", []):
+        out.print(f"zone {z['key']}: {z['note']}", highlight=False, markup=False)
+        if verbose and z.get("detail"):
+            out.print(f"  the API said: {z['detail']}", highlight=False, markup=False)
+    print_unheld(view.get("unheld_jobs", []))
+
+
+def print_unheld(unheld: list[dict]) -> None:
+    """Pending jobs that nothing holds (tpuq.contracts.liveness): a bug in tpuq, shown as one, never as a plain "pending"."""
+    for u in unheld:
+        out.print(f"[red]job {escape(u['job'])} pending, {escape(u['reason'])}[/red]", highlight=False)
+
+
+def print_overview(view: dict, verbose: bool = False) -> None:
+    """`tpuq status` without a job: each fleet's entries, TPUs and queued resources by state, what blocks it,
+    then the queue by state."""
+    def counts(by_state: dict) -> str:
+        return ", ".join(f"{n} {state}" for state, n in by_state.items()) or "none"
+
+    if not view["fleets"]:
+        out.print("no fleet stored yet (tpuq fleet apply fleet.yaml)")
+    for f in view["fleets"]:
+        paused = "  [yellow]paused[/yellow]" if f["paused"] else ""
+        out.print(f"fleet [bold]{f['fleet']}[/bold] (project {f['project']}){paused}")
+        for e in f["entries"]:
+            where = f"existing {e['existing']}" if e["existing"] else f"up to {e['count']} in {', '.join(e['zones'])}"
+            warm = f", {e['keep_warm_count']} kept warm" if e["keep_warm_count"] else ""
+            out.print(f"  entry {e['id']}: {e['type']} {e['provisioning_model']}, {where}{warm}", highlight=False)
+        out.print(f"  TPUs: {counts(f['tpus'])}", highlight=False)
+        out.print(f"  queued resources: {counts(f['queued_resources'])}; open capacity requests: {f['requests_open']}",
+                  highlight=False)
+        print_blocked(f["blocked"], f.get("blocked_details", []), verbose, indent="  ")
+        for z in f["zones"]:
+            out.print(f"  {z['key']}: {z['note']}", highlight=False)
+            if verbose and z.get("detail"):
+                out.print(f"    the API said: {z['detail']}", highlight=False, markup=False)
+    jobs = {state: n for state, n in view["jobs"].items() if n}
+    out.print(f"jobs: {counts(jobs)}", highlight=False)
+    print_unheld(view.get("unheld_jobs", []))
+    out.print("one job: tpuq status JOB; the recent ones: tpuq list; the fleet in detail: tpuq fleet")

@@ -1,0 +1,149 @@
+"""Shell (Firestore): the claimer's documents. Load a fleet's `ClaimState`, write its updates, claim a zone.
+
+The documents' shapes (typed views and their conversions) are `tpuq.contracts.documents`'.
+
+Documents (none hot: each is written only when its own entity changes):
+- requests/{request_id}            one capacity request: types, count, status, generations per zone
+- queued_resources/{qr_id}         one queued resource we created, with the last state seen (`live` until GONE)
+- zones/{fleet}:{zone}:{type}      a race target: back-off, drop (keyed on fleet version), unknown-error count
+- fleet_status/{fleet}             `blocked`: why the fleet may not create anywhere (billing, permission)
+- existing_tpus/{fleet}:{entry}     an `existing:` node's last read: usable, or the problem and its fix
+- fleet_control/{fleet}, tpus/     read only: paused, and the day's VM-hours for the budget (`tpuq.capacity.brakes`)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from tpuq.runtime import guarded
+
+from tpuq.contracts import store
+from tpuq.capacity.brakes import DayUse, day_use
+from tpuq.claimer.model import REQUEST_OPEN, ClaimState
+from tpuq.contracts.documents import (
+    FleetStatus,
+    QrRecord,
+    RequestRecord,
+    TargetRecord,
+    qr_from_doc,
+    qr_to_doc,
+    request_from_doc,
+    request_to_doc,
+    status_from_doc,
+    status_to_doc,
+    target_from_doc,
+    target_to_doc,
+)
+from tpuq.capacity.existing import ExistingStatus
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import load_control
+from tpuq.runtime.versioned import versioned
+
+QUEUED_RESOURCES = store.QUEUED_RESOURCES
+FLEET_STATUS = store.FLEET_STATUS
+
+
+def target_doc_id(fleet: str, zone: str, tpu_type: str) -> str:
+    return store.doc_id(fleet, zone, tpu_type)
+
+
+# ------------------------------------------------------------ load
+
+def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: datetime | None = None) -> ClaimState:
+    """The fleet's targets, live queued resources, open requests (+ the named ones, whatever their status).
+
+    Targets are read before queued resources: a zone claim conditioned on the target's version then
+    fails if another handler created a queued resource after this load.
+    """
+    targets = {}
+    for snap in db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet.name)).stream():
+        t = target_from_doc(snap.to_dict(), snap.update_time)
+        targets[(t.zone, t.type)] = t
+    qrs = {}
+    kept_qrs = versioned(db, "claimer queued resource", _qr_of)  # each stored version parsed once
+    for snap in (db.collection(QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", fleet.name))
+                 .where(filter=FieldFilter("live", "==", True)).stream()):
+        q = kept_qrs.get(snap)[1]
+        qrs[q.qr_id] = q
+    requests = {}
+    kept_requests = versioned(db, "claimer request", _request_of)
+    for snap in (db.collection(store.REQUESTS).where(filter=FieldFilter("fleet", "==", fleet.name))
+                 .where(filter=FieldFilter("status", "==", REQUEST_OPEN)).stream()):
+        r = kept_requests.get(snap)[1]
+        requests[r.request_id] = r
+    for rid in request_ids:
+        snap = db.collection(store.REQUESTS).document(rid).get()
+        if snap.exists:
+            requests[rid] = request_from_doc(snap.to_dict())
+    status_snap = db.collection(FLEET_STATUS).document(fleet.name).get()
+    status = status_from_doc(status_snap.to_dict()) if status_snap.exists else None
+    paused, use = load_brakes(db, fleet, now)
+    return ClaimState(fleet=fleet, requests=requests, qrs=qrs, targets=targets, status=status, paused=paused,
+                      day_use=use)
+
+
+def _qr_of(doc_id: str, doc: dict) -> QrRecord:
+    return qr_from_doc(doc)
+
+
+def _request_of(doc_id: str, doc: dict) -> RequestRecord:
+    return request_from_doc(doc)
+
+
+def load_brakes(db, fleet: FleetFile, now: datetime | None) -> tuple[bool, DayUse]:
+    """Paused (fleet_control/), and the day's VM-hours from tpus/ (read only when the fleet has a budget)."""
+    paused = load_control(db, fleet.name).paused
+    if fleet.budget is None or now is None:
+        return paused, DayUse()
+    tpus = (s.to_dict() for s in db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", fleet.name)).stream())
+    return paused, day_use(tpus, fleet.name, now)
+
+
+# ------------------------------------------------------------ write
+
+class StateWriter:
+    """Writes state updates; remembers each target's latest version for the zone claims that follow."""
+
+    def __init__(self, db):
+        self.db = db
+        self.target_versions: dict[tuple[str, str], Any] = {}
+
+    def put_qr(self, qr: QrRecord) -> None:
+        self.db.collection(QUEUED_RESOURCES).document(qr.qr_id).set(qr_to_doc(qr))
+
+    def put_request(self, request: RequestRecord) -> None:
+        self.db.collection(store.REQUESTS).document(request.request_id).set(request_to_doc(request))
+
+    def put_status(self, status: FleetStatus) -> None:
+        self.db.collection(FLEET_STATUS).document(status.fleet).set(status_to_doc(status))
+
+    def put_existing(self, fleet: str, status: ExistingStatus, now: datetime) -> None:
+        ref = self.db.collection(store.EXISTING_TPUS).document(store.doc_id(fleet, status.entry_id))
+        ref.set(status.to_doc(fleet, now))
+
+    def put_target(self, target: TargetRecord) -> None:
+        ref = self.db.collection(store.ZONES).document(target_doc_id(target.fleet, target.zone, target.type))
+        result = ref.set(target_to_doc(target), merge=True)
+        self.target_versions[(target.zone, target.type)] = result.update_time
+
+    def claim_and_record(self, state: ClaimState, qr: QrRecord) -> bool:
+        """Atomically: take the (zone, type) slot (conditioned on the target version this decision saw) and
+        record the queued resource as REQUESTED. False: another handler changed the target meanwhile."""
+        key = (qr.zone, qr.type)
+        target = state.target(qr.zone, qr.type)
+        version = self.target_versions.get(key, target.update_time)
+        ref = self.db.collection(store.ZONES).document(target_doc_id(qr.fleet, qr.zone, qr.type))
+        claim = {"last_claim": qr.qr_id, "last_claim_at": qr.created_at}
+        writes = guarded.WriteSet().update(guarded.Seen(ref, version),
+                                           claim if version is not None else {**target_to_doc(target), **claim})
+        writes.replace(self.db.collection(QUEUED_RESOURCES).document(qr.qr_id), qr_to_doc(qr))
+        results = guarded.commit_guarded(self.db, writes)
+        if results is None:
+            return False
+        self.target_versions[key] = results[0].update_time
+        return True
+
+

@@ -1,0 +1,174 @@
+"""The executor's decisions around an attempt: core (pure, no I/O).
+
+`handlers.py` (the shell) reads `executions/{job}:{attempt}` and the node's
+`tpus/{node}` document, asks these functions what to do, and applies the answer
+over SSH, GCS, Firestore and Pub/Sub. How the workers' statuses add up to an
+outcome is `outcome.decide_outcome`; this module decides the rest: whether an
+attempt is still ours to start or judge, what its end says, and when its
+workers are asked again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+from tpuq.contracts.documents import ExecutionDoc, ExecutionEnd, ExecutionState, NodeHealth, TpuState
+from tpuq.executor.outcome import Decided, NodeState
+from tpuq.contracts.messages import Assignment, AttemptEvent, AttemptEventKind, AttemptOutcome
+
+Doc = dict[str, Any]
+DETAIL_EVENT_LIMIT = 8000  # AttemptEvent.detail max_length
+DETAIL_RECORD_LIMIT = 2000
+
+# executions/{job}:{attempt}.state
+STARTING, STARTED = ExecutionState.starting, ExecutionState.started
+
+
+def is_over(execution: Doc | None) -> bool:
+    """The attempt's end was published: a redelivery starts, judges or publishes nothing."""
+    return bool(execution and execution.get("ended"))
+
+
+def to_start(execution: Doc | None) -> bool:
+    """Whether a delivery of the attempt's assignment starts it: only while its record is absent or `starting`.
+    Once `started`, the command runs and the tick's judge and probe own the attempt: a copy delivered late must
+    neither write `starting` back over it (the tick judges only `started` attempts, so one whose copy then died
+    would be judged by nothing) nor start it again on its workers."""
+    return not is_over(execution) and (execution or {}).get("state") != STARTED
+
+
+def start_underway(execution: Doc | None, now: datetime) -> bool:
+    """Another delivery of the assignment is starting the attempt right now: its record is `starting` and that
+    delivery's lease runs (`start_lease_until`: its start's time budget and cleanup, tpuq.executor.budget). A copy
+    then starts nothing, so no second `prepare` runs beside the first: the delivery holding the lease publishes
+    `started` or `ended`. Had it died, the scheduler's tick sends the assignment again every 5 minutes
+    (`tpuq.scheduler.scheduling.republish_assignment_after`), and a copy that arrives after the lease starts it."""
+    if not execution or execution.get("state") != STARTING or is_over(execution):
+        return False
+    until = execution.get(ExecutionDoc.field("start_lease_until"))
+    return isinstance(until, datetime) and now < until
+
+
+def lease_released(execution: Doc | None, lease_by: str) -> Doc | None:
+    """The fields that end this delivery's lease, when its start raised (Pub/Sub delivers the push again within
+    seconds, and that delivery must not find the attempt leased); None when the lease is another's or over."""
+    if not execution or execution.get("state") != STARTING or \
+            execution.get(ExecutionDoc.field("start_lease_by")) != lease_by:
+        return None
+    return ExecutionDoc.fields(start_lease_until=None)
+
+
+def judgeable(execution: Doc | None) -> bool:
+    """An attempt this executor started and whose end is not yet published."""
+    return bool(execution) and not is_over(execution) and bool(execution.get("assignment"))
+
+
+def start_record(assignment: Assignment, now: datetime) -> Doc:
+    return ExecutionDoc.fields(job_id=assignment.job_id, attempt=assignment.attempt, attempt_id=assignment.attempt_id,
+                               node=assignment.node, assignment=assignment.model_dump(mode="json"), state=STARTING,
+                               ended=False, received_at=now)
+
+
+def start_lease(until: datetime, lease_by: str) -> Doc:
+    """Merged into the start record by the delivery that starts the attempt: the lease it holds while it does
+    (`lease_by` names the delivery; see start_underway)."""
+    return ExecutionDoc.fields(start_lease_until=until, start_lease_by=lease_by)
+
+
+def started_record(now: datetime) -> Doc:
+    return ExecutionDoc.fields(state=STARTED, started_at=now)
+
+
+def cannot_start(reason: object) -> Decided:
+    """It can never run (no endpoints, no bucket, env overriding runner variables): end it as a setup failure,
+    so the job does not sit in `assigned` for ever and the TPU is not held."""
+    return Decided(AttemptOutcome.failed_setup, f"cannot start: {reason}")
+
+
+def node_state(tpu: Doc | None) -> NodeState:
+    """What the scheduler's record of the node says: gone once its queued resource or node was lost."""
+    if tpu is None:
+        return NodeState.unknown
+    return NodeState.preempted if tpu.get("state") == TpuState.gone else NodeState.ready
+
+
+def node_problem(tpu: Doc | None) -> str | None:
+    """Why the node must not go on running the attempt, from its recorded health (tpus/{node}.node_health), or
+    None. Maintenance that is only scheduled is no reason: the attempt runs until the node is really unhealthy."""
+    health = NodeHealth.from_doc(tpu)
+    return health.unhealthy() if health is not None else None
+
+
+def start_failure(decided: Decided, node: NodeState) -> Decided:
+    """Unreachable because the node was preempted meanwhile: that is a preemption, with its own budget."""
+    if decided.outcome is AttemptOutcome.infra_failed and node is NodeState.preempted:
+        return Decided(AttemptOutcome.preempted, f"node preempted: {decided.detail}", decided.exit_codes)
+    return decided
+
+
+def probe_due(execution: Doc, now: datetime, every: timedelta) -> bool:
+    """Ask a started attempt's workers at most once per `every`, and not in its first `every`."""
+    started_at, probed_at = execution.get("started_at"), execution.get(ExecutionDoc.field("probed_at"))
+    if started_at is None or now - started_at < every:
+        return False
+    return not (probed_at and now - probed_at < every)
+
+
+@dataclass(frozen=True)
+class Probed:
+    lost: frozenset[int] = frozenset()  # workers whose supervisor is gone without a status object
+    unwritable: Mapping[int, str] = field(default_factory=dict)  # worker -> why its status is not in GCS
+    unreachable: frozenset[int] = frozenset()  # workers SSH could not reach at this probe
+    problem: str | None = None  # set by `unreachable_problem`: the attempt ends as an infrastructure failure
+
+
+def probed(probes: Mapping[int, Any]) -> Probed:
+    """The workers' answers (`ssh.Probe`-like: `.lost`, `.status_error`, `.reachable`) as what the outcome needs."""
+    return Probed(frozenset(w for w, p in probes.items() if p.lost),
+                  {w: p.status_error for w, p in probes.items() if p.status_error},
+                  frozenset(w for w, p in probes.items() if not getattr(p, "reachable", True)))
+
+
+def unreachable_since(execution: Doc, probed_now: Probed, now: datetime) -> datetime | None:
+    """Since when some worker has been unreachable at every probe (None: every worker answered)."""
+    if not probed_now.unreachable:
+        return None
+    return execution.get(ExecutionDoc.field("unreachable_since")) or now
+
+
+def unreachable_problem(probed_now: Probed, since: datetime | None, now: datetime, grace: timedelta) -> Probed:
+    """A worker unreachable at every probe for `grace`, on a node the API still calls READY: its host is down
+    (a VM that crashed, or lost its network) and its supervisor can write no status. Without this the attempt
+    would wait for ever; it ends as an infrastructure failure, retried from that budget."""
+    if since is None or now - since < grace:
+        return probed_now
+    workers = ", ".join(str(w) for w in sorted(probed_now.unreachable))
+    seconds = int((now - since).total_seconds())
+    return Probed(probed_now.lost, probed_now.unwritable, probed_now.unreachable,
+                  f"worker {workers} unreachable over SSH for {seconds} s (its host is down)")
+
+
+@dataclass(frozen=True)
+class End:
+    event: AttemptEvent
+    record: Doc  # merged into executions/{job}:{attempt}
+
+
+def end(execution: Doc | None, assignment: Assignment, decided: Decided, now: datetime) -> End | None:
+    """The attempt's `ended` event and the record that it was published; None when it already was."""
+    if is_over(execution):
+        return None
+    detail = decided.detail or ""
+    event = AttemptEvent(
+        kind=AttemptEventKind.ended, job_id=assignment.job_id, attempt=assignment.attempt,
+        attempt_id=assignment.attempt_id, node=assignment.node, outcome=decided.outcome,
+        detail=detail[:DETAIL_EVENT_LIMIT], exit_codes=decided.exit_codes, at=now)
+    record = ExecutionEnd(decided.outcome.value, detail[:DETAIL_RECORD_LIMIT], now).to_doc()
+    return End(event, record)
+
+
+def started_event(assignment: Assignment, now: datetime) -> AttemptEvent:
+    return AttemptEvent(kind=AttemptEventKind.started, job_id=assignment.job_id, attempt=assignment.attempt,
+                        attempt_id=assignment.attempt_id, node=assignment.node, at=now)

@@ -1,0 +1,225 @@
+"""From an Assignment to what each worker's supervisor receives. Pure, no I/O.
+
+`AttemptPlan.from_assignment` checks the assignment once and resolves buckets and
+directories; `plan.worker_spec(worker_id, home, settings)` is the JSON object sent
+to the worker supervisor's `prepare` on stdin. Environment values travel inside
+that JSON and reach the job through `execve`: nothing is spliced into shell text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tpuq.contracts.errors import Permanent
+from tpuq.contracts.jobspec import RESERVED_ENV_PREFIX, RUNNER_ENV, CacheSpec, split_gs_uri
+from tpuq.contracts.messages import Assignment, AssignmentAction, WorkerEndpoint
+from tpuq.contracts.tputypes import zone_region
+
+from tpuq.contracts import gcslayout
+
+WORKER_SPEC_VERSION = 1  # worker.spec.SPEC_VERSION
+GCS_API_BASE = "https://storage.googleapis.com"
+METADATA_TOKEN_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+METADATA_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How supervisors reach GCS and how patient they are. Production defaults."""
+
+    gcs_api_base: str = GCS_API_BASE
+    token_url: str | None = METADATA_TOKEN_URL
+    preempted_url: str | None = METADATA_PREEMPTED_URL
+    log_flush_seconds: float = 2.0
+    cancel_grace_seconds: float = 30.0
+    stale_grace_seconds: float = 10.0
+    libtpu_lockfile: str = "/tmp/libtpu_lockfile"
+    python: str = "/usr/bin/python3"
+    gcs_retry_delay_seconds: float = 0.5  # first back-off of the bundle download; doubles, 4 tries
+    status_upload_deadline_seconds: float = 900.0  # the status object is how the system learns the end: insist
+    # Where status objects and cancel markers go: the runner bucket, whose finalize notifications reach the
+    # executor (a job's own buckets belong to the user and carry no notification of ours). None: the job's bucket.
+    status_bucket: str | None = None
+
+    @classmethod
+    def for_emulator(cls, storage_emulator_host: str, **overrides) -> "WorkerSettings":
+        """Local stack: fake-gcs-server without auth, no metadata server."""
+        return cls(gcs_api_base=storage_emulator_host.rstrip("/"), token_url=None, preempted_url=None, **overrides)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.log_flush_seconds <= 5:
+            raise ValueError("log_flush_seconds must be in (0, 5]: logs reach GCS at most 5 s apart")
+
+
+@dataclass(frozen=True)
+class RunnerEnv:
+    """The variables the runner sets on every worker (jobspec.RUNNER_ENV)."""
+
+    job_id: str
+    attempt_id: str
+    worker_id: int
+    worker_hosts: tuple[str, ...]
+    job_dir: str
+    job_bucket: str  # gs://bucket
+    attempt_gcs_dir: str
+    checkpoint_gcs_dir: str
+
+    def as_env(self) -> dict[str, str]:
+        env = {
+            "JOB_ID": self.job_id,
+            "ATTEMPT_ID": self.attempt_id,
+            "TPU_WORKER_HOST": self.worker_hosts[self.worker_id],
+            "TPU_WORKER_ID": str(self.worker_id),
+            "TPU_WORKER_COUNT": str(len(self.worker_hosts)),
+            "TPU_WORKER_HOSTNAMES": ",".join(self.worker_hosts),
+            "JOB_DIR": self.job_dir,
+            "JOB_BUCKET": self.job_bucket,
+            "ATTEMPT_GCS_DIR": self.attempt_gcs_dir,
+            "CHECKPOINT_GCS_DIR": self.checkpoint_gcs_dir,
+        }
+        assert set(env) == RUNNER_ENV, "RunnerEnv and jobspec.RUNNER_ENV disagree"
+        return env
+
+
+def build_worker_env(job_env: Mapping[str, str], runner: RunnerEnv) -> dict[str, str]:
+    """The job's env plus the runner's; a job may not set a runner or TPUQ_ variable.
+
+    JobSpec validates this already; the check is repeated here because this is the
+    last point before the values reach a worker.
+    """
+    for name, value in job_env.items():
+        where = f"job.env.{name}"
+        if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+            raise Permanent(f"{name!r} is not a valid environment variable name", field=where)
+        if name in RUNNER_ENV:
+            raise Permanent(f"{name!r} is reserved: the runner sets it", field=where)
+        if name.startswith(RESERVED_ENV_PREFIX):
+            raise Permanent(f"{name!r} is reserved: names starting with {RESERVED_ENV_PREFIX} belong to tpuq", field=where)
+        if not isinstance(value, str) or "\x00" in value:
+            raise Permanent(f"{name!r} must be a string without NUL bytes", field=where)
+    env = dict(job_env)
+    env.update(runner.as_env())
+    return env
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    """An assignment checked and resolved: everything but the per-worker home directory."""
+
+    job_id: str
+    attempt: int
+    attempt_id: str
+    node: str
+    endpoints: tuple[WorkerEndpoint, ...]
+    command: str
+    job_env: Mapping[str, str]
+    caches: tuple[CacheSpec, ...]
+    bucket: str  # bucket name, no gs://
+    bundle: tuple[str, str] | None  # (bucket, object)
+    attempt_gcs_dir: str
+    checkpoint_gcs_dir: str
+    worker_hosts: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_assignment(cls, assignment: Assignment) -> "AttemptPlan":
+        if assignment.action != AssignmentAction.assign:
+            raise Permanent(f"assignment action is {assignment.action.value}, not assign", field="action")
+        job = assignment.job
+        if job is None:
+            raise Permanent("an assign message must carry the job", field="job")
+        if not assignment.endpoints:
+            raise Permanent("an assign message must list the node's worker endpoints", field="endpoints")
+        endpoints = tuple(sorted(assignment.endpoints, key=lambda e: e.worker_id))
+        if [e.worker_id for e in endpoints] != list(range(len(endpoints))):
+            raise Permanent("worker ids must be 0..N-1, each once", field="endpoints")
+        bucket = _job_bucket(assignment)
+        bundle = split_gs_uri(job.bundle) if job.bundle else None
+        return cls(
+            job_id=assignment.job_id,
+            attempt=assignment.attempt,
+            attempt_id=assignment.attempt_id,
+            node=assignment.node,
+            endpoints=endpoints,
+            command=job.command,
+            job_env=dict(job.env),
+            caches=tuple(job.caches),
+            bucket=bucket,
+            bundle=bundle,
+            attempt_gcs_dir=assignment.attempt_gcs_dir
+            or gcslayout.default_attempt_gcs_dir(bucket, assignment.job_id, assignment.attempt),
+            checkpoint_gcs_dir=assignment.checkpoint_gcs_dir
+            or gcslayout.default_checkpoint_gcs_dir(bucket, assignment.job_id),
+            # Internal addresses in worker order: libtpu reads TPU_WORKER_HOSTNAMES to find its peers.
+            worker_hosts=tuple(e.ip for e in endpoints),
+        )
+
+    @property
+    def worker_count(self) -> int:
+        return len(self.endpoints)
+
+    def runner_env(self, worker_id: int, job_dir: str) -> RunnerEnv:
+        return RunnerEnv(
+            job_id=self.job_id,
+            attempt_id=self.attempt_id,
+            worker_id=worker_id,
+            worker_hosts=self.worker_hosts,
+            job_dir=job_dir,
+            job_bucket=f"gs://{self.bucket}",
+            attempt_gcs_dir=self.attempt_gcs_dir,
+            checkpoint_gcs_dir=self.checkpoint_gcs_dir,
+        )
+
+    def worker_spec(self, worker_id: int, home: str, settings: WorkerSettings) -> dict:
+        """The JSON object for the supervisor's `prepare` on worker `worker_id`."""
+        job_dir = gcslayout.worker_job_dir(home)
+        return {
+            "version": WORKER_SPEC_VERSION,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "attempt_id": self.attempt_id,
+            "worker_id": worker_id,
+            "worker_count": self.worker_count,
+            "command": self.command,
+            "env": build_worker_env(self.job_env, self.runner_env(worker_id, job_dir)),
+            "job_dir": job_dir,
+            "bundle": {"bucket": self.bundle[0], "object": self.bundle[1]} if self.bundle else None,
+            "caches": [{"key": c.key, "path": c.path} for c in self.caches],
+            "gcs": {
+                "api_base": settings.gcs_api_base,
+                "token_url": settings.token_url,
+                "bucket": self.bucket,
+                "log_prefix": gcslayout.worker_log_prefix(self.job_id, self.attempt, worker_id),
+                "status_object": gcslayout.worker_status_name(self.job_id, self.attempt, worker_id),
+                "status_bucket": settings.status_bucket or self.bucket,
+                "retry_delay_seconds": settings.gcs_retry_delay_seconds,
+                "status_deadline_seconds": settings.status_upload_deadline_seconds,
+            },
+            "preempted_url": settings.preempted_url,
+            "log_flush_seconds": settings.log_flush_seconds,
+            "cancel_grace_seconds": settings.cancel_grace_seconds,
+            "stale_grace_seconds": settings.stale_grace_seconds,
+            "libtpu_lockfile": settings.libtpu_lockfile,
+        }
+
+
+def _job_bucket(assignment: Assignment) -> str:
+    """The scheduler's choice, else the job's bucket for the zone's region, else its only bucket."""
+    job = assignment.job
+    assert job is not None
+    try:
+        if assignment.job_bucket:
+            return gcslayout.bucket_name(assignment.job_bucket)
+        uri = job.bucket_for_region(zone_region(assignment.zone))
+    except ValueError as e:
+        raise Permanent(str(e), field="job_bucket") from None
+    if uri is None and len(job.buckets) == 1:
+        uri = job.buckets[0].uri
+    if uri is None:
+        raise Permanent(
+            f"no job bucket: the assignment names none and the job has no bucket in {assignment.zone}'s region",
+            field="job_bucket",
+        )
+    return gcslayout.bucket_name(uri)

@@ -1,0 +1,360 @@
+"""The janitor service: shell (Firestore, the Cloud TPU API). Thin handlers: read, call the pure `decide`, delete.
+
+- /push/fleet-events: the event's race (every queued resource of its request,
+  by exact GET): losers and dead ones are deleted synchronously, in this handler.
+- /push/ticks: per fleet, a sweep by exact GET of every live queued resource
+  Firestore knows (dead ones, losers that left PROVISIONING, stuck deletes),
+  the idle rule, and (rate-limited, per-fleet doc `janitor/{fleet}`) the orphan scan.
+- /push/ticks also applies `fleet_control/{fleet}`: paused deletes idle TPUs at once; a drain asked for
+  (`tpuq fleet drain --now`) deletes every owned resource the zones list, and is recorded done.
+- /push/attempt-events: an attempt that ended preempted / infra_failed: the
+  TPU's queued resource and node are read and deleted if dead.
+
+Every handler is idempotent: it reads the API's state before each delete, a
+resource already DELETING or NOT_FOUND is left alone, and the tpus/{id}
+"deleting" mark is a conditional write, so a redelivered message deletes nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.cloud.firestore import FieldFilter
+
+from tpuq.runtime import guarded
+
+from tpuq.contracts import store
+from tpuq.contracts.documents import TPU_STATES_HOLDING_A_SLICE, JobState, TpuDoc, TpuState, short_node_name
+from tpuq.contracts.documents import QueuedResourceState as Qr
+from tpuq.contracts.errors import TpuqError
+from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.fleetstore import FleetControl, fleet_of, load_control, load_fleet, record_drain_progress
+from tpuq.janitor import decide as d
+from tpuq.janitor.deleter import ACCEPTED, DeleteAdapter, DeleteOutcome, NotOurs
+from tpuq.runtime.isolation import Isolated
+from tpuq.contracts.messages import AttemptEvent, FleetEvent, FleetEventKind, Tick
+from tpuq.runtime.ownership import is_ours
+from tpuq.runtime.service import Context, Service
+
+log = logging.getLogger("tpuq.janitor")
+
+# The claimer's record of every queued resource it created (tpuq.claimer.statestore.QUEUED_RESOURCES).
+CLAIMER_QUEUED_RESOURCES = store.QUEUED_RESOURCES
+# janitor/{fleet}: when the last orphan scan ran, and the orphan candidates seen so far.
+JANITOR = store.JANITOR
+ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"
+DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
+
+
+@dataclass
+class Report:
+    deleted: list[DeleteOutcome] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Janitor:
+    """The imperative shell for one fleet and one message."""
+
+    ctx: Context
+    fleet: FleetFile
+    api: DeleteAdapter
+    report: Report = field(default_factory=Report)
+    paused: bool = False  # fleet_control/{fleet}.paused: idle TPUs go at once
+
+    @property
+    def db(self):
+        return self.ctx.clients.firestore
+
+    # ------------------------------------------------------------ Firestore reads
+    def claimer_docs(self, **equals: Any) -> list[dict]:
+        q = self.db.collection(CLAIMER_QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", self.fleet.name))
+        for key, value in equals.items():
+            q = q.where(filter=FieldFilter(key, "==", value))
+        return [s.to_dict() for s in q.stream()]
+
+    def tpu_docs(self, live_only: bool = False) -> list[d.TpuDoc]:
+        """The fleet's TPUs; `live_only`: not gone (a tick's sweep, reaping and drain need no others, and the gone
+        ones are every TPU the fleet ever had: read on every tick, they would grow the tick's reads for ever)."""
+        q = self.db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", self.fleet.name))
+        if live_only:
+            q = q.where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
+        return [d.TpuDoc.from_doc(s.to_dict(), s.id) for s in q.stream()]
+
+    def known_among(self, listed) -> set[str]:
+        """Of the listed resources' ids, those `d.known_ids` counts as known (all `decide_orphans` asks about).
+
+        Usually each has a document of its own id (`queued_resources/{id}` or `tpus/{id}`, in this fleet): one
+        batched read of those. Only when one has not are every queued resource and TPU document of the fleet
+        read, as the rule says; a fleet keeps every document it ever had, so reading them all on every scan
+        would grow without end."""
+        ids = d.listed_owned_ids(listed, self.fleet)
+        if not ids:
+            return set()
+        refs = [self.db.collection(c).document(i) for c in (CLAIMER_QUEUED_RESOURCES, store.TPUS) for i in sorted(ids)]
+        found = {s.id for s in self.db.get_all(refs)
+                 if s.exists and (s.to_dict() or {}).get("fleet") == self.fleet.name}
+        if ids <= found:
+            return found
+        return d.known_ids(self.claimer_docs(), self.tpu_docs())
+
+    def request_demand(self, request_id: str) -> tuple[int, set[str]]:
+        """The slices the request asked for, and the jobs it asks for."""
+        snap = self.db.collection(store.REQUESTS).document(request_id).get()
+        doc = snap.to_dict() if snap.exists else {}
+        return int(doc.get("count", 1)), set(doc.get("job_ids") or ())
+
+    def jobs_pending(self, besides: set[str]) -> bool:
+        """Whether a job other than `besides` is pending (a surplus slice could serve it)."""
+        q = self.db.collection(store.JOBS).where(filter=FieldFilter("state", "==", JobState.pending))
+        return any(s.id not in besides for s in q.limit(len(besides) + 1).stream())
+
+    # ------------------------------------------------------------ API reads
+    def read_all(self, names: list[str]) -> dict[str, Any]:
+        """Exact GETs; a name whose read keeps failing is left out (unknown state concludes nothing)."""
+        out: dict[str, Any] = {}
+        failed: dict[str, TpuqError] = {}
+        for name, value in self.api.read_all_safely(names).items():
+            if isinstance(value, TpuqError):
+                failed[name] = value
+            else:
+                out[name] = value
+        if failed:  # with what the API answered (each distinct answer once): a read that keeps failing says why
+            answers = dict.fromkeys(f"{type(e).__name__}: {str(e)[:300]}" for e in failed.values())
+            more = f"; and {len(answers) - 3} other answers" if len(answers) > 3 else ""
+            log.warning("could not read %s; they are looked at again on the next event or tick (%s)", list(failed),
+                        "; ".join(list(answers)[:3]) + more)
+        return out
+
+    # ------------------------------------------------------------ deletes
+    def delete(self, deletes: list[d.Delete]) -> None:
+        for item in d.dedupe(deletes):
+            try:
+                self.report.deleted.append(self.api.delete(item.resource, force=item.force, reason=item.reason))
+            except NotOurs:
+                # The guard said no (e.g. the fleet's owner prefix changed since we created it): never delete,
+                # never fail the whole pass over it either.
+                log.warning("refused to delete %s: it does not carry this fleet's owner marks", item.name)
+                self.report.deleted.append(DeleteOutcome(item.name, "refused", "not ours"))
+
+    def mark_deleting(self, tpu_id: str, allowed, reason: str, absent_fields: dict | None = None) -> bool:
+        """The scheduler's assignment guard (`tpuq.runtime.guarded`), over the same tpus/{node} document.
+
+        `allowed(doc or None)` decides on the fresh document; an assignment that commits in between makes
+        this write fail (and vice versa), so a TPU is either assigned or deleted, never both.
+        """
+        now = self.ctx.now()
+        snap = self.db.collection(store.TPUS).document(tpu_id).get()
+        doc = snap.to_dict() if snap.exists else None
+        if not allowed(doc):
+            return False
+        fields = TpuDoc.fields(state=TpuState.deleting, deleting_since=now, delete_reason=reason, updated_at=now)
+        if not snap.exists:
+            fields = {**(absent_fields or {}), **fields, "created_at": now}
+        if not guarded.commit_if_unchanged(self.db, guarded.WriteSet().update(snap, fields)):
+            log.info("tpus/%s changed under us (an assignment won): not deleted", tpu_id)
+            return False
+        return True
+
+    def mark_gone(self, tpu_id: str, reason: str) -> None:
+        now = self.ctx.now()
+        self.db.collection(store.TPUS).document(tpu_id).set(
+            TpuDoc.fields(state=TpuState.gone, gone_at=now, gone_reason=reason, updated_at=now), merge=True)
+
+    # ------------------------------------------------------------ races and dead ones
+    def settle(self, observed: dict[str, Any], request_of: dict[str, str], classified: set[str]) -> None:
+        """Dead resources, then each request's losers, among what was just read. `classified`: the FAILED
+        queued resources the claimer has classified (`d.classified_failures`); other FAILED ones are its."""
+        present = {n: r for n, r in observed.items() if r is not None}
+        deletes = d.decide_dead(present.values(), self.fleet, classified)
+        for rid, names in d.races_to_settle(present, request_of).items():
+            deletes += self.settle_race(rid, {n: present[n] for n in names}, classified)
+        self.delete(deletes)
+
+    def settle_race(self, request_id: str, members: dict[str, Any], classified: set[str]) -> list[d.Delete]:
+        count, job_ids = self.request_demand(request_id)
+        tpu_ids = {n: d.node_id_of(r) for n, r in members.items() if d.state_of(r) == Qr.ACTIVE}
+        snaps = {s.id: s for s in self.db.get_all([self.db.collection(store.TPUS).document(i)
+                                                   for i in set(tpu_ids.values())])}
+        race = []
+        for name, resource in members.items():
+            snap = snaps.get(tpu_ids.get(name, ""))
+            doc = snap.to_dict() if snap is not None and snap.exists else {}
+            race.append(d.RaceMember(name, resource, doc.get("state"), doc.get("created_at")))
+        surplus_possible = sum(1 for m in race if m.state == Qr.ACTIVE) > count
+        other_jobs_pending = self.jobs_pending(job_ids) if surplus_possible else False
+        decision = d.decide_losers(race, self.fleet, count, other_jobs_pending, classified)
+        self.report.waiting += decision.waiting
+        deletes = list(decision.deletes)
+        for m in decision.surplus:
+            tpu_id = tpu_ids[m.name]
+            # Absent or idle only: a TPU the scheduler assigned meanwhile stays.
+            if self.mark_deleting(tpu_id, lambda doc: doc is None or doc.get("state") == TpuState.idle,
+                                  "surplus: its race was already won",
+                                  {"fleet": self.fleet.name, "queued_resource": m.name, "request_id": request_id}):
+                deletes.append(d.Delete(m.resource, m.name, force=True, reason="surplus racer: race already won"))
+        return deletes
+
+    def on_fleet_event(self, event: FleetEvent) -> None:
+        claimer = self.claimer_docs(request_id=event.request_id) if event.request_id else []
+        names = d.race_names(event.queued_resource, event.request_id, claimer)
+        self.settle(self.read_all(list(names)), {n: r for n, r in names.items() if r},
+                    d.classified_failures(claimer))
+
+    # ------------------------------------------------------------ ticks
+    def sweep(self, tpus: list[d.TpuDoc]) -> None:
+        """Exact GETs of every live queued resource Firestore knows for the fleet (no list call)."""
+        request_of: dict[str, str] = {}
+        docs = self.claimer_docs(live=True)
+        for doc in docs:
+            if doc.get("name"):
+                request_of[doc["name"]] = doc.get("request_id") or ""
+        tpu_resource = {t.id: t.queued_resource or t.name for t in tpus if t.state != TpuState.gone}
+        observed = self.read_all([*request_of, *filter(None, tpu_resource.values())])
+        self.settle(observed, request_of, d.classified_failures(docs))
+        self.finish_deletes(tpus, tpu_resource, observed)
+
+    def finish_deletes(self, tpus: list[d.TpuDoc], tpu_resource: dict[str, str | None], observed: dict) -> None:
+        """TPUs marked deleting: gone once NOT_FOUND; the delete is sent again if it did not take."""
+        decision = d.decide_finish_deletes(tpus, tpu_resource, observed, self.ctx.now())
+        for tpu_id in decision.gone:
+            self.mark_gone(tpu_id, "deleted by the janitor")
+        self.delete(decision.resend)
+
+    def reap_idle(self, tpus: list[d.TpuDoc]) -> None:
+        now, paused = self.ctx.now(), self.paused
+        reason = "idle while the fleet is paused" if paused else None
+        for t in d.decide_idle(tpus, self.fleet, now, paused):
+            marked = self.mark_deleting(
+                t.id, lambda doc: doc is not None and d.idle_expired(d.TpuDoc.from_doc(doc, t.id), self.fleet,
+                                                                     self.ctx.now(), paused),
+                reason or f"idle longer than {self.fleet.idle_timeout_for(t.entry_id)} s")
+            if not marked:
+                continue
+            name = t.queued_resource or t.name
+            resource = self.api.read(name) if name else None
+            if resource is None:
+                self.mark_gone(t.id, "not found when the janitor deleted it")
+                continue
+            if not is_ours(resource, self.fleet):
+                self.mark_gone(t.id, "no longer carries this fleet's owner marks: left alone, not deleted")
+                continue
+            self.delete([d.Delete(resource, name, force=True, reason="idle timeout")])
+
+    def list_fleet_zones(self) -> tuple[list[Any], bool]:
+        """Every queued resource and node in the fleet's zones; False when a zone could not be listed."""
+        listed: list[Any] = []
+        complete = True
+        for zone in dict.fromkeys(z for entry in self.fleet.tpus for z in entry.zones):
+            try:
+                listed += self.api.list_zone(zone)
+            except TpuqError as e:
+                complete = False
+                log.warning("cannot list %s (%s); the next pass tries again", zone, e)
+        return listed, complete
+
+    def drain(self, control: FleetControl, tpus: list[d.TpuDoc]) -> None:
+        """`tpuq fleet drain --now`: delete every owned queued resource and node of the fleet's zones, then list
+        again; the drain is recorded done once a list shows nothing owned left but what is DELETING. Idempotent:
+        a redelivered tick lists again, and a delete of what is gone is 'already gone'."""
+        assert control.drain_id
+        for t in tpus:  # the scheduler must not hand out what is about to go
+            if t.state in (TpuState.idle, TpuState.busy):
+                self.mark_deleting(t.id, lambda doc: doc is not None and doc.get("state") in
+                                   (TpuState.idle, TpuState.busy), "drain: tpuq fleet drain --now")
+        listed, complete = self.list_fleet_zones()
+        decision = d.decide_drain(listed, self.fleet)
+        before = len(self.report.deleted)
+        self.delete(decision.deletes)
+        if decision.deletes:
+            listed, complete = self.list_fleet_zones()
+            decision = d.decide_drain(listed, self.fleet)
+        deleted = [o.name for o in self.report.deleted[before:] if o.result == ACCEPTED]
+        if decision.waiting:
+            log.info("drain %s: waiting for %s to leave PROVISIONING", control.drain_id, decision.waiting)
+        record_drain_progress(self.db, self.fleet.name, control.drain_id, deleted,
+                              complete and decision.done, self.ctx.now())
+
+    def scan_orphans(self, interval_seconds: float) -> bool:
+        """At most once per `interval_seconds` per fleet (a conditional write on janitor/{fleet} elects one
+        tick handler): list every zone of the fleet, delete owned resources Firestore does not know."""
+        now = self.ctx.now()
+        ref = self.db.collection(JANITOR).document(self.fleet.name)
+        snap = ref.get()
+        doc = snap.to_dict() if snap.exists else {}
+        if not d.orphan_scan_due(doc.get("orphan_scan_at"), now, interval_seconds):
+            return False
+        election = guarded.WriteSet().update(snap, {"orphan_scan_at": now} if snap.exists else
+                                             {"fleet": self.fleet.name, "orphan_scan_at": now, "orphan_first_seen": []})
+        if not guarded.commit_if_unchanged(self.db, election):
+            return False  # another tick handler is scanning
+        listed, _ = self.list_fleet_zones()
+        known = self.known_among(listed)
+        first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
+        decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
+        self.delete(decision.deletes)
+        ref.update({"orphan_first_seen": [{"name": n, "seen": s} for n, s in decision.first_seen.items()]})
+        return True
+
+
+# ------------------------------------------------------------------ handlers
+
+
+def _adapter(ctx: Context, fleet: FleetFile) -> DeleteAdapter:
+    return DeleteAdapter(ctx.clients.tpu, fleet)
+
+
+def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_adapter):
+    scan_every = orphan_scan_seconds
+    if scan_every is None:
+        scan_every = float(os.environ.get(ENV_ORPHAN_SCAN_SECONDS, DEFAULT_ORPHAN_SCAN_SECONDS))
+
+    def janitor_for(ctx: Context, fleet: FleetFile) -> Janitor:
+        return Janitor(ctx, fleet, adapter_factory(ctx, fleet))
+
+    def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
+        if event.kind in (FleetEventKind.gone, FleetEventKind.node_health) or not event.queued_resource:
+            # Nothing left to delete, a node's health (the scheduler's and the executor's business), or a node
+            # tpuq did not create (`existing:`): never deleted.
+            return
+        fleet = load_fleet(ctx.clients.firestore, event.fleet)
+        janitor_for(ctx, fleet).on_fleet_event(event)
+
+    def on_tick(tick: Tick, ctx: Context) -> None:
+        fleets = Isolated("janitor tick", log)  # one fleet's trouble never stops the others' pass
+        for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
+            with fleets.part(f"fleet {snap.id}"):
+                fleet = fleet_of(snap)
+                janitor = janitor_for(ctx, fleet)
+                control = load_control(ctx.clients.firestore, fleet.name)
+                tpus = janitor.tpu_docs(live_only=True)
+                if control.drain_pending:
+                    janitor.drain(control, tpus)
+                    tpus = janitor.tpu_docs(live_only=True)
+                janitor.sweep(tpus)
+                janitor.paused = control.paused
+                janitor.reap_idle(tpus)
+                janitor.scan_orphans(scan_every)
+        fleets.raise_if_any()
+
+    def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
+        if not d.attempt_end_to_judge(event):
+            return
+        snap = ctx.clients.firestore.collection(store.TPUS).document(short_node_name(event.node)).get()
+        doc = snap.to_dict() if snap.exists else {}
+        if not doc.get("fleet"):
+            return  # not a TPU tpuq recorded: nothing of ours to judge
+        fleet = load_fleet(ctx.clients.firestore, doc["fleet"])
+        janitor = janitor_for(ctx, fleet)
+        names = [n for n in (doc.get("queued_resource"), event.node) if n]
+        # A preempted slice's queued resource is SUSPENDED: the janitor's own to delete, here and now.
+        janitor.settle(janitor.read_all(names), {}, set())
+
+    return {"/push/fleet-events": on_fleet_event, "/push/ticks": on_tick, "/push/attempt-events": on_attempt_event}
+
+
+def build_service(**kwargs) -> Service:
+    return Service(name="janitor", handlers=make_handlers(**kwargs))

@@ -1,0 +1,275 @@
+"""The scheduler service: shell (Firestore, Pub/Sub). Thin handlers from topics to the pure core.
+
+Each handler decodes (the adapter did), loads the few documents it needs,
+asks a pure function in `lifecycle` / `decide` what to do, commits
+with preconditions and publishes. Every handler is idempotent: a redelivered
+message, or an event for an attempt that is no longer current, writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tpuq.contracts import store
+from tpuq.contracts.documents import ExecutionEnd, JobDoc, JobState, TpuState, execution_doc_id, short_node_name
+from tpuq.contracts.errors import Permanent, Retryable
+from tpuq.contracts.fleet import FleetFile, RetryBudgets
+from tpuq.runtime.guarded import WriteSet, read_decide_commit
+from tpuq.runtime.isolation import Isolated
+from tpuq.contracts.jobspec import PublishedJob, PublishedJobFile
+from tpuq.contracts.messages import (
+    AssignmentAction,
+    AttemptEvent,
+    AttemptEventKind,
+    CancelRequest,
+    FleetEvent,
+    FleetEventKind,
+    Tick,
+)
+from tpuq.scheduler import capacity, intake, lifecycle
+from tpuq.scheduler.gcs_submit import on_object_finalized
+from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
+from tpuq.scheduler.scheduling import (
+    active_slices_not_recorded,
+    ended_attempts_not_applied,
+    follow_up_unstarted_assignments,
+    lost_slices_in_service,
+    note_request_failure,
+    release_request,
+    scheduling_pass,
+)
+from tpuq.runtime.service import Context, Service
+
+log = logging.getLogger("tpuq.scheduler")
+
+
+def _budgets(fleet: FleetFile | None) -> RetryBudgets:
+    return fleet.retry if fleet else RetryBudgets()
+
+
+def _jobs(ctx: Context):
+    return ctx.clients.firestore.collection(store.JOBS)
+
+
+def _tpus(ctx: Context):
+    return ctx.clients.firestore.collection(store.TPUS)
+
+
+# -------------------------------------------------------------------- jobs
+
+
+def on_job(submission: PublishedJob | PublishedJobFile, ctx: Context) -> None:
+    source = ctx.attributes.get("source", "pubsub")
+    fleet = fleet_in_force(ctx)
+    if isinstance(submission, PublishedJobFile):
+        submit_jobs(ctx, intake.file_jobs(submission, ctx.message_id), source, fleet, from_file=True)
+    else:
+        submit_jobs(ctx, [submission], source, fleet)
+
+
+# ------------------------------------------------------------ fleet events
+
+
+def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
+    fleet = fleet_in_force(ctx)
+    if event.kind is FleetEventKind.active:
+        if not event.node:
+            raise Permanent("an ACTIVE fleet event must name its node", field="node")
+        _record_active(event, fleet, ctx)
+        if event.request_id:
+            release_request(ctx, event.request_id)
+            # The request is served: close it at the claimer too, so that when this slice is later
+            # deleted as idle (or preempted) the claimer does not ask for it again. Demand that
+            # remains comes back as a new request from a later pass.
+            ctx.publish("capacity", capacity.withdrawal(event.request_id, event.fleet, ctx.now()))
+        scheduling_pass(ctx, fleet)
+    elif event.kind is FleetEventKind.node_health:
+        if event.node and _record_health(event, ctx):
+            scheduling_pass(ctx, fleet)  # an idle TPU healthy again may take a waiting job
+    elif lifecycle.node_is_lost(event):
+        if _record_node_lost(event, fleet, ctx):
+            scheduling_pass(ctx, fleet)
+    elif (reason := lifecycle.request_failure_reason(event)) is not None:
+        note_request_failure(ctx, event.request_id, reason)
+    # PROVISIONING / WAITING_FOR_RESOURCES change nothing here.
+
+
+def _record_active(event: FleetEvent, fleet, ctx: Context) -> None:
+    ref = _tpus(ctx).document(short_node_name(event.node))
+
+    def decide(tpu):
+        return WriteSet().update(tpu, lifecycle.tpu_on_active(tpu.to_dict(), event, fleet, ctx.now())), None
+
+    read_decide_commit(ctx.clients.firestore, [ref], decide)
+
+
+def _record_health(event: FleetEvent, ctx: Context) -> bool:
+    """tpus/{node}.node_health; True when an idle TPU's record changed (a pass may now use it)."""
+    ref = _tpus(ctx).document(short_node_name(event.node))
+
+    def decide(tpu):
+        doc = tpu.to_dict()
+        fields = lifecycle.tpu_on_health(doc, event, ctx.now())
+        return WriteSet().update(tpu, fields), bool(fields) and (doc or {}).get("state") == TpuState.idle
+
+    return read_decide_commit(ctx.clients.firestore, [ref], decide)
+
+
+def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
+    """TPU -> gone; an attempt on it counts as preempted (once). True if a job went back to pending."""
+    db = ctx.clients.firestore
+    tpu_ref = _tpus(ctx).document(short_node_name(event.node))
+    for _ in range(3):
+        holder = (tpu_ref.get().to_dict() or {}).get("job_id")
+        refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else [])
+        recorded = _recorded_end(db, holder, ctx) if holder else {}
+
+        def decide(tpu_snap, job_snap=None, holder=holder, recorded=recorded):
+            job = job_snap.to_dict() if job_snap else None
+            lost = lifecycle.node_lost(tpu_snap.to_dict(), holder, job, event, _budgets(fleet), ctx.now(), ctx.rng,
+                                       recorded)
+            writes = WriteSet().update(tpu_snap, lost.tpu)
+            if lost.end:
+                attempt = JobDoc.from_doc(job, job_snap.id).attempt
+                attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(attempt))
+                writes.update(job_snap, lost.end.job).merge(attempt_ref, lost.end.attempt)
+            return writes, lost
+
+        lost = read_decide_commit(db, refs, decide)
+        if not lost.job_moved:
+            return bool(lost.end and lost.end.job and _requeued(lost.end.job))
+    raise Retryable(f"TPU {event.node} keeps changing hands")
+
+
+def _recorded_end(db, job_id: str, ctx: Context) -> dict[int, ExecutionEnd]:
+    """The end the executor recorded for the job's current attempt, if any, by attempt number (an end once recorded
+    never changes: read outside the guarded commit, and used only if the job is still on that attempt)."""
+    stored = _jobs(ctx).document(job_id).get().to_dict()
+    attempt = JobDoc.from_doc(stored, job_id).attempt if stored else None
+    if not attempt:
+        return {}
+    record = db.collection(store.EXECUTIONS).document(execution_doc_id(job_id, attempt)).get()
+    end = ExecutionEnd.from_doc(record.to_dict())
+    return {attempt: end} if end is not None else {}
+
+
+def _requeued(job_fields: dict) -> bool:
+    """The job's writes send it back to the queue."""
+    return job_fields.get(JobDoc.field("state")) == JobState.pending
+
+
+# ---------------------------------------------------------- attempt events
+
+
+def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
+    db = ctx.clients.firestore
+    job_ref = _jobs(ctx).document(event.job_id)
+    attempt_ref = job_ref.collection(store.ATTEMPTS).document(str(event.attempt))
+    if event.kind is AttemptEventKind.started:
+
+        def decide_started(job):
+            job_fields, attempt_fields = lifecycle.attempt_started(job.to_dict(), event.attempt, ctx.now())
+            return WriteSet().update(job, job_fields).merge(attempt_ref, attempt_fields), None
+
+        read_decide_commit(db, [job_ref], decide_started)
+        return
+
+    if event.outcome is None:
+        raise Permanent("an ended attempt event needs an outcome", field="outcome")
+    fleet = fleet_in_force(ctx)
+    tpu_ref = _tpus(ctx).document(short_node_name(event.node))
+
+    def decide_ended(job, tpu):
+        now = ctx.now()
+        end = lifecycle.attempt_ended(job.to_dict(), event.attempt, event.outcome, event.detail, _budgets(fleet), now,
+                                      ctx.rng)
+        suspect = lifecycle.suspect_reason(event.attempt_id, event.outcome)
+        freed = lifecycle.tpu_freed(tpu.to_dict(), event.attempt_id, now, suspect)
+        writes = WriteSet().update(job, end.job).merge(attempt_ref, end.attempt).update(tpu, freed)
+        return writes, (end, freed)
+
+    end, freed = read_decide_commit(db, [job_ref, tpu_ref], decide_ended)
+    log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,
+             end.job[JobDoc.field("state")] if end.job else "unchanged", "freed" if freed else "unchanged")
+    if freed or (end.job and _requeued(end.job)):
+        scheduling_pass(ctx, fleet)
+
+
+# ------------------------------------------------------------------ cancel
+
+
+def on_cancel(request: CancelRequest, ctx: Context) -> None:
+    db = ctx.clients.firestore
+    job_ref = _jobs(ctx).document(request.job_id)
+
+    def decide(job):
+        if not job.exists:
+            raise Permanent(f"no job {request.job_id!r} is stored", field="job_id")
+        decision = lifecycle.cancel(job.to_dict(), request.reason, ctx.now(), request.if_pending,
+                                    request.expected_attempt)
+        return WriteSet().update(job, decision.job), (decision, job.to_dict())
+
+    decision, job = read_decide_commit(db, [job_ref], decide)
+    fleet = fleet_in_force(ctx) if decision.withdraw_request_id else None
+    if decision.withdraw_request_id and fleet is not None:
+        ctx.publish("capacity", capacity.withdrawal(decision.withdraw_request_id, fleet.name, ctx.now()))
+    if decision.stop_attempt:
+        # Sent on every delivery: the executor stops an attempt id at most once, and a crash
+        # after the write above must not lose the stop.
+        ctx.publish("assignments", lifecycle.assignment_message(job, [], ctx.now(), AssignmentAction.cancel))
+
+
+# -------------------------------------------------------------------- tick
+
+
+def on_tick(tick: Tick, ctx: Context) -> None:
+    """Backstops, then a full pass; each part isolated, so one that fails never stops the others."""
+    parts = Isolated("scheduler tick", log)
+    fleet = fleet_in_force(ctx)  # read once a tick: the backstops' budgets and the pass
+    with parts.part("following up assignments not started"):
+        # Sent again, or (sent often enough, long enough ago) ended infra_failed: the pass below then retries
+        # the job and the janitor deletes its quarantined TPU.
+        follow_up_unstarted_assignments(ctx, _budgets(fleet))
+    slices: list[FleetEvent] = []
+    with parts.part("reading slices without a TPU record"):
+        slices = active_slices_not_recorded(ctx)
+    for slice_event in slices:
+        log.warning("tick: recording %s, whose ACTIVE event never arrived", slice_event.node)
+        with parts.part(f"recording {slice_event.node}"):
+            on_fleet_event(slice_event, ctx)
+    ended: list[AttemptEvent] = []
+    with parts.part("reading recorded attempt ends"):
+        ended = ended_attempts_not_applied(ctx)
+    for event in ended:
+        # The executor published this end, but the event never arrived (dead-lettered after an outage):
+        # apply the outcome it recorded, through the same handler, so the job and its TPU move on.
+        log.warning("tick: applying the recorded end of %s (%s)", event.attempt_id, event.outcome.value)
+        with parts.part(f"applying the end of {event.attempt_id}"):
+            on_attempt_event(event, ctx)
+    # After the recorded ends: an attempt that ended (say, succeeded) before its slice went counts as it ended,
+    # not as preempted by the slice's loss.
+    lost: list[FleetEvent] = []
+    with parts.part("reading TPUs in service whose slice is gone"):
+        lost = lost_slices_in_service(ctx)
+    for lost_event in lost:
+        log.warning("tick: %s is %s at the claimer, but its event never arrived", lost_event.node,
+                    lost_event.kind.value)
+        with parts.part(f"recording {lost_event.node} lost"):
+            on_fleet_event(lost_event, ctx)
+    with parts.part("the scheduling pass"):
+        scheduling_pass(ctx, fleet, full=True)
+    parts.raise_if_any()
+
+
+def build_service() -> Service:
+    return Service(
+        name="scheduler",
+        handlers={
+            "/push/jobs": on_job,
+            "/push/fleet-events": on_fleet_event,
+            "/push/attempt-events": on_attempt_event,
+            "/push/cancels": on_cancel,
+            "/push/ticks": on_tick,
+            "/push/gcs-submit": on_object_finalized,
+        },
+    )

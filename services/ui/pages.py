@@ -1,0 +1,250 @@
+"""Shell: what each page shows, read the way the CLI reads it, and the two changes the dashboard makes.
+
+The reads are the CLI's: `tpuq.operations.queries.list_jobs` and `tpuq.operations.fleetreport.annotate_waiting` (`tpuq list`),
+`tpuq.operations.jobreader.JobReader` and `tpuq.operations.jobwatch` (`tpuq watch`, `tpuq logs`),
+`tpuq.operations.fleetreport.all_fleet_views` (`tpuq fleet`), `tpuq.operations.deadletters` (`tpuq dead-letters`), `tpuq.ui.cost`.
+The changes are `tpuq cancel`'s and `tpuq set-priority`'s, from the client layer (`tpuq.operations.jobs`:
+`request_cancel`, `cancel_refusal`, `change_priority`); the dashboard imports no CLI module. The filtering and
+row shaping is pure (`job_rows`, `filter_jobs`) and tested without a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, tzinfo
+from typing import Any
+
+from tpuq.contracts.documents import TERMINAL_JOB_STATES, AttemptDoc, JobDoc, JobState
+from tpuq.contracts.errors import Permanent
+from tpuq.contracts.jobspec import Priority
+
+PRIORITIES = tuple(p.value for p in Priority)
+STATES = tuple(s.value for s in JobState)
+JOBS_READ = 200  # the newest jobs the Jobs page reads (then filters by priority and search)
+LOG_LINES_SHOWN = 2000  # a job page shows at most the last this many log lines
+
+
+# ------------------------------------------------------------------------------------------------ jobs (core)
+def filter_jobs(rows: list[Mapping[str, Any]], priority: str | None, search: str | None) -> list[Mapping[str, Any]]:
+    """The rows of one priority whose id or name contains `search` (case-insensitive); newest first as read."""
+    needle = (search or "").strip().lower()
+    out = []
+    for r in rows:
+        if priority and r.get("priority") != priority:
+            continue
+        name = str(((r.get("spec") or {}).get("name")) or "")
+        if needle and needle not in str(r.get("id") or "").lower() and needle not in name.lower():
+            continue
+        out.append(r)
+    return out
+
+
+def job_row(stored: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """One row of the Jobs page: id, name, state, priority, type, zone, age, reason."""
+    from tpuq.operations.jobs import shown_reason
+    from tpuq.operations.queries import age
+
+    try:
+        job = JobDoc.from_doc(stored)
+    except Permanent as e:  # one unreadable job is shown as stored, not the end of the page
+        return {"id": str(stored.get("id", "")), "name": "", "state": str(stored.get("state")), "priority": "",
+                "type": "", "zone": "", "age": "", "reason": str(e)}
+    reason = (f"waiting: {stored['waiting']}" if stored.get("waiting")
+              else (shown_reason(job) or job.blocked or ""))
+    return {"id": job.id, "name": (job.spec or {}).get("name") or "", "state": job.state.value,
+            "priority": job.priority or "", "type": ", ".join(job.spec_tpu), "zone": job.zone or "",
+            "age": age(job.submit_time, now), "reason": reason.strip().splitlines()[0] if reason.strip() else ""}
+
+
+def jobs_page(clients, now: datetime, tz: tzinfo, args: Mapping[str, str]) -> dict[str, Any]:
+    from tpuq.operations.fleetreport import annotate_waiting
+    from tpuq.operations.queries import list_jobs
+
+    state = args.get("state") or None
+    priority = args.get("priority") or None
+    search = args.get("q") or ""
+    filters = {"state": state if state in STATES else None, "priority": priority if priority in PRIORITIES else None,
+               "q": search}
+    rows = list_jobs(clients.firestore, limit=JOBS_READ, state=filters["state"])
+    rows = filter_jobs(rows, filters["priority"], search)
+    annotate_waiting(clients.firestore, rows, now, tz)
+    query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+    return {"rows": [job_row(r, now) for r in rows], "filters": filters, "states": STATES,
+            "priorities": PRIORITIES, "query": query}
+
+
+# ------------------------------------------------------------------------------------------------ one job
+def attempt_rows(stored_attempts: list[Mapping[str, Any]], tz: tzinfo, now: datetime) -> list[dict[str, Any]]:
+    """The attempts as a timeline: number, zone, TPU, outcome, when each was assigned, started and ended, how long
+    it ran, and a bar's offset and width (percent of the span from the first assignment to now or the last end)."""
+    from tpuq.contracts.documents import short_node_name
+    from tpuq.operations.fleetreport import local_time
+    from tpuq.operations.jobwatch import duration
+
+    views = [AttemptDoc.from_doc(doc) for doc in stored_attempts]
+    starts = [a.assigned_at or a.started_at for a in views if (a.assigned_at or a.started_at)]
+    ends = [a.ended_at or now for a in views]
+    begin, end = (min(starts), max(ends)) if starts else (now, now)
+    span = max((end - begin).total_seconds(), 1.0)
+    rows = []
+    for a in views:
+        first = a.assigned_at or a.started_at
+        last = a.ended_at or now
+        rows.append({
+            "attempt": a.attempt, "state": a.state.value, "zone": a.zone or "", "tpu": short_node_name(a.tpu) if a.tpu else "",
+            "outcome": a.outcome or "", "detail": (a.detail or "")[:500],
+            "assigned": local_time(a.assigned_at, tz, now) if a.assigned_at else "",
+            "started": local_time(a.started_at, tz, now) if a.started_at else "",
+            "ended": local_time(a.ended_at, tz, now) if a.ended_at else "",
+            "ran": duration((last - a.started_at).total_seconds()) if a.started_at else "",
+            "left": round(100 * (first - begin).total_seconds() / span, 1) if first else 0,
+            "width": max(round(100 * (last - first).total_seconds() / span, 1), 1) if first else 1,
+        })
+    return rows
+
+
+def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None) -> dict[str, Any] | None:
+    """The job, its attempts, its workers (`tpuq watch`'s rows) and its log lines (of one worker when given), or
+    None when no such job is stored."""
+    from tpuq.operations.jobreader import JobReader
+    from tpuq.operations.fleetreport import local_time
+    from tpuq.operations.jobwatch import duration, where
+    from tpuq.operations.queries import UnknownJob, attempts, get_job
+
+    try:
+        stored = get_job(clients.firestore, job_id)
+    except UnknownJob:
+        return None
+    lines: list[tuple[int, str]] = []
+    reader = JobReader(clients, job_id, tz, details=True, on_line=lambda w, line: lines.append((w, line)))
+    watch = reader.read(now)
+    reader.finish()
+    if watch is None:
+        return None
+    chosen = int(worker) if worker is not None and worker.isdigit() else None
+    shown = [(w, line) for w, line in lines if chosen is None or w == chosen]
+    job = JobDoc.from_doc(stored, job_id)
+    spec = job.spec or {}
+    workers = [{"worker": r.worker, "state": r.state, "exit_code": "" if r.exit_code is None else r.exit_code,
+                "signal": r.signal or "", "elapsed": duration(r.elapsed), "last_line": r.last_line}
+               for r in watch.workers]
+    times = {label: local_time(when, tz, now) for label, when in
+             (("submitted", job.submit_time), ("started", job.started_at), ("finished", job.finished_at))
+             if isinstance(when, datetime)}
+    return {
+        "job": {"id": job.id, "name": spec.get("name") or "", "state": job.state.value, "priority": job.priority or "",
+                "owner": job.owner or "", "type": ", ".join(job.spec_tpu), "command": spec.get("command") or "",
+                "zone": job.zone or "", "reason": job.reason or "", "blocked": job.blocked or "",
+                "terminal": job.state in TERMINAL_JOB_STATES, "pending": job.state is JobState.pending,
+                "times": times, "where": where(watch), "waiting": list(watch.waiting),
+                "elapsed": duration(watch.elapsed), "exit_code": watch.exit_code},
+        "attempts": attempt_rows(attempts(clients.firestore, job_id), tz, now),
+        "workers": workers,
+        "worker_ids": sorted({w for w, _ in lines} | {r["worker"] for r in workers}),
+        "worker": chosen,
+        "log_lines": shown[-LOG_LINES_SHOWN:],
+        "log_lines_cut": max(0, len(shown) - LOG_LINES_SHOWN),
+        "priorities": PRIORITIES,
+    }
+
+
+def cancel_refusal_of(job: Mapping[str, Any], user: str | None) -> str | None:
+    """What the confirmation says before cancelling someone else's job (`tpuq cancel`'s rule)."""
+    from tpuq.operations.jobs import cancel_refusal
+
+    return cancel_refusal(job["id"], job.get("owner") or None, user or "", force=False)
+
+
+def cancel(clients, job_id: str, user: str, force: bool) -> tuple[str, bool]:
+    """`tpuq cancel JOB` as `user` (with `--force` when asked): (what happened, whether it was asked)."""
+    from tpuq.operations.jobs import cancel_refusal, request_cancel
+    from tpuq.operations.queries import UnknownJob, get_job
+
+    try:
+        stored = get_job(clients.firestore, job_id)
+    except UnknownJob as e:
+        return str(e), False
+    state = stored.get("state")
+    if state in TERMINAL_JOB_STATES:
+        return f"{job_id} already ended: {state}", False
+    refusal = cancel_refusal(job_id, stored.get(JobDoc.field("owner")), user, force)
+    if refusal:
+        return refusal.split(": tpuq cancel")[0] + ": tick 'cancel it anyway' on the confirmation to cancel it", False
+    request_cancel(clients, job_id, "cancelled by user (dashboard)", user)
+    return f"cancel requested for {job_id} (state was {state})", True
+
+
+def set_priority(clients, job_id: str, priority: str, now: datetime) -> tuple[str, bool]:
+    """`tpuq set-priority JOB P`: (what happened, whether it changed)."""
+    from tpuq.operations.jobs import change_priority
+
+    if priority not in PRIORITIES:
+        return f"priority: {priority!r} is not one of {', '.join(PRIORITIES)}", False
+    result, job = change_priority(clients, job_id, Priority(priority), now)
+    if result == "unknown":
+        return f"no job {job_id!r}", False
+    if result == "conflict":
+        return (f"{job_id} is {job.get('state')}: set-priority changes only a pending job (its priority stays "
+                f"{job.get('priority')})"), False
+    if result == "same":
+        return f"{job_id} already has priority {priority}", True
+    return f"{job_id}: priority {priority} (was {job.get('priority')}); the scheduler re-plans now", True
+
+
+# ------------------------------------------------------------------------------------------------ fleet
+class CachedPrechecks:
+    """`fleet_view`'s pre-check reader over a `tpuq.capacity.cloudchecks.PrecheckCache`: a page polled every few seconds
+    asks the Cloud Quotas and Billing APIs at most once per the cache's TTL."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def read(self, fleet, now):
+        return self.cache.get(fleet, now)
+
+    @classmethod
+    def of(cls, clients) -> "CachedPrechecks | None":
+        """For these clients' backend; None where there is nothing to read (emulators without those APIs)."""
+        from tpuq.capacity.cloudchecks import cache_from_settings
+
+        cache = cache_from_settings(clients.settings)
+        return cls(cache) if cache else None
+
+
+def fleet_page(clients, now: datetime, tz: tzinfo, prechecks: CachedPrechecks | None) -> list[dict[str, Any]]:
+    """`tpuq fleet`'s view of every stored fleet, with the pre-checks (quota and its source, billing) when
+    `prechecks` can read them."""
+    from tpuq.contracts import store
+    from tpuq.operations.fleetreport import entry_line, fleet_view
+
+    views = []
+    for snap in clients.firestore.collection(store.FLEETS).stream():
+        try:
+            view = fleet_view(clients.firestore, snap.id, now, tz, prechecks)
+        except ValueError:
+            continue  # a stored fleet file that no longer validates: `tpuq fleet` says why
+        view["entry_lines"] = [entry_line(e) for e in view["entries"]]
+        details = list(view.get("blocked_details") or [])
+        view["blocks"] = [(reason, details[i] if i < len(details) else "") for i, reason in enumerate(view["blocked"])]
+        views.append(view)
+    return views
+
+
+# ------------------------------------------------------------------------------------------------ dead letters
+def dead_letters_page(clients, tz: tzinfo, args: Mapping[str, str]) -> dict[str, Any]:
+    from tpuq.operations import deadletters
+    from tpuq.contracts import topology
+
+    topics = [t.name for t in topology.TOPICS]
+    topic = args.get("topic") if args.get("topic") in topics else None
+    records, problem = deadletters.read_merged(clients, topic, 200)  # and what Pub/Sub dead-lettered
+    return {"rows": [deadletters.row(r, tz) for r in records], "topics": topics, "topic": topic, "problem": problem}
+
+
+# ------------------------------------------------------------------------------------------------ cost
+def cost_page(clients, now: datetime, args: Mapping[str, str]) -> dict[str, Any]:
+    from tpuq.ui.cost import CAUSES, chart_data, read_cost, totals
+
+    days = int(args["days"]) if str(args.get("days", "")).isdigit() and 0 < int(args["days"]) <= 90 else 14
+    rows = read_cost(clients.firestore, now, days)
+    return {"rows": rows, "totals": totals(rows), "chart": chart_data(rows), "causes": CAUSES, "days": days}

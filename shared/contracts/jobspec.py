@@ -1,0 +1,383 @@
+"""The job a user submits: `job.yaml` entries and the `jobs` topic message.
+
+`JobSpec` is the single definition of a job. The CLI reads it from job.yaml
+(where `bundle` is a local directory), uploads the bundle and publishes a
+`JobSpec` whose `bundle` is a gs:// URI. A job published with gcloud uses the
+same schema directly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import Enum
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StrictBool,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from tpuq.contracts.tputypes import UnknownAcceleratorType, parse_accelerator_type, zone_region
+
+# Variables the runner sets on every worker; a job may not override them.
+RUNNER_ENV = frozenset(
+    {
+        "JOB_ID",
+        "ATTEMPT_ID",
+        "TPU_WORKER_HOST",
+        "TPU_WORKER_ID",
+        "TPU_WORKER_COUNT",
+        "TPU_WORKER_HOSTNAMES",
+        "JOB_DIR",
+        "JOB_BUCKET",
+        "ATTEMPT_GCS_DIR",
+        "CHECKPOINT_GCS_DIR",
+    }
+)
+RESERVED_ENV_PREFIX = "TPUQ_"
+# `tpu: any` (tpu-runner's): any TPU type the fleet offers. Stored as the one-element list ["any"].
+ANY_TPU = "any"
+
+JOB_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CACHE_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_BUCKET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]$")
+# A region at the end of a bucket name: my-data-us-central2, logs_europe-west4.
+_REGION_SUFFIX_RE = re.compile(
+    r"(?:^|[-_.])((?:us|europe|asia|australia|northamerica|southamerica|me|africa)-[a-z]+\d+)$"
+)
+_REGION_RE = re.compile(r"^[a-z]+-[a-z]+\d+$")
+
+# Size limits. Firestore stores at most 1 MiB per document and refuses a larger write with INVALID_ARGUMENT, on
+# every retry (production-facts.md, "Firestore document size"): a job over it would be redelivered until Pub/Sub
+# dead-letters it, with no reason given. The spec is stored whole in jobs/{id} (beside the scheduler's fields, a
+# few KiB at most: reasons, the blocked sentence, times, counters) and again inside the assignment that
+# executions/{job}:{n} keeps (beside one endpoint per worker), so it is held to a quarter of the limit: its two
+# free-text fields by their own limits, every other field by the limit on the whole.
+MAX_COMMAND_BYTES = 64 * 1024  # UTF-8
+MAX_ENV_BYTES = 64 * 1024  # every name and value together, UTF-8
+MAX_ENV_VALUE_BYTES = 32 * 1024
+MAX_SPEC_BYTES = 256 * 1024  # the whole spec as JSON, as it travels on the jobs topic
+
+
+class Priority(str, Enum):
+    low = "low"
+    normal = "normal"
+    high = "high"
+
+    @property
+    def rank(self) -> int:
+        """Higher runs first."""
+        return {"low": 0, "normal": 1, "high": 2}[self.value]
+
+
+class StrictModel(BaseModel):
+    """Base for every user-facing model: unknown fields are an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def split_gs_uri(uri: str) -> tuple[str, str]:
+    """`gs://b/a/b.tgz` -> ("b", "a/b.tgz"). Raises ValueError with a reason."""
+    if not isinstance(uri, str) or not uri.startswith("gs://"):
+        raise ValueError(f"{uri!r} is not a gs:// URI")
+    bucket, _, path = uri[len("gs://") :].partition("/")
+    if not _BUCKET_NAME_RE.match(bucket):
+        raise ValueError(f"{uri!r} does not name a valid bucket")
+    return bucket, path
+
+
+class BucketRef(StrictModel):
+    """One of a job's buckets. `region` is inferred from a name ending in a region."""
+
+    uri: str
+    region: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"uri": value}
+        return value
+
+    @field_validator("uri")
+    @classmethod
+    def _bucket_uri(cls, uri: str) -> str:
+        bucket, path = split_gs_uri(uri)
+        if path.strip("/"):
+            raise ValueError(f"{uri!r} must be a bucket URI like gs://my-bucket, without a path")
+        return f"gs://{bucket}"
+
+    @model_validator(mode="after")
+    def _infer_region(self) -> "BucketRef":
+        if self.region is None:
+            m = _REGION_SUFFIX_RE.search(self.name)
+            if m:
+                object.__setattr__(self, "region", m.group(1))
+        elif not _REGION_RE.match(self.region):
+            raise ValueError(f"region {self.region!r} is not a region name like us-central2")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.uri[len("gs://") :]
+
+
+class CacheSpec(StrictModel):
+    key: str
+    path: str
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, key: str) -> str:
+        if not _CACHE_KEY_RE.match(key):
+            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return key
+
+    @field_validator("path")
+    @classmethod
+    def _relative_path(cls, path: str) -> str:
+        if not path or path.startswith("/") or path.startswith("~"):
+            raise ValueError(f"{path!r} must be a relative path inside the job directory")
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise ValueError(f"{path!r} must not contain '..'")
+        if not parts:
+            raise ValueError(f"{path!r} must name a directory inside the job directory")
+        return "/".join(parts)
+
+
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class JobSpec(StrictModel):
+    """One job. Field names follow tpu-runner's job.yaml; the rest are tpuq additions."""
+
+    id: str | None = Field(default=None, description="Job id; generated when absent")
+    name: str | None = Field(default=None, max_length=200, description="Free-form label")
+    tpu: Annotated[list[str], BeforeValidator(_as_list)] = Field(
+        min_length=1, description="One TPU type or a list of compatible types to race"
+    )
+    buckets: list[BucketRef] = Field(
+        default_factory=list, description="At most one bucket per region; the winner is JOB_BUCKET"
+    )
+    bundle: str | None = Field(
+        default=None,
+        description="In job.yaml: a directory relative to the file. On the topic: a gs:// URI or none",
+    )
+    priority: Priority = Priority.normal
+    caches: list[CacheSpec] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    command: str = Field(min_length=1)
+    zone: str | None = None
+    tpu_name: str | None = None
+    max_preemptions: int | None = Field(default=None, ge=0, le=1000)
+    max_infra_retries: int | None = Field(default=None, ge=0, le=100)
+    retry_on_infrastructure_failure: StrictBool = Field(
+        default=True, description="tpu-runner's: false makes a preemption or infrastructure failure end the job"
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str | None) -> str | None:
+        if value is not None and not JOB_ID_RE.match(value):
+            raise ValueError("must be 1-63 lowercase letters, digits or '-', starting with a letter or digit")
+        return value
+
+    @field_validator("tpu")
+    @classmethod
+    def _tpu_types(cls, types: list[str]) -> list[str]:
+        if any(isinstance(t, str) and t.strip().lower() == ANY_TPU for t in types):
+            if len(types) > 1:
+                raise ValueError(f"{ANY_TPU!r} means every type the fleet offers: give it alone, not in a list")
+            return [ANY_TPU]
+        out: list[str] = []
+        for t in types:
+            try:
+                name = parse_accelerator_type(t).name
+            except UnknownAcceleratorType as e:
+                raise ValueError(str(e)) from None
+            if name not in out:
+                out.append(name)
+        return out
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: str) -> str:
+        if not command.strip():
+            raise ValueError("must not be empty")
+        size = _utf8_bytes(command)
+        if size > MAX_COMMAND_BYTES:
+            raise ValueError(f"is {size:,} bytes; a command may hold at most {MAX_COMMAND_BYTES:,} (the job is stored "
+                             "in one Firestore document, at most 1 MiB): put a longer script in the bundle and run it")
+        return command
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not _ENV_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+            if name in RUNNER_ENV:
+                raise ValueError(f"{name!r} is reserved: the runner sets it")
+            if name.startswith(RESERVED_ENV_PREFIX):
+                raise ValueError(f"{name!r} is reserved: names starting with {RESERVED_ENV_PREFIX} belong to tpuq")
+        stored_in_one_document = ("(the job is stored in one Firestore document, at most 1 MiB): put large values "
+                                  "in the bundle or a bucket and pass their path")
+        for name, value in env.items():
+            size = _utf8_bytes(value)
+            if size > MAX_ENV_VALUE_BYTES:
+                raise ValueError(f"the value of {name!r} is {size:,} bytes; a value may hold at most "
+                                 f"{MAX_ENV_VALUE_BYTES:,} {stored_in_one_document}")
+        total = sum(_utf8_bytes(name) + _utf8_bytes(value) for name, value in env.items())
+        if total > MAX_ENV_BYTES:
+            raise ValueError(f"names and values are {total:,} bytes together; env may hold at most {MAX_ENV_BYTES:,} "
+                             f"{stored_in_one_document}")
+        return env
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, zone: str | None) -> str | None:
+        if zone is not None:
+            zone_region(zone)
+        return zone
+
+    @field_validator("caches")
+    @classmethod
+    def _unique_cache_keys(cls, caches: list[CacheSpec]) -> list[CacheSpec]:
+        keys = [c.key for c in caches]
+        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise ValueError(f"cache key {dupes[0]!r} is declared twice")
+        return caches
+
+    @model_validator(mode="after")
+    def _retry_choice(self) -> "JobSpec":
+        if not self.retry_on_infrastructure_failure:
+            given = [f for f in ("max_preemptions", "max_infra_retries") if (getattr(self, f) or 0) > 0]
+            if given:
+                raise ValueError(f"retry_on_infrastructure_failure: false retries nothing, so {given[0]} cannot "
+                                 "grant retries; drop one of the two")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_one_document(self) -> "JobSpec":
+        """Every other field is free in size too (buckets, caches, bundle, tpu_name): the whole spec is bounded."""
+        total = len(self.model_dump_json(exclude_none=True).encode())
+        if total > MAX_SPEC_BYTES:
+            sizes = {name: len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+                     for name, value in self.model_dump(mode="json", exclude_none=True).items()}
+            largest = max(sizes, key=sizes.__getitem__)
+            raise ValueError(f"{largest}: the job is {total:,} bytes as JSON ({largest}: {sizes[largest]:,}); a job "
+                             f"may hold at most {MAX_SPEC_BYTES:,} (it is stored in one Firestore document, at most "
+                             "1 MiB)")
+        return self
+
+    @property
+    def any_tpu(self) -> bool:
+        return self.tpu == [ANY_TPU]
+
+    @model_validator(mode="after")
+    def _one_bucket_per_region(self) -> "JobSpec":
+        seen: dict[str, str] = {}
+        for b in self.buckets:
+            if b.region is None:
+                if len(self.buckets) > 1:
+                    raise ValueError(
+                        f"buckets: cannot tell the region of {b.uri}; write it as "
+                        f"{{uri: {b.uri}, region: REGION}} or end the bucket name with the region"
+                    )
+                continue
+            if b.region in seen:
+                raise ValueError(
+                    f"buckets: {seen[b.region]} and {b.uri} are both in region {b.region}; list one bucket per region"
+                )
+            seen[b.region] = b.uri
+        if self.zone and self.regions and zone_region(self.zone) not in self.regions:
+            raise ValueError(f"zone: {self.zone} is not in a region of the job's buckets {sorted(self.regions)}")
+        return self
+
+    @property
+    def regions(self) -> set[str]:
+        """Regions the job may run in; empty means anywhere."""
+        return {b.region for b in self.buckets if b.region}
+
+    def bucket_for_region(self, region: str) -> str | None:
+        for b in self.buckets:
+            if b.region == region:
+                return b.uri
+        if len(self.buckets) == 1 and self.buckets[0].region is None:
+            return self.buckets[0].uri
+        return None
+
+
+class PublishedJob(JobSpec):
+    """A job on the `jobs` topic: the bundle, if any, is already in a bucket."""
+
+    @field_validator("bundle")
+    @classmethod
+    def _bundle_uri(cls, bundle: str | None) -> str | None:
+        if bundle is not None:
+            if not bundle.startswith("gs://"):
+                raise ValueError(f"{bundle!r}: on the jobs topic a bundle is a gs:// URI of a .tar.gz already in a "
+                                 "bucket; `tpuq submit job.yaml` bundles and uploads a local directory")
+            _, path = split_gs_uri(bundle)
+            if not path or path.endswith("/"):
+                raise ValueError(f"{bundle!r} must name an object, e.g. gs://bucket/bundles/x.tar.gz")
+        return bundle
+
+
+def _refuse_duplicate_ids(jobs) -> None:
+    """A file's job ids are its jobs' names in the queue: one may not be given twice."""
+    ids = [j.id for j in jobs if j.id]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ValueError(f"jobs: id {dupes[0]!r} is used twice")
+
+
+class JobFile(StrictModel):
+    """A job.yaml: `jobs: [...]`."""
+
+    jobs: list[JobSpec] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_job(cls, value: Any) -> Any:
+        # A file with one job at top level is accepted as a one-job list.
+        if isinstance(value, dict) and "jobs" not in value and "command" in value:
+            return {"jobs": [value]}
+        return value
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "JobFile":
+        _refuse_duplicate_ids(self.jobs)
+        return self
+
+
+class PublishedJobFile(StrictModel):
+    """A whole `jobs:` file published as one message (`gcloud pubsub topics publish jobs --message="$(cat f)"` of a
+    JSON file): every job in it is submitted. Bundles must already be gs:// URIs, as for one job."""
+
+    jobs: list[PublishedJob] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "PublishedJobFile":
+        _refuse_duplicate_ids(self.jobs)
+        return self
+
+
+def job_id_base(text: str) -> str:
+    """The readable part of a job id tpuq makes up (`tpuq submit`, an uploaded job file): lower-case letters, digits
+    and dashes, at most 40 characters; the callers append a random or derived hex suffix."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "job"
