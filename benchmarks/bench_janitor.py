@@ -33,8 +33,9 @@ from google.api_core.client_options import ClientOptions  # noqa: E402
 from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from google.cloud import firestore, tpu_v2  # noqa: E402
 
+from tests.helpers import push_envelope  # noqa: E402
 from tests.janitor.conftest import (  # noqa: E402
-    ACTIVE_AFTER, JANITOR, SCENARIO, THIRD_ZONE, WAIT_ZONE, WIN_ZONE, Stack, envelope, make_fleet)
+    ACTIVE_AFTER, JANITOR, SCENARIO, THIRD_ZONE, WAIT_ZONE, WIN_ZONE, Stack, make_fleet)
 from tpuq_dev.devstack.stack import DevStack  # noqa: E402
 from tpuq_dev.capacitymodel.clock import ManualClock  # noqa: E402
 from tpuq_dev.faketpu.control import FakeTpuControl  # noqa: E402
@@ -56,7 +57,7 @@ def one_run(server: FakeTpuServer, db, app) -> float:
     event = {"kind": "ACTIVE", "fleet": fleet.name, "queued_resource": winner, "request_id": "r1",
              "zone": WIN_ZONE, "type": "v4-8", "at": datetime.now(timezone.utc).isoformat()}
     start = time.perf_counter()
-    status = app.post("/push/fleet-events", json=envelope(event, uuid.uuid4().hex)).status_code
+    status = app.post("/push/fleet-events", json=push_envelope(event, uuid.uuid4().hex, "janitor")).status_code
     seconds = time.perf_counter() - start
     assert status == 204, status
     deleted = sorted(s.deleted_ids())

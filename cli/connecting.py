@@ -64,7 +64,7 @@ def resolve_project(option: str | None, env: dict[str, str], emulated: bool,
                     gcloud_project: Callable[[], str | None]) -> tuple[str, str]:
     """(project, where it came from): --project, else GOOGLE_CLOUD_PROJECT (or GCLOUD_PROJECT), else on the
     emulators tpuq-local, else `gcloud config get-value project` (asked only then). No project: CliError."""
-    from tpuq.runtime.clients import ENV_PROJECT
+    from tpuq.runtime.settings import ENV_PROJECT
 
     if option:
         return option, "--project"
@@ -128,10 +128,18 @@ def find_backend(check_credentials: bool = True) -> Backend:
     return backend
 
 
+def fleet_in_use() -> str | None:
+    """The fleet a command acts on when it names none: $TPUQ_FLEET, else (None) the only fleet stored."""
+    from tpuq.runtime.settings import ENV_FLEET
+
+    return os.environ.get(ENV_FLEET) or None
+
+
 def cli_clients():
     """Clients for the CLI: the environment's emulators, else a running dev stack's, else production (ADC).
     Says on one dim line on stderr where it talks to, when stderr is a terminal (`tpuq config` says it always)."""
-    from tpuq.runtime.clients import Clients, Settings
+    from tpuq.runtime.clients import Clients
+    from tpuq.runtime.settings import Settings
 
     global CURRENT
     backend = find_backend()
@@ -155,7 +163,7 @@ def runner_bucket_of(db, project: str) -> tuple[str | None, str]:
     from tpuq.runtime.fleetstore import load_fleet
 
     try:
-        fleet = load_fleet(db)
+        fleet = load_fleet(db, fleet_in_use())
     except TpuqError as e:
         return None, f"none: {e}"
     except Exception as e:  # noqa: BLE001 - no access to Firestore yet: the command itself will say so

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from tpuq.cli.connecting import cli_clients
+from tpuq.cli.connecting import cli_clients, fleet_in_use
 from tpuq.cli.files import load_yaml_file, validate_data
 from tpuq.cli.console import out
 from tpuq.cli.views import json_default, print_fleet
@@ -31,7 +31,7 @@ def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fle
 
     clients = cli_clients()
     now = datetime.now(timezone.utc)
-    view = fleet_view(clients.firestore, name, now, local_zone(), reader_from_settings(clients.settings))
+    view = fleet_view(clients.firestore, name or fleet_in_use(), now, local_zone(), reader_from_settings(clients.settings))
     view["unheld_jobs"] = unheld_jobs(clients.firestore, now)
     if as_json:
         print(json.dumps(view, default=json_default, indent=2))
@@ -54,7 +54,7 @@ def fleet_pause(name: Optional[str] = typer.Argument(None, metavar="FLEET", help
     from tpuq.runtime.fleetstore import load_fleet, set_paused
 
     clients = cli_clients()
-    fleet_name = load_fleet(clients.firestore, name).name
+    fleet_name = load_fleet(clients.firestore, name or fleet_in_use()).name
     set_paused(clients.firestore, fleet_name, True, datetime.now(timezone.utc), os.environ.get("USER"))
     nudge(clients, "pause")
     out.print(f"fleet {fleet_name!r} paused: nothing new is claimed or started; running jobs finish; idle TPUs "
@@ -68,7 +68,7 @@ def fleet_resume(name: Optional[str] = typer.Argument(None, metavar="FLEET", hel
     from tpuq.runtime.fleetstore import load_control, load_fleet, set_paused
 
     clients = cli_clients()
-    fleet_name = load_fleet(clients.firestore, name).name
+    fleet_name = load_fleet(clients.firestore, name or fleet_in_use()).name
     if not load_control(clients.firestore, fleet_name).paused:
         out.print(f"fleet {fleet_name!r} is not paused")
         return
@@ -96,7 +96,7 @@ def fleet_drain(name: Optional[str] = typer.Argument(None, metavar="FLEET", help
                        "tpuq owns in the fleet; `tpuq fleet pause` only stops new claims)")
     clients = cli_clients()
     db = clients.firestore
-    fleet_name = load_fleet(db, name).name
+    fleet_name = load_fleet(db, name or fleet_in_use()).name
     user = os.environ.get("USER")
     set_paused(db, fleet_name, True, datetime.now(timezone.utc), user)  # first: nothing new starts meanwhile
     for job_id in jobs_on_fleet(db, fleet_name):
@@ -139,7 +139,7 @@ def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (def
 
     clients = cli_clients()
     db = clients.firestore
-    fleet = load_fleet(db, name)
+    fleet = load_fleet(db, name or fleet_in_use())
     fleet_name = fleet.name
     dropped = [t for s in db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet_name)).stream()
                if (t := target_from_doc(s.to_dict(), s.update_time)).dropped(fleet.version)]
@@ -164,13 +164,14 @@ def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None
     from datetime import datetime, timezone
 
     from tpuq.cli.console import CliError
-    from tpuq.runtime.fleetstore import ENV_FLEET, save_fleet
+    from tpuq.runtime.fleetstore import save_fleet
+    from tpuq.runtime.settings import ENV_FLEET
 
     model = validate_data(load_yaml_file(file), "fleet")
     clients = cli_clients()
     # The services read the fleet named by their TPUQ_FLEET (the local stack's env, a deployed service's setting)
     # afresh for every message: a file under that name changes what they do; under another name it would not.
-    in_use = os.environ.get(ENV_FLEET)
+    in_use = fleet_in_use()
     if in_use and in_use != model.name:
         raise CliError(f"{file}: fleet {model.name!r} would not be used: the services use fleet {in_use!r} "
                        f"({ENV_FLEET}); nothing stored. Set `name: {in_use}` in the file to change it, or start the "

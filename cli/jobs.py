@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 from tpuq.contracts import store
-from tpuq.cli.connecting import cli_clients, job_or_fail
+from tpuq.cli.connecting import cli_clients, fleet_in_use, job_or_fail
 from tpuq.cli.console import CliError, err, out
 from tpuq.cli.files import load_yaml_file, validate_data
 from tpuq.cli.views import json_default, print_job, print_job_table
@@ -72,7 +72,7 @@ def _check_runnable(clients, prepared, force: bool) -> None:
     from tpuq.runtime.fleetstore import load_fleet
 
     try:
-        fleet = load_fleet(clients.firestore)
+        fleet = load_fleet(clients.firestore, fleet_in_use())
     except TpuqError:
         return  # no fleet stored (or several, none chosen): nothing to check against; the scheduler decides
     lines = unrunnable_jobs(prepared, fleet, datetime.now(timezone.utc))

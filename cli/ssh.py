@@ -19,7 +19,7 @@ from typing import Optional
 
 import typer
 
-from tpuq.cli.connecting import cli_clients, job_or_fail
+from tpuq.cli.connecting import cli_clients, fleet_in_use, job_or_fail
 from tpuq.cli.console import CliError, err
 from tpuq.operations.sshaccess import SshRefused
 
@@ -129,7 +129,7 @@ def _local_argv(clients, node, worker: int, line: str | None, key_file: str) -> 
     try:
         # The executor's login, from the one place it is named: the fleet in force's ssh_user is the only user
         # the claimer put in the node's ssh-keys metadata.
-        fleet = load_fleet(clients.firestore)
+        fleet = load_fleet(clients.firestore, fleet_in_use())
     except TpuqError as e:
         raise SshRefused(f"cannot tell which user the workers let in: {e}") from None
     transport, user = fleet.ssh_transport, fleet.ssh_user

@@ -20,7 +20,9 @@ hypothesis_settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+
+from tpuq.runtime.settings import Settings
 from tpuq_dev.devstack import stack as devstack
 
 

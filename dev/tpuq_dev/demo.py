@@ -26,7 +26,8 @@ from rich.live import Live
 from rich.table import Table
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq_dev.devstack.stack import DEMO_DIR, DevStack
 from tpuq.contracts.documents import AttemptDoc, JobDoc, JobState, TpuState, short_node_name
 from tpuq_dev.faketpu.control import FakeTpuControl

@@ -1,7 +1,8 @@
-"""Core (pure, no I/O): the claimer's `decide(state, event, now, rng) -> Effects`.
+"""Core (pure, no I/O): one `decide_<event>(state, event, now, rng) -> Effects` per event kind
+(`decide_request_received`, `decide_observed`; `decide` dispatches over them).
 
 No I/O, no clock, no global randomness: the handler loads `ClaimState`, calls
-`decide`, and applies the effects. Rules (see docs in `tpuq.claimer`):
+the event's decide, and applies the effects. Rules (see docs in `tpuq.claimer`):
 
 Fan-out. Every open request races in each compatible zone that has quota: one
 queued resource per (request, zone), of the first of the request's types that
@@ -66,7 +67,6 @@ from tpuq.claimer.model import (
     CreateQr,
     DeleteQr,
     Effects,
-    Event,
     FleetStatus,
     Observation,
     Observed,
@@ -101,16 +101,20 @@ _ANNOUNCED = {
 }
 
 
-def decide(state: ClaimState, event: Event, now: datetime, rng: random.Random) -> Effects:
+def decide_request_received(state: ClaimState, event: RequestReceived, now: datetime, rng: random.Random) -> Effects:
+    """A capacity request (or its withdrawal) arrived: record it and plan its race."""
     decision = _Decision(state, now, rng)
-    if isinstance(event, RequestReceived):
-        decision.on_request(event.request)
-    elif isinstance(event, Observed):
-        decision.on_observed(event.observations)
-        if event.plan:
-            decision.plan_all()
-    else:  # pragma: no cover - the Event union is closed
-        raise TypeError(f"unknown event {event!r}")
+    decision.on_request(event.request)
+    return decision.effects
+
+
+def decide_observed(state: ClaimState, event: Observed, now: datetime, rng: random.Random) -> Effects:
+    """The API's answers (a watch pass's exact GETs, or one create's answer): act on each, then (a watch pass)
+    plan every open request again."""
+    decision = _Decision(state, now, rng)
+    decision.on_observed(event.observations)
+    if event.plan:
+        decision.plan_all()
     return decision.effects
 
 

@@ -16,6 +16,7 @@ and a redelivered message finds its work done.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -26,16 +27,18 @@ from tpuq.capacity import existing
 from tpuq.contracts import store
 from tpuq.capacity.cloudchecks import PrecheckCache, cache_from_settings
 from tpuq.claimer import statestore
-from tpuq.claimer.decide import decide, fast_watch_targets
-from tpuq.claimer.model import ClaimState, CreateQr, Effects, Event, Observed, QrRecord, RequestReceived
+from tpuq.claimer.decide import decide_observed, decide_request_received, fast_watch_targets
+from tpuq.claimer.model import ClaimState, CreateQr, Effects, Observed, QrRecord, RequestReceived
 from tpuq.claimer.sshkeys import PublicKeyProvider, default_provider, ssh_keys_metadata
 from tpuq.claimer.tpuapi import NodeJsonReader, TpuApi
 from tpuq.contracts.errors import Retryable
 from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.clients import Clients
 from tpuq.runtime.fleetstore import fleet_of, load_fleet
 from tpuq.runtime.isolation import Isolated
 from tpuq.contracts.messages import CapacityRequest, Tick
 from tpuq.runtime.service import Context, Service
+from tpuq.runtime.settings import Settings
 
 log = logging.getLogger("tpuq.claimer")
 
@@ -67,23 +70,29 @@ class Claimer:
             log.warning("fleet %s pre-check: %s", self.fleet.name, line)
         return replace(state, prechecks=checks)
 
-    def step(self, state: ClaimState, event: Event) -> ClaimState:
-        """decide → apply, until nothing is left to do. A create's answer from the API is the next event.
+    def step(self, state: ClaimState, effects: Effects) -> ClaimState:
+        """apply → create → decide, until nothing is left to do. A create's answer from the API is the next event
+        (an `Observed`, decided by `decide_observed`).
 
         Creates run one at a time, each decided on before the next is sent: a project-level refusal
         stops the rest, and a zone refused for quota is not asked again in the same message.
         """
         creates: deque[CreateQr] = deque()
-        while event is not None:
-            effects = decide(state, event, self.ctx.now(), self.ctx.rng)
+        while effects is not None:
             state = self.apply(state, effects)
             creates.extendleft(reversed(effects.creates))  # a create's follow-ups go before its siblings
-            event = None
-            while creates and event is None:
+            effects = None
+            while creates and effects is None:
                 if state.blocked:
                     return state  # a project-level refusal: not one more create anywhere
-                state, event = self.create(state, creates.popleft())
+                state, answer = self.create(state, creates.popleft())
+                if answer is not None:
+                    effects = decide_observed(state, answer, self.ctx.now(), self.ctx.rng)
         return state
+
+    def on_request(self, state: ClaimState, request: CapacityRequest) -> ClaimState:
+        return self.step(state, decide_request_received(state, RequestReceived(request), self.ctx.now(),
+                                                        self.ctx.rng))
 
     def apply(self, state: ClaimState, effects: Effects) -> ClaimState:
         """Every effect but the creates, which `step` sends one by one."""
@@ -137,62 +146,84 @@ class Claimer:
     def watch(self, state: ClaimState, qrs: list[QrRecord] | None = None) -> ClaimState:
         """One watch pass: exact GETs of the given (default: all live) queued resources, then decide."""
         targets = list(state.qrs.values()) if qrs is None else qrs
-        return self.step(state, Observed(self.tpu.observe_all(targets), plan=True))
+        observed = Observed(self.tpu.observe_all(targets), plan=True)
+        return self.step(state, decide_observed(state, observed, self.ctx.now(), self.ctx.rng))
 
 
-_NODE_READERS: dict[int, NodeJsonReader] = {}  # one HTTP session per Clients, made on the first read
+def real_tpu(ctx: Context) -> TpuApi:
+    """The Cloud TPU API of the service's clients; nodes read as JSON through the instance's one reader (one
+    HTTP session per service instance); the created nodes run as the settings' worker service account."""
+    return TpuApi(ctx.clients.tpu, node_json=ctx.state.node_reader,
+                  worker_service_account=ctx.settings.worker_service_account)
 
 
-def _tpu(ctx: Context) -> TpuApi:
-    settings = getattr(ctx.clients, "settings", None)
-    reader = None
-    if settings is not None:
-        reader = _NODE_READERS.get(id(ctx.clients))
-        if reader is None:
-            reader = _NODE_READERS[id(ctx.clients)] = NodeJsonReader(settings.tpu_endpoint)
-    return TpuApi(ctx.clients.tpu, node_json=reader)
+@dataclass
+class ClaimerState:
+    """What one claimer instance keeps between messages (`ctx.state`): made by `build_service`, never global."""
+
+    public_key: PublicKeyProvider
+    sleep: Callable[[float], None]
+    tpu_factory: Callable[[Context], TpuApi]
+    node_reader: NodeJsonReader | None  # the one session `real_tpu` reads nodes with (None: a tpu_factory of its own)
+    prechecks_factory: Callable[[Context], PrecheckCache | None]
+    _prechecks: list[PrecheckCache | None] = field(default_factory=list, repr=False)  # [] until the first message
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def prechecks(self, ctx: Context) -> PrecheckCache | None:
+        """The instance's one quota and billing cache (None: declared quota only), made on the first message."""
+        if not self._prechecks:
+            with self._lock:
+                if not self._prechecks:
+                    self._prechecks.append(self.prechecks_factory(ctx))
+        return self._prechecks[0]
+
+    def claimer(self, ctx: Context, fleet: FleetFile) -> Claimer:
+        return Claimer(ctx, fleet, self.tpu_factory(ctx), self.public_key, self.sleep, self.prechecks(ctx))
 
 
-def make_handlers(public_key: PublicKeyProvider | None = None, sleep: Callable[[float], None] = time.sleep,
-                  tpu_factory: Callable[[Context], TpuApi] = _tpu,
-                  prechecks_factory: Callable[[Context], PrecheckCache | None] | None = None):
-    provider = public_key or default_provider()
-    caches: dict[int, PrecheckCache | None] = {}  # one TTL cache per Clients, made on the first message
-
-    def prechecks(ctx: Context) -> PrecheckCache | None:
-        key = id(ctx.clients)
-        if key not in caches:
-            settings = getattr(ctx.clients, "settings", None)  # in-memory test clients have none: nothing to read
-            caches[key] = (prechecks_factory(ctx) if prechecks_factory
-                           else cache_from_settings(settings) if settings is not None else None)
-        return caches[key]
-
-    def on_capacity(request: CapacityRequest, ctx: Context) -> None:
-        fleet = load_fleet(ctx.clients.firestore, request.fleet)
-        claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep, prechecks(ctx))
-        state = claimer.step(claimer.load(request.request_id), RequestReceived(request))
-        pause = fleet.claim.watch_interval_seconds / FAST_WATCH_PASSES
-        for _ in range(FAST_WATCH_PASSES):
-            mine = fast_watch_targets(state, request.request_id)
-            if not mine:
-                break
-            claimer.sleep(pause)
-            state = claimer.watch(state, mine)
-        if claimer.transient_failure:
-            raise Retryable(f"capacity request {request.request_id}: the TPU API kept failing; redeliver")
-
-    def on_tick(tick: Tick, ctx: Context) -> None:
-        fleets = Isolated("claimer tick", log)  # one fleet's trouble never stops the watch of the others
-        for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
-            with fleets.part(f"fleet {snap.id}"):
-                fleet = fleet_of(snap)
-                claimer = Claimer(ctx, fleet, tpu_factory(ctx), provider, sleep, prechecks(ctx))
-                claimer.watch(claimer.load())
-                claimer.existing()
-        fleets.raise_if_any()
-
-    return {"/push/capacity": on_capacity, "/push/ticks": on_tick}
+def _state(ctx: Context) -> ClaimerState:
+    return ctx.state
 
 
-def build_service(**kwargs) -> Service:
-    return Service(name="claimer", handlers=make_handlers(**kwargs))
+def on_capacity(request: CapacityRequest, ctx: Context) -> None:
+    fleet = load_fleet(ctx.clients.firestore, request.fleet or ctx.settings.fleet)
+    claimer = _state(ctx).claimer(ctx, fleet)
+    state = claimer.on_request(claimer.load(request.request_id), request)
+    pause = fleet.claim.watch_interval_seconds / FAST_WATCH_PASSES
+    for _ in range(FAST_WATCH_PASSES):
+        mine = fast_watch_targets(state, request.request_id)
+        if not mine:
+            break
+        claimer.sleep(pause)
+        state = claimer.watch(state, mine)
+    if claimer.transient_failure:
+        raise Retryable(f"capacity request {request.request_id}: the TPU API kept failing; redeliver")
+
+
+def on_tick(tick: Tick, ctx: Context) -> None:
+    fleets = Isolated("claimer tick", log)  # one fleet's trouble never stops the watch of the others
+    for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
+        with fleets.part(f"fleet {snap.id}"):
+            claimer = _state(ctx).claimer(ctx, fleet_of(snap))
+            claimer.watch(claimer.load())
+            claimer.existing()
+    fleets.raise_if_any()
+
+
+ROUTES = {"/push/capacity": on_capacity, "/push/ticks": on_tick}
+
+
+def build_service(settings: Settings, clients: Clients | None = None, *, public_key: PublicKeyProvider | None = None,
+                  sleep: Callable[[float], None] = time.sleep, tpu_factory: Callable[[Context], TpuApi] | None = None,
+                  prechecks_factory: Callable[[Context], PrecheckCache | None] | None = None) -> Service:
+    """One claimer instance. Defaults: the SSH public key from the settings' environment (`sshkeys`), the Cloud
+    TPU API of `clients` (`real_tpu`), and one quota and billing cache made from the settings."""
+    state = ClaimerState(
+        public_key=public_key or default_provider(settings.env),
+        sleep=sleep,
+        tpu_factory=tpu_factory or real_tpu,
+        node_reader=NodeJsonReader(settings.tpu_endpoint) if tpu_factory is None else None,  # connects on first read
+        prechecks_factory=prechecks_factory or (lambda ctx: cache_from_settings(ctx.settings)),
+    )
+    return Service(name="claimer", routes=ROUTES, settings=settings,
+                   clients=clients if clients is not None else Clients(settings), state=state)

@@ -5,11 +5,10 @@ Pub/Sub pushes capacity requests to /push/capacity and ticks to /push/ticks;
 """
 
 from tpuq.claimer.handlers import build_service
-from tpuq.runtime.entrypoints import configure_logging
+from tpuq.runtime.entrypoints import Entry
 
-configure_logging()
-SERVICE = build_service()  # builds the route table only; clients are created on first use
+ENTRY = Entry(build_service)  # nothing happens at import: the first request reads the settings and builds the service
 
 
 def handle(request):
-    return SERVICE.dispatch(request)
+    return ENTRY.handle(request)

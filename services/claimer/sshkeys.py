@@ -9,7 +9,6 @@ like a private key is refused, so none can reach node metadata.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 
 from tpuq.contracts.errors import Permanent
@@ -50,13 +49,13 @@ def _secret_manager_reader(project: str, secret: str) -> str:
     return version.payload.data.decode()
 
 
-def default_provider(env: Mapping[str, str] | None = None,
-                     secret_reader: SecretReader = _secret_manager_reader) -> PublicKeyProvider:
+def default_provider(env: Mapping[str, str], secret_reader: SecretReader = _secret_manager_reader) -> PublicKeyProvider:
+    """`env`: the variables the process started with (`Settings.env`), read here and nowhere else."""
+
     def provide(fleet: FleetFile) -> str:
-        source_env = os.environ if env is None else env
-        if source_env.get(ENV_PUBLIC_KEY):
-            return checked_public_key(source_env[ENV_PUBLIC_KEY], f"${ENV_PUBLIC_KEY}")
-        path = source_env.get(ENV_PUBLIC_KEY_FILE)
+        if env.get(ENV_PUBLIC_KEY):
+            return checked_public_key(env[ENV_PUBLIC_KEY], f"${ENV_PUBLIC_KEY}")
+        path = env.get(ENV_PUBLIC_KEY_FILE)
         if path:
             try:
                 with open(path, encoding="utf-8") as f:

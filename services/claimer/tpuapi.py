@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -54,9 +53,10 @@ def node_metadata(fleet: FleetFile, public_key: str) -> dict[str, str]:
     return {"ssh-keys": ssh_keys_metadata(fleet.ssh_user, public_key), **OS_LOGIN_METADATA}
 
 
-def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
+def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str, worker_service_account: str | None = None):
     """The create body: labels, ssh-keys metadata (OS Login off), tier, validUntilDuration, the fleet's
-    network and subnetwork, external IPs as `external_ips_for` says, and the workers' network tag."""
+    network and subnetwork, external IPs as `external_ips_for` says, the workers' network tag, and the workers'
+    service account when one is given (`Settings.worker_service_account`, $TPUQ_WORKER_SERVICE_ACCOUNT)."""
     from google.cloud import tpu_v2
 
     entry = fleet.entry(qr.entry_id)
@@ -76,12 +76,11 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str):
         tags=[worker_network_tag(fleet.owner_prefix)],
         scheduling_config=tpu_v2.SchedulingConfig(spot=True) if entry.spot else None,
     )
-    worker_account = os.environ.get("TPUQ_WORKER_SERVICE_ACCOUNT")
-    if worker_account:
+    if worker_service_account:
         # The workers write logs and status to the job's bucket as this account (deploy grants it exactly
         # that), not as the Compute Engine default account.
         node.service_account = tpu_v2.ServiceAccount(
-            email=worker_account, scope=["https://www.googleapis.com/auth/cloud-platform"])
+            email=worker_service_account, scope=["https://www.googleapis.com/auth/cloud-platform"])
     resource = tpu_v2.QueuedResource(
         tpu=tpu_v2.QueuedResource.Tpu(
             node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
@@ -155,9 +154,11 @@ def _keep_error_details(mapped: TpuqError, original: BaseException) -> None:
 
 class TpuApi:
     def __init__(self, client: Any, *, attempts: int = 4, initial_wait: float = 0.2, max_wait: float = 2.0,
-                 max_workers: int = 16, node_json: NodeJsonReader | None = None):
+                 max_workers: int = 16, node_json: NodeJsonReader | None = None,
+                 worker_service_account: str | None = None):
         self.client = client
         self.node_json = node_json  # None: nodes through the typed client (no upcoming maintenance: tests only)
+        self.worker_service_account = worker_service_account  # attached to the nodes it creates (None: the default)
         self.attempts = attempts
         self.initial_wait = initial_wait
         self.max_wait = max_wait
@@ -175,7 +176,7 @@ class TpuApi:
         request = tpu_v2.CreateQueuedResourceRequest(
             parent=f"projects/{qr.project}/locations/{qr.zone}",
             queued_resource_id=qr.qr_id,
-            queued_resource=build_queued_resource(qr, fleet, public_key),
+            queued_resource=build_queued_resource(qr, fleet, public_key, self.worker_service_account),
             request_id=create_request_id(qr.project, qr.zone, qr.qr_id),
         )
         try:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any, Mapping
 
-from tpuq.contracts.documents import ExecutionDoc, ExecutionEnd, ExecutionState, NodeHealth, TpuState
+from tpuq.contracts.documents import (ExecutionDoc, ExecutionEnd, ExecutionState, NodeHealth, TpuState,
+                                      short_node_name)
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.contracts.messages import Assignment, AttemptEvent, AttemptEventKind, AttemptOutcome
 
@@ -24,6 +26,10 @@ DETAIL_RECORD_LIMIT = 2000
 
 # executions/{job}:{attempt}.state
 STARTING, STARTED = ExecutionState.starting, ExecutionState.started
+# A worker SSH cannot reach at every probe for this long (UNREACHABLE_PROBES probe intervals, at least
+# UNREACHABLE_MIN), on a node the API calls READY, ends its attempt.
+UNREACHABLE_PROBES = 3
+UNREACHABLE_MIN = timedelta(seconds=60)
 
 
 def is_over(execution: Doc | None) -> bool:
@@ -44,11 +50,30 @@ def start_underway(execution: Doc | None, now: datetime) -> bool:
     delivery's lease runs (`start_lease_until`: its start's time budget and cleanup, tpuq.executor.budget). A copy
     then starts nothing, so no second `prepare` runs beside the first: the delivery holding the lease publishes
     `started` or `ended`. Had it died, the scheduler's tick sends the assignment again every 5 minutes
-    (`tpuq.scheduler.scheduling.republish_assignment_after`), and a copy that arrives after the lease starts it."""
+    (`Settings.republish_assignment_after`), and a copy that arrives after the lease starts it."""
     if not execution or execution.get("state") != STARTING or is_over(execution):
         return False
     until = execution.get(ExecutionDoc.field("start_lease_until"))
     return isinstance(until, datetime) and now < until
+
+
+class AssignmentStep(Enum):
+    """What a delivery of an attempt's assignment does, from the attempt's record (`decide_assignment`)."""
+
+    start = "start"          # record `starting` with this delivery's lease, then start it on the workers
+    underway = "underway"    # another delivery's lease runs: this copy starts nothing
+    republish = "republish"  # it started: publish `started` again (the delivery that started it may have died
+    #                          before publishing; the scheduler ignores a repeat)
+    over = "over"            # its end was published: nothing
+
+
+def decide_assignment(execution: Doc | None, now: datetime) -> AssignmentStep:
+    """What this delivery of the attempt's assignment does, given the attempt's record as read now."""
+    if not to_start(execution):
+        return AssignmentStep.over if is_over(execution) else AssignmentStep.republish
+    if start_underway(execution, now):
+        return AssignmentStep.underway
+    return AssignmentStep.start
 
 
 def lease_released(execution: Doc | None, lease_by: str) -> Doc | None:
@@ -138,6 +163,11 @@ def unreachable_since(execution: Doc, probed_now: Probed, now: datetime) -> date
     return execution.get(ExecutionDoc.field("unreachable_since")) or now
 
 
+def unreachable_grace(probe_every: timedelta) -> timedelta:
+    """How long a worker may stay unreachable at every probe before its attempt ends."""
+    return max(UNREACHABLE_PROBES * probe_every, UNREACHABLE_MIN)
+
+
 def unreachable_problem(probed_now: Probed, since: datetime | None, now: datetime, grace: timedelta) -> Probed:
     """A worker unreachable at every probe for `grace`, on a node the API still calls READY: its host is down
     (a VM that crashed, or lost its network) and its supervisor can write no status. Without this the attempt
@@ -148,6 +178,19 @@ def unreachable_problem(probed_now: Probed, since: datetime | None, now: datetim
     seconds = int((now - since).total_seconds())
     return Probed(probed_now.lost, probed_now.unwritable, probed_now.unreachable,
                   f"worker {workers} unreachable over SSH for {seconds} s (its host is down)")
+
+
+def stop_after_end(decided: Decided, problem: str | None) -> bool:
+    """Whether the workers are stopped once the end is published: the attempt ended an infrastructure failure
+    because its node turned unhealthy while it ran. The job is retried elsewhere, so what may still run there is
+    stopped, or two attempts of the job would run at once."""
+    return bool(problem) and decided.outcome is AttemptOutcome.infra_failed
+
+
+def departed_nodes(kept: set[str], in_service: set[str]) -> set[str]:
+    """The nodes this instance keeps SSH connections to whose TPU is no longer in service (`in_service`: the short
+    names of the `tpus/` documents whose state is in service)."""
+    return {node for node in kept if short_node_name(node) not in in_service}
 
 
 @dataclass(frozen=True)

@@ -15,150 +15,39 @@ Each handler reads the attempt's record, asks `decide` (pure) and `outcome`
 Each attempt has one document `executions/{job}:{attempt}` holding the
 assignment and whether its end was published, so a restarted executor (or a
 second instance) picks up where the first left off, and an outcome is published
-once.
+once. What one instance keeps besides (its Executor and SSH connections, the
+probe interval) is `build_service`'s `ExecutorState` (tpuq.executor.state),
+read from `ctx.state`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from datetime import datetime, timedelta
-from functools import cached_property
-
-import paramiko
 
 from tpuq.contracts import gcslayout, store
-from tpuq.contracts.documents import TPU_STATES_IN_SERVICE, ExecutionDoc, TpuDoc, execution_doc_id, short_node_name
+from tpuq.contracts.documents import TPU_STATES_IN_SERVICE, ExecutionDoc, execution_doc_id, short_node_name
 from tpuq.contracts.errors import Permanent
+from tpuq.contracts.messages import Assignment, AssignmentAction, GcsObjectEvent, Tick
 from tpuq.executor import budget, decide
+from tpuq.executor.decide import AssignmentStep
 from tpuq.executor.executor import Executor
-from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.outcome import Decided, NodeState
-from tpuq.executor.pins import GuestAttributeHostKeys
-from tpuq.executor.ssh import ConnectionCache, SshLogin
-from tpuq.runtime.fleetstore import load_fleet
+from tpuq.executor.state import ExecutorState, build_executor
+from tpuq.runtime.clients import Clients
 from tpuq.runtime.guarded import WriteSet, read_decide_commit
-from tpuq.executor.workerspec import WorkerSettings
 from tpuq.runtime.isolation import Isolated
-from tpuq.contracts.messages import Assignment, AssignmentAction, AttemptOutcome, GcsObjectEvent, Tick
 from tpuq.runtime.service import Context, Service
+from tpuq.runtime.settings import Settings
 
 log = logging.getLogger("tpuq.executor")
 EXECUTIONS = store.EXECUTIONS
 TICK_BATCH = 50
-# How often a running attempt's workers are asked whether it still runs (SSH to every worker).
-# A worker SSH cannot reach at every probe for this long, on a node the API calls READY, ends its attempt.
-UNREACHABLE_PROBES = 3
-UNREACHABLE_MIN = timedelta(seconds=60)
-PROBE_EVERY = timedelta(seconds=float(os.environ.get("TPUQ_EXECUTOR_PROBE_SECONDS", "60")))
 
 
-class FirestorePinStore:
-    """Host-key pins in `tpus/{node}.host_keys`, first writer wins (a transaction per node)."""
-
-    def __init__(self, db):
-        self.db = db
-
-    def _ref(self, node: str):
-        return self.db.collection(store.TPUS).document(short_node_name(node))
-
-    def get_pins(self, node: str):
-        snap = self._ref(node).get()
-        if not snap.exists:
-            return {}
-        return {int(k): v for k, v in ((snap.to_dict() or {}).get(TpuDoc.field("host_keys")) or {}).items()}
-
-    def add_pins(self, node: str, pins):
-        from google.cloud import firestore
-
-        ref = self._ref(node)
-
-        @firestore.transactional
-        def merge(tx):
-            snap = ref.get(transaction=tx)
-            current = {int(k): v for k, v in ((snap.to_dict() or {}).get(TpuDoc.field("host_keys")) or {}).items()}
-            for worker, key in pins.items():
-                current.setdefault(int(worker), key)
-            tx.set(ref, TpuDoc.fields(host_keys={str(k): v for k, v in current.items()}), merge=True)
-            return current
-
-        return merge(self.db.transaction())
-
-    def forget(self, node: str) -> None:
-        from google.cloud import firestore
-
-        self._ref(node).set(TpuDoc.fields(host_keys=firestore.DELETE_FIELD), merge=True)
-
-
-def _load_private_key() -> paramiko.PKey:
-    """The executor's SSH key: a file locally (tpuq dev up makes one); in production mounted from Secret Manager."""
-    path = os.environ.get("TPUQ_SSH_PRIVATE_KEY_FILE")
-    if not path:
-        raise RuntimeError("TPUQ_SSH_PRIVATE_KEY_FILE is not set (mount the Secret Manager secret as a file)")
-    return paramiko.Ed25519Key.from_private_key_file(path)
-
-
-class ExecutorRuntime:
-    """The Executor, built once per process on first use."""
-
-    def __init__(self, clients):
-        self.clients = clients
-        self.probe_every: timedelta | None = PROBE_EVERY  # None: never probe (the simulator's workers)
-
-    @cached_property
-    def executor(self) -> Executor:
-        from datetime import timezone
-
-        emulator = self.clients.settings.storage_emulator
-        runner = self.clients.settings.runner_bucket
-        status_bucket = gcslayout.bucket_name(runner) if runner else None
-        settings = (WorkerSettings.for_emulator(emulator, status_bucket=status_bucket) if emulator
-                    else WorkerSettings(status_bucket=status_bucket))
-        key = _load_private_key()
-        return Executor(
-            # One source for the login user: the fleet in force, whose ssh_user the claimer wrote into each node's
-            # ssh-keys metadata (the only user the guest agent creates). Read per pool, as the transport.
-            ssh_login=lambda: SshLogin.of(load_fleet(self.clients.firestore)),
-            ssh_key=lambda: key,
-            pin_store=FirestorePinStore(self.clients.firestore),
-            # Host keys come from the nodes' guest attributes (roles/tpu.viewer), never from a first connection.
-            host_keys=GuestAttributeHostKeys(self.clients.tpu),
-            objects=GcsObjectStore(self.clients.storage),
-            clock=lambda: datetime.now(timezone.utc),
-            settings=settings,
-            connection_cache=ConnectionCache() if keep_connections() else None,
-        )
-
-
-def keep_connections() -> bool:
-    """TPUQ_EXECUTOR_KEEP_SSH=0 opens a new SSH connection per call (the default keeps them between attempts).
-    Kept connections pay off only while the instance lives and its CPU runs between requests: on Cloud Run,
-    min instances >= 1 and CPU always allocated (see docs/DEPLOYING.md, "Keeping the executor's SSH connections
-    between jobs")."""
-    return os.environ.get("TPUQ_EXECUTOR_KEEP_SSH", "1") != "0"
-
-
-_RUNTIMES: dict[int, ExecutorRuntime] = {}
-
-
-def runtime(ctx: Context) -> ExecutorRuntime:
-    return runtime_for(ctx.clients)
-
-
-def use_executor(clients, executor, probe_every: timedelta | None = PROBE_EVERY) -> None:
-    """Serve these clients' messages with this executor shell instead of one built from the environment (the
-    fleet simulator's modelled workers, which are never lost without their node: it never probes them)."""
-    rt = runtime_for(clients)
-    rt.__dict__["executor"] = executor
-    rt.probe_every = probe_every
-
-
-def runtime_for(clients) -> ExecutorRuntime:
-    rt = _RUNTIMES.get(id(clients))
-    if rt is None:
-        rt = _RUNTIMES[id(clients)] = ExecutorRuntime(clients)
-    return rt
+def _state(ctx: Context) -> ExecutorState:
+    return ctx.state
 
 
 def _execution_ref(db, job_id: str, attempt: int):
@@ -179,23 +68,24 @@ def _publish_end(ctx: Context, assignment: Assignment, decided: Decided) -> None
 def on_assignment(assignment: Assignment, ctx: Context) -> None:
     db = ctx.clients.firestore
     ref = _execution_ref(db, assignment.job_id, assignment.attempt)
-    executor = runtime(ctx).executor
+    executor = _state(ctx).executor
     if assignment.action is AssignmentAction.cancel:
         stored = ref.get().to_dict() or {}
         original = Assignment.model_validate(stored["assignment"]) if stored.get("assignment") else assignment
         _publish_end(ctx, original, executor.cancel_attempt(original, reason="cancelled by user"))
         return
     lease_by = uuid.uuid4().hex  # this delivery, in the record's start lease
-    underway, stored = _record_starting(db, ref, assignment, ctx.now(), lease_by)
-    if underway:
+    step, stored = _record_starting(db, ref, assignment, ctx.now(), lease_by)
+    if step is AssignmentStep.underway:
         log.info("attempt %s: another delivery of its assignment is starting it (until %s): this copy starts nothing",
                  assignment.attempt_id, stored.get(ExecutionDoc.field("start_lease_until")))
         return
-    if stored is not None:  # a redelivery (or a late copy) of an attempt that started or is over
-        if not decide.is_over(stored):
-            # Started: the executor may have died between recording it and publishing `started` (this copy is
-            # then the redelivery of an unacknowledged push). Published again; the scheduler ignores a repeat.
-            ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
+    if step is AssignmentStep.republish:
+        # Started: the executor may have died between recording it and publishing `started` (this copy is
+        # then the redelivery of an unacknowledged push). Published again; the scheduler ignores a repeat.
+        ctx.publish("attempt-events", decide.started_event(assignment, ctx.now()))
+        return
+    if step is AssignmentStep.over:  # a redelivery (or a late copy) of an attempt that is over
         return
     try:
         result = executor.start_attempt(assignment)
@@ -222,21 +112,21 @@ def _started_meanwhile(ref) -> bool:
     return (ref.get().to_dict() or {}).get("state") == decide.STARTED
 
 
-def _record_starting(db, ref, assignment: Assignment, now: datetime, lease_by: str) -> tuple[bool, dict | None]:
-    """Write the attempt's record as `starting`, with this delivery's lease on it: (False, None). Unless it says the
-    attempt started or ended: (False, the record), unchanged; or another delivery's lease on it runs: (True, the
-    record). Guarded: a copy that read `starting` while another delivery wrote `started` (or took the lease) reads
-    again instead of writing over it."""
+def _record_starting(db, ref, assignment: Assignment, now: datetime,
+                     lease_by: str) -> tuple[AssignmentStep, dict | None]:
+    """What this delivery does (`decide.decide_assignment`) and the record it read. To start: the attempt's record
+    written as `starting`, with this delivery's lease on it. Otherwise the record is left unchanged. Guarded: a
+    copy that read `starting` while another delivery wrote `started` (or took the lease) reads again instead of
+    writing over it."""
     until = now + timedelta(seconds=budget.start_lease_seconds())
 
     def decide_start(snap):
         stored = snap.to_dict()
-        if not decide.to_start(stored):
-            return WriteSet(), (False, stored)
-        if decide.start_underway(stored, now):
-            return WriteSet(), (True, stored)
+        step = decide.decide_assignment(stored, now)
+        if step is not AssignmentStep.start:
+            return WriteSet(), (step, stored)
         record = decide.start_record(assignment, now) | decide.start_lease(until, lease_by)
-        return WriteSet().update(snap, record), (False, None)
+        return WriteSet().update(snap, record), (step, stored)
 
     return read_decide_commit(db, [ref], decide_start)
 
@@ -264,7 +154,7 @@ def _node_state(db, node: str) -> NodeState:
 
 def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) -> None:
     assignment = Assignment.model_validate(stored["assignment"])
-    executor = runtime(ctx).executor
+    executor = _state(ctx).executor
     tpu = _tpu_doc(ctx.clients.firestore, assignment.node)
     problem = decide.node_problem(tpu) or probed.problem
     decision = executor.read_outcome(assignment, decide.node_state(tpu), probed.lost, probed.unwritable,
@@ -272,10 +162,9 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) 
     if not isinstance(decision, Decided):
         return
     _publish_end(ctx, assignment, decision)
-    if problem and decision.outcome is AttemptOutcome.infra_failed:
-        # Its node turned unhealthy while it ran: the end is published (the job is retried elsewhere), so stop
-        # what may still run there, or two attempts of the job would run at once. No cancel marker: the attempt
-        # did not end cancelled. Best effort: the janitor deletes the quarantined TPU in any case.
+    if decide.stop_after_end(decision, problem):
+        # No cancel marker: the attempt did not end cancelled. Best effort: the janitor deletes the quarantined
+        # TPU in any case.
         try:
             executor.cancel_attempt(assignment, reason=f"stopped: node unhealthy: {problem}", marker=False)
         except Exception as e:  # noqa: BLE001 - the end is published; the node is deleted anyway
@@ -283,18 +172,18 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) 
 
 
 def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:
-    """Ask the workers, at most once per PROBE_EVERY per attempt, whether the attempt still runs there: a
-    supervisor killed with its host (or by the OOM killer) leaves no status object to wake us, and one whose
-    status object GCS refused leaves only its local copy, which says why."""
+    """Ask the workers, at most once per probe interval per attempt (`Settings.executor_probe_every`), whether the
+    attempt still runs there: a supervisor killed with its host (or by the OOM killer) leaves no status object to
+    wake us, and one whose status object GCS refused leaves only its local copy, which says why."""
     now = ctx.now()
-    every = runtime(ctx).probe_every
+    every = _state(ctx).probe_every
     if every is None or not decide.probe_due(stored, now, every):
         return decide.Probed()
     assignment = Assignment.model_validate(stored["assignment"])
-    answers = decide.probed(runtime(ctx).executor.probe_attempt(assignment))
+    answers = decide.probed(_state(ctx).executor.probe_attempt(assignment))
     since = decide.unreachable_since(stored, answers, now)
     ref.set(ExecutionDoc.fields(probed_at=now, unreachable_since=since), merge=True)
-    return decide.unreachable_problem(answers, since, now, max(UNREACHABLE_PROBES * every, UNREACHABLE_MIN))
+    return decide.unreachable_problem(answers, since, now, decide.unreachable_grace(every))
 
 
 def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:
@@ -328,24 +217,36 @@ def on_tick(tick: Tick, ctx: Context) -> None:
 
 def _forget_departed_nodes(ctx: Context) -> None:
     """Close the SSH connections kept to nodes whose TPU is gone (or was never stored): one read per node kept."""
-    rt = runtime(ctx)
-    if "executor" not in rt.__dict__ or rt.executor.connection_cache is None:
+    executor = _state(ctx).built
+    if executor is None or executor.connection_cache is None:
         return  # nothing was ever connected by this instance
-    kept = rt.executor.connection_cache.nodes()
+    kept = executor.connection_cache.nodes()
     if not kept:
         return
     db = ctx.clients.firestore
-    refs = {short_node_name(node): node for node in kept}
-    holding = {snap.id for snap in db.get_all([db.collection(store.TPUS).document(s) for s in refs])
-               if snap.exists and (snap.to_dict() or {}).get("state") in TPU_STATES_IN_SERVICE}
-    closed = rt.executor.forget_nodes({node for short, node in refs.items() if short not in holding})
+    refs = [db.collection(store.TPUS).document(short) for short in {short_node_name(node) for node in kept}]
+    in_service = {snap.id for snap in db.get_all(refs)
+                  if snap.exists and (snap.to_dict() or {}).get("state") in TPU_STATES_IN_SERVICE}
+    closed = executor.forget_nodes(decide.departed_nodes(set(kept), in_service))
     if closed:
         log.info("closed %d SSH connections to nodes that left", closed)
 
 
-def build_service() -> Service:
-    return Service(name="executor", handlers={
-        "/push/assignments": on_assignment,
-        "/push/gcs-status": on_status_object,
-        "/push/ticks": on_tick,
-    })
+ROUTES = {
+    "/push/assignments": on_assignment,
+    "/push/gcs-status": on_status_object,
+    "/push/ticks": on_tick,
+}
+
+
+def build_service(settings: Settings, clients: Clients | None = None, *, executor: Executor | None = None,
+                  probe: bool = True) -> Service:
+    """The executor, serving with `executor` (a shell with the Executor's methods: tests', the fleet simulator's)
+    or else the real Executor, built on first use from `settings` and `clients`. `probe=False`: the workers are
+    never probed (the simulator's modelled workers are never lost without their node); otherwise every
+    `settings.executor_probe_every`."""
+    clients = clients if clients is not None else Clients(settings)
+    probe_every = settings.executor_probe_every if probe else None
+    state = (ExecutorState.of(executor, probe_every) if executor is not None
+             else ExecutorState(lambda: build_executor(settings, clients), probe_every))
+    return Service(name="executor", routes=ROUTES, settings=settings, clients=clients, state=state)

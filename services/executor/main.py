@@ -1,11 +1,10 @@
 """Executor entry point (Cloud Run, HTTP target `handle`): assignments, status-object events, ticks."""
 
 from tpuq.executor.handlers import build_service
-from tpuq.runtime.entrypoints import configure_logging
+from tpuq.runtime.entrypoints import Entry
 
-configure_logging()
-SERVICE = build_service()  # the route table only; clients and SSH keys are loaded on first use
+ENTRY = Entry(build_service)  # nothing happens at import: the first request reads the settings and builds the service
 
 
 def handle(request):
-    return SERVICE.dispatch(request)
+    return ENTRY.handle(request)

@@ -42,7 +42,7 @@ from typing import Any
 from tpuq.contracts.documents import TPU_STATES_IN_SERVICE, ClaimerQrState, TpuDoc, TpuNodeState, TpuState, short_node_name
 from tpuq.contracts.documents import QueuedResourceState as Qr
 from tpuq.contracts.fleet import FleetFile
-from tpuq.contracts.messages import AttemptEvent, AttemptEventKind, AttemptOutcome
+from tpuq.contracts.messages import AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent, FleetEventKind
 from tpuq.runtime.ownership import LABEL_REQUEST, is_ours, name_and_labels, resource_name
 from tpuq.contracts.racing import RaceStage, race_verdict
 from tpuq.runtime.rawproto import has_field, raw_message, state_name
@@ -144,6 +144,18 @@ def decide_losers(
     return decision
 
 
+def surplus_possible(members: Iterable[RaceMember], request_count: int) -> bool:
+    """More ACTIVE racers than the request asked for: only then does `decide_losers` need to know whether another
+    job is pending (a read the shell skips otherwise)."""
+    return sum(1 for m in members if m.state == Qr.ACTIVE) > request_count
+
+
+def may_take_surplus(tpu_doc: Mapping[str, Any] | None) -> bool:
+    """The guard on a surplus racer's tpus/{node}, re-checked on the fresh document: absent or idle only (a TPU
+    the scheduler assigned meanwhile stays)."""
+    return tpu_doc is None or tpu_doc.get("state") == TpuState.idle
+
+
 def races_to_settle(present: Mapping[str, Any], request_of: Mapping[str, str]) -> dict[str, list[str]]:
     """request id -> its racers among `present`, for the races that have a winner and someone to lose."""
     races: dict[str, list[str]] = defaultdict(list)
@@ -171,6 +183,13 @@ def attempt_end_to_judge(event: AttemptEvent) -> bool:
     scheduler, and the idle rule takes it from there."""
     return event.kind is AttemptEventKind.ended and event.outcome in (AttemptOutcome.preempted,
                                                                      AttemptOutcome.infra_failed)
+
+
+def fleet_event_to_judge(event: FleetEvent) -> bool:
+    """A fleet event whose race the janitor settles. Not `gone` (nothing left to delete), not `node_health` (the
+    scheduler's and the executor's business), and only about a queued resource: a node tpuq did not create
+    (`existing:`) has none, and is never deleted."""
+    return event.kind not in (FleetEventKind.gone, FleetEventKind.node_health) and bool(event.queued_resource)
 
 
 # A delete marked in tpus/ but not seen through is sent again after this long.
@@ -240,6 +259,30 @@ def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime, paused:
     return quarantined + chosen
 
 
+def idle_delete_reason(tpu: TpuDoc, fleet: FleetFile, paused: bool) -> str:
+    """What tpus/{id}.delete_reason records for an idle TPU the janitor deletes."""
+    if paused:
+        return "idle while the fleet is paused"
+    return f"idle longer than {fleet.idle_timeout_for(tpu.entry_id)} s"
+
+
+@dataclass(frozen=True)
+class ReapDecision:
+    """For an idle TPU already marked deleting: the delete to send, or why it is recorded gone instead."""
+
+    delete: Delete | None = None
+    gone_reason: str | None = None
+
+
+def decide_reap(name: str | None, resource: Any, fleet: FleetFile) -> ReapDecision:
+    """`resource`: the TPU's queued resource (or node) as just read, None when NOT_FOUND (or no name to read)."""
+    if resource is None or not name:
+        return ReapDecision(gone_reason="not found when the janitor deleted it")
+    if not is_ours(resource, fleet):
+        return ReapDecision(gone_reason="no longer carries this fleet's owner marks: left alone, not deleted")
+    return ReapDecision(delete=Delete(resource, name, force=True, reason="idle timeout"))
+
+
 # ---------------------------------------------------------------- dead
 
 
@@ -289,6 +332,16 @@ class DrainDecision:
 
 DRAIN_WAIT_STATES = frozenset({Qr.PROVISIONING, Qr.CREATING, Qr.SUSPENDING, TpuNodeState.CREATING})
 DRAIN_DONE_STATES = frozenset({Qr.DELETING, TpuNodeState.DELETING})
+
+
+def drain_marks(tpus: Iterable[TpuDoc]) -> list[TpuDoc]:
+    """The TPUs a drain marks deleting before it deletes: the scheduler must not hand out what is about to go."""
+    return [t for t in tpus if t.state in (TpuState.idle, TpuState.busy)]
+
+
+def drain_may_mark(tpu_doc: Mapping[str, Any] | None) -> bool:
+    """The drain's guard on tpus/{node}, re-checked on the fresh document."""
+    return tpu_doc is not None and tpu_doc.get("state") in (TpuState.idle, TpuState.busy)
 
 
 def decide_drain(listed: Iterable[Any], fleet: FleetFile) -> DrainDecision:

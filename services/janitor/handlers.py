@@ -1,4 +1,8 @@
-"""The janitor service: shell (Firestore, the Cloud TPU API). Thin handlers: read, call the pure `decide`, delete.
+"""The janitor service: shell (Firestore, the Cloud TPU API). Thin handlers: read, call the pure `decide_*`
+functions of `tpuq.janitor.decide`, apply what they return (deletes through the DeleteAdapter, tpus/ marks).
+
+Shape: module-level `on_<topic>(message, ctx)` handlers, the route table `ROUTES`, and `build_service(settings,
+clients)`, whose per-instance `JanitorState` (the orphan-scan interval, the TPU adapter's factory) is `ctx.state`.
 
 - /push/fleet-events: the event's race (every queued resource of its request,
   by exact GET): losers and dead ones are deleted synchronously, in this handler.
@@ -18,9 +22,8 @@ resource already DELETING or NOT_FOUND is left alone, and the tpus/{id}
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from google.cloud.firestore import FieldFilter
 
@@ -35,9 +38,10 @@ from tpuq.runtime.fleetstore import FleetControl, fleet_of, load_control, load_f
 from tpuq.janitor import decide as d
 from tpuq.janitor.deleter import ACCEPTED, DeleteAdapter, DeleteOutcome, NotOurs
 from tpuq.runtime.isolation import Isolated
-from tpuq.contracts.messages import AttemptEvent, FleetEvent, FleetEventKind, Tick
-from tpuq.runtime.ownership import is_ours
+from tpuq.contracts.messages import AttemptEvent, FleetEvent, Tick
+from tpuq.runtime.clients import Clients
 from tpuq.runtime.service import Context, Service
+from tpuq.runtime.settings import Settings
 
 log = logging.getLogger("tpuq.janitor")
 
@@ -45,8 +49,6 @@ log = logging.getLogger("tpuq.janitor")
 CLAIMER_QUEUED_RESOURCES = store.QUEUED_RESOURCES
 # janitor/{fleet}: when the last orphan scan ran, and the orphan candidates seen so far.
 JANITOR = store.JANITOR
-ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"
-DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
 
 
 @dataclass
@@ -184,21 +186,19 @@ class Janitor:
             snap = snaps.get(tpu_ids.get(name, ""))
             doc = snap.to_dict() if snap is not None and snap.exists else {}
             race.append(d.RaceMember(name, resource, doc.get("state"), doc.get("created_at")))
-        surplus_possible = sum(1 for m in race if m.state == Qr.ACTIVE) > count
-        other_jobs_pending = self.jobs_pending(job_ids) if surplus_possible else False
+        other_jobs_pending = self.jobs_pending(job_ids) if d.surplus_possible(race, count) else False
         decision = d.decide_losers(race, self.fleet, count, other_jobs_pending, classified)
         self.report.waiting += decision.waiting
         deletes = list(decision.deletes)
         for m in decision.surplus:
             tpu_id = tpu_ids[m.name]
-            # Absent or idle only: a TPU the scheduler assigned meanwhile stays.
-            if self.mark_deleting(tpu_id, lambda doc: doc is None or doc.get("state") == TpuState.idle,
-                                  "surplus: its race was already won",
+            if self.mark_deleting(tpu_id, d.may_take_surplus, "surplus: its race was already won",
                                   {"fleet": self.fleet.name, "queued_resource": m.name, "request_id": request_id}):
                 deletes.append(d.Delete(m.resource, m.name, force=True, reason="surplus racer: race already won"))
         return deletes
 
-    def on_fleet_event(self, event: FleetEvent) -> None:
+    def settle_event(self, event: FleetEvent) -> None:
+        """The event's race: every queued resource of its request, by exact GET."""
         claimer = self.claimer_docs(request_id=event.request_id) if event.request_id else []
         names = d.race_names(event.queued_resource, event.request_id, claimer)
         self.settle(self.read_all(list(names)), {n: r for n, r in names.items() if r},
@@ -226,23 +226,19 @@ class Janitor:
 
     def reap_idle(self, tpus: list[d.TpuDoc]) -> None:
         now, paused = self.ctx.now(), self.paused
-        reason = "idle while the fleet is paused" if paused else None
         for t in d.decide_idle(tpus, self.fleet, now, paused):
             marked = self.mark_deleting(
                 t.id, lambda doc: doc is not None and d.idle_expired(d.TpuDoc.from_doc(doc, t.id), self.fleet,
                                                                      self.ctx.now(), paused),
-                reason or f"idle longer than {self.fleet.idle_timeout_for(t.entry_id)} s")
+                d.idle_delete_reason(t, self.fleet, paused))
             if not marked:
                 continue
             name = t.queued_resource or t.name
-            resource = self.api.read(name) if name else None
-            if resource is None:
-                self.mark_gone(t.id, "not found when the janitor deleted it")
-                continue
-            if not is_ours(resource, self.fleet):
-                self.mark_gone(t.id, "no longer carries this fleet's owner marks: left alone, not deleted")
-                continue
-            self.delete([d.Delete(resource, name, force=True, reason="idle timeout")])
+            decision = d.decide_reap(name, self.api.read(name) if name else None, self.fleet)
+            if decision.gone_reason:
+                self.mark_gone(t.id, decision.gone_reason)
+            if decision.delete:
+                self.delete([decision.delete])
 
     def list_fleet_zones(self) -> tuple[list[Any], bool]:
         """Every queued resource and node in the fleet's zones; False when a zone could not be listed."""
@@ -261,10 +257,8 @@ class Janitor:
         again; the drain is recorded done once a list shows nothing owned left but what is DELETING. Idempotent:
         a redelivered tick lists again, and a delete of what is gone is 'already gone'."""
         assert control.drain_id
-        for t in tpus:  # the scheduler must not hand out what is about to go
-            if t.state in (TpuState.idle, TpuState.busy):
-                self.mark_deleting(t.id, lambda doc: doc is not None and doc.get("state") in
-                                   (TpuState.idle, TpuState.busy), "drain: tpuq fleet drain --now")
+        for t in d.drain_marks(tpus):
+            self.mark_deleting(t.id, d.drain_may_mark, "drain: tpuq fleet drain --now")
         listed, complete = self.list_fleet_zones()
         decision = d.decide_drain(listed, self.fleet)
         before = len(self.report.deleted)
@@ -302,59 +296,78 @@ class Janitor:
 
 # ------------------------------------------------------------------ handlers
 
+AdapterFactory = Callable[[Context, FleetFile], DeleteAdapter]
 
-def _adapter(ctx: Context, fleet: FleetFile) -> DeleteAdapter:
+
+def default_adapter(ctx: Context, fleet: FleetFile) -> DeleteAdapter:
+    """The one place the Cloud TPU client is handed to the janitor (to the adapter, which checks ownership)."""
     return DeleteAdapter(ctx.clients.tpu, fleet)
 
 
-def make_handlers(orphan_scan_seconds: float | None = None, adapter_factory=_adapter):
-    scan_every = orphan_scan_seconds
-    if scan_every is None:
-        scan_every = float(os.environ.get(ENV_ORPHAN_SCAN_SECONDS, DEFAULT_ORPHAN_SCAN_SECONDS))
+@dataclass(frozen=True)
+class JanitorState:
+    """The janitor's per-instance state (`ctx.state`), made by build_service."""
 
-    def janitor_for(ctx: Context, fleet: FleetFile) -> Janitor:
-        return Janitor(ctx, fleet, adapter_factory(ctx, fleet))
+    orphan_scan_seconds: float  # Settings.orphan_scan_seconds: at most one orphan scan per fleet this often
+    adapter_factory: AdapterFactory = default_adapter  # the simulator passes its in-process TPU API
 
-    def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
-        if event.kind in (FleetEventKind.gone, FleetEventKind.node_health) or not event.queued_resource:
-            # Nothing left to delete, a node's health (the scheduler's and the executor's business), or a node
-            # tpuq did not create (`existing:`): never deleted.
-            return
-        fleet = load_fleet(ctx.clients.firestore, event.fleet)
-        janitor_for(ctx, fleet).on_fleet_event(event)
 
-    def on_tick(tick: Tick, ctx: Context) -> None:
-        fleets = Isolated("janitor tick", log)  # one fleet's trouble never stops the others' pass
-        for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
-            with fleets.part(f"fleet {snap.id}"):
-                fleet = fleet_of(snap)
-                janitor = janitor_for(ctx, fleet)
-                control = load_control(ctx.clients.firestore, fleet.name)
+def janitor_for(ctx: Context, fleet: FleetFile) -> Janitor:
+    state: JanitorState = ctx.state
+    return Janitor(ctx, fleet, state.adapter_factory(ctx, fleet))
+
+
+def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
+    if not d.fleet_event_to_judge(event):
+        return
+    fleet = load_fleet(ctx.clients.firestore, event.fleet)
+    janitor_for(ctx, fleet).settle_event(event)
+
+
+def on_tick(tick: Tick, ctx: Context) -> None:
+    state: JanitorState = ctx.state
+    fleets = Isolated("janitor tick", log)  # one fleet's trouble never stops the others' pass
+    for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
+        with fleets.part(f"fleet {snap.id}"):
+            fleet = fleet_of(snap)
+            janitor = janitor_for(ctx, fleet)
+            control = load_control(ctx.clients.firestore, fleet.name)
+            tpus = janitor.tpu_docs(live_only=True)
+            if control.drain_pending:
+                janitor.drain(control, tpus)
                 tpus = janitor.tpu_docs(live_only=True)
-                if control.drain_pending:
-                    janitor.drain(control, tpus)
-                    tpus = janitor.tpu_docs(live_only=True)
-                janitor.sweep(tpus)
-                janitor.paused = control.paused
-                janitor.reap_idle(tpus)
-                janitor.scan_orphans(scan_every)
-        fleets.raise_if_any()
-
-    def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
-        if not d.attempt_end_to_judge(event):
-            return
-        snap = ctx.clients.firestore.collection(store.TPUS).document(short_node_name(event.node)).get()
-        doc = snap.to_dict() if snap.exists else {}
-        if not doc.get("fleet"):
-            return  # not a TPU tpuq recorded: nothing of ours to judge
-        fleet = load_fleet(ctx.clients.firestore, doc["fleet"])
-        janitor = janitor_for(ctx, fleet)
-        names = [n for n in (doc.get("queued_resource"), event.node) if n]
-        # A preempted slice's queued resource is SUSPENDED: the janitor's own to delete, here and now.
-        janitor.settle(janitor.read_all(names), {}, set())
-
-    return {"/push/fleet-events": on_fleet_event, "/push/ticks": on_tick, "/push/attempt-events": on_attempt_event}
+            janitor.sweep(tpus)
+            janitor.paused = control.paused
+            janitor.reap_idle(tpus)
+            janitor.scan_orphans(state.orphan_scan_seconds)
+    fleets.raise_if_any()
 
 
-def build_service(**kwargs) -> Service:
-    return Service(name="janitor", handlers=make_handlers(**kwargs))
+def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
+    if not d.attempt_end_to_judge(event):
+        return
+    snap = ctx.clients.firestore.collection(store.TPUS).document(short_node_name(event.node)).get()
+    doc = snap.to_dict() if snap.exists else {}
+    if not doc.get("fleet"):
+        return  # not a TPU tpuq recorded: nothing of ours to judge
+    fleet = load_fleet(ctx.clients.firestore, doc["fleet"])
+    janitor = janitor_for(ctx, fleet)
+    names = [n for n in (doc.get("queued_resource"), event.node) if n]
+    # A preempted slice's queued resource is SUSPENDED: the janitor's own to delete, here and now.
+    janitor.settle(janitor.read_all(names), {}, set())
+
+
+ROUTES = {
+    "/push/fleet-events": on_fleet_event,
+    "/push/ticks": on_tick,
+    "/push/attempt-events": on_attempt_event,
+}
+
+
+def build_service(settings: Settings, clients: Clients | None = None, *,
+                  adapter_factory: AdapterFactory | None = None) -> Service:
+    """`adapter_factory(ctx, fleet)`: the door to the Cloud TPU API (default: a DeleteAdapter on ctx.clients.tpu)."""
+    state = JanitorState(orphan_scan_seconds=settings.orphan_scan_seconds,
+                         adapter_factory=adapter_factory or default_adapter)
+    return Service(name="janitor", routes=ROUTES, settings=settings,
+                   clients=clients if clients is not None else Clients(settings), state=state)

@@ -38,7 +38,9 @@ from tpuq.scheduler.scheduling import (
     release_request,
     scheduling_pass,
 )
+from tpuq.runtime.clients import Clients
 from tpuq.runtime.service import Context, Service
+from tpuq.runtime.settings import Settings
 
 log = logging.getLogger("tpuq.scheduler")
 
@@ -261,15 +263,18 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     parts.raise_if_any()
 
 
-def build_service() -> Service:
-    return Service(
-        name="scheduler",
-        handlers={
-            "/push/jobs": on_job,
-            "/push/fleet-events": on_fleet_event,
-            "/push/attempt-events": on_attempt_event,
-            "/push/cancels": on_cancel,
-            "/push/ticks": on_tick,
-            "/push/gcs-submit": on_object_finalized,
-        },
-    )
+# The route table: each push subscription's path (tpuq.contracts.topology) to its handler.
+ROUTES = {
+    "/push/jobs": on_job,
+    "/push/fleet-events": on_fleet_event,
+    "/push/attempt-events": on_attempt_event,
+    "/push/cancels": on_cancel,
+    "/push/ticks": on_tick,
+    "/push/gcs-submit": on_object_finalized,
+}
+
+
+def build_service(settings: Settings, clients: Clients | None = None) -> Service:
+    """The scheduler keeps no state of its own between messages: everything it knows is in Firestore."""
+    return Service(name="scheduler", routes=ROUTES, settings=settings,
+                   clients=clients if clients is not None else Clients(settings))

@@ -359,7 +359,7 @@ def attempt_ended(
 #   `executor.ssh` host_key_wait_seconds), the SSH fan-out and the bundle's download. 20 minutes is two whole
 #   pushes, so a start that ran out one push and succeeded on Pub/Sub's redelivery is kept.
 # - UNSTARTED_REPUBLISHES (3) republishes, 4 sends in all (the tick sends one every 5 minutes,
-#   `scheduling.republish_assignment_after`): an executor that lost the first copy, or restarted, was offered it
+#   `Settings.republish_assignment_after`): an executor that lost the first copy, or restarted, was offered it
 #   again. Counted as well as timed, so ticks that stopped for an hour end nothing that was sent only once.
 UNSTARTED_FOR = timedelta(minutes=20)
 # An executor that recorded `starting` this lately may still be preparing the workers (one push, bounded by the

@@ -23,7 +23,7 @@ log = logging.getLogger("tpuq.scheduler")
 def fleet_in_force(ctx: Context) -> FleetFile | None:
     """The stored fleet; None before any is stored: jobs are still queued and matched, nothing is claimed."""
     try:
-        return load_fleet(ctx.clients.firestore)
+        return load_fleet(ctx.clients.firestore, ctx.settings.fleet)
     except Retryable as e:
         log.warning("%s", e)
         return None

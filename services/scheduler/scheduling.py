@@ -24,7 +24,6 @@ when a lost pair left its job or TPU free.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -67,14 +66,6 @@ log = logging.getLogger("tpuq.scheduler")
 PER_TYPE_EXTRA = 64
 IDLE_LIMIT = 2000
 MAX_ROUNDS = 3  # plan again after losing pairs to another instance, at most this often per message
-REPUBLISH_ASSIGNMENT_AFTER = timedelta(minutes=5)  # TPUQ_REPUBLISH_ASSIGNMENT_SECONDS overrides it
-
-
-def republish_assignment_after() -> timedelta:
-    """How long an assignment stays `assigned` before the tick sends it again. The executor starts an attempt
-    once however often it is delivered (the worker's control lock), so a shorter wait only costs pushes."""
-    seconds = os.environ.get("TPUQ_REPUBLISH_ASSIGNMENT_SECONDS")
-    return timedelta(seconds=float(seconds)) if seconds else REPUBLISH_ASSIGNMENT_AFTER
 
 
 @dataclass
@@ -472,7 +463,10 @@ def follow_up_unstarted_assignments(ctx: Context, budgets: RetryBudgets) -> int:
     budget and its TPU freed and quarantined. Returns how many attempts it ended."""
     db = ctx.clients.firestore
     now = ctx.now()
-    after = republish_assignment_after()
+    # How long an assignment stays `assigned` before the tick sends it again (TPUQ_REPUBLISH_ASSIGNMENT_SECONDS,
+    # 5 minutes). The executor starts an attempt once however often it is delivered (the worker's control lock),
+    # so a shorter wait only costs pushes.
+    after = ctx.settings.republish_assignment_after
     q = (
         db.collection(store.JOBS)
         .where(filter=FieldFilter(JobDoc.field("state"), "==", JobState.assigned))

@@ -4,12 +4,13 @@ of every interface unless --host says otherwise."""
 import argparse
 import os
 
-from tpuq.runtime.entrypoints import configure_logging
+from tpuq.runtime import logs
 from tpuq.ui.serve import ENV_PORT, deployed_app, serve
 
 parser = argparse.ArgumentParser(prog="python -m tpuq.ui")
 parser.add_argument("--host", default="0.0.0.0")
 args = parser.parse_args()
-configure_logging()
-serve(deployed_app(), args.host, int(os.environ.get(ENV_PORT) or 8080),
+env = dict(os.environ)  # read once, here, and passed in
+logs.setup(env=env)
+serve(deployed_app(env), args.host, int(env.get(ENV_PORT) or 8080),
       on_ready=lambda url: print(f"tpuq ui listening on {url}", flush=True))

@@ -25,7 +25,8 @@ def deployed_app(env: Mapping[str, str] | None = None, now: Callable[[], datetim
     invoker check (`TPUQ_UI_AUTH=cloudrun`; without it no request is anyone's, so nothing can be changed), sessions
     signed with the key in the file `TPUQ_UI_SESSION_KEY_FILE` names, which every instance shares (a named file that
     cannot be read stops the start: SessionKeyError)."""
-    from tpuq.runtime.clients import Clients, Settings
+    from tpuq.runtime.clients import Clients
+    from tpuq.runtime.settings import Settings
 
     env = dict(os.environ if env is None else env)
     user_of = CloudRunUser() if env.get(ENV_UI_AUTH) == UI_AUTH_CLOUD_RUN else fixed_user(None)

@@ -34,7 +34,6 @@ import base64
 import binascii
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -143,9 +142,9 @@ class PushAuth:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, verifier: TokenVerifier | None = None,
+    def from_env(cls, env: Mapping[str, str], verifier: TokenVerifier | None = None,
                  now: Callable[[], float] = time.time) -> "PushAuth":
-        env = os.environ if env is None else env
+        """From the service's settings (`Settings.env`, read once at its start)."""
         mode = (env.get(ENV_MODE) or MODE_OFF).strip().lower()
         if mode not in (MODE_OFF, MODE_OIDC):
             raise PushAuthConfigError(f"${ENV_MODE} must be '{MODE_OFF}' or '{MODE_OIDC}', not {mode!r}")

@@ -1,8 +1,8 @@
 """Cloud clients, created lazily and passed in.
 
-Nothing connects at import time. A `Clients` is built from the environment
-(the same variables `tpuq dev env` prints, or the deployed service's env) and
-each client is created on first use. Tests build their own `Clients`.
+Nothing connects at import time. A `Clients` is built from a `Settings` (tpuq.runtime.settings: the variables
+`tpuq dev env` prints, or the deployed service's env, read once) and each client is created on first use.
+Tests build their own `Clients`.
 """
 
 from __future__ import annotations
@@ -11,62 +11,11 @@ import json
 import os
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel
 
-ENV_PROJECT = "GOOGLE_CLOUD_PROJECT"
-ENV_TPU_ENDPOINT = "TPUQ_TPU_API_ENDPOINT"
-ENV_CLOUDQUOTAS_ENDPOINT = "TPUQ_CLOUDQUOTAS_API_ENDPOINT"  # the quota pre-check's Cloud Quotas API (tpuq.capacity.cloudchecks)
-ENV_CLOUDBILLING_ENDPOINT = "TPUQ_CLOUDBILLING_API_ENDPOINT"  # ... and Cloud Billing API
-ENV_TOPIC_PREFIX = "TPUQ_TOPIC_PREFIX"  # tests isolate themselves with a prefix
-ENV_RUNNER_BUCKET = "TPUQ_RUNNER_BUCKET"
-
-
-@dataclass
-class Settings:
-    project: str
-    tpu_endpoint: str | None = None
-    quotas_endpoint: str | None = None
-    billing_endpoint: str | None = None
-    topic_prefix: str = ""
-    runner_bucket: str | None = None
-    storage_emulator: str | None = None
-    pubsub_emulator: str | None = None
-    firestore_emulator: str | None = None
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
-        env = dict(os.environ if env is None else env)
-        project = env.get(ENV_PROJECT) or env.get("GCLOUD_PROJECT") or "tpuq-local"
-        return cls(
-            project=project,
-            tpu_endpoint=env.get(ENV_TPU_ENDPOINT) or None,
-            quotas_endpoint=env.get(ENV_CLOUDQUOTAS_ENDPOINT) or None,
-            billing_endpoint=env.get(ENV_CLOUDBILLING_ENDPOINT) or None,
-            topic_prefix=env.get(ENV_TOPIC_PREFIX, ""),
-            runner_bucket=env.get(ENV_RUNNER_BUCKET) or None,
-            storage_emulator=env.get("STORAGE_EMULATOR_HOST") or None,
-            pubsub_emulator=env.get("PUBSUB_EMULATOR_HOST") or None,
-            firestore_emulator=env.get("FIRESTORE_EMULATOR_HOST") or None,
-        )
-
-    @property
-    def emulator_env(self) -> dict[str, str | None]:
-        return {
-            "PUBSUB_EMULATOR_HOST": self.pubsub_emulator,
-            "FIRESTORE_EMULATOR_HOST": self.firestore_emulator,
-            "STORAGE_EMULATOR_HOST": self.storage_emulator,
-        }
-
-    def topic_path(self, name: str) -> str:
-        return f"projects/{self.project}/topics/{self.topic_prefix}{name}"
-
-    def subscription_path(self, name: str) -> str:
-        return f"projects/{self.project}/subscriptions/{self.topic_prefix}{name}"
-
+from tpuq.runtime.settings import Settings  # what the clients connect to is part of the one settings object
 
 _CONSTRUCTION_LOCK = threading.Lock()
 
@@ -92,37 +41,72 @@ def _set_environ(values: dict[str, str | None]) -> None:
             os.environ[k] = v
 
 
-@dataclass
+KINDS = ("firestore", "publisher", "subscriber", "storage", "tpu")
+
+
 class Clients:
-    """Lazily created clients. Thread-safe enough for Flask's threaded server."""
+    """The cloud clients of one process, each created on first use from `settings` (thread-safe: Flask's threaded
+    server and a service's concurrent requests share one). A client passed in is used as it is instead: tests and
+    the simulator pass their in-memory stand-ins (`Clients(settings, firestore=MemoryFirestore(...))`)."""
 
-    settings: Settings = field(default_factory=Settings.from_env)
+    def __init__(self, settings: Settings, **given: Any):
+        unknown = sorted(set(given) - set(KINDS))
+        if unknown:
+            raise TypeError(f"Clients: no client called {', '.join(unknown)} (one of {', '.join(KINDS)})")
+        self.settings = settings
+        self._made: dict[str, Any] = dict(given)
+        self._lock = threading.Lock()
 
-    @cached_property
+    def _client(self, kind: str, make) -> Any:
+        made = self._made.get(kind)
+        if made is None:
+            with self._lock:
+                made = self._made.get(kind)
+                if made is None:
+                    made = self._made[kind] = make()
+        return made
+
+    @property
     def firestore(self):
+        return self._client("firestore", self._new_firestore)
+
+    @property
+    def publisher(self):
+        return self._client("publisher", self._new_publisher)
+
+    @property
+    def subscriber(self):
+        """Only people's reads use it: the dead letters Pub/Sub keeps in the hold subscription (tpuq.operations.heldletters)."""
+        return self._client("subscriber", self._new_subscriber)
+
+    @property
+    def storage(self):
+        return self._client("storage", self._new_storage)
+
+    @property
+    def tpu(self):
+        return self._client("tpu", self._new_tpu)
+
+    def _new_firestore(self):
         from google.cloud import firestore
 
         with _environment(self.settings.emulator_env):
             return firestore.Client(project=self.settings.project)
 
-    @cached_property
-    def publisher(self):
+    def _new_publisher(self):
         from google.cloud import pubsub_v1
 
         # One message per batch: ~1.6 ms per publish instead of ~10 ms of batching delay.
         with _environment(self.settings.emulator_env):
             return pubsub_v1.PublisherClient(batch_settings=pubsub_v1.types.BatchSettings(max_messages=1))
 
-    @cached_property
-    def subscriber(self):
-        """Only people's reads use it: the dead letters Pub/Sub keeps in the hold subscription (tpuq.operations.heldletters)."""
+    def _new_subscriber(self):
         from google.cloud import pubsub_v1
 
         with _environment(self.settings.emulator_env):
             return pubsub_v1.SubscriberClient()
 
-    @cached_property
-    def storage(self):
+    def _new_storage(self):
         from google.cloud import storage
 
         with _environment(self.settings.emulator_env):
@@ -132,8 +116,7 @@ class Clients:
                 return storage.Client(project=self.settings.project, credentials=AnonymousCredentials())
             return storage.Client(project=self.settings.project)
 
-    @cached_property
-    def tpu(self):
+    def _new_tpu(self):
         from google.cloud import tpu_v2
 
         endpoint = self.settings.tpu_endpoint

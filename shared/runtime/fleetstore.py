@@ -12,7 +12,6 @@ record of the drain it finished. It is a separate document so that `tpuq fleet a
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,9 +20,7 @@ from tpuq.contracts import store
 from tpuq.contracts.errors import Permanent, Retryable
 from tpuq.runtime.guarded import LOST_RACE
 from tpuq.contracts.fleet import FleetFile
-
-ENV_FLEET = "TPUQ_FLEET"
-
+from tpuq.runtime.settings import ENV_FLEET
 
 def save_fleet(db, fleet: FleetFile, now: datetime) -> str:
     db.collection(store.FLEETS).document(fleet.name).set(
@@ -63,8 +60,7 @@ def _field(snap, name: str):
 
 
 def load_fleet(db, name: str | None = None) -> FleetFile:
-    """The named fleet, else $TPUQ_FLEET, else the only fleet stored."""
-    name = name or os.environ.get(ENV_FLEET)
+    """The named fleet (a service passes its `Settings.fleet`, $TPUQ_FLEET), else the only fleet stored."""
     col = db.collection(store.FLEETS)
     if name:
         snap = col.document(name).get()

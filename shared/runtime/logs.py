@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -30,7 +29,8 @@ from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import IO, Any
 
-ENV_CLOUD_RUN = "K_SERVICE"
+from tpuq.runtime.settings import ENV_CLOUD_RUN
+
 CONTEXT_FIELDS = ("service", "subscription", "message_id", "job_id", "attempt", "node")
 TRACE_FIELD = "logging.googleapis.com/trace"
 TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -112,11 +112,11 @@ class TextFormatter(logging.Formatter):
         return f"{first} [{context}]{newline}{rest}"
 
 
-def on_cloud_run(env: Mapping[str, str] | None = None) -> bool:
-    return bool((os.environ if env is None else env).get(ENV_CLOUD_RUN))
+def on_cloud_run(env: Mapping[str, str]) -> bool:
+    return bool(env.get(ENV_CLOUD_RUN))
 
 
-def make_handler(env: Mapping[str, str] | None = None, stream: IO[str] | None = None) -> logging.Handler:
+def make_handler(env: Mapping[str, str], stream: IO[str] | None = None) -> logging.Handler:
     """JSON lines on stdout on Cloud Run, text on stderr elsewhere."""
     cloud = on_cloud_run(env)
     handler = logging.StreamHandler(stream or (sys.stdout if cloud else sys.stderr))
@@ -125,7 +125,7 @@ def make_handler(env: Mapping[str, str] | None = None, stream: IO[str] | None = 
     return handler
 
 
-def setup(level: int = logging.INFO, env: Mapping[str, str] | None = None, stream: IO[str] | None = None) -> None:
+def setup(*, env: Mapping[str, str], level: int = logging.INFO, stream: IO[str] | None = None) -> None:
     """Give the root logger our handler, once, at a process's start.
 
     Like logging.basicConfig, it leaves a root logger that someone else configured alone (pytest's

@@ -20,10 +20,10 @@ import base64
 import binascii
 import json
 import logging
-import os
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError
@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from tpuq.contracts import store, topology
 from tpuq.runtime.auth import PushAuth, PushAuthConfigError
 from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import JobDoc, JobState, parse_timestamp
 from tpuq.contracts.errors import Permanent, Retryable, from_validation_error
 from tpuq.runtime.logs import TRACE_FIELD, log_context, trace_resource
@@ -44,7 +45,8 @@ def utcnow() -> datetime:
 
 @dataclass
 class Context:
-    """What a handler gets besides its message: clients, the clock, randomness, metadata."""
+    """What a handler gets besides its message: clients, settings, the service's per-instance state, the clock,
+    randomness, metadata."""
 
     clients: Clients
     now: Callable[[], datetime]
@@ -54,6 +56,8 @@ class Context:
     publish_time: datetime | None
     subscription: topology.Subscription
     service: str
+    settings: Settings
+    state: Any = None  # what the service's build_service made for its handlers (an SSH pool, caches, timers)
 
     def publish(self, topic: str, message: BaseModel | dict[str, Any], **attributes: str) -> str:
         return self.clients.publish(topic, message, **attributes)
@@ -179,26 +183,23 @@ def _job_fields(payload: dict[str, Any], topic_name: str) -> dict[str, Any]:
 
 @dataclass
 class Service:
-    """One deployable service: a name and a handler per subscription path."""
+    """One deployable service, built by its `build_service(settings, clients, ...)` with everything passed in: its
+    route table (subscription path -> module-level `on_<topic>` handler), the settings read once, its clients (a
+    `Clients` connects each client on first use; tests pass in-memory ones) and its per-instance state."""
 
     name: str
-    handlers: dict[str, Handler]
-    clients_factory: Callable[[], Clients] = Clients
+    routes: Mapping[str, Handler]
+    settings: Settings
+    clients: Clients
+    state: Any = None
     now: Callable[[], datetime] = utcnow
     rng: random.Random = field(default_factory=random.Random)
-    push_auth: PushAuth | None = None  # None: from the environment at the first request (tpuq.runtime.auth)
-    _clients: Clients | None = None
-
-    @property
-    def clients(self) -> Clients:
-        if self._clients is None:
-            self._clients = self.clients_factory()
-        return self._clients
+    push_auth: PushAuth | None = None  # None: from the settings at the first request (tpuq.runtime.auth)
 
     # ---- HTTP entry point (functions-framework http target / Flask view) ----
     def dispatch(self, request) -> tuple[str, int]:
         """`request` is a Flask/werkzeug request."""
-        trace = trace_resource(request.headers.get("X-Cloud-Trace-Context"), os.environ.get("GOOGLE_CLOUD_PROJECT"))
+        trace = trace_resource(request.headers.get("X-Cloud-Trace-Context"), self.settings.project)
         with log_context(service=self.name, **{TRACE_FIELD: trace}):
             return self._dispatch(request)
 
@@ -223,7 +224,7 @@ class Service:
     def _refuse_unauthenticated(self, request) -> tuple[str, int] | None:
         try:
             if self.push_auth is None:
-                self.push_auth = PushAuth.from_env()
+                self.push_auth = PushAuth.from_env(self.settings.env)
         except PushAuthConfigError as e:  # fail closed: a half-configured deployment accepts nothing
             log.error("%s: %s", self.name, e)
             return "push authentication is misconfigured", 500
@@ -241,7 +242,7 @@ class Service:
 
     def _handle(self, sub: topology.Subscription, msg: PushMessage, payload: dict[str, Any]) -> tuple[str, int]:
         topic = topology.topic(sub.topic)
-        handler = self.handlers[sub.path]
+        handler = self.routes[sub.path]
         try:
             model = topic.model.model_validate(payload) if topic.model else payload
         except ValidationError as e:
@@ -257,6 +258,8 @@ class Service:
             publish_time=msg.publish_time,
             subscription=sub,
             service=self.name,
+            settings=self.settings,
+            state=self.state,
         )
         try:
             handler(model, ctx)

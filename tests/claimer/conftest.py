@@ -1,42 +1,89 @@
-"""Claimer handler tests: the real handler app, the Firestore and Pub/Sub emulators, and the fake TPU API.
+"""Claimer handler tests: the real handler app, the in-memory Firestore and Pub/Sub (`tpuq_dev.inmemory`), and the
+fake Cloud TPU API (an in-process HTTP server, with its Cloud Quotas and Cloud Billing stand-ins).
 
-The handler is driven through functions-framework's test client with real push
-envelopes; the fake TPU's call log is the witness of what reached the API.
+The handler is driven through functions-framework's test client with real push envelopes; the fake TPU's call log
+is the witness of what reached the API, the in-memory publisher of what was published. No emulator: the contract
+suite (tests/contract) keeps the in-memory store honest against the emulators.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import sys
 import uuid
+from pathlib import Path
 
+import functions_framework
 import pytest
-from google.cloud import pubsub_v1
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
-from tpuq.contracts import store
-from tpuq_dev.devstack.stack import wait_for
+from tpuq.claimer.handlers import build_service
+from tpuq.claimer.sshkeys import ENV_PUBLIC_KEY
+from tpuq.contracts import store, topology
+from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.messages import FleetEvent
+from tpuq.runtime.clients import Clients
 from tpuq.runtime.entrypoints import source_file
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.runtime.service import utcnow
+from tpuq.runtime.settings import Settings
+from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
-from tpuq.contracts.fleet import FleetFile
-from tpuq.runtime.fleetstore import save_fleet
-from tpuq.contracts.messages import FleetEvent
-from tpuq.runtime.service import utcnow
+from tpuq_dev.inmemory import MemoryFirestore, MemoryPublisher
 
 TEST_PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtpuqclaimertestkeyonlyforthetests0000 test"
+CLAIMER_SOURCE = str(source_file("claimer"))
+PROJECT = "tpuq-local"
+
+
+class NoStandIn:
+    """A client these tests must not reach: using it fails the test instead of going to Google Cloud."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        raise AssertionError(f"the claimer used Clients.{self._name}.{attr}, which has no stand-in here")
+
+
+def claimer_settings(fake: FakeTpuServer, **fields) -> Settings:
+    """The claimer's settings against the fake: its TPU API, Cloud Quotas and Cloud Billing stand-ins (the quota and
+    billing pre-checks read them), and the executor's public key as `tpuq dev up` gives it (sshkeys)."""
+    env = {ENV_PUBLIC_KEY: TEST_PUBLIC_KEY}
+    return Settings(project=PROJECT, tpu_endpoint=fake.url, quotas_endpoint=fake.google_apis_url,
+                    billing_endpoint=fake.google_apis_url, env=env, **fields)
+
+
+def memory_clients(settings: Settings) -> tuple[Clients, MemoryPublisher]:
+    """In-memory Firestore and publisher; the TPU client is the real one (made from the settings: the fake)."""
+    publisher = MemoryPublisher(settings.topic_path(t.name) for t in topology.TOPICS)
+    clients = Clients(settings, firestore=MemoryFirestore(project=settings.project), publisher=publisher,
+                      storage=NoStandIn("storage"), subscriber=NoStandIn("subscriber"))
+    return clients, publisher
+
+
+def claimer_app(clients: Clients):
+    """The claimer's entry point (tpuq.claimer.main) through functions-framework, serving a claimer built on
+    `clients` (its settings are the clients')."""
+    app = functions_framework.create_app(target="handle", source=CLAIMER_SOURCE, signature_type="http")
+    entry = sys.modules[Path(CLAIMER_SOURCE).stem]  # functions-framework registers a source under its file's stem
+    assert Path(entry.__file__).resolve() == Path(CLAIMER_SOURCE).resolve()
+    entry.ENTRY.use(build_service(clients.settings, clients))
+    return app.test_client()
 
 
 class ClaimerHarness:
-    def __init__(self, clients, app_client, fake: FakeTpuServer, project: str):
+    def __init__(self, clients: Clients, publisher: MemoryPublisher, app_client, fake: FakeTpuServer, monkeypatch):
         self.clients = clients
+        self.publisher = publisher
         self.app = app_client
         self.fake = fake
         self.control = FakeTpuControl(fake.url)
-        self.project = project
-        self.subscriber = pubsub_v1.SubscriberClient()
-        self.events_sub = clients.settings.subscription_path(f"test-fleet-events-{uuid.uuid4().hex[:8]}")
-        self.subscriber.create_subscription(
-            request={"name": self.events_sub, "topic": clients.settings.topic_path("fleet-events")})
+        self.project = clients.settings.project
+        self.monkeypatch = monkeypatch
         self.events: list[FleetEvent] = []
 
     # ---- driving
@@ -54,6 +101,16 @@ class ClaimerHarness:
         assert response.status_code in expect, response.get_data(as_text=True)
         return message_id
 
+    def tpuq(self, *args: str):
+        """A `tpuq` command as a person runs it, in this process and on these clients (the in-memory store; the
+        fake's Cloud Quotas and Billing through the settings). Returns click's Result: exit_code, stdout."""
+        from tpuq.cli import connecting, fleet
+        from tpuq.cli.app import app
+
+        self.monkeypatch.setattr(connecting, "CURRENT", None)  # restored after: the CLI may set it
+        self.monkeypatch.setattr(fleet, "cli_clients", lambda: self.clients)
+        return CliRunner().invoke(app, list(args), env={"COLUMNS": "400"}, catch_exceptions=False)
+
     # ---- witnesses
     def creates(self, zone: str | None = None) -> list[dict]:
         return [c for c in self.control.calls(method="POST", path_contains="/queuedResources")
@@ -64,12 +121,9 @@ class ClaimerHarness:
                 if zone is None or f"/locations/{zone}/" in c["path"]]
 
     def pull_events(self) -> list[FleetEvent]:
-        response = self.subscriber.pull(request={"subscription": self.events_sub, "max_messages": 100,
-                                                 "return_immediately": True}, timeout=10)
-        if response.received_messages:
-            self.subscriber.acknowledge(request={"subscription": self.events_sub,
-                                                 "ack_ids": [m.ack_id for m in response.received_messages]})
-            self.events += [FleetEvent.model_validate_json(m.message.data) for m in response.received_messages]
+        """Every fleet event the claimer has published so far (the in-memory publisher's record)."""
+        taken = self.publisher.take(self.clients.settings.topic_path("fleet-events"))
+        self.events += [FleetEvent.model_validate(json.loads(m.data)) for m in taken]
         return self.events
 
     def wait_event(self, predicate, what: str) -> FleetEvent:
@@ -84,34 +138,18 @@ class ClaimerHarness:
 
 
 @pytest.fixture
-def claimer(clients, monkeypatch, tmp_path):
-    """Start a fake TPU for `scenario` and return a harness bound to a fresh claimer app."""
-    import functions_framework
-
+def claimer(monkeypatch, tmp_path):
+    """Start a fake TPU for `scenario` and return a harness bound to a fresh claimer app on fresh in-memory clients."""
     servers: list[FakeTpuServer] = []
-    harnesses: list[ClaimerHarness] = []
 
-    def start(scenario: dict, time_scale: float = 600.0) -> ClaimerHarness:
+    def start(scenario: dict, time_scale: float = 600.0, **settings) -> ClaimerHarness:
         fake = FakeTpuServer(scenario, time_scale=time_scale, state_dir=tmp_path / "faketpu", worker_hosts=False)
         fake.start()
         servers.append(fake)
-        monkeypatch.setenv("TPUQ_TPU_API_ENDPOINT", fake.url)
-        # The claimer's quota and billing pre-checks read the fake's Cloud Quotas and Cloud Billing stand-ins.
-        monkeypatch.setenv("TPUQ_CLOUDQUOTAS_API_ENDPOINT", fake.google_apis_url)
-        monkeypatch.setenv("TPUQ_CLOUDBILLING_API_ENDPOINT", fake.google_apis_url)
-        monkeypatch.setenv("TPUQ_SSH_PUBLIC_KEY", TEST_PUBLIC_KEY)
-        app = functions_framework.create_app(target="handle", source=str(source_file("claimer")),
-                                             signature_type="http")
-        harness = ClaimerHarness(clients, app.test_client(), fake, clients.settings.project)
-        harnesses.append(harness)
-        return harness
+        clients, publisher = memory_clients(claimer_settings(fake, **settings))
+        return ClaimerHarness(clients, publisher, claimer_app(clients), fake, monkeypatch)
 
     yield start
-    for h in harnesses:
-        try:
-            h.subscriber.delete_subscription(request={"subscription": h.events_sub})
-        except Exception:  # noqa: BLE001 - the emulator may be reset already
-            pass
     for s in servers:
         s.stop()
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tpuq.claimer.classify import BlockKind, block_kind, project_block_reason, raw_error, zone_quota_reason
-from tpuq.claimer.decide import decide
+from tpuq.claimer.decide import decide_observed
 from tpuq.claimer.model import ClaimState, FleetStatus, Observed
 from tpuq.contracts.errors import ErrorInfo
 from tpuq.contracts.fleet import FleetFile
@@ -94,7 +94,7 @@ def blocked_by(raw: str) -> FleetStatus:
 ])
 def test_a_billing_block_clears_at_the_next_successful_billing_check(raw, billing, clears):
     state = ClaimState(fleet(), status=blocked_by(raw), prechecks=Prechecks(EffectiveQuota({}), BillingState(billing)))
-    effects = decide(state, Observed({}, plan=True), NOW, random.Random(1))
+    effects = decide_observed(state, Observed({}, plan=True), NOW, random.Random(1))
     if clears:
         assert effects.status is not None and not effects.status.is_blocked(fleet().version)
     else:

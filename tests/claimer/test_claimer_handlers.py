@@ -1,4 +1,4 @@
-"""The claimer's handlers on the local stack, with the fake Cloud TPU API and its call log as the witness."""
+"""The claimer's handlers on the in-memory store, with the fake Cloud TPU API and its call log as the witness."""
 
 from __future__ import annotations
 
@@ -83,19 +83,13 @@ def test_billing_disabled_stops_every_create_and_is_reported(claimer):
     report = fleet_report(h.clients.firestore, "race")
     assert report["blocked"].startswith("billing is disabled on project tpuq-test")
     # ... and `tpuq fleet` shows it to people.
-    import os
-    import subprocess
-
-    env = {**os.environ, **{k: v for k, v in h.clients.settings.emulator_env.items() if v},
-           "GOOGLE_CLOUD_PROJECT": h.clients.settings.project}
-    shown = subprocess.run(["tpuq", "fleet", "--name", "race"], env=env, capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0, shown.stderr
+    shown = h.tpuq("fleet", "--name", "race")
+    assert shown.exit_code == 0, shown.output
     assert "blocked: billing is disabled on project tpuq-test" in shown.stdout
     # Once a person has fixed billing, `tpuq fleet unblock` lets the claimer create again.
     h.control.set_billing(True)
-    unblocked = subprocess.run(["tpuq", "fleet", "unblock", "--name", "race"], env=env, capture_output=True,
-                               text=True, timeout=60)
-    assert unblocked.returncode == 0 and "unblocked" in unblocked.stdout, unblocked.stderr
+    unblocked = h.tpuq("fleet", "unblock", "--name", "race")
+    assert unblocked.exit_code == 0 and "unblocked" in unblocked.stdout, unblocked.output
     h.push("/push/capacity", request("job-3"))
     assert len(h.creates()) > 1
 
@@ -311,3 +305,33 @@ def test_transient_api_errors_are_retried_and_the_request_is_never_lost(claimer)
     h.push("/push/ticks", Tick(seq=1))
     assert [c["status"] for c in h.creates(b)] == [503] * 4 + [200]
     assert len({c["path"] + c["args"]["queuedResourceId"] for c in h.creates(b)}) == 1
+
+
+def test_the_created_nodes_run_as_the_settings_worker_account(claimer):
+    """The account comes from the Settings the service was built with (read once from $TPUQ_WORKER_SERVICE_ACCOUNT
+    at start), not from the process environment at each create."""
+    account = "tpuq-worker@tpuq-test.iam.gserviceaccount.com"
+    h = claimer(scenario_data(ZONES[:1], provisioning=1e6), worker_service_account=account)
+    h.fleet(fleet_data(ZONES[:1]))
+    h.push("/push/capacity", request())
+    [create] = h.creates()
+    node = create["body"]["tpu"]["nodeSpec"][0]["node"]
+    assert node["serviceAccount"]["email"] == account
+
+
+def test_each_service_instance_keeps_its_own_node_reader_and_pre_check_cache():
+    """Per-instance state lives in the service (ctx.state), not in a module registry keyed by the clients: two
+    claimers on the same clients share neither their HTTP session for nodes nor their quota and billing cache."""
+    from tpuq.claimer.handlers import build_service
+    from tpuq.runtime.clients import Clients
+    from tpuq.runtime.settings import Settings
+
+    settings = Settings(project="p", tpu_endpoint="http://127.0.0.1:9", quotas_endpoint="http://127.0.0.1:9",
+                        billing_endpoint="http://127.0.0.1:9", env={"TPUQ_SSH_PUBLIC_KEY": "ssh-ed25519 AAAA"})
+    clients = Clients(settings)
+    first, second = build_service(settings, clients), build_service(settings, clients)
+    ctx = type("Ctx", (), {"settings": settings, "clients": clients})
+    assert first.state.node_reader is not second.state.node_reader
+    assert first.state.prechecks(ctx) is first.state.prechecks(ctx) is not None
+    assert first.state.prechecks(ctx) is not second.state.prechecks(ctx)
+    assert first.state.public_key(None) == "ssh-ed25519 AAAA"  # from the settings' environment, not os.environ

@@ -23,8 +23,7 @@ def qr(entry_id, zone, type_, spot):
                     updated_at=NOW)
 
 
-def test_spot_small_slice_with_labels_keys_and_expiry(monkeypatch):
-    monkeypatch.delenv("TPUQ_WORKER_SERVICE_ACCOUNT", raising=False)
+def test_spot_small_slice_with_labels_keys_and_expiry():
     body = build_queued_resource(qr("small", "us-central2-b", "v4-32", True), FLEET, KEY)
     node = body.tpu.node_spec[0].node
     assert "spot" in body and "guaranteed" not in body
@@ -36,9 +35,9 @@ def test_spot_small_slice_with_labels_keys_and_expiry(monkeypatch):
     assert not node.service_account.email
 
 
-def test_on_demand_big_slice_internal_ips_and_worker_account(monkeypatch):
-    monkeypatch.setenv("TPUQ_WORKER_SERVICE_ACCOUNT", "tpuq-worker@p.iam.gserviceaccount.com")
-    body = build_queued_resource(qr("big", "europe-west4-a", "v5litepod-64", False), FLEET, KEY)
+def test_on_demand_big_slice_internal_ips_and_worker_account():
+    body = build_queued_resource(qr("big", "europe-west4-a", "v5litepod-64", False), FLEET, KEY,
+                                 worker_service_account="tpuq-worker@p.iam.gserviceaccount.com")
     node = body.tpu.node_spec[0].node
     assert "guaranteed" in body and "spot" not in body
     assert not node.network_config.enable_external_ips  # 16 hosts: internal IPs only

@@ -1,4 +1,4 @@
-"""Unit tests of the pure core: decide(state, event, now, rng) -> effects."""
+"""Unit tests of the pure core: decide_<event>(state, event, now, rng) -> effects."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.claimer.decide import capacity_backoff_seconds, decide
+from tpuq.claimer.decide import capacity_backoff_seconds, decide_observed, decide_request_received
 from tpuq.claimer.model import (
     REQUESTED,
     ClaimState,
@@ -48,7 +48,8 @@ def request(rid="r1", count=1, action=CapacityAction.request, **kw) -> CapacityR
 
 
 def run(state: ClaimState, event, now=NOW, rng=None) -> tuple[ClaimState, Effects]:
-    """decide, then apply its state updates like the shell does (creates recorded as REQUESTED)."""
+    """The event's decide, then apply its state updates like the shell does (creates recorded as REQUESTED)."""
+    decide = decide_request_received if isinstance(event, RequestReceived) else decide_observed
     effects = decide(state, event, now, rng or random.Random(1))
     new = effects.applied(state)
     new = replace(new, qrs={**new.qrs, **{c.qr.qr_id: c.qr for c in effects.creates}})

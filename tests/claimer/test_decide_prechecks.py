@@ -1,12 +1,12 @@
-"""decide with the pre-checks as input (ClaimState.prechecks): the effective quota bounds the race, and billing
-found off blocks the project before any create. decide reads nothing itself."""
+"""decide_request_received with the pre-checks as input (ClaimState.prechecks): the effective quota bounds the race, and billing
+found off blocks the project before any create. It reads nothing itself."""
 
 from __future__ import annotations
 
 import random
 from datetime import datetime, timezone
 
-from tpuq.claimer.decide import decide
+from tpuq.claimer.decide import decide_request_received
 from tpuq.claimer.model import ClaimState, RequestReceived
 from tpuq.contracts.fleet import FleetFile, ProvisioningModel
 from tpuq.contracts.messages import CapacityRequest
@@ -30,7 +30,7 @@ def prechecks(chips_by_zone: dict[str, int | None], billing: bool | None = True)
 
 def creates(state: ClaimState) -> list[str]:
     request = CapacityRequest(request_id="r1", fleet="f1", types=["v4-32"], count=1)
-    effects = decide(state, RequestReceived(request), NOW, random.Random(1))
+    effects = decide_request_received(state, RequestReceived(request), NOW, random.Random(1))
     return sorted(c.qr.zone for c in effects.creates), effects
 
 
@@ -121,10 +121,10 @@ def test_serving_and_training_v5e_pools_are_counted_apart():
     entries = {(ZONES[0], "v5litepod-serving", SPOT): ZoneQuota(8, QuotaSource.api, "test"),
                (ZONES[0], "v5litepod", SPOT): ZoneQuota(16, QuotaSource.api, "test")}
     state = ClaimState(f, prechecks=Prechecks(EffectiveQuota(entries), BillingState(True)))
-    small = decide(state, RequestReceived(CapacityRequest(request_id="r1", fleet="f1", types=["v5litepod-8"],
+    small = decide_request_received(state, RequestReceived(CapacityRequest(request_id="r1", fleet="f1", types=["v5litepod-8"],
                                                           count=1)), NOW, random.Random(1))
     state = ClaimState(f, qrs={c.qr.qr_id: c.qr for c in small.creates}, prechecks=state.prechecks,
                        requests=dict(small.requests))
-    big = decide(state, RequestReceived(CapacityRequest(request_id="r2", fleet="f1", types=["v5litepod-16"],
+    big = decide_request_received(state, RequestReceived(CapacityRequest(request_id="r2", fleet="f1", types=["v5litepod-16"],
                                                         count=1)), NOW, random.Random(1))
     assert [c.qr.type for c in small.creates + big.creates] == ["v5litepod-8", "v5litepod-16"]

@@ -3,9 +3,6 @@ stand-ins, and the fake TPU's call log shows where it created."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 from tpuq.operations.fleetreport import fleet_report
 from tpuq.contracts.messages import CapacityRequest, Tick
 
@@ -26,13 +23,10 @@ def on_api_quota(**extra) -> dict:
 
 
 
-def tpuq_fleet(h) -> subprocess.CompletedProcess:
-    """`tpuq fleet` as a person runs it, against the emulators and the fake's Google APIs."""
-    env = {**os.environ, **{k: v for k, v in h.clients.settings.emulator_env.items() if v},
-           "GOOGLE_CLOUD_PROJECT": h.clients.settings.project, "COLUMNS": "400",
-           "TPUQ_CLOUDQUOTAS_API_ENDPOINT": h.fake.google_apis_url,
-           "TPUQ_CLOUDBILLING_API_ENDPOINT": h.fake.google_apis_url}
-    return subprocess.run(["tpuq", "fleet", "--name", "race"], env=env, capture_output=True, text=True, timeout=60)
+def tpuq_fleet(h):
+    """`tpuq fleet` as a person runs it (in this process, on the harness's store and the fake's Google APIs)."""
+    return h.tpuq("fleet", "--name", "race")
+
 
 def test_a_zone_the_quota_api_gives_nothing_is_never_queued_in(claimer):
     scenario = scenario_data(ZONES, provisioning=1e6)
@@ -91,7 +85,7 @@ def test_minus_one_is_unlimited_for_the_claimer_and_in_tpuq_fleet(claimer):
     assert [len(h.creates(z)) for z in ZONES[:2]] == [1, 0]
 
     shown = tpuq_fleet(h)
-    assert shown.returncode == 0, shown.stderr
+    assert shown.exit_code == 0, shown.output
     assert (f"quota {ZONES[0]} v4-32: unlimited (Cloud Quotas TPUV4sPreemptiblePodPerProjectPerZoneForTPUAPI: "
             f"-1 (unlimited) in {ZONES[0]})") in shown.stdout
     assert f"zone {ZONES[0]} v4-32: skipped" not in shown.stdout
@@ -129,7 +123,7 @@ def test_an_unknown_quota_id_is_one_line_in_tpuq_fleet_and_the_declared_quota_is
     assert [len(h.creates(z)) for z in ZONES] == [0, 1, 1]  # the others: not checked, raced
 
     shown = tpuq_fleet(h)
-    assert shown.returncode == 0, shown.stderr
+    assert shown.exit_code == 0, shown.output
     problems = [line for line in shown.stdout.splitlines() if line.startswith("pre-check:")]
     assert problems == [f"pre-check: quota {quota_id}: HTTP 404 NOT_FOUND: QuotaInfo 'projects/tpuq-test/locations/"
                         f"global/services/tpu.googleapis.com/quotaInfos/{quota_id}' was not found.; "

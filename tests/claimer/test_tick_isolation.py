@@ -8,6 +8,7 @@ import pytest
 
 from tpuq.claimer import handlers
 from tpuq.contracts.errors import Retryable
+from tpuq.runtime.settings import Settings
 from tests.helpers import fleets_only_context
 from tests.claimer.test_decide import make_fleet
 
@@ -29,11 +30,11 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
 
     monkeypatch.setattr(handlers.Claimer, "load", load)
     monkeypatch.setattr(handlers.Claimer, "watch", lambda self, state: watched.append(state))
-    on_tick = handlers.make_handlers(public_key=lambda fleet: "ssh-ed25519 AAAA", tpu_factory=lambda ctx: None)[
-        "/push/ticks"]
+    ctx.state = handlers.build_service(Settings(project="p"), public_key=lambda fleet: "ssh-ed25519 AAAA",
+                                       tpu_factory=lambda ctx: None, prechecks_factory=lambda ctx: None).state
 
     with pytest.raises(Retryable, match="bad"):  # redelivered for the fleet that failed
-        on_tick(None, ctx)
+        handlers.on_tick(None, ctx)
     assert watched == ["good"]
 
 

@@ -12,7 +12,9 @@ import uuid
 
 import pytest
 
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+
+from tpuq.runtime.settings import Settings
 from tpuq_dev.inmemory import MemoryFirestore
 
 

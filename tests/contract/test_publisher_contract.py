@@ -7,7 +7,9 @@ import uuid
 import pytest
 from google.api_core.exceptions import NotFound
 
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+
+from tpuq.runtime.settings import Settings
 from tpuq_dev.inmemory import MemoryPublisher
 
 

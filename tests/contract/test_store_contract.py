@@ -323,6 +323,21 @@ def test_equality_in_and_array_contains(jobs, form):
     assert sorted(ids(where(where(jobs, "state", "==", "pending"), "rank", "==", 3))) == ["b", "c"]
 
 
+@pytest.mark.parametrize("form", ["keyword", "positional"])
+def test_null_equality_matches_stored_nulls_only(col, form):
+    """`== None` (a FieldFilter makes it the unary IS_NULL) matches a stored null, never a missing field; `!= None`
+    matches every other stored value (fleetreport.unheld_jobs asks `blocked == None`)."""
+    col.document("null").set({"blocked": None})
+    col.document("set").set({"blocked": "why"})
+    col.document("missing").set({"other": 1})
+
+    def where(field, op, value):
+        return col.where(filter=FieldFilter(field, op, value)) if form == "keyword" else col.where(field, op, value)
+
+    assert ids(where("blocked", "==", None)) == ["null"]
+    assert ids(where("blocked", "!=", None)) == ["set"]
+
+
 def test_comparisons_only_match_values_of_the_same_type(jobs):
     assert sorted(ids(jobs.where(filter=FieldFilter("rank", "==", 3)))) == ["b", "c", "f"]  # not the string "3"
     assert ids(jobs.where(filter=FieldFilter("flag", "==", True))) == ["e"]  # not the number 1

@@ -141,14 +141,13 @@ class TpuRestRecorder:
 
 
 @pytest.mark.parametrize("entry_id", ["small", "big"])
-def test_the_claimers_queued_resource_create_is_documented(monkeypatch, entry_id):
+def test_the_claimers_queued_resource_create_is_documented(entry_id):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import tpu_v2
 
     from tpuq.claimer.model import QrRecord
     from tpuq.claimer.tpuapi import TpuApi
 
-    monkeypatch.setenv("TPUQ_WORKER_SERVICE_ACCOUNT", "tpuq-worker@p.iam.gserviceaccount.com")
     fleet = FleetFile.model_validate({
         "name": "race", "project": "p",
         "tpus": [{"id": "small", "type": "v4-32", "zones": ["us-central2-b"]},
@@ -160,7 +159,8 @@ def test_the_claimers_queued_resource_create_is_documented(monkeypatch, entry_id
     client = tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials())
     session = TpuRestRecorder()
     client._transport._session.request = session  # Session.post(...) comes here: no network, no credentials
-    TpuApi(client, attempts=1).create(qr, fleet, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample")
+    TpuApi(client, attempts=1, worker_service_account="tpuq-worker@p.iam.gserviceaccount.com").create(
+        qr, fleet, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample")
     (sent,) = session.sent
     assert sent["url"] == f"https://tpu.googleapis.com/v2/projects/p/locations/{zone}/queuedResources"
     assert sent["query"]["queuedResourceId"] == qr.qr_id

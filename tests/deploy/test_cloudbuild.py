@@ -157,3 +157,11 @@ def test_each_services_main_py_is_the_installed_entry_module():
         entry = importlib.import_module(f"tpuq.{name}.main")
         assert Path(entry.__file__).resolve() == source_file(name).resolve() == REPO / "services" / name / "main.py"
         assert callable(entry.handle)
+
+
+def test_the_local_stack_finds_every_services_entry_module():
+    """The stack starts the services whose entry module this install has: here, all four (a wrong module name
+    would start none, and every stack test would wait for services that never came)."""
+    from tpuq_dev.devstack.stack import ALL_SERVICES_AVAILABLE
+
+    assert ALL_SERVICES_AVAILABLE() == topology.SERVICES

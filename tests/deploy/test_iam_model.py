@@ -212,7 +212,7 @@ def test_the_dashboard_and_owners_may_read_the_dead_letters_pubsub_kept_and_no_s
 
 
 # ------------------------------------------------------------ the claimer
-def claimer_create(monkeypatch, project: str) -> dict:
+def claimer_create(project: str) -> dict:
     """The claimer's queued-resource create, as google-cloud-tpu's REST transport sends it (build_queued_resource)."""
     from datetime import datetime, timezone
 
@@ -222,7 +222,6 @@ def claimer_create(monkeypatch, project: str) -> dict:
     from tpuq.claimer.model import QrRecord
     from tpuq.claimer.tpuapi import TpuApi
 
-    monkeypatch.setenv("TPUQ_WORKER_SERVICE_ACCOUNT", worker_service_account(project))
     fleet = FleetFile.model_validate({"name": "race", "project": project,
                                       "tpus": [{"id": "small", "type": "v4-32", "zones": ["us-central2-b"]}]})
     now = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -232,14 +231,15 @@ def claimer_create(monkeypatch, project: str) -> dict:
     client = tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials())
     recorder = TpuRestRecorder()
     client._transport._session.request = recorder
-    TpuApi(client, attempts=1).create(qr, fleet, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample")
+    TpuApi(client, attempts=1, worker_service_account=worker_service_account(project)).create(
+        qr, fleet, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample")
     (sent,) = recorder.sent
     return sent
 
 
-def test_the_claimer_may_create_nodes_that_run_as_the_worker_account_and_only_through_its_grant(monkeypatch):
+def test_the_claimer_may_create_nodes_that_run_as_the_worker_account_and_only_through_its_grant():
     target = Target(fleet=FLEET, project_number="42")
-    create = claimer_create(monkeypatch, target.project)
+    create = claimer_create(target.project)
     claimer = f"serviceAccount:{target.sa_email('tpuq-claimer')}"
     assert check([create], claimer, deployed_project(target)) == []
     project = deployed_project(target)

@@ -67,13 +67,13 @@ def envelope() -> dict:
 def scheduler(monkeypatch):
     """The real scheduler entry point in deployed mode; its tick handler records instead of scheduling."""
     app = functions_framework.create_app("handle", str(source_file("scheduler")), "http")
-    service = sys.modules[source_file("scheduler").stem].SERVICE  # the module create_app just loaded
+    service = sys.modules[source_file("scheduler").stem].ENTRY.service()  # the module create_app just loaded
     service.push_auth = PushAuth.from_env(
         {"TPUQ_PUSH_AUTH": "oidc", "TPUQ_PUSH_AUDIENCE": AUDIENCE, "TPUQ_PUSH_SERVICE_ACCOUNT": PUSH_ACCOUNT},
         verifier=google_oidc_verifier(request=serve_local_certs),
     )
     handled = []
-    monkeypatch.setitem(service.handlers, "/push/ticks", lambda tick, ctx: handled.append(ctx.message_id))
+    monkeypatch.setitem(service.routes, "/push/ticks", lambda tick, ctx: handled.append(ctx.message_id))
     client = app.test_client()
     client.handled = handled
     return client

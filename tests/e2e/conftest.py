@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+
+from tpuq.runtime.settings import Settings
 from tpuq_dev.devstack.stack import DEMO_DIR, DevStack
 
 

@@ -10,7 +10,8 @@ import json
 from rich.console import Console
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq_dev.demo import run
 from tpuq_dev.faketpu.control import FakeTpuControl
 

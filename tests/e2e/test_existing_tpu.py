@@ -19,7 +19,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.runtime.fleetstore import load_control
 from tpuq_dev.devstack.stack import DevStack
 from tpuq_dev.faketpu.control import FakeTpuControl

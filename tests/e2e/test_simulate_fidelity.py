@@ -27,7 +27,8 @@ import yaml
 
 from tpuq.contracts import store
 from tpuq_dev.capacitymodel.scenario import load_scenario
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import AttemptDoc, JobDoc
 from tpuq.contracts.jobspec import Priority
 from tpuq_dev.simulate.bus import Delivery

@@ -18,7 +18,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import JobDoc, JobState
 from tpuq.contracts.messages import CancelRequest
 from tpuq.operations.sshaccess import IAP_RANGE

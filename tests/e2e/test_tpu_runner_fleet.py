@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.operations.stackenv import load_env
 from tpuq_dev.faketpu.control import FakeTpuControl
 

@@ -19,7 +19,8 @@ from google.cloud import storage
 
 from tpuq.contracts import topology
 from tpuq.claimer.tpuapi import node_metadata
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import ENV_EXECUTOR_KEEP_SSH, ENV_SSH_PRIVATE_KEY_FILE, Settings
 from tpuq.executor import handlers
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
@@ -85,24 +86,23 @@ def test_a_user_other_than_the_metadata_s_is_refused(node_hosts, fake_gcs, ssh_i
 
 
 def test_a_fleet_with_its_own_ssh_user_runs_a_job_through_the_executor_service(
-        node_hosts, fake_gcs, ssh_identity_pem, host_keys, bucket, tmp_path, monkeypatch):
+        node_hosts, fake_gcs, ssh_identity_pem, host_keys, bucket, tmp_path):
     key_file = tmp_path / "executor_key"  # what deploy mounts from Secret Manager; `tpuq dev up` writes locally
     key_file.write_text(ssh_identity_pem)
-    monkeypatch.setenv("TPUQ_SSH_PRIVATE_KEY_FILE", str(key_file))
-    monkeypatch.setenv("TPUQ_EXECUTOR_KEEP_SSH", "0")
-    monkeypatch.delenv("TPUQ_FLEET", raising=False)
-    settings = Settings(project="tpuq-local", storage_emulator=fake_gcs.base_url)
-    clients = Clients(settings)
+    # As the deployed service reads them: no fleet named, one stored.
+    settings = Settings.from_env({ENV_SSH_PRIVATE_KEY_FILE: str(key_file), ENV_EXECUTOR_KEEP_SSH: "0",
+                                  "STORAGE_EMULATOR_HOST": fake_gcs.base_url})
     publisher = MemoryPublisher(settings.topic_path(t.name) for t in topology.TOPICS)
-    clients.__dict__.update(firestore=MemoryFirestore(project="tpuq-local"), publisher=publisher,
-                            tpu=object())  # host keys come from `host_keys` below, as guest attributes would
+    clients = Clients(settings, firestore=MemoryFirestore(project="tpuq-local"), publisher=publisher,
+                      tpu=object())  # host keys come from `host_keys` below, as guest attributes would
     save_fleet(clients.firestore, FLEET, T0)
-    executor = handlers.runtime_for(clients).executor  # built as the service builds it
+    service = handlers.build_service(settings, clients)
+    executor = service.state.executor  # built as the service builds it
     executor.host_keys = host_keys
     now = datetime.now(timezone.utc)
     sub = next(s for s in topology.SUBSCRIPTIONS if s.name == "executor-assignments")
     ctx = Context(clients=clients, now=lambda: now, rng=random.Random(0), message_id="m1", attributes={},
-                  publish_time=now, subscription=sub, service="executor")
+                  publish_time=now, subscription=sub, service="executor", settings=settings, state=service.state)
 
     a = make_assignment(endpoints=endpoints_of(node_hosts), bucket=bucket, command="id -un > who.txt")
     handlers.on_assignment(a, ctx)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import importlib
 import logging
 import re
 import sys
@@ -34,7 +35,7 @@ import functions_framework
 
 from tpuq.contracts import store, topology
 from tpuq.runtime.auth import PushAuth
-from tpuq.runtime.clients import Settings
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import JobState
 from tpuq.runtime.entrypoints import source_file
 from tpuq.runtime.fleetstore import save_fleet
@@ -218,9 +219,9 @@ def _app(service: str, clients) -> Any:
     app = functions_framework.create_app("handle", source, "http")
     entry = sys.modules[Path(source).stem]  # functions-framework registers a source under its file's stem
     assert Path(entry.__file__).resolve() == Path(source).resolve()
-    entry.SERVICE.clients_factory = lambda: clients
-    entry.SERVICE._clients = None
-    entry.SERVICE.push_auth = PushAuth.from_env({})  # off, as on the local stack
+    service = importlib.import_module(f"tpuq.{service}.handlers").build_service(clients.settings, clients)
+    service.push_auth = PushAuth.from_env({})  # off, as on the local stack
+    entry.ENTRY.use(service)
     return app.test_client()
 
 
@@ -254,10 +255,9 @@ def _seed(bed: Bed) -> None:
 
 def make_bed() -> Bed:
     settings = Settings(project="tpuq-local", runner_bucket=RUNNER_BUCKET)
-    clients, publisher = memory_clients(settings)
     gcs = MemoryGcs()
     gcs.create_bucket(RUNNER_BUCKET)
-    clients.__dict__["storage"] = gcs
+    clients, publisher = memory_clients(settings, storage=gcs)
     bed = Bed(clients, publisher, gcs, {s: _app(s, clients) for s in topology.SERVICES})
     _seed(bed)
     return bed

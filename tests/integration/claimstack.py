@@ -24,7 +24,8 @@ from tests.helpers import push_envelope
 from tpuq.contracts import store
 from tpuq.runtime.auth import PushAuth
 from tpuq.claimer import handlers as claimer_handlers
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq_dev.capacitymodel.clock import ManualClock
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
@@ -56,12 +57,11 @@ class ClaimStack:
         self.control = FakeTpuControl(self.fake.url)
         # The fake answers Cloud Quotas and Cloud Billing too, from the same scenario: the claimer's pre-checks
         # read it, never Google.
-        self.clients = Clients(Settings(project=PROJECT, tpu_endpoint=self.fake.url,
-                                        quotas_endpoint=self.fake.google_apis_url,
-                                        billing_endpoint=self.fake.google_apis_url))
-        self.clients.__dict__["firestore"] = db  # what Clients.firestore would have created
         self.publisher = MemoryPublisher()
-        self.clients.__dict__["publisher"] = self.publisher
+        # The janitor's orphan scan never runs by itself here (tests call it).
+        settings = Settings(project=PROJECT, tpu_endpoint=self.fake.url, quotas_endpoint=self.fake.google_apis_url,
+                            billing_endpoint=self.fake.google_apis_url, orphan_scan_seconds=10 ** 9)
+        self.clients = Clients(settings, firestore=db, publisher=self.publisher)
         self.db = db
         self.fleet = FleetFile.model_validate(fleet_data)
         save_fleet(db, self.fleet, self.now())
@@ -69,10 +69,10 @@ class ClaimStack:
         self.events: list[FleetEvent] = []
         self.on_event: Callable[[FleetEvent], None] | None = None
         self._ids = itertools.count(1)
-        claimer = claimer_handlers.build_service(public_key=lambda fleet: TEST_PUBLIC_KEY, sleep=self.clock.advance)
-        janitor = janitor_handlers.build_service(orphan_scan_seconds=10 ** 9)
+        claimer = claimer_handlers.build_service(settings, self.clients, public_key=lambda fleet: TEST_PUBLIC_KEY,
+                                                 sleep=self.clock.advance)
+        janitor = janitor_handlers.build_service(settings, self.clients)
         for service in (claimer, janitor):
-            service.clients_factory = lambda: self.clients
             service.now = self.now
             service.rng = random.Random(seed)
             service.push_auth = PushAuth.from_env({})

@@ -16,7 +16,7 @@ from werkzeug.wrappers import Request, Response
 
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.front import Front, LocalGoogleSigner, Route
-from tpuq_dev.devstack.run_limits import NO_INSTANCE
+from tpuq_dev.devstack.run_limits import NO_INSTANCE, ServingLimits
 
 from tests.helpers import wait_until
 
@@ -63,7 +63,7 @@ def front(signer, tmp_path):
     def start(front_options: dict | None = None, **limits) -> tuple[Route, Container]:
         container = Container()
         backend = make_server("127.0.0.1", 0, container, threaded=True)
-        route = Route("probe", processes.free_port(), f"http://127.0.0.1:{backend.server_port}", (PUSHER,), **limits)
+        route = Route("probe", processes.free_port(), f"http://127.0.0.1:{backend.server_port}", (PUSHER,), ServingLimits(**limits))
         server = make_server("127.0.0.1", route.port, Front(route, signer, "unused:0", **(front_options or {})),
                              threaded=True)
         for s in (backend, server):
@@ -96,7 +96,7 @@ def test_a_request_past_the_services_timeout_gets_504_and_the_container_keeps_ru
 
 def test_past_concurrency_times_instances_a_request_waits_for_a_slot_then_gets_429(front, signer):
     route, container = front(concurrency=2, max_instances=2, queue_seconds=1)
-    in_flight = route.concurrency * route.max_instances
+    in_flight = route.limits.in_flight
     with ThreadPoolExecutor(in_flight + 2) as pool:
         held = [pool.submit(call, signer, route, f"name=held-{i}") for i in range(in_flight)]
         wait_until(lambda: len(container.started) == in_flight, timeout=10, what="every slot taken")

@@ -90,12 +90,16 @@ def failing_service(clean_stack, tmp_path):
     source = tmp_path / "main.py"
     source.write_text(textwrap.dedent("""
         from tpuq.contracts.errors import Retryable
+        from tpuq.runtime.clients import Clients
         from tpuq.runtime.service import Service
+        from tpuq.runtime.settings import Settings
 
         def always_fails(tick, ctx):
             raise Retryable("the TPU API is unavailable")
 
-        SERVICE = Service(name="scheduler", handlers={"/push/ticks": always_fails})
+        settings = Settings.from_env()  # the session stack's emulators
+        SERVICE = Service(name="scheduler", routes={"/push/ticks": always_fails}, settings=settings,
+                          clients=Clients(settings))
 
         def handle(request):
             return SERVICE.dispatch(request)

@@ -15,7 +15,8 @@ import yaml
 
 from tests.helpers import wait_until
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq_dev.devstack.stack import DevStack
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq.contracts.messages import CapacityRequest, Tick

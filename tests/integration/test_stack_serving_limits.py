@@ -20,7 +20,7 @@ def test_each_service_serves_as_many_requests_at_once_as_its_front_sends_it(stac
     for name in stack.services:
         spec = infra.services.service(name)
         route = routes[name]
-        assert (route.timeout_seconds, route.concurrency, route.max_instances) == (
+        assert (route.limits.timeout_seconds, route.limits.concurrency, route.limits.max_instances) == (
             infra.request_timeout_seconds(name), spec.concurrency, spec.max_instances), name
         process = next(r for r in stack.records if r.name == name)
         env = _environ(process.pid)  # functions-framework's gunicorn reads THREADS and WORKERS at start

@@ -1,11 +1,14 @@
-"""The janitor on the local stack: Firestore emulator, the fake Cloud TPU (manual clock) and the janitor's
-own entry point through functions-framework's test client, with real push envelopes."""
+"""The janitor on the in-memory store (tpuq_dev.inmemory: no emulator), the fake Cloud TPU API (an in-process
+HTTP server, manual clock) and the janitor's own entry point through functions-framework's test client, with
+real push envelopes. The contract suite (tests/contract) keeps the in-memory store honest against the emulator."""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import functions_framework
 import pytest
@@ -13,10 +16,14 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
-from tpuq.contracts import store
+from tpuq.contracts import store, topology
 from tpuq.claimer.model import QrRecord, queued_resource_id
 from tpuq.claimer.statestore import qr_to_doc
+from tpuq.janitor.handlers import build_service
+from tpuq.runtime.clients import Clients
 from tpuq.runtime.entrypoints import source_file
+from tpuq.runtime.settings import Settings
+from tpuq_dev.inmemory import MemoryFirestore, MemoryPublisher
 from tpuq_dev.capacitymodel.clock import ManualClock
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq_dev.faketpu.server import FakeTpuServer
@@ -44,6 +51,31 @@ SCENARIO = {
 ACTIVE_AFTER = 1 + 5 + 600  # scenario seconds from create to ACTIVE in a zone with capacity
 
 
+class NoStandIn:
+    """A client these tests must not reach: using it fails the test instead of going to Google Cloud."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        raise AssertionError(f"the janitor used Clients.{self._name}.{attr}, which has no stand-in here")
+
+
+def memory_clients(settings: Settings) -> Clients:
+    """The in-memory Firestore and publisher, the TPU client of `settings` (the fake's endpoint); no storage."""
+    return Clients(settings, firestore=MemoryFirestore(project=settings.project),
+                   publisher=MemoryPublisher(settings.topic_path(t.name) for t in topology.TOPICS),
+                   storage=NoStandIn("storage"))
+
+
+def janitor_app(settings: Settings, clients: Clients):
+    """The janitor's entry point (tpuq.janitor.main) through functions-framework, serving a janitor built on
+    `settings` and `clients`."""
+    app = functions_framework.create_app("handle", JANITOR, "http")
+    entry = sys.modules[Path(JANITOR).stem]  # functions-framework registers a source under its file's stem
+    assert Path(entry.__file__).resolve() == Path(JANITOR).resolve()
+    entry.ENTRY.use(build_service(settings, clients))
+    return app.test_client()
 
 
 @pytest.fixture(scope="module")
@@ -158,19 +190,20 @@ def make_fleet(project: str, **overrides) -> FleetFile:
 
 
 @pytest.fixture
-def janitor_stack(request, clients, fake_tpu, monkeypatch):
-    """Per test: a fresh project, the fleet (override with @pytest.mark.fleet(...)), foreign resources in
-    every zone (checked untouched at the end), and the janitor app pointed at the fake."""
+def janitor_stack(request, fake_tpu):
+    """Per test: a fresh project in the fake and a fresh in-memory store, the fleet (override with
+    @pytest.mark.fleet(...)), foreign resources in every zone (checked untouched at the end), and the janitor
+    app pointed at the fake."""
     marker = request.node.get_closest_marker("fleet")
     project = f"p-{uuid.uuid4().hex[:10]}"
     fleet = make_fleet(project, **(marker.kwargs if marker else {}))
+    settings = Settings(project=project, tpu_endpoint=fake_tpu.url, orphan_scan_seconds=3600)
+    clients = memory_clients(settings)
     db = clients.firestore
     save_fleet(db, fleet, datetime.now(timezone.utc))
-    monkeypatch.setenv("TPUQ_TPU_API_ENDPOINT", fake_tpu.url)
-    monkeypatch.setenv("TPUQ_JANITOR_ORPHAN_SCAN_SECONDS", "3600")
     tpu = tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials(),
                            client_options=ClientOptions(api_endpoint=fake_tpu.url))
-    app = functions_framework.create_app("handle", JANITOR, "http").test_client()
+    app = janitor_app(settings, clients)
     s = Stack(fleet, db, tpu, FakeTpuControl(fake_tpu.url), fake_tpu.clock, app, [])
     for zone in ZONES:  # someone else's, in the same project and zones: no label / another prefix / copied label
         s.foreign.append(s.create(f"user-tpu-{zone}", zone, {}))

@@ -1,4 +1,4 @@
-"""The janitor's side of the brakes on the local stack: a paused fleet's idle TPUs, and a drain.
+"""The janitor's side of the brakes (in-memory store, fake Cloud TPU API): a paused fleet's idle TPUs, and a drain.
 
 Every message is delivered twice; the fixture checks that the foreign resources in every zone (no labels, our
 prefix without our labels, our labels without our prefix) survived every pass."""

@@ -236,3 +236,44 @@ def test_known_ids_cover_the_claimer_records_and_every_name_a_tpu_is_known_by():
     tpus = [d.TpuDoc("t1", F.name, "v4pool", TpuState.idle, None, queued_resource=qr3,
                      name="projects/p/locations/z/nodes/n3")]
     assert d.known_ids(claimer, tpus) == {"q1", "n1", "q2", "t1", "q3", "n3"}
+
+
+@pytest.mark.parametrize("kind, queued_resource, judged", [
+    ("ACTIVE", "q", True), ("FAILED", "q", True), ("SUSPENDED", "q", True), ("GONE", "q", False),
+    ("NODE_HEALTH", "q", False), ("ACTIVE", "", False),  # no queued resource: a node tpuq did not create
+])
+def test_only_fleet_events_about_a_queued_resource_get_their_race_settled(kind, queued_resource, judged):
+    from tpuq.contracts.messages import FleetEvent
+
+    event = FleetEvent(kind=kind, fleet=F.name, queued_resource=queued_resource, zone="us-central2-b", type="v4-8",
+                       at=NOW)
+    assert d.fleet_event_to_judge(event) is judged
+
+
+def test_surplus_needs_more_active_racers_than_asked_for_and_takes_only_absent_or_idle_tpus():
+    race = [member("tpuq-r1-a", "ACTIVE"), member("tpuq-r1-b", "ACTIVE"), member("tpuq-r1-c", "ACCEPTED")]
+    assert d.surplus_possible(race, 1) and not d.surplus_possible(race, 2)
+    assert d.may_take_surplus(None) and d.may_take_surplus({"state": "idle"})
+    assert not d.may_take_surplus({"state": "busy"}) and not d.may_take_surplus({"state": "deleting"})
+
+
+class TestReapAndDrainMarks:
+    def test_an_idle_tpu_marked_deleting_is_deleted_only_when_read_and_ours(self):
+        mine = qr("tpuq-r1-a", "ACTIVE", labels=ours(F))
+        assert d.decide_reap(mine.name, mine, F) == d.ReapDecision(delete=d.Delete(mine, mine.name, True, "idle timeout"))
+        assert "not found" in d.decide_reap(mine.name, None, F).gone_reason
+        assert "not found" in d.decide_reap(None, None, F).gone_reason
+        foreign = qr("tpuq-r1-b", "ACTIVE", labels={})
+        decision = d.decide_reap(foreign.name, foreign, F)
+        assert decision.delete is None and "left alone" in decision.gone_reason
+
+    def test_idle_delete_reason_names_the_timeout_or_the_pause(self):
+        tpu = d.TpuDoc("t1", F.name, "v4pool", TpuState.idle, NOW)
+        assert d.idle_delete_reason(tpu, F, paused=False) == "idle longer than 600 s"
+        assert d.idle_delete_reason(tpu, F, paused=True) == "idle while the fleet is paused"
+
+    def test_a_drain_marks_idle_and_busy_tpus_only(self):
+        tpus = [d.TpuDoc(s.value, F.name, "v4pool", s, None) for s in TpuState]
+        assert {t.id for t in d.drain_marks(tpus)} == {TpuState.idle.value, TpuState.busy.value}
+        assert d.drain_may_mark({"state": "busy"}) and not d.drain_may_mark(None)
+        assert not d.drain_may_mark({"state": "deleting"})

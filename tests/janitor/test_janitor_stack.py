@@ -1,4 +1,5 @@
-"""The janitor end to end on the local stack; the fake TPU's call log is the witness.
+"""The janitor end to end through its entry point, on the in-memory store and the fake Cloud TPU API; the fake's
+call log is the witness.
 
 Every message is delivered twice (`post_twice`); the fixture checks at the end
 that the foreign resources in every zone survived every pass.
@@ -53,14 +54,14 @@ def test_provisioning_loser_is_left_alone_then_deleted_once_it_turns_active(jani
     assert s.state(winner) == "ACTIVE" and s.tpu_doc(late.rsplit("/", 1)[-1])["state"] in ("deleting", "gone")
 
 
-def test_late_winner_stays_while_a_job_is_pending(janitor_stack, clients):
+def test_late_winner_stays_while_a_job_is_pending(janitor_stack):
     s = janitor_stack
     s.record_request("r3", count=1)
     winner = s.create_owned("r3", WIN_ZONE)
     late = s.create_owned("r3", THIRD_ZONE)
     s.advance(ACTIVE_AFTER + 1)
     s.record_tpu(winner)
-    clients.firestore.collection("jobs").document("waiting-job").set({"id": "waiting-job", "state": "pending"})
+    s.db.collection("jobs").document("waiting-job").set({"id": "waiting-job", "state": "pending"})
     s.fleet_event("ACTIVE", late, "r3")
     assert s.deletes() == []
 

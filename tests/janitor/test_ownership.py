@@ -54,7 +54,7 @@ def test_no_janitor_module_but_the_adapter_can_reach_a_delete_call():
                     and path.name != "deleter.py":
                 offenders.append(f"{path.name}:{n.lineno}")
             if isinstance(n, ast.Attribute) and n.attr == "tpu" and path.name == "handlers.py":
-                pass  # the client is handed to the adapter in one place (_adapter)
+                pass  # the client is handed to the adapter in one place (default_adapter)
     assert offenders == []
 
 

@@ -1,12 +1,18 @@
-"""The janitor's tick: one fleet's failure never stops the others' pass (no emulators: the reads are stubbed)."""
+"""The janitor's tick: one fleet's failure never stops the others' pass (in-memory store, steps stubbed)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
 import pytest
 
+from tpuq.contracts import store
 from tpuq.contracts.errors import Retryable
 from tpuq.janitor import handlers
-from tests.helpers import fleets_only_context
+from tpuq.runtime.fleetstore import save_fleet
+from tpuq.runtime.settings import Settings
+from tests.janitor.conftest import memory_clients
 from tests.janitor.factories import fleet
 
 
@@ -15,8 +21,15 @@ from tests.janitor.factories import fleet
     "unreadable fleet document",
 ])
 def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
-    ctx = fleets_only_context({"bad": {"name": "bad"} if broken == "unreadable fleet document" else fleet("bad"),
-                               "good": fleet("good")})
+    clients = memory_clients(Settings(project="tpuq-local"))
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    if broken == "unreadable fleet document":
+        clients.firestore.collection(store.FLEETS).document("bad").set({"fleet": {"name": "bad"}})
+    else:
+        save_fleet(clients.firestore, fleet("bad"), now)
+    save_fleet(clients.firestore, fleet("good"), now)
+    ctx = SimpleNamespace(clients=clients, now=lambda: now,
+                          state=handlers.JanitorState(orphan_scan_seconds=600, adapter_factory=lambda ctx, f: None))
     passes = []
 
     def tpu_docs(self, live_only=False):
@@ -28,9 +41,9 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
     for step in ("sweep", "reap_idle"):
         monkeypatch.setattr(handlers.Janitor, step,
                             lambda self, tpus, step=step: passes.append((self.fleet.name, step)))
-    monkeypatch.setattr(handlers.Janitor, "scan_orphans", lambda self, every: passes.append((self.fleet.name, "scan")))
-    on_tick = handlers.make_handlers(orphan_scan_seconds=600, adapter_factory=lambda ctx, f: None)["/push/ticks"]
+    monkeypatch.setattr(handlers.Janitor, "scan_orphans",
+                        lambda self, every: passes.append((self.fleet.name, "scan", every)))
 
     with pytest.raises(Retryable, match="bad"):  # redelivered for the fleet that failed
-        on_tick(None, ctx)
-    assert passes == [("good", "sweep"), ("good", "reap_idle"), ("good", "scan")]
+        handlers.on_tick(None, ctx)
+    assert passes == [("good", "sweep"), ("good", "reap_idle"), ("good", "scan", 600)]

@@ -29,8 +29,10 @@ from google.api_core.exceptions import DeadlineExceeded
 from pydantic import BaseModel
 
 from tpuq.contracts import store, topology
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.runtime.entrypoints import source_file
+from tpuq.scheduler.handlers import build_service
 from tpuq.contracts.fleet import FleetFile
 from tpuq.runtime.fleetstore import save_fleet
 from tpuq_dev.inmemory import MemoryFirestore, MemoryPublisher
@@ -132,11 +134,12 @@ class Sched:
 
 
 def scheduler_app(clients: Clients):
-    """The scheduler's entry point (tpuq.scheduler.main) through functions-framework, on `clients`."""
+    """The scheduler's entry point (tpuq.scheduler.main) through functions-framework, serving a scheduler built
+    on `clients` (its settings are the clients')."""
     app = functions_framework.create_app("handle", SCHEDULER_SOURCE, "http")
     entry = sys.modules[Path(SCHEDULER_SOURCE).stem]  # functions-framework registers a source under its file's stem
     assert Path(entry.__file__).resolve() == Path(SCHEDULER_SOURCE).resolve()
-    entry.SERVICE.clients_factory = lambda: clients
+    entry.ENTRY.use(build_service(clients.settings, clients))
     return app.test_client()
 
 
@@ -150,19 +153,17 @@ class NoStandIn:
         raise AssertionError(f"the scheduler used Clients.{self._name}.{attr}, which has no in-memory stand-in here")
 
 
-def memory_clients(settings: Settings) -> tuple[Clients, MemoryPublisher]:
-    """`Clients` whose Firestore and publisher are the in-memory stand-ins, and whose other clients refuse use."""
-    clients = Clients(settings)
+def memory_clients(settings: Settings, **given) -> tuple[Clients, MemoryPublisher]:
+    """`Clients` whose Firestore and publisher are the in-memory stand-ins, whose other clients refuse use unless
+    `given` (e.g. storage=MemoryGcs())."""
     publisher = MemoryPublisher(settings.topic_path(t.name) for t in topology.TOPICS)
-    # Set where each cached_property keeps its value, so the real client is never created.
-    clients.__dict__.update(firestore=MemoryFirestore(project=settings.project), publisher=publisher,
-                            storage=NoStandIn("storage"), tpu=NoStandIn("tpu"))
+    clients = Clients(settings, **{"firestore": MemoryFirestore(project=settings.project), "publisher": publisher,
+                                   "storage": NoStandIn("storage"), "tpu": NoStandIn("tpu"), **given})
     return clients, publisher
 
 
 @pytest.fixture
 def sched(monkeypatch) -> Sched:
-    monkeypatch.delenv("TPUQ_FLEET", raising=False)
     settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner")
     clients, publisher = memory_clients(settings)
     save_fleet(clients.firestore, fleet_file(), utc(2026, 1, 1))

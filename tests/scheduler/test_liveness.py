@@ -20,7 +20,7 @@ import random
 from datetime import datetime, timedelta, timezone
 
 from tpuq.contracts import topology
-from tpuq.claimer.decide import decide as claimer_decide
+from tpuq.claimer.decide import decide_request_received
 from tpuq.claimer.model import ClaimState, RequestReceived
 from tpuq.contracts.documents import JobDoc
 from tpuq.runtime.fleetstore import save_fleet
@@ -50,7 +50,7 @@ class Clock:
 def context(sched, clock: Clock, path: str, message_id: str) -> Context:
     return Context(clients=sched.clients, now=clock, rng=random.Random(1), message_id=message_id, attributes={},
                    publish_time=None, subscription=topology.subscription_by_path("scheduler", path),
-                   service="scheduler")
+                   service="scheduler", settings=sched.clients.settings)
 
 
 def attempt_event(kind: str, attempt: int, node: str, outcome: str | None = None) -> AttemptEvent:
@@ -67,7 +67,7 @@ def claimer_requests(messages: list[CapacityRequest], clock: Clock) -> dict:
     """The claimer's request records after these messages, by its own rule (a withdrawal is final)."""
     state = ClaimState(fleet=fleet_file())
     for message in messages:
-        state = claimer_decide(state, RequestReceived(message), clock(), random.Random(1)).applied(state)
+        state = decide_request_received(state, RequestReceived(message), clock(), random.Random(1)).applied(state)
     return state.requests
 
 

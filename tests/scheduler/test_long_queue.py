@@ -41,7 +41,8 @@ def store_pending(db, n: int, tpu: str, priority: str, prefix: str) -> None:
 def context(sched) -> Context:
     return Context(clients=sched.clients, now=lambda: NOW + timedelta(hours=1), rng=random.Random(0),
                    message_id="pass", attributes={}, publish_time=None,
-                   subscription=topology.subscription_by_path("scheduler", "/push/ticks"), service="scheduler")
+                   subscription=topology.subscription_by_path("scheduler", "/push/ticks"), service="scheduler",
+                   settings=sched.clients.settings)
 
 
 def test_high_priority_jobs_for_a_type_without_capacity_hide_no_job_an_idle_tpu_can_run(sched):

@@ -20,6 +20,7 @@ def tick_context(sched, later: timedelta) -> Context:
         clients=sched.clients, now=lambda: datetime.now(timezone.utc) + later, rng=random.Random(1),
         message_id="tick-1", attributes={}, publish_time=None,
         subscription=topology.subscription_by_path("scheduler", "/push/ticks"), service="scheduler",
+        settings=sched.clients.settings,
     )
 
 

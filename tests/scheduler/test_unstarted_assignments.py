@@ -12,11 +12,13 @@ from tpuq.contracts.documents import JobDoc
 from tpuq.contracts.fleet import RetryBudgets
 from tpuq.contracts.messages import Tick
 from tpuq.scheduler import handlers, lifecycle
-from tpuq.scheduler.scheduling import REPUBLISH_ASSIGNMENT_AFTER as EVERY
+from tpuq.runtime.settings import Settings
 
 from tests.scheduler.conftest import active, utc
 from tests.scheduler.test_attempts import ended, started
 from tests.scheduler.test_reconcile import tick_context
+
+EVERY = Settings(project="tpuq-local").republish_assignment_after  # TPUQ_REPUBLISH_ASSIGNMENT_SECONDS unset
 
 
 def assigned_job(sched, **spec) -> dict:

@@ -64,7 +64,8 @@ def run_upload(gcs_url: str, bucket_name: str, job_file: str) -> dict:
     from google.cloud import storage
 
     from tpuq.contracts import topology
-    from tpuq.runtime.clients import Clients, Settings
+    from tpuq.runtime.clients import Clients
+    from tpuq.runtime.settings import Settings
     from tpuq.contracts.fleet import FleetFile
     from tpuq.runtime.fleetstore import save_fleet
     from tpuq_dev.inmemory import MemoryFirestore, MemoryPublisher
@@ -74,17 +75,16 @@ def run_upload(gcs_url: str, bucket_name: str, job_file: str) -> dict:
 
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     settings = Settings(project="tpuq-local", runner_bucket=bucket_name)
-    clients = Clients(settings)
     gcs = storage.Client(project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": gcs_url})
-    clients.__dict__.update(firestore=MemoryFirestore(project=settings.project), storage=gcs,
-                            publisher=MemoryPublisher(settings.topic_path(t.name) for t in topology.TOPICS))
+    clients = Clients(settings, firestore=MemoryFirestore(project=settings.project), storage=gcs,
+                      publisher=MemoryPublisher(settings.topic_path(t.name) for t in topology.TOPICS))
     save_fleet(clients.firestore, FleetFile.model_validate(
         {"name": "test", "project": "tpuq-local",
          "tpus": [{"id": "v4", "type": "v4-8", "zones": ["us-central2-b"], "count": 4}]}), now)
     blob = gcs.bucket(bucket_name).get_blob(job_file)
     sub = next(s for s in topology.SUBSCRIPTIONS if s.name == "scheduler-gcs-submit")
     ctx = Context(clients=clients, now=lambda: now, rng=random.Random(0), message_id="m-1", attributes={},
-                  publish_time=now, subscription=sub, service="scheduler")
+                  publish_time=now, subscription=sub, service="scheduler", settings=settings)
     event = GcsObjectEvent(bucket=bucket_name, name=job_file, generation=str(blob.generation), size=blob.size)
     outcome: dict = {}
     try:

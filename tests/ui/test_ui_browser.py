@@ -26,7 +26,8 @@ import pytest
 
 from tests.helpers import wait_until
 from tpuq.contracts import store
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",

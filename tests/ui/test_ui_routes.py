@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tpuq.contracts import store
-from tpuq.runtime.clients import Settings
+from tpuq.runtime.settings import Settings
 from tpuq_dev.inmemory import MemoryFirestore
 from tpuq.ui.app import create_app
 from tpuq.ui.identity import fixed_user

@@ -12,7 +12,7 @@ import pytest
 
 from tests.janitor import factories as jf
 from tpuq.capacity.brakes import DayUse, claim_stop_reason, day_use, grant_days_left
-from tpuq.claimer.decide import claim_gate, decide
+from tpuq.claimer.decide import claim_gate, decide_observed, decide_request_received
 from tpuq.claimer.model import REQUESTED, ClaimState, Observation, Observed, QrRecord, RequestReceived
 from tpuq.contracts.documents import TpuDoc
 from tpuq.contracts.fleet import Budget, FleetFile
@@ -119,7 +119,7 @@ def capacity(rid="r1") -> CapacityRequest:
 ])
 def test_the_gate_stops_every_create_of_a_request(state_over, creates):
     state = replace(ClaimState(fleet()), **state_over)
-    effects = decide(state, RequestReceived(capacity()), NOW, random.Random(1))
+    effects = decide_request_received(state, RequestReceived(capacity()), NOW, random.Random(1))
     assert len(effects.creates) == creates
     assert effects.requests  # the request is recorded either way: claiming goes on once the brake is off
 
@@ -141,9 +141,9 @@ def test_the_budget_counts_one_slice_for_every_other_request_still_racing():
 def test_a_paused_fleet_does_not_finish_a_recorded_create_but_still_watches():
     recorded = qr_record("r1", ZONES[0], state=REQUESTED)
     state = ClaimState(fleet(), paused=True, qrs={recorded.qr_id: recorded},
-                       requests=decide(ClaimState(fleet()), RequestReceived(capacity()), NOW,
+                       requests=decide_request_received(ClaimState(fleet()), RequestReceived(capacity()), NOW,
                                        random.Random(1)).requests)
-    effects = decide(state, Observed({recorded.qr_id: Observation("not_found")}), NOW, random.Random(1))
+    effects = decide_observed(state, Observed({recorded.qr_id: Observation("not_found")}), NOW, random.Random(1))
     assert effects.creates == []
     assert effects.qrs[recorded.qr_id].state == "GONE"
 

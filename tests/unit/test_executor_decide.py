@@ -99,7 +99,11 @@ def test_one_attempt_that_cannot_be_judged_never_stops_the_tick_for_the_others(m
     snaps = [SimpleNamespace(id=f"j{i}:1", reference=None,
                              to_dict=lambda i=i: {"ended": False, "assignment": {"job_id": f"j{i}"}})
              for i in range(3)]
-    ctx = SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _: _Query(snaps))))
+    from tpuq.executor.state import ExecutorState
+
+    unbuilt = ExecutorState(lambda: None, probe_every=None)  # this instance never connected anywhere
+    ctx = SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _: _Query(snaps))),
+                          state=unbuilt)
     judged = []
 
     def judge(ctx, stored, probed):

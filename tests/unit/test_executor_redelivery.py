@@ -15,7 +15,8 @@ import random
 from datetime import datetime, timezone
 
 from tpuq.contracts import store, topology
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import execution_doc_id, short_node_name
 from tpuq.executor import decide, handlers
 from tpuq.executor.executor import StartResult
@@ -52,18 +53,21 @@ class FakeExecutor:
 
 
 class Env:
-    def __init__(self):
+    """The executor service as build_service makes it, on the in-memory Firestore and publisher, with `executor`
+    (a FakeExecutor unless given) as its shell; its workers are never probed."""
+
+    def __init__(self, executor: FakeExecutor | None = None):
         self.settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner")
-        self.clients = Clients(self.settings)
         self.publisher = MemoryPublisher(self.settings.topic_path(t.name) for t in topology.TOPICS)
-        self.clients.__dict__.update(firestore=MemoryFirestore(project="tpuq-local"), publisher=self.publisher)
-        self.executor = FakeExecutor()
-        handlers.use_executor(self.clients, self.executor, probe_every=None)
+        self.clients = Clients(self.settings, firestore=MemoryFirestore(project="tpuq-local"), publisher=self.publisher)
+        self.executor = executor if executor is not None else FakeExecutor()
+        self.service = handlers.build_service(self.settings, self.clients, executor=self.executor, probe=False)
 
     def ctx(self, subscription: str) -> Context:
         sub = next(s for s in topology.SUBSCRIPTIONS if s.name == subscription)
         return Context(clients=self.clients, now=lambda: NOW, rng=random.Random(0), message_id="m1", attributes={},
-                       publish_time=NOW, subscription=sub, service="executor")
+                       publish_time=NOW, subscription=sub, service="executor", settings=self.settings,
+                       state=self.service.state)
 
     @property
     def db(self):

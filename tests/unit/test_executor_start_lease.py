@@ -32,9 +32,7 @@ class SlowFirstStart(FakeExecutor):
 
 
 def test_a_copy_delivered_while_the_first_delivery_starts_the_attempt_starts_nothing():
-    env = Env()
-    env.executor = SlowFirstStart()
-    handlers.use_executor(env.clients, env.executor, probe_every=None)
+    env = Env(SlowFirstStart())
     first = threading.Thread(target=handlers.on_assignment, args=(ASSIGNMENT, env.ctx("executor-assignments")))
     first.start()
     try:

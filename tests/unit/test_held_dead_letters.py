@@ -149,7 +149,7 @@ def received(ack_id: str, job_id: str) -> SimpleNamespace:
 
 
 def clients_with(subscriber) -> SimpleNamespace:
-    from tpuq.runtime.clients import Settings
+    from tpuq.runtime.settings import Settings
 
     return SimpleNamespace(subscriber=subscriber, settings=Settings(project="tpuq-local"))
 

@@ -203,3 +203,28 @@ def test_no_import_cycle():
     found = cycles(edges)
     assert not found, "import cycles:\n" + "\n".join(
         " <-> ".join(c) + "\n    " + "\n    ".join(_cycle_arrows(c, edges)) for c in found)
+
+
+def shared_by_services(edges: dict[str, list[tuple[int, str]]]) -> dict[str, set[str]]:
+    """{module of shared/ (a documents submodule counts as tpuq.contracts.documents): the services importing it}."""
+    found: dict[str, set[str]] = {}
+    for importer, arrows_of in edges.items():
+        service = next((s for s in SERVICES if within(importer, s)), None)
+        if service is None:
+            continue
+        for _, imported in arrows_of:
+            if any(within(imported, s) for s in SHARED):
+                name = "tpuq.contracts.documents" if within(imported, "tpuq.contracts.documents") else imported
+                found.setdefault(name, set()).add(service.removeprefix("tpuq."))
+    return found
+
+
+def test_the_architecture_lists_what_the_services_share_as_the_imports_say():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "ARCHITECTURE.md").read_text()
+    table = text.split("<!-- shared-by-services: begin -->")[1].split("<!-- shared-by-services: end -->")[0]
+    listed = {}
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`tpuq."):
+            listed[cells[0].strip("`")] = {s.strip() for s in cells[1].split(",")}
+    assert listed == shared_by_services(graph()), "docs/ARCHITECTURE.md, \"What the services share\""

@@ -23,6 +23,7 @@ from tpuq.runtime import logs
 from tpuq.runtime.auth import PushAuth
 from tpuq.contracts.messages import AttemptEvent
 from tpuq.runtime.service import Service
+from tpuq.runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 CLOUD_RUN = {"K_SERVICE": "tpuq-scheduler"}
@@ -98,13 +99,13 @@ def test_setup_leaves_a_root_logger_someone_else_configured_alone():
 
 
 def test_a_push_is_logged_with_its_subscription_message_and_job(captured, monkeypatch):
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")  # Cloud Run services get it from deploy
     out = captured(CLOUD_RUN)
 
     def handler(event, ctx):
         log.info("attempt %s ended", event.attempt)
 
-    service = Service("scheduler", {"/push/attempt-events": handler}, clients_factory=lambda: None,
+    # The project comes from the service's settings (GOOGLE_CLOUD_PROJECT, which deploy sets on Cloud Run).
+    service = Service("scheduler", {"/push/attempt-events": handler}, Settings(project="p"), clients=None,
                       push_auth=PushAuth())
     event = AttemptEvent(kind="ended", job_id="j-7", attempt=3, attempt_id="j-7-3", node="projects/p/nodes/n-1",
                          outcome="succeeded", at=datetime(2026, 12, 1, tzinfo=timezone.utc))

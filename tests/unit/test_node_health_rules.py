@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tpuq.claimer.decide import decide
+from tpuq.claimer.decide import decide_observed
 from tpuq.claimer.model import ClaimState, NodeInfo, Observation, Observed, QrRecord
 from tpuq.contracts.documents import MAINTENANCE_HORIZON, NodeHealth, TpuHealth, qr_from_doc, qr_to_doc
 from tpuq.executor import decide as executor_decide
@@ -160,7 +160,7 @@ HEALTHY = NodeHealth.from_api({"health": "HEALTHY"})
 ])
 def test_the_claimer_announces_a_change_of_node_health_once(case, before, node, announced):
     state, qr = claim_state(before)
-    effects = decide(state, read_again(qr, node), NOW, random.Random(1))
+    effects = decide_observed(state, read_again(qr, node), NOW, random.Random(1))
     events = [e for e in effects.events if e.kind is FleetEventKind.node_health]
     if announced is None:
         assert events == [] and qr.qr_id not in effects.qrs, case
@@ -170,7 +170,7 @@ def test_the_claimer_announces_a_change_of_node_health_once(case, before, node, 
     stored = effects.qrs[qr.qr_id]
     assert stored.node_health == event.node_health, case
     assert qr_from_doc(qr_to_doc(stored)).node_health == stored.node_health, case  # through Firestore's shape
-    again = decide(effects.applied(state), read_again(stored, node), NOW, random.Random(1))  # the next pass
+    again = decide_observed(effects.applied(state), read_again(stored, node), NOW, random.Random(1))  # the next pass
     assert not [e for e in again.events if e.kind is FleetEventKind.node_health], case
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tpuq.claimer.decide import decide
+from tpuq.claimer.decide import decide_observed, decide_request_received
 from tpuq.claimer.model import ClaimState, NodeInfo, Observation, Observed, RequestReceived
 from tpuq.cli import main
 from tpuq.deploy.plan import Target
@@ -162,6 +162,7 @@ def test_chip_limit_caps_chips_across_entries_in_the_claimer():
 
     def step(event):
         nonlocal state
+        decide = decide_request_received if isinstance(event, RequestReceived) else decide_observed
         effects = decide(state, event, now, random.Random(1))
         state = effects.applied(state)
         state = replace(state, qrs={**state.qrs, **{c.qr.qr_id: c.qr for c in effects.creates}})

@@ -54,6 +54,7 @@ Run: `python -m tpuq_dev.devstack.front --config FILE` (the stack writes FILE; s
 from __future__ import annotations
 
 import argparse
+import os
 import base64
 import hashlib
 import json
@@ -73,8 +74,7 @@ from werkzeug.wrappers import Request, Response
 
 from tpuq.runtime.auth import SERVERLESS_AUTHORIZATION, check_time_and_issuer, split_token, strip_signature
 from tpuq_dev.devstack.deadlettering import DeadLettering
-from tpuq_dev.devstack.run_limits import (DEFAULT_CONCURRENCY, DEFAULT_MAX_INSTANCES, DEFAULT_TIMEOUT_SECONDS,
-                                          QUEUE_SECONDS, RequestGate, ServingLimits)
+from tpuq_dev.devstack.run_limits import RequestGate, ServingLimits
 
 log = logging.getLogger("tpuq_dev.devstack.front")
 
@@ -175,19 +175,11 @@ class Route:
     port: int
     backend: str
     invokers: tuple[str, ...]
-    # Cloud Run's limits (run_limits); Cloud Run's defaults unless the service sets them
-    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
-    concurrency: int = DEFAULT_CONCURRENCY
-    max_instances: int = DEFAULT_MAX_INSTANCES
-    queue_seconds: float = QUEUE_SECONDS
+    limits: ServingLimits = ServingLimits()  # Cloud Run's (run_limits); its defaults unless the service sets them
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def limits(self) -> ServingLimits:
-        return ServingLimits(self.timeout_seconds, self.concurrency, self.max_instances, self.queue_seconds)
 
 
 @dataclass
@@ -207,7 +199,8 @@ class FrontConfig:
     @classmethod
     def read(cls, path: Path) -> "FrontConfig":
         data = json.loads(path.read_text())
-        routes = [Route(**{**r, "invokers": tuple(r["invokers"])}) for r in data.pop("routes")]
+        routes = [Route(**{**r, "invokers": tuple(r["invokers"]), "limits": ServingLimits(**r["limits"])})
+                  for r in data.pop("routes")]
         return cls(routes=routes, **data)
 
 
@@ -399,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from tpuq.runtime import logs
 
-    logs.setup()
+    logs.setup(env=dict(os.environ))
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request would drown the refusals
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

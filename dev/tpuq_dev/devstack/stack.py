@@ -29,7 +29,7 @@ import requests
 import yaml
 
 from tpuq.contracts import topology
-from tpuq.runtime.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
+from tpuq.runtime.settings import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.processes import ProcRecord
 from tpuq_dev.iam import recording
@@ -50,8 +50,10 @@ GCLOUD_PLATFORM_DIRS = ("/usr/lib/google-cloud-sdk/platform", "/usr/share/google
 
 
 def ALL_SERVICES_AVAILABLE() -> tuple[str, ...]:
-    """The services that have an entry module in this install (tpuq.runtime.entrypoints), in topology order."""
-    return tuple(name for name in topology.SERVICES if importlib.util.find_spec(f"tpuq.runtime.entrypoints.{name}"))
+    """The services that have an entry module in this install (tpuq.<name>.main), in topology order."""
+    from tpuq.runtime.entrypoints import entry_module
+
+    return tuple(name for name in topology.SERVICES if importlib.util.find_spec(entry_module(name)))
 
 
 def service_argv(name: str, host: str, port: int, python: str = sys.executable) -> list[str]:
@@ -396,14 +398,15 @@ class DevStack:
         if not self.services:
             return
         from tpuq_dev.devstack.front import FrontConfig, LocalGoogleSigner, Route, invoker_emails
+        from tpuq_dev.devstack.run_limits import ServingLimits
 
         LocalGoogleSigner.load_or_create(self.google_key_file)
         target, infra = self.deployment()
         routes = [Route(name, self.front_ports[name], self.backend_urls[name],
                         tuple(sorted({*invoker_emails(infra.iam.bindings, target.member, name), *self.extra_invokers})),
-                        timeout_seconds=infra.request_timeout_seconds(name),
-                        concurrency=infra.services.service(name).concurrency,
-                        max_instances=infra.services.service(name).max_instances)
+                        ServingLimits(timeout_seconds=infra.request_timeout_seconds(name),
+                                      concurrency=infra.services.service(name).concurrency,
+                                      max_instances=infra.services.service(name).max_instances))
                   for name in self.services]
         config_file = self.state_dir / "front.json"
         FrontConfig(self.env["PUBSUB_EMULATOR_HOST"], str(self.google_key_file), routes, self.push_copies,

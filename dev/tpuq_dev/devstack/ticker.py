@@ -8,6 +8,7 @@ import threading
 from datetime import datetime, timezone
 
 from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.messages import Tick
 
 
@@ -27,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    run(args.period, Clients(), stop)
+    run(args.period, Clients(Settings.from_env()), stop)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def read(path: Path) -> list[dict]:
 
 def stack_endpoints(env: dict[str, str]) -> dict[str, tuple[str, ...]]:
     """Each stand-in's base URL in the stack's environment -> the Google base URLs it stands for."""
-    from tpuq.runtime.clients import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_TPU_ENDPOINT
+    from tpuq.runtime.settings import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_TPU_ENDPOINT
     from tpuq.capacity.cloudchecks import CLOUDBILLING_URL, CLOUDQUOTAS_URL
 
     out: dict[str, tuple[str, ...]] = {}

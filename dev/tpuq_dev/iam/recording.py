@@ -6,7 +6,7 @@ them can say who called. The stack therefore starts each service through this wr
     python -m tpuq_dev.iam.recording --to FILE --account EMAIL -- tpuq.runtime.entrypoints NAME --host H --port P
 
 which installs two hooks and then runs the module exactly as `python -m tpuq.runtime.entrypoints ...` would (the service's
-code is not touched; src/tpuq knows nothing of this):
+code is not touched; tpuq knows nothing of this):
 - gRPC: every channel the process opens (grpc.insecure_channel / secure_channel, what Google's gRPC clients use)
   is intercepted; each call is one line naming the full method and the request's resource fields
   (`RESOURCE_FIELDS`), and for a write (Commit, BatchWrite) each write's kind, document and precondition, in the

@@ -1,6 +1,6 @@
 """An in-memory Firestore with `google.cloud.firestore.Client`'s call shapes.
 
-It implements every operation the services use (grep `src/tpuq` for them):
+It implements every operation the services use (grep shared/ and services/ for them):
 - `db.collection(...).document(...)`, subcollections, `ref.get()`, `db.get_all(refs)`;
 - `set` (with `merge=True`), `update` (dotted field paths; `option=db.write_option(last_update_time=...)` or
   `exists=...`), `create` (AlreadyExists), `delete`;
@@ -1021,6 +1021,7 @@ class _Filter:
 
 
 _OPS = ("==", "!=", "<", "<=", ">", ">=", "in", "not-in", "array_contains", "array_contains_any")
+_NULL_FILTERS = {"IS_NULL": "==", "IS_NOT_NULL": "!="}  # the unary filters google's FieldFilter makes of None
 
 
 class MemoryQuery:
@@ -1042,6 +1043,8 @@ class MemoryQuery:
                 field_path, op_string, value = filter.field_path, filter.op_string, filter.value
             except AttributeError:
                 raise NotImplementedError("only FieldFilter is modelled (tpuq uses no And/Or filters)") from None
+            if getattr(op_string, "name", None) in _NULL_FILTERS:  # FieldFilter(f, "==", None) is a unary IS_NULL
+                op_string, value = _NULL_FILTERS[op_string.name], None
         if op_string not in _OPS:
             raise ValueError(f"Operator string {op_string!r} is invalid. Valid choices are: {', '.join(_OPS)}.")
         given = value

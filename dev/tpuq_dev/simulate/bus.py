@@ -65,6 +65,11 @@ class SimBus:
         self.published: Counter[str] = Counter()
         self.delivered: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
+        self.serve(services)
+
+    def serve(self, services: dict[str, Service]) -> None:
+        """Deliver to these services (a bus is made before the services that publish on it)."""
+        self.services = services
         self._subs: dict[str, list[topology.Subscription]] = {}
         for sub in topology.SUBSCRIPTIONS:
             if sub.service in services:

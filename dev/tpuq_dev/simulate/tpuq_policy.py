@@ -1,7 +1,7 @@
 """The `tpuq` policy: the four services' own handlers, in process, over the in-memory store, in virtual time.
 
 Each service is its real `Service` (the handler adapter: validation, dead letters, bounded redelivery) built by
-its own `build_service`/`make_handlers`, with these shells swapped for in-process ones:
+its own `build_service(settings, clients, ...)`, with these shells swapped for in-process ones:
 - Firestore: `tpuq_dev.inmemory.MemoryFirestore` on the virtual clock;
 - Pub/Sub: `SimBus` (push to `Service.deliver`, latency, duplicates, redelivery of 5xx);
 - the Cloud TPU API, Cloud Quotas and Cloud Billing: `tpuq_dev.simulate.inprocess` over the capacity model;
@@ -26,7 +26,8 @@ from tpuq.runtime.auth import PushAuth
 from tpuq.claimer import handlers as claimer_handlers
 from tpuq.claimer.tpuapi import TpuApi
 from tpuq.capacity.cloudchecks import PrecheckCache, PrecheckReader
-from tpuq.runtime.clients import Clients, Settings
+from tpuq.runtime.clients import Clients
+from tpuq.runtime.settings import Settings
 from tpuq.contracts.documents import NodeHealth, TpuNodeState
 from tpuq.executor import handlers as executor_handlers
 from tpuq.executor.executor import StartResult, WorkerProbe
@@ -224,22 +225,19 @@ class TpuqPolicy:
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.db.observer = self
         self.store_ops_skipped = BilledOps()  # the Firestore operations of the ticks skipped as quiet
-        self.clients = Clients(Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET))
+        self.settings = Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET)
         self.tpu_client = SimTpuClient(cloud)
         self._parsed_nodes: dict = {}
-        self.clients.__dict__["firestore"] = self.db
-        self.clients.__dict__["tpu"] = self.tpu_client
-        services = self._services()
-        self.bus = SimBus(loop, services, rng.randrange(2 ** 32), delivery,
+        # The services publish on the bus and the bus delivers to them: it is made first, then serves them.
+        self.bus = SimBus(loop, {}, rng.randrange(2 ** 32), delivery,
                           observer=self, waits=self.waits, waiting_topics={"capacity"})
-        self.clients.__dict__["publisher"] = self.bus
         self.executor = SimExecutor(loop, cloud, workers, self.bus, on_read=self.note_executor_read)
+        self.clients = Clients(self.settings, firestore=self.db, tpu=self.tpu_client, publisher=self.bus)
+        services = self._services()
+        self.bus.serve(services)
         self._service_ticks = {sub.name: _ServiceTicks(sub.name, sub.service) for sub in topology.SUBSCRIPTIONS
                                if sub.topic == "ticks" and sub.service in services}
         workers.on_end = self.executor.run_ended
-        # The modelled workers are lost only with their node, which the claimer's watch reports: a probe
-        # would never find anything (and each would be a tick that cannot be skipped).
-        executor_handlers.use_executor(self.clients, self.executor, probe_every=None)
 
     def _services(self) -> dict[str, Service]:
         prechecks = ScenarioPrecheckCache(
@@ -248,16 +246,19 @@ class TpuqPolicy:
             on_read=lambda: self._dirty_service("claimer"))
         services = {
             "claimer": claimer_handlers.build_service(
-                public_key=lambda fleet: SIM_PUBLIC_KEY, sleep=self._handler_sleep,
+                self.settings, self.clients, public_key=lambda fleet: SIM_PUBLIC_KEY, sleep=self._handler_sleep,
                 tpu_factory=lambda ctx: SimTpuApi(self.tpu_client, self._parsed_nodes, max_workers=1, attempts=1),
                 prechecks_factory=lambda ctx: prechecks),
-            "scheduler": scheduler_handlers.build_service(),
-            "executor": executor_handlers.build_service(),
+            "scheduler": scheduler_handlers.build_service(self.settings, self.clients),
+            # The modelled workers are lost only with their node, which the claimer's watch reports: a probe
+            # would never find anything (and each would be a tick that cannot be skipped).
+            "executor": executor_handlers.build_service(self.settings, self.clients,
+                                                        executor=self.executor, probe=False),
             "janitor": janitor_handlers.build_service(
+                self.settings, self.clients,
                 adapter_factory=lambda ctx, fleet: DeleteAdapter(self.tpu_client, fleet, max_workers=1, attempts=1)),
         }
         for service in services.values():
-            service.clients_factory = lambda: self.clients
             service.now = self.clock
             service.rng = random.Random(0)  # replaced at each delivery by the bus's keyed one
             service.push_auth = PushAuth.from_env({})
@@ -283,10 +284,10 @@ class TpuqPolicy:
     def firestore_ops(self, horizon: float) -> FirestoreOps:
         """The four services' Firestore operations as production would be billed for them over the run: those
         of the handlings run, each quiet tick skipped counted as its last handling's, and the executor's probes,
-        which the simulator does not run: a write at each tick from a started attempt's first PROBE_EVERY on,
+        which the simulator does not run: a write at each tick from a started attempt's first probe interval (Settings.executor_probe_every) on,
         estimated from the attempts' running time (an upper bound: a tick that comes a little early finds the
-        last probe under PROBE_EVERY old and skips it)."""
-        every = executor_handlers.PROBE_EVERY.total_seconds()
+        last probe under that interval old and skips it)."""
+        every = self.settings.executor_probe_every.total_seconds()
         interval = max(every, self.tick_seconds)
         running = (min(r.ended_at if r.ended_at is not None else horizon, horizon) - r.started_at
                    for r in self.workers.runs if r.started_at < horizon)

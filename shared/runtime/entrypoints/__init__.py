@@ -10,7 +10,10 @@ so this finds the installed module, never a path under the repository.
 from __future__ import annotations
 
 import importlib.util
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tpuq.contracts import topology
 
@@ -42,9 +45,36 @@ def functions_framework_args(service: str) -> list[str]:
     return ["--source", str(source_file(service)), "--target", TARGET, "--signature-type", SIGNATURE_TYPE]
 
 
-def configure_logging() -> None:
-    """How every service logs; called once by each entry module, when functions-framework loads it:
-    JSON lines for Cloud Logging on Cloud Run, readable text locally (tpuq.runtime.logs)."""
-    from tpuq.runtime import logs
+if TYPE_CHECKING:
+    from tpuq.runtime.service import Service
+    from tpuq.runtime.settings import Settings
 
-    logs.setup()
+
+class Entry:
+    """A service's entry module's one object (`ENTRY = Entry(build_service)`; `handle` calls it). Nothing happens
+    when functions-framework loads the module: the first request reads the settings once (`Settings.from_env`),
+    sets up logging from them and builds the service; every later request is served by that one service. Tests and
+    tools hand it a service they built with their own clients (`use`)."""
+
+    def __init__(self, build: Callable[["Settings"], "Service"]):
+        self._build = build
+        self._service: Service | None = None
+        self._lock = threading.Lock()
+
+    def service(self) -> "Service":
+        if self._service is None:
+            with self._lock:
+                if self._service is None:
+                    from tpuq.runtime import logs
+                    from tpuq.runtime.settings import Settings
+
+                    settings = Settings.from_env()
+                    logs.setup(env=settings.env)  # JSON lines for Cloud Logging on Cloud Run, readable text locally
+                    self._service = self._build(settings)
+        return self._service
+
+    def use(self, service: "Service") -> None:
+        self._service = service
+
+    def handle(self, request):
+        return self.service().dispatch(request)
