@@ -105,3 +105,10 @@ def test_the_cli_finds_the_dev_commands_without_importing_the_local_stack():
     modules = loaded_modules("import tpuq.cli.app")
     assert "tpuq_dev.cli" in modules  # the entry point, found through package metadata
     assert under(modules, "tpuq_dev.devstack", "tpuq_dev.faketpu", "tpuq_dev.demo", *STAND_INS) == []
+
+
+@pytest.mark.parametrize("module", ["tpuq_dev.simulate_cli", "tpuq_dev.cli", "tpuq.cli.console"])
+def test_a_dev_command_module_imports_first_without_a_circle(module):
+    """The dev commands import the CLI's console; the CLI package loads the dev commands only when `main` runs,
+    so either may be imported first (before, importing tpuq_dev.simulate_cli first failed half-way)."""
+    assert module in loaded_modules(f"import {module}")
