@@ -283,6 +283,7 @@ SUMMARY = (
     ("wait max", lambda m: _hours(m.jobs.wait["all"].max)),
     ("API calls", lambda m: f"{m.api_calls_total:,}"),
     ("Firestore reads / writes a day", lambda m: _firestore_text(m.firestore)),
+    ("Firestore reads a day, largest readers", lambda m: _firestore_readers_text(m.firestore)),
 )
 
 
@@ -290,6 +291,12 @@ def _firestore_text(ops) -> str:
     from tpuq_dev.simulate.report import firestore_text
 
     return firestore_text(ops)
+
+
+def _firestore_readers_text(ops) -> str:
+    from tpuq_dev.simulate.report import firestore_readers_text
+
+    return firestore_readers_text(ops)
 
 
 def _print_table(results: list, title: str) -> None:

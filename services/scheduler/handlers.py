@@ -14,7 +14,7 @@ from tpuq.contracts import store
 from tpuq.contracts.documents import ExecutionEnd, JobDoc, JobState, TpuState, execution_doc_id, short_node_name
 from tpuq.contracts.errors import Permanent, Retryable
 from tpuq.contracts.fleet import FleetFile, RetryBudgets
-from tpuq.runtime.guarded import WriteSet, read_decide_commit
+from tpuq.runtime.guarded import WriteSet, commit_if_unchanged, read_decide_commit
 from tpuq.runtime.isolation import Isolated
 from tpuq.contracts.jobspec import PublishedJob, PublishedJobFile
 from tpuq.contracts.messages import (
@@ -27,10 +27,12 @@ from tpuq.contracts.messages import (
     Tick,
 )
 from tpuq.scheduler import capacity, intake, lifecycle
+from tpuq.scheduler.backstops import STATE_DOC, Backstop, claimed, decide_backstops
 from tpuq.scheduler.gcs_submit import on_object_finalized
 from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
 from tpuq.scheduler.scheduling import (
     active_slices_not_recorded,
+    any_job_pending,
     ended_attempts_not_applied,
     follow_up_unstarted_assignments,
     lost_slices_in_service,
@@ -225,42 +227,72 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
 
 
 def on_tick(tick: Tick, ctx: Context) -> None:
-    """Backstops, then a full pass; each part isolated, so one that fails never stops the others."""
+    """Backstops, then a full pass; each part isolated, so one that fails never stops the others.
+
+    The backstops for lost events run on their cadence (`backstops`), not on every tick; the pass runs only
+    when a job is pending (with none, it has nothing to decide)."""
     parts = Isolated("scheduler tick", log)
-    fleet = fleet_in_force(ctx)  # read once a tick: the backstops' budgets and the pass
+    fleets: list[FleetFile | None] = []
+
+    def fleet() -> FleetFile | None:
+        """The fleet, read at most once a tick, and only by a part that needs it (a quiet tick does not)."""
+        if not fleets:
+            fleets.append(fleet_in_force(ctx))
+        return fleets[0]
+
     with parts.part("following up assignments not started"):
         # Sent again, or (sent often enough, long enough ago) ended infra_failed: the pass below then retries
         # the job and the janitor deletes its quarantined TPU.
-        follow_up_unstarted_assignments(ctx, _budgets(fleet))
-    slices: list[FleetEvent] = []
-    with parts.part("reading slices without a TPU record"):
-        slices = active_slices_not_recorded(ctx)
-    for slice_event in slices:
-        log.warning("tick: recording %s, whose ACTIVE event never arrived", slice_event.node)
-        with parts.part(f"recording {slice_event.node}"):
-            on_fleet_event(slice_event, ctx)
-    ended: list[AttemptEvent] = []
-    with parts.part("reading recorded attempt ends"):
-        ended = ended_attempts_not_applied(ctx)
-    for event in ended:
-        # The executor published this end, but the event never arrived (dead-lettered after an outage):
-        # apply the outcome it recorded, through the same handler, so the job and its TPU move on.
-        log.warning("tick: applying the recorded end of %s (%s)", event.attempt_id, event.outcome.value)
-        with parts.part(f"applying the end of {event.attempt_id}"):
-            on_attempt_event(event, ctx)
+        follow_up_unstarted_assignments(ctx, lambda: _budgets(fleet()))
+    due: list[Backstop] = []
+    with parts.part("claiming the backstops due"):
+        due = _claim_due_backstops(ctx)
+    if Backstop.active_slices in due:
+        slices: list[FleetEvent] = []
+        with parts.part("reading slices without a TPU record"):
+            slices = active_slices_not_recorded(ctx)
+        for slice_event in slices:
+            log.warning("tick: recording %s, whose ACTIVE event never arrived", slice_event.node)
+            with parts.part(f"recording {slice_event.node}"):
+                on_fleet_event(slice_event, ctx)
+    if Backstop.ended_attempts in due:
+        ended: list[AttemptEvent] = []
+        with parts.part("reading recorded attempt ends"):
+            ended = ended_attempts_not_applied(ctx)
+        for event in ended:
+            # The executor published this end, but the event never arrived (dead-lettered after an outage):
+            # apply the outcome it recorded, through the same handler, so the job and its TPU move on.
+            log.warning("tick: applying the recorded end of %s (%s)", event.attempt_id, event.outcome.value)
+            with parts.part(f"applying the end of {event.attempt_id}"):
+                on_attempt_event(event, ctx)
     # After the recorded ends: an attempt that ended (say, succeeded) before its slice went counts as it ended,
     # not as preempted by the slice's loss.
-    lost: list[FleetEvent] = []
-    with parts.part("reading TPUs in service whose slice is gone"):
-        lost = lost_slices_in_service(ctx)
-    for lost_event in lost:
-        log.warning("tick: %s is %s at the claimer, but its event never arrived", lost_event.node,
-                    lost_event.kind.value)
-        with parts.part(f"recording {lost_event.node} lost"):
-            on_fleet_event(lost_event, ctx)
+    if Backstop.lost_slices in due:
+        lost: list[FleetEvent] = []
+        with parts.part("reading TPUs in service whose slice is gone"):
+            lost = lost_slices_in_service(ctx)
+        for lost_event in lost:
+            log.warning("tick: %s is %s at the claimer, but its event never arrived", lost_event.node,
+                        lost_event.kind.value)
+            with parts.part(f"recording {lost_event.node} lost"):
+                on_fleet_event(lost_event, ctx)
     with parts.part("the scheduling pass"):
-        scheduling_pass(ctx, fleet, full=True)
+        if any_job_pending(ctx.clients.firestore):
+            scheduling_pass(ctx, fleet(), full=True)
     parts.raise_if_any()
+
+
+def _claim_due_backstops(ctx: Context) -> list[Backstop]:
+    """The backstops this tick runs: those due (`backstops.decide_backstops`), claimed by one guarded write of
+    `scheduler_backstops/state`; none when another instance's claim won."""
+    db = ctx.clients.firestore
+    ref = db.collection(store.SCHEDULER_BACKSTOPS).document(STATE_DOC)
+    snap = ref.get()
+    now = ctx.now()
+    due = decide_backstops(snap.to_dict(), now, ctx.settings.backstop_every)
+    if due and not commit_if_unchanged(db, WriteSet().update(snap, claimed(due, now))):
+        return []  # another instance claimed them meanwhile: it runs them
+    return due
 
 
 # The route table: each push subscription's path (tpuq.contracts.topology) to its handler.

@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterable
+from typing import Callable, Iterable
 
 from google.cloud.firestore import FieldFilter, Query
 
@@ -118,6 +118,13 @@ def types_to_read(tpu_docs: list[dict], fleet: FleetFile | None) -> dict[str, in
     idle = Counter(canonical_name(d["type"]) for d in tpu_docs if d.get("type"))
     offered = {canonical_name(e.type) for e in fleet.tpus} if fleet else set()
     return {t: idle[t] + PER_TYPE_EXTRA for t in sorted(set(idle) | offered)}
+
+
+def any_job_pending(db) -> bool:
+    """Is any job pending? One indexed query of at most one document (one read billed): a tick's full pass with
+    no pending job has nothing to decide (it assigns, asks and blocks only pending jobs), so it is not run."""
+    q = db.collection(store.JOBS).where(filter=FieldFilter(JobDoc.field("state"), "==", JobState.pending)).limit(1)
+    return any(True for _ in q.stream())
 
 
 def job_snapshots(db, job_ids: Iterable[str]) -> list:
@@ -456,11 +463,12 @@ def ended_attempts_not_applied(ctx: Context, limit: int = 50) -> list[AttemptEve
     return events
 
 
-def follow_up_unstarted_assignments(ctx: Context, budgets: RetryBudgets) -> int:
+def follow_up_unstarted_assignments(ctx: Context, budgets: Callable[[], RetryBudgets]) -> int:
     """Backstop for an attempt the executor has not started: its Assignment is sent again (same attempt id: lost
     between commit and publish, or by a restarted executor), and once it was sent enough, long enough ago
     (`lifecycle.unstarted_assignment`), the attempt ends `infra_failed`, its job is retried on its infrastructure
-    budget and its TPU freed and quarantined. Returns how many attempts it ended."""
+    budget (`budgets()`: the fleet is read only when a job is found) and its TPU freed and quarantined. Returns how
+    many attempts it ended."""
     db = ctx.clients.firestore
     now = ctx.now()
     # How long an assignment stays `assigned` before the tick sends it again (TPUQ_REPUBLISH_ASSIGNMENT_SECONDS,
@@ -478,7 +486,7 @@ def follow_up_unstarted_assignments(ctx: Context, budgets: RetryBudgets) -> int:
         job = JobDoc.from_doc(snap.to_dict(), snap.id)
         if not job.attempt or not job.tpu:
             continue
-        decision, stored, tpu = _follow_up(ctx, snap.reference, job, after, budgets, now)
+        decision, stored, tpu = _follow_up(ctx, snap.reference, job, after, budgets(), now)
         if decision.end is not None:
             log.warning("job %s: %s; its TPU %s is freed and quarantined", job.id, decision.detail,
                         short_node_name(job.tpu))

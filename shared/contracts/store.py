@@ -16,6 +16,7 @@ Documents are small and per-entity so that none is hot (the emulator stalls
 - fleet_control/{name}               paused, and a drain asked for and done        (tpuq fleet pause/resume/drain; janitor)
 - executions/{job}:{attempt}         the assignment an executor runs, and whether its end was published (executor)
 - janitor/{fleet}                    when the last orphan scan ran                 (janitor)
+- scheduler_backstops/state          when each backstop for lost events last ran   (scheduler)
 - dead_letters/{id}                  messages that could never be processed        (every service)
 - deliveries/{id}                    failed-delivery counters (so nothing loops forever) (every service)
 """
@@ -33,6 +34,7 @@ FLEET_STATUS = "fleet_status"
 EXISTING_TPUS = "existing_tpus"
 EXECUTIONS = "executions"
 JANITOR = "janitor"
+SCHEDULER_BACKSTOPS = "scheduler_backstops"
 ZONES = "zones"
 FLEETS = "fleets"
 FLEET_CONTROL = "fleet_control"
@@ -40,7 +42,7 @@ DEAD_LETTERS = "dead_letters"
 DELIVERIES = "deliveries"
 
 ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, EXISTING_TPUS, FLEETS, FLEET_CONTROL, EXECUTIONS, JANITOR,
-                   DEAD_LETTERS, DELIVERIES)
+                   SCHEDULER_BACKSTOPS, DEAD_LETTERS, DELIVERIES)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 _RESERVED_ID = re.compile(r"^__.*__$")

@@ -26,11 +26,13 @@ ENV_EXECUTOR_KEEP_SSH = "TPUQ_EXECUTOR_KEEP_SSH"  # 0: a new SSH connection per 
 ENV_EXECUTOR_PROBE_SECONDS = "TPUQ_EXECUTOR_PROBE_SECONDS"  # how often a running attempt's workers are probed
 ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"  # how often the janitor lists a zone for orphans
 ENV_REPUBLISH_ASSIGNMENT_SECONDS = "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS"  # an unstarted assignment is sent again
+ENV_BACKSTOP_SECONDS = "TPUQ_SCHEDULER_BACKSTOP_SECONDS"  # how often the scheduler looks for lost events
 ENV_CLOUD_RUN = "K_SERVICE"  # Cloud Run sets it in every container
 
 DEFAULT_PROBE_SECONDS = 60.0
 DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
 DEFAULT_REPUBLISH_ASSIGNMENT_SECONDS = 300.0
+DEFAULT_BACKSTOP_SECONDS = 300.0  # tpuq.scheduler.backstops: a lost event caught within minutes, not seconds
 
 
 class SettingsError(ValueError):
@@ -68,6 +70,7 @@ class Settings:
     executor_probe_seconds: float = DEFAULT_PROBE_SECONDS
     orphan_scan_seconds: float = DEFAULT_ORPHAN_SCAN_SECONDS
     republish_assignment_seconds: float = DEFAULT_REPUBLISH_ASSIGNMENT_SECONDS
+    backstop_seconds: float = DEFAULT_BACKSTOP_SECONDS
     on_cloud_run: bool = False
     # The snapshot the fields were read from, for the few readers that own a group of variables of their own
     # (push authentication, tpuq.runtime.auth; the claimer's SSH public key, tpuq.claimer.sshkeys): read from here,
@@ -95,6 +98,7 @@ class Settings:
             orphan_scan_seconds=_seconds(env, ENV_ORPHAN_SCAN_SECONDS, DEFAULT_ORPHAN_SCAN_SECONDS),
             republish_assignment_seconds=_seconds(env, ENV_REPUBLISH_ASSIGNMENT_SECONDS,
                                                   DEFAULT_REPUBLISH_ASSIGNMENT_SECONDS),
+            backstop_seconds=_seconds(env, ENV_BACKSTOP_SECONDS, DEFAULT_BACKSTOP_SECONDS),
             on_cloud_run=bool(env.get(ENV_CLOUD_RUN)),
             env=env,
         )
@@ -114,6 +118,10 @@ class Settings:
     @property
     def republish_assignment_after(self) -> timedelta:
         return timedelta(seconds=self.republish_assignment_seconds)
+
+    @property
+    def backstop_every(self) -> timedelta:
+        return timedelta(seconds=self.backstop_seconds)
 
     def topic_path(self, name: str) -> str:
         return f"projects/{self.project}/topics/{self.topic_prefix}{name}"

@@ -17,6 +17,8 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,11 +55,14 @@ class SimBus:
 
     def __init__(self, loop: EventLoop, services: dict[str, Service], seed: int,
                  delivery: Delivery = Delivery(), topic_prefix: str = "", observer: "DeliveryObserver | None" = None,
-                 waits: Waits | None = None, waiting_topics: frozenset[str] | set[str] = frozenset()) -> None:
+                 waits: Waits | None = None, waiting_topics: frozenset[str] | set[str] = frozenset(),
+                 handling: Callable[[str], AbstractContextManager] | None = None) -> None:
         """`observer` (a `DeliveryObserver`) is told of every tick push before and after it, so that its handling
         can be judged quiet or not (and skipped when it would be). `waits` runs the pushes of `waiting_topics`,
-        whose handlers may wait (simulate.waits)."""
+        whose handlers may wait (simulate.waits). Each push's handler runs inside `handling(subscription)`
+        (`simulate.storeops` counts the store's operations by subscription so)."""
         self.observer = observer
+        self.handling = handling or (lambda subscription: nullcontext())
         self.loop, self.services, self.seed, self.delivery = loop, services, seed, delivery
         self.waits, self.waiting_topics = waits, frozenset(waiting_topics)
         self.topic_prefix = topic_prefix
@@ -119,8 +124,9 @@ class SimBus:
 
         def push():
             service.rng = self.rng_for(sub.name, msg.message_id, attempt)  # the handler's randomness, keyed too
-            return service.deliver(sub, PushMessage(
-                msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
+            with self.handling(sub.name):
+                return service.deliver(sub, PushMessage(
+                    msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))
 
         observer = self.observer
         if self.waits is not None and sub.topic in self.waiting_topics:

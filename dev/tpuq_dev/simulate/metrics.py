@@ -113,12 +113,16 @@ class FirestoreOps(BaseModel):
     probe_writes: int  # the executor's probe of a started attempt each tick: not simulated, estimated (at most)
     reads_per_day: float
     writes_per_day: float
+    # subscription -> its handlings' reads, writes, deletes, reads_per_day, writes_per_day (simulate.storeops)
+    by_subscription: dict[str, dict[str, int | float]] = {}
 
     @classmethod
-    def of(cls, reads: int, writes: int, deletes: int, probe_writes: int, horizon: float) -> "FirestoreOps":
+    def of(cls, reads: int, writes: int, deletes: int, probe_writes: int, horizon: float,
+           by_subscription: dict[str, dict[str, float]] | None = None) -> "FirestoreOps":
         days = horizon / 86400 if horizon > 0 else 1.0
         return cls(reads=reads, writes=writes + probe_writes, deletes=deletes, probe_writes=probe_writes,
-                   reads_per_day=reads / days, writes_per_day=(writes + probe_writes) / days)
+                   reads_per_day=reads / days, writes_per_day=(writes + probe_writes) / days,
+                   by_subscription=by_subscription or {})
 
 
 class Metrics(BaseModel):

@@ -107,6 +107,13 @@ def firestore_text(ops: FirestoreOps | None) -> str:
     return "–" if ops is None else f"{ops.reads_per_day:,.0f} / {ops.writes_per_day:,.0f}"
 
 
+def firestore_readers_text(ops: FirestoreOps | None) -> str:
+    """The subscriptions whose handlings read most, reads a day each (only the tpuq policy has any)."""
+    from .storeops import top_readers_text
+
+    return "–" if ops is None else top_readers_text(ops.by_subscription)
+
+
 def _summary_rows(results: Sequence[Metrics]) -> list[tuple[str, list[str]]]:
     return [
         ("utilization (useful / billed chip-hours)", [percent_text(m.utilization) for m in results]),
@@ -124,6 +131,7 @@ def _summary_rows(results: Sequence[Metrics]) -> list[tuple[str, list[str]]]:
                                                for m in results]),
         ("API calls", [f"{m.api_calls_total:,}" for m in results]),
         ("Firestore reads / writes a day", [firestore_text(m.firestore) for m in results]),
+        ("Firestore reads a day, largest readers", [firestore_readers_text(m.firestore) for m in results]),
         ("creates per zone", [", ".join(f"{z}: {n}" for z, n in m.creates_per_zone.items()) or "–"
                               for m in results]),
     ]

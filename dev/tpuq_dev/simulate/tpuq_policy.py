@@ -50,6 +50,7 @@ from .inprocess import SimGoogleApisSession, SimTpuClient
 from .metrics import FirestoreOps
 from .workers import AttemptRun, SimWorkers
 from .quiet import Deadlines, TracedClock, TracedNow
+from .storeops import OpsBySubscription
 from .waits import Waits
 from .workload import SimJob
 
@@ -225,12 +226,14 @@ class TpuqPolicy:
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.db.observer = self
         self.store_ops_skipped = BilledOps()  # the Firestore operations of the ticks skipped as quiet
+        self.store_ops = OpsBySubscription(self.db.billed)  # the same, by the subscription handled
         self.settings = Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET)
         self.tpu_client = SimTpuClient(cloud)
         self._parsed_nodes: dict = {}
         # The services publish on the bus and the bus delivers to them: it is made first, then serves them.
         self.bus = SimBus(loop, {}, rng.randrange(2 ** 32), delivery,
-                          observer=self, waits=self.waits, waiting_topics={"capacity"})
+                          observer=self, waits=self.waits, waiting_topics={"capacity"},
+                          handling=self.store_ops.handling)
         self.executor = SimExecutor(loop, cloud, workers, self.bus, on_read=self.note_executor_read)
         self.clients = Clients(self.settings, firestore=self.db, tpu=self.tpu_client, publisher=self.bus)
         services = self._services()
@@ -266,7 +269,8 @@ class TpuqPolicy:
 
     def _handler_sleep(self, seconds: float) -> None:
         """A handler that waits (the claimer's fast watch) holds its own push that long; the rest goes on."""
-        self.waits.sleep(seconds)
+        with self.store_ops.waiting():
+            self.waits.sleep(seconds)
 
     def start(self) -> None:
         save_fleet(self.db, self.fleet, self.loop.utcnow())
@@ -294,7 +298,9 @@ class TpuqPolicy:
         probes = round(sum(max(0.0, (seconds - every) / interval) for seconds in running))
         billed = self.db.billed.copy()
         billed.add(self.store_ops_skipped)
-        return FirestoreOps.of(billed.reads, billed.writes, billed.deletes, probes, horizon)
+        by_subscription = self.store_ops.per_day(horizon / 86400 if horizon > 0 else 1.0,
+                                                 {"executor-ticks": probes} if probes else None)
+        return FirestoreOps.of(billed.reads, billed.writes, billed.deletes, probes, horizon, by_subscription)
 
     def activity(self) -> tuple[int, ...]:
         """What changes when anything happens: documents, messages, the cloud's mutations, attempts."""
@@ -352,6 +358,7 @@ class TpuqPolicy:
             self.service_ticks_skipped += 1
             self.cloud.calls.update(ticks.calls)  # what the skipped tick would have read
             self.store_ops_skipped.add(ticks.store_ops)  # and its Firestore operations (a quiet one's: reads)
+            self.store_ops.add(subscription, ticks.store_ops)
             return QUIET
         self.ticks_quiet_checked += skip
         self.service_ticks_run += 1
