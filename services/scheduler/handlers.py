@@ -9,6 +9,9 @@ message, or an event for an attempt that is no longer current, writes nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from tpuq.contracts import store
 from tpuq.contracts.documents import ExecutionEnd, JobDoc, JobState, TpuState, execution_doc_id, short_node_name
@@ -247,39 +250,50 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     due: list[Backstop] = []
     with parts.part("claiming the backstops due"):
         due = _claim_due_backstops(ctx)
-    if Backstop.active_slices in due:
-        slices: list[FleetEvent] = []
-        with parts.part("reading slices without a TPU record"):
-            slices = active_slices_not_recorded(ctx)
-        for slice_event in slices:
-            log.warning("tick: recording %s, whose ACTIVE event never arrived", slice_event.node)
-            with parts.part(f"recording {slice_event.node}"):
-                on_fleet_event(slice_event, ctx)
-    if Backstop.ended_attempts in due:
-        ended: list[AttemptEvent] = []
-        with parts.part("reading recorded attempt ends"):
-            ended = ended_attempts_not_applied(ctx)
-        for event in ended:
-            # The executor published this end, but the event never arrived (dead-lettered after an outage):
-            # apply the outcome it recorded, through the same handler, so the job and its TPU move on.
-            log.warning("tick: applying the recorded end of %s (%s)", event.attempt_id, event.outcome.value)
-            with parts.part(f"applying the end of {event.attempt_id}"):
-                on_attempt_event(event, ctx)
-    # After the recorded ends: an attempt that ended (say, succeeded) before its slice went counts as it ended,
-    # not as preempted by the slice's loss.
-    if Backstop.lost_slices in due:
-        lost: list[FleetEvent] = []
-        with parts.part("reading TPUs in service whose slice is gone"):
-            lost = lost_slices_in_service(ctx)
-        for lost_event in lost:
-            log.warning("tick: %s is %s at the claimer, but its event never arrived", lost_event.node,
-                        lost_event.kind.value)
-            with parts.part(f"recording {lost_event.node} lost"):
-                on_fleet_event(lost_event, ctx)
+    # In this order: an attempt that ended (say, succeeded) before its slice went counts as it ended, not as
+    # preempted by the slice's loss.
+    for backstop in (b for b in _BACKSTOP_RUNS if b.backstop in due):
+        found: list = []
+        with parts.part(backstop.reading):
+            found = backstop.read(ctx)
+        for event in found:
+            log.warning("tick: %s", backstop.says(event))
+            with parts.part(f"applying {backstop.says(event)}"):
+                backstop.apply(event, ctx)
     with parts.part("the scheduling pass"):
         if any_job_pending(ctx.clients.firestore):
             scheduling_pass(ctx, fleet(), full=True)
     parts.raise_if_any()
+
+
+@dataclass(frozen=True)
+class _BackstopRun:
+    """A backstop for a lost event: how it reads what the event left behind, and the handler that applies the
+    event it rebuilds (the same handler the event would have reached)."""
+
+    backstop: Backstop
+    reading: str
+    read: Callable[[Context], list]
+    says: Callable[[Any], str]
+    apply: Callable[[Any, Context], None]
+
+
+_BACKSTOP_RUNS = (
+    _BackstopRun(Backstop.active_slices, "reading slices without a TPU record",
+                 lambda c: active_slices_not_recorded(c),
+                 lambda e: f"recording {e.node}, whose ACTIVE event never arrived",
+                 lambda e, c: on_fleet_event(e, c)),
+    # The executor published this end, but the event never arrived (dead-lettered after an outage): apply the
+    # outcome it recorded, through the same handler, so the job and its TPU move on.
+    _BackstopRun(Backstop.ended_attempts, "reading recorded attempt ends",
+                 lambda c: ended_attempts_not_applied(c),
+                 lambda e: f"the recorded end of {e.attempt_id} ({e.outcome.value}), whose event never arrived",
+                 lambda e, c: on_attempt_event(e, c)),
+    _BackstopRun(Backstop.lost_slices, "reading TPUs in service whose slice is gone",
+                 lambda c: lost_slices_in_service(c),
+                 lambda e: f"{e.node} {e.kind.value} at the claimer, whose event never arrived",
+                 lambda e, c: on_fleet_event(e, c)),
+)
 
 
 def _claim_due_backstops(ctx: Context) -> list[Backstop]:
