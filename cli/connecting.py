@@ -96,7 +96,7 @@ def find_backend(check_credentials: bool = True) -> Backend:
     earlier stack's `dev env` is told to evaluate it again; a stack that is not running, or missing credentials,
     is a CliError. `check_credentials=False` (tpuq config): credentials problems become notes."""
     from tpuq.operations.stackenv import (EMULATOR_HOSTS, ENV_STACK_DIR, ENV_STACK_ID, default_state_dir, read_running_env,
-                               stale_env_problem)
+                                          stale_env_problem)
 
     env = dict(os.environ)
     if env.get(ENV_STACK_DIR):

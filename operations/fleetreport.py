@@ -15,7 +15,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from tpuq.contracts import documents, store
 from tpuq.capacity.brakes import DayUse, claim_stop_reason, day_start, day_use, grant_days_left
 from tpuq.contracts.documents import (QR_STATES_RACING, JobDoc, JobState, NodeHealth, QueuedResourceState, RequestStatus, TpuDoc,
-                            TpuState, short_node_name)
+                                      TpuState, short_node_name)
 from tpuq.contracts.errors import Permanent
 from tpuq.contracts.fleet import FleetFile
 from tpuq.contracts.jobspec import ANY_TPU

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from google.api_core.exceptions import NotFound as GcsNotFound, PreconditionFailed
 
 from tpuq.contracts.bundle import (IGNORE_FILE, RUNNER_IGNORE_FILE, BundleError, bundle_object_name, ignore_rules,
-                         object_members, write_bundle)
+                                   object_members, write_bundle)
 from tpuq.contracts.errors import NotFound, missing_bucket_line
 from tpuq.contracts.jobspec import split_gs_uri
 

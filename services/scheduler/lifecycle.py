@@ -20,7 +20,7 @@ from typing import Any
 
 from tpuq.contracts import gcslayout
 from tpuq.contracts.documents import (AttemptDoc, AttemptState, ExecutionDoc, ExecutionEnd, ExecutionState, JobDoc, TpuDoc,
-                             TpuState, short_node_name)
+                                      TpuState, short_node_name)
 from tpuq.contracts.fleet import FleetFile, RetryBudgets
 from tpuq.contracts.jobspec import JobSpec, PublishedJob
 from tpuq.contracts.jobstate import still_unstarted, IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition

@@ -51,7 +51,7 @@ from tpuq.contracts.fleet import FleetFile, RetryBudgets
 from tpuq.runtime.fleetstore import paused_fleets
 from tpuq.runtime.guarded import WriteSet, commit_if_unchanged, read_decide_commit
 from tpuq.contracts.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
-                           FleetEventKind, WorkerEndpoint)
+                                     FleetEventKind, WorkerEndpoint)
 from tpuq.contracts.jobspec import ANY_TPU
 from tpuq.contracts.tputypes import canonical_name, parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle

@@ -19,7 +19,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tpuq.contracts.jobspec import StrictModel, split_gs_uri
 from tpuq.contracts.tputypes import (AcceleratorType, ProvisioningModel, UnknownAcceleratorType, families, family, family_named,
-                           parse_accelerator_type, zone_region)
+                                     parse_accelerator_type, zone_region)
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")

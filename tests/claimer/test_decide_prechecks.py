@@ -11,7 +11,7 @@ from tpuq.claimer.model import ClaimState, RequestReceived
 from tpuq.contracts.fleet import FleetFile, ProvisioningModel
 from tpuq.contracts.messages import CapacityRequest
 from tpuq.capacity.quota import (BillingState, EffectiveQuota, Prechecks, QuotaReading, QuotaSource, ZoneQuota,
-                        effective_quota, parse_quota_info)
+                                 effective_quota, parse_quota_info)
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ZONES = ["us-central2-a", "us-central2-b", "us-central2-c"]

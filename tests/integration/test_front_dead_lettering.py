@@ -13,7 +13,7 @@ from werkzeug.test import Client
 from werkzeug.wrappers import Request, Response
 
 from tpuq.operations.heldletters import (SOURCE_DELIVERY_COUNT, SOURCE_SUBSCRIPTION, SOURCE_SUBSCRIPTION_PROJECT,
-                              SOURCE_TOPIC_PUBLISH_TIME)
+                                         SOURCE_TOPIC_PUBLISH_TIME)
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.deadlettering import DeliveryCounts, delivery_key, forwarded, gives_up
 from tpuq_dev.devstack.front import Front, LocalGoogleSigner, Route

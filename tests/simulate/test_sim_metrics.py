@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tpuq_dev.simulate.metrics import (Metrics, SliceLife, WasteCause, bound_records, nearest_rank, percentiles,
-                                   summarize)
+                                       summarize)
 from tpuq_dev.simulate.workers import AttemptRun, RunEnd
 from tpuq_dev.simulate.workload import SimJob
 

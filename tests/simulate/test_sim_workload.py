@@ -9,7 +9,7 @@ import pytest
 
 from tpuq.contracts.jobspec import JOB_ID_RE
 from tpuq_dev.simulate.workload import (GeneratedWorkload, SimJob, TraceWorkload, WorkloadError, generate, load_workload,
-                                    parse_workload)
+                                        parse_workload)
 
 DAY = 86400.0
 TYPES = [{"tpu": ["v4-8"], "weight": 1}]

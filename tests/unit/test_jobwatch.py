@@ -11,7 +11,7 @@ from rich.console import Console
 from tpuq.cli.views import watch_view
 from tpuq.contracts.documents import AttemptDoc, JobDoc
 from tpuq.operations.jobwatch import (STOPPED, LineAssembler, build_watch, change_lines, detach_message, duration, facts,
-                           job_exit_code, worker_count)
+                                      job_exit_code, worker_count)
 
 NOW = datetime(2026, 12, 1, 15, 0, 30, tzinfo=timezone.utc)
 START = NOW - timedelta(seconds=30)

@@ -48,7 +48,7 @@ from typing import Any
 import requests
 
 from tpuq.operations.heldletters import (SOURCE_DELIVERY_COUNT, SOURCE_SUBSCRIPTION, SOURCE_SUBSCRIPTION_PROJECT,
-                              SOURCE_TOPIC_PUBLISH_TIME)
+                                         SOURCE_TOPIC_PUBLISH_TIME)
 
 log = logging.getLogger("tpuq_dev.devstack.front")
 
