@@ -1,7 +1,9 @@
 """The claimer service: shell (Firestore, the Cloud TPU API, Pub/Sub). Load state, call `decide`, apply.
 
 Watch schedule. Ticks (Cloud Scheduler; the local tick source) drive a watch
-pass over every live queued resource of every fleet. Pub/Sub has no delayed
+pass over every live queued resource of every fleet; a tick reads the rest of
+the claim state only when there is an open request or a GET says something new
+(`quiet`). Pub/Sub has no delayed
 delivery, so right after a capacity request's creates the handler itself
 re-reads that request's queued resources `FAST_WATCH_PASSES` times, spread
 over the fleet's `claim.watch_interval_seconds`: quota, billing and capacity
@@ -29,8 +31,10 @@ from tpuq.capacity.cloudchecks import PrecheckCache, cache_from_settings
 from tpuq.claimer import statestore
 from tpuq.claimer.decide import decide_observed, decide_request_received, fast_watch_targets
 from tpuq.claimer.model import ClaimState, CreateQr, Effects, Observed, QrRecord, RequestReceived
+from tpuq.claimer.quiet import tick_needs_full_state
 from tpuq.claimer.sshkeys import PublicKeyProvider, default_provider, ssh_keys_metadata
 from tpuq.claimer.tpuapi import NodeJsonReader, TpuApi
+from tpuq.contracts.documents import RequestRecord
 from tpuq.contracts.errors import Retryable
 from tpuq.contracts.fleet import FleetFile
 from tpuq.runtime.clients import Clients
@@ -61,8 +65,9 @@ class Claimer:
     def __post_init__(self) -> None:
         self.writer = statestore.StateWriter(self.ctx.clients.firestore)
 
-    def load(self, *request_ids: str) -> ClaimState:
-        state = statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids), self.ctx.now())
+    def load(self, *request_ids: str, open_requests: dict[str, RequestRecord] | None = None) -> ClaimState:
+        state = statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids), self.ctx.now(),
+                                      open_requests)
         if self.prechecks is None:
             return state
         checks = self.prechecks.get(self.fleet, self.ctx.now(), fresh=state.blocked)
@@ -143,6 +148,21 @@ class Claimer:
                 log.warning("%s; fix: %s", status.problem, status.fix)
             self.writer.put_existing(self.fleet.name, status, now)
 
+    def tick(self) -> None:
+        """A tick's watch pass, reading first only what can need acting on (`quiet`): an open request is planned
+        on the whole state, as before (its query not read twice); with none, only the live queued resources are
+        read and GET, and the rest of the state is loaded only if a GET says something new (the pass then runs as
+        before, its GETs made again after the load: never decided on answers older than it). An idle fleet costs
+        two empty queries."""
+        db = self.ctx.clients.firestore
+        requests = statestore.load_open_requests(db, self.fleet)
+        if not requests:
+            qrs = statestore.load_live_qrs(db, self.fleet)
+            live = ClaimState(fleet=self.fleet, qrs=qrs)
+            if not qrs or not tick_needs_full_state(live, self.tpu.observe_all(qrs.values()), self.ctx.now()):
+                return
+        self.watch(self.load(open_requests=requests))
+
     def watch(self, state: ClaimState, qrs: list[QrRecord] | None = None) -> ClaimState:
         """One watch pass: exact GETs of the given (default: all live) queued resources, then decide."""
         targets = list(state.qrs.values()) if qrs is None else qrs
@@ -205,7 +225,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
         with fleets.part(f"fleet {snap.id}"):
             claimer = _state(ctx).claimer(ctx, fleet_of(snap))
-            claimer.watch(claimer.load())
+            claimer.tick()
             claimer.existing()
     fleets.raise_if_any()
 

@@ -52,11 +52,13 @@ def target_doc_id(fleet: str, zone: str, tpu_type: str) -> str:
 
 # ------------------------------------------------------------ load
 
-def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: datetime | None = None) -> ClaimState:
+def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: datetime | None = None,
+               open_requests: dict[str, RequestRecord] | None = None) -> ClaimState:
     """The fleet's targets, live queued resources, open requests (+ the named ones, whatever their status).
 
     Targets are read before queued resources: a zone claim conditioned on the target's version then
-    fails if another handler created a queued resource after this load.
+    fails if another handler created a queued resource after this load. `open_requests`: already read (a tick's
+    `load_open_requests`), not read again.
     """
     targets = {}
     for snap in db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet.name)).stream():
@@ -64,16 +66,10 @@ def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: dat
         targets[(t.zone, t.type)] = t
     qrs = {}
     kept_qrs = versioned(db, "claimer queued resource", _qr_of)  # each stored version parsed once
-    for snap in (db.collection(QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", fleet.name))
-                 .where(filter=FieldFilter("live", "==", True)).stream()):
+    for snap in _live_qrs(db, fleet.name):
         q = kept_qrs.get(snap)[1]
         qrs[q.qr_id] = q
-    requests = {}
-    kept_requests = versioned(db, "claimer request", _request_of)
-    for snap in (db.collection(store.REQUESTS).where(filter=FieldFilter("fleet", "==", fleet.name))
-                 .where(filter=FieldFilter("status", "==", REQUEST_OPEN)).stream()):
-        r = kept_requests.get(snap)[1]
-        requests[r.request_id] = r
+    requests = dict(open_requests) if open_requests is not None else load_open_requests(db, fleet)
     for rid in request_ids:
         snap = db.collection(store.REQUESTS).document(rid).get()
         if snap.exists:
@@ -83,6 +79,29 @@ def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: dat
     paused, use = load_brakes(db, fleet, now)
     return ClaimState(fleet=fleet, requests=requests, qrs=qrs, targets=targets, status=status, paused=paused,
                       day_use=use)
+
+
+def load_open_requests(db, fleet: FleetFile) -> dict[str, RequestRecord]:
+    """The fleet's open requests: a tick's first read (none open: one read). With one open, the tick goes on to
+    `load_state(..., open_requests=...)`, which then does not read them again."""
+    kept = versioned(db, "claimer request", _request_of)
+    return {r.request_id: r for r in (kept.get(snap)[1] for snap in _open_requests(db, fleet.name))}
+
+
+def load_live_qrs(db, fleet: FleetFile) -> dict[str, QrRecord]:
+    """The fleet's live queued resources (none: one read): all a tick with no open request needs to watch them."""
+    kept = versioned(db, "claimer queued resource", _qr_of)
+    return {q.qr_id: q for q in (kept.get(snap)[1] for snap in _live_qrs(db, fleet.name))}
+
+
+def _live_qrs(db, fleet: str):
+    return (db.collection(QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", fleet))
+            .where(filter=FieldFilter("live", "==", True)).stream())
+
+
+def _open_requests(db, fleet: str):
+    return (db.collection(store.REQUESTS).where(filter=FieldFilter("fleet", "==", fleet))
+            .where(filter=FieldFilter("status", "==", REQUEST_OPEN)).stream())
 
 
 def _qr_of(doc_id: str, doc: dict) -> QrRecord:

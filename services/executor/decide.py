@@ -133,12 +133,26 @@ def start_failure(decided: Decided, node: NodeState) -> Decided:
     return decided
 
 
-def probe_due(execution: Doc, now: datetime, every: timedelta) -> bool:
-    """Ask a started attempt's workers at most once per `every`, and not in its first `every`."""
+def probe_due(execution: Doc, now: datetime, every: timedelta, probed_here: datetime | None = None) -> bool:
+    """Ask a started attempt's workers at most once per `every`, and not in its first `every`. The last probe is
+    the later of this instance's (`probed_here`, kept in its memory: `ExecutorState.probed_at`) and the one
+    recorded (`probed_at`, written only when a probe changed what the record says: see `probe_record`). An
+    instance that restarted, or a second one, probes once more than needed at worst: a probe only reads."""
     started_at, probed_at = execution.get("started_at"), execution.get(ExecutionDoc.field("probed_at"))
     if started_at is None or now - started_at < every:
         return False
-    return not (probed_at and now - probed_at < every)
+    last = max((t for t in (probed_at, probed_here) if isinstance(t, datetime)), default=None)
+    return not (last and now - last < every)
+
+
+def probe_record(execution: Doc, since: datetime | None, now: datetime) -> Doc | None:
+    """The fields a probe writes into the attempt's record, or None when it changed nothing the record says.
+    What later probes (and other instances) need from it is only since when a worker has been unreachable
+    (`unreachable_since`, the start of the grace): it is written when it starts or ends, with the probe's time;
+    a probe that finds every worker as before writes nothing (the probe-due time is kept in memory)."""
+    if execution.get(ExecutionDoc.field("unreachable_since")) == since:
+        return None
+    return ExecutionDoc.fields(probed_at=now, unreachable_since=since)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ Each attempt has one document `executions/{job}:{attempt}` holding the
 assignment and whether its end was published, so a restarted executor (or a
 second instance) picks up where the first left off, and an outcome is published
 once. What one instance keeps besides (its Executor and SSH connections, the
-probe interval) is `build_service`'s `ExecutorState` (tpuq.executor.state),
+probe interval and when it last probed each running attempt: a probe writes the
+record only when a worker turns unreachable or answers again) is `build_service`'s `ExecutorState` (tpuq.executor.state),
 read from `ctx.state`.
 """
 
@@ -172,17 +173,22 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) 
 
 
 def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:
-    """Ask the workers, at most once per probe interval per attempt (`Settings.executor_probe_every`), whether the
-    attempt still runs there: a supervisor killed with its host (or by the OOM killer) leaves no status object to
-    wake us, and one whose status object GCS refused leaves only its local copy, which says why."""
+    """Ask the workers, at most once per probe interval per attempt (`Settings.executor_probe_every`, the last
+    probe kept in this instance's memory), whether the attempt still runs there: a supervisor killed with its
+    host (or by the OOM killer) leaves no status object to wake us, and one whose status object GCS refused
+    leaves only its local copy, which says why."""
     now = ctx.now()
-    every = _state(ctx).probe_every
-    if every is None or not decide.probe_due(stored, now, every):
+    state = _state(ctx)
+    every = state.probe_every
+    if every is None or not decide.probe_due(stored, now, every, state.probed_at(ref.id)):
         return decide.Probed()
     assignment = Assignment.model_validate(stored["assignment"])
-    answers = decide.probed(_state(ctx).executor.probe_attempt(assignment))
+    answers = decide.probed(state.executor.probe_attempt(assignment))
+    state.record_probe(ref.id, now)
     since = decide.unreachable_since(stored, answers, now)
-    ref.set(ExecutionDoc.fields(probed_at=now, unreachable_since=since), merge=True)
+    record = decide.probe_record(stored, since, now)
+    if record is not None:  # a worker turned unreachable, or answered again: the grace starts or ends
+        ref.set(record, merge=True)
     return decide.unreachable_problem(answers, since, now, decide.unreachable_grace(every))
 
 
@@ -205,12 +211,15 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     # Each attempt isolated: one that cannot be judged never stops the others. Not raised: the next tick
     # is the retry, and redelivering this one would probe the others' workers again.
     attempts = Isolated("executor tick", log)
+    running: set[str] = set()
     for snap in query.stream():
+        running.add(snap.id)
         stored = snap.to_dict() or {}
         if not decide.judgeable(stored):
             continue
         with attempts.part(f"judging {snap.id}"):
             _judge(ctx, stored, _probe(ctx, snap.reference, stored))
+    _state(ctx).keep_probes_of(running)
     with attempts.part("closing connections to nodes that left"):
         _forget_departed_nodes(ctx)
 

@@ -37,6 +37,9 @@ class ExecutorState:
         self._executor: Executor | None = None
         self._lock = threading.Lock()
         self.probe_every = probe_every
+        # executions/{job}:{attempt} id -> when this instance last probed its workers. Kept here, not written at
+        # each probe: the record is written only when a probe changes it (`decide.probe_record`).
+        self._probed_at: dict[str, datetime] = {}
 
     @classmethod
     def of(cls, executor, probe_every: timedelta | None) -> "ExecutorState":
@@ -52,6 +55,20 @@ class ExecutorState:
                 if self._executor is None:
                     self._executor = self._build()
         return self._executor
+
+    def probed_at(self, execution_id: str) -> datetime | None:
+        """When this instance last probed the attempt's workers (None: not since it started)."""
+        return self._probed_at.get(execution_id)
+
+    def record_probe(self, execution_id: str, at: datetime) -> None:
+        self._probed_at[execution_id] = at
+
+    def keep_probes_of(self, running: set[str]) -> None:
+        """Forget the probes of attempts no longer running (the tick's query did not return them), so the memory
+        holds one entry per running attempt, never history."""
+        with self._lock:
+            for gone in set(self._probed_at) - running:
+                self._probed_at.pop(gone, None)
 
     @property
     def built(self) -> Executor | None:

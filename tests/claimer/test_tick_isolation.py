@@ -23,13 +23,12 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
     ctx = fleets_only_context({"bad": bad, "good": named(make_fleet(), "good")})
     watched = []
 
-    def load(self):
+    def tick(self):
         if self.fleet.name == "bad":
             raise RuntimeError("queued_resources query failed")
-        return self.fleet.name
+        watched.append(self.fleet.name)
 
-    monkeypatch.setattr(handlers.Claimer, "load", load)
-    monkeypatch.setattr(handlers.Claimer, "watch", lambda self, state: watched.append(state))
+    monkeypatch.setattr(handlers.Claimer, "tick", tick)
     ctx.state = handlers.build_service(Settings(project="p"), public_key=lambda fleet: "ssh-ed25519 AAAA",
                                        tpu_factory=lambda ctx: None, prechecks_factory=lambda ctx: None).state
 

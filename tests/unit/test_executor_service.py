@@ -88,8 +88,11 @@ def test_the_tick_probes_workers_at_the_settings_interval_unless_told_never(prob
     _started_attempt(clients, timedelta(minutes=2))
     assert deliver(service, "executor-ticks", Tick(at=NOW)) == 204
     assert executor.probes == (["j1-1"] if probed else [])
+    # Every worker answered: the probe changed nothing the record says, and writes nothing (its time is kept in
+    # the instance's memory: tests/unit/test_executor_quiet_tick.py).
     record = clients.firestore.collection(store.EXECUTIONS).document("j1:1").get().to_dict()
-    assert (record.get("probed_at") == NOW) is probed
+    assert record.get("probed_at") is None and record.get("unreachable_since") is None
+    assert (service.state.probed_at("j1:1") == NOW) is probed
 
 
 def _write_key(path) -> None:

@@ -287,15 +287,11 @@ class TpuqPolicy:
 
     def firestore_ops(self, horizon: float) -> FirestoreOps:
         """The four services' Firestore operations as production would be billed for them over the run: those
-        of the handlings run, each quiet tick skipped counted as its last handling's, and the executor's probes,
-        which the simulator does not run: a write at each tick from a started attempt's first probe interval (Settings.executor_probe_every) on,
-        estimated from the attempts' running time (an upper bound: a tick that comes a little early finds the
-        last probe under that interval old and skips it)."""
-        every = self.settings.executor_probe_every.total_seconds()
-        interval = max(every, self.tick_seconds)
-        running = (min(r.ended_at if r.ended_at is not None else horizon, horizon) - r.started_at
-                   for r in self.workers.runs if r.started_at < horizon)
-        probes = round(sum(max(0.0, (seconds - every) / interval) for seconds in running))
+        of the handlings run, and each quiet tick skipped counted as its last handling's. The executor's probes,
+        which the simulator does not run, write an attempt's record only when a worker turns unreachable or
+        answers again (tpuq.executor.decide.probe_record; their interval is kept in the instance's memory): the
+        modelled workers are lost only with their node, so no probe would write, and none is estimated."""
+        probes = 0
         billed = self.db.billed.copy()
         billed.add(self.store_ops_skipped)
         by_subscription = self.store_ops.per_day(horizon / 86400 if horizon > 0 else 1.0,
