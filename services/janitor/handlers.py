@@ -6,9 +6,10 @@ clients)`, whose per-instance `JanitorState` (the orphan-scan interval, the TPU 
 
 - /push/fleet-events: the event's race (every queued resource of its request,
   by exact GET): losers and dead ones are deleted synchronously, in this handler.
-- /push/ticks: per fleet, a sweep by exact GET of every live queued resource
-  Firestore knows (dead ones, losers that left PROVISIONING, stuck deletes),
-  the idle rule, and (rate-limited, per-fleet doc `janitor/{fleet}`) the orphan scan.
+- /push/ticks: per fleet, what can need action now (TPUs idle past their timeout, TPUs marked deleting), and on
+  a cadence recorded in `janitor/{fleet}` (`tpuq.janitor.cadence`) the full sweep by exact GET of every live
+  queued resource Firestore knows (dead ones, losers that left PROVISIONING, stuck deletes: the backstop for
+  lost fleet events) and (rate-limited, same document) the orphan scan.
 - /push/ticks also applies `fleet_control/{fleet}`: paused deletes idle TPUs at once; a drain asked for
   (`tpuq fleet drain --now`) deletes every owned resource the zones list, and is recorded done.
 - /push/attempt-events: an attempt that ended preempted / infra_failed: the
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Callable
 
 from google.cloud.firestore import FieldFilter
@@ -35,6 +37,7 @@ from tpuq.contracts.documents import QueuedResourceState as Qr
 from tpuq.contracts.errors import TpuqError
 from tpuq.contracts.fleet import FleetFile
 from tpuq.runtime.fleetstore import FleetControl, fleet_of, load_control, load_fleet, record_drain_progress
+from tpuq.janitor import cadence
 from tpuq.janitor import decide as d
 from tpuq.janitor.deleter import ACCEPTED, DeleteAdapter, DeleteOutcome, NotOurs
 from tpuq.runtime.isolation import Isolated
@@ -78,12 +81,13 @@ class Janitor:
             q = q.where(filter=FieldFilter(key, "==", value))
         return [s.to_dict() for s in q.stream()]
 
-    def tpu_docs(self, live_only: bool = False) -> list[d.TpuDoc]:
+    def tpu_docs(self, live_only: bool = False, states: frozenset[str] | None = None) -> list[d.TpuDoc]:
         """The fleet's TPUs; `live_only`: not gone (a tick's sweep, reaping and drain need no others, and the gone
-        ones are every TPU the fleet ever had: read on every tick, they would grow the tick's reads for ever)."""
+        ones are every TPU the fleet ever had: read on every tick, they would grow the tick's reads for ever);
+        `states`: only those in these states."""
         q = self.db.collection(store.TPUS).where(filter=FieldFilter("fleet", "==", self.fleet.name))
-        if live_only:
-            q = q.where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
+        if live_only or states:
+            q = q.where(filter=FieldFilter("state", "in", sorted(states or TPU_STATES_HOLDING_A_SLICE)))
         return [d.TpuDoc.from_doc(s.to_dict(), s.id) for s in q.stream()]
 
     def known_among(self, listed) -> set[str]:
@@ -272,26 +276,64 @@ class Janitor:
         record_drain_progress(self.db, self.fleet.name, control.drain_id, deleted,
                               complete and decision.done, self.ctx.now())
 
-    def scan_orphans(self, interval_seconds: float) -> bool:
-        """At most once per `interval_seconds` per fleet (a conditional write on janitor/{fleet} elects one
-        tick handler): list every zone of the fleet, delete owned resources Firestore does not know."""
+    def claim_due_runs(self, orphan_scan_seconds: float, sweep_every: timedelta) -> DueRuns:
+        """The full sweep and the orphan scan, if due (`cadence.sweep_due`, `d.orphan_scan_due`), claimed with
+        one guarded write of janitor/{fleet}: of two tick handlers at once one claim wins, the other runs
+        neither (it still runs the quiet pass)."""
         now = self.ctx.now()
-        ref = self.db.collection(JANITOR).document(self.fleet.name)
-        snap = ref.get()
+        snap = self.db.collection(JANITOR).document(self.fleet.name).get()
         doc = snap.to_dict() if snap.exists else {}
-        if not d.orphan_scan_due(doc.get("orphan_scan_at"), now, interval_seconds):
-            return False
-        election = guarded.WriteSet().update(snap, {"orphan_scan_at": now} if snap.exists else
-                                             {"fleet": self.fleet.name, "orphan_scan_at": now, "orphan_first_seen": []})
-        if not guarded.commit_if_unchanged(self.db, election):
-            return False  # another tick handler is scanning
+        sweep = cadence.sweep_due(doc.get(cadence.SWEEP_AT), now, sweep_every)
+        orphans = d.orphan_scan_due(doc.get("orphan_scan_at"), now, orphan_scan_seconds)
+        if not (sweep or orphans):
+            return DueRuns(False, False, doc)
+        fields = {**({cadence.SWEEP_AT: now} if sweep else {}), **({"orphan_scan_at": now} if orphans else {})}
+        if not snap.exists:
+            fields = {"fleet": self.fleet.name, "orphan_first_seen": [], **fields}
+        if not guarded.commit_if_unchanged(self.db, guarded.WriteSet().update(snap, fields)):
+            return DueRuns(False, False, doc)  # another tick handler claimed them
+        return DueRuns(sweep, orphans, doc)
+
+    def quiet_pass(self) -> None:
+        """Between full sweeps: only the TPUs that can need action now, by one indexed query (idle or marked
+        deleting): a delete finished or to send again, and the idle rule when an idle TPU is past its timeout
+        (every live TPU read then only if its entry keeps some warm: `cadence.needs_every_live_tpu`)."""
+        waiting = self.tpu_docs(states=frozenset({TpuState.idle, TpuState.deleting}))
+        deleting = [t for t in waiting if t.state == TpuState.deleting]
+        if deleting:
+            tpu_resource = {t.id: t.queued_resource or t.name for t in deleting}
+            self.finish_deletes(deleting, tpu_resource, self.read_all(list(filter(None, tpu_resource.values()))))
+        now = self.ctx.now()
+        expired = [t for t in waiting if d.idle_expired(t, self.fleet, now, self.paused)]
+        if not expired:
+            return
+        keep_warm_of = lambda entry_id: (self.fleet.entry(entry_id).keep_warm_count  # noqa: E731
+                                         if entry_id and self.fleet.entry(entry_id) else 0)
+        if cadence.needs_every_live_tpu(expired, keep_warm_of, self.paused):
+            self.reap_idle(self.tpu_docs(live_only=True))
+        else:
+            self.reap_idle([t for t in waiting if t.state == TpuState.idle])
+
+    def scan_orphans(self, doc: dict) -> None:
+        """Once claimed (`claim_due_runs`, at most once per orphan-scan interval per fleet): list every zone of
+        the fleet, delete owned resources Firestore does not know. `doc`: janitor/{fleet} as read before."""
+        now = self.ctx.now()
         listed, _ = self.list_fleet_zones()
         known = self.known_among(listed)
         first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
         decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
         self.delete(decision.deletes)
-        ref.update({"orphan_first_seen": [{"name": n, "seen": s} for n, s in decision.first_seen.items()]})
-        return True
+        self.db.collection(JANITOR).document(self.fleet.name).update(
+            {"orphan_first_seen": [{"name": n, "seen": s} for n, s in decision.first_seen.items()]})
+
+
+@dataclass(frozen=True)
+class DueRuns:
+    """What a tick claimed for a fleet: the full sweep, the orphan scan; `doc`: janitor/{fleet} as read."""
+
+    sweep: bool
+    orphans: bool
+    doc: dict
 
 
 # ------------------------------------------------------------------ handlers
@@ -309,6 +351,7 @@ class JanitorState:
     """The janitor's per-instance state (`ctx.state`), made by build_service."""
 
     orphan_scan_seconds: float  # Settings.orphan_scan_seconds: at most one orphan scan per fleet this often
+    sweep_every: timedelta = timedelta(minutes=5)  # Settings.backstop_every: the full sweep's cadence
     adapter_factory: AdapterFactory = default_adapter  # the simulator passes its in-process TPU API
 
 
@@ -332,14 +375,19 @@ def on_tick(tick: Tick, ctx: Context) -> None:
             fleet = fleet_of(snap)
             janitor = janitor_for(ctx, fleet)
             control = load_control(ctx.clients.firestore, fleet.name)
-            tpus = janitor.tpu_docs(live_only=True)
-            if control.drain_pending:
-                janitor.drain(control, tpus)
-                tpus = janitor.tpu_docs(live_only=True)
-            janitor.sweep(tpus)
             janitor.paused = control.paused
-            janitor.reap_idle(tpus)
-            janitor.scan_orphans(state.orphan_scan_seconds)
+            runs = janitor.claim_due_runs(state.orphan_scan_seconds, state.sweep_every)
+            if runs.sweep or control.drain_pending:
+                tpus = janitor.tpu_docs(live_only=True)
+                if control.drain_pending:
+                    janitor.drain(control, tpus)
+                    tpus = janitor.tpu_docs(live_only=True)
+                janitor.sweep(tpus)
+                janitor.reap_idle(tpus)
+            else:
+                janitor.quiet_pass()
+            if runs.orphans:
+                janitor.scan_orphans(runs.doc)
     fleets.raise_if_any()
 
 
@@ -367,7 +415,7 @@ ROUTES = {
 def build_service(settings: Settings, clients: Clients | None = None, *,
                   adapter_factory: AdapterFactory | None = None) -> Service:
     """`adapter_factory(ctx, fleet)`: the door to the Cloud TPU API (default: a DeleteAdapter on ctx.clients.tpu)."""
-    state = JanitorState(orphan_scan_seconds=settings.orphan_scan_seconds,
+    state = JanitorState(orphan_scan_seconds=settings.orphan_scan_seconds, sweep_every=settings.backstop_every,
                          adapter_factory=adapter_factory or default_adapter)
     return Service(name="janitor", routes=ROUTES, settings=settings,
                    clients=clients if clients is not None else Clients(settings), state=state)

@@ -60,7 +60,8 @@ class ClaimStack:
         self.publisher = MemoryPublisher()
         # The janitor's orphan scan never runs by itself here (tests call it).
         settings = Settings(project=PROJECT, tpu_endpoint=self.fake.url, quotas_endpoint=self.fake.google_apis_url,
-                            billing_endpoint=self.fake.google_apis_url, orphan_scan_seconds=10 ** 9)
+                            billing_endpoint=self.fake.google_apis_url, orphan_scan_seconds=10 ** 9,
+                            backstop_seconds=0)  # the janitor's full sweep on every tick: these tests are its rules
         self.clients = Clients(settings, firestore=db, publisher=self.publisher)
         self.db = db
         self.fleet = FleetFile.model_validate(fleet_data)

@@ -197,7 +197,9 @@ def janitor_stack(request, fake_tpu):
     marker = request.node.get_closest_marker("fleet")
     project = f"p-{uuid.uuid4().hex[:10]}"
     fleet = make_fleet(project, **(marker.kwargs if marker else {}))
-    settings = Settings(project=project, tpu_endpoint=fake_tpu.url, orphan_scan_seconds=3600)
+    # backstop_seconds=0: the full sweep (the lost-event backstop, on a cadence in production) runs on every tick
+    # here, where the tests are about its rules; tests/janitor/test_quiet_tick.py is about the cadence.
+    settings = Settings(project=project, tpu_endpoint=fake_tpu.url, orphan_scan_seconds=3600, backstop_seconds=0)
     clients = memory_clients(settings)
     db = clients.firestore
     save_fleet(db, fleet, datetime.now(timezone.utc))

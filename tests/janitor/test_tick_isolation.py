@@ -30,9 +30,11 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
     save_fleet(clients.firestore, fleet("good"), now)
     ctx = SimpleNamespace(clients=clients, now=lambda: now,
                           state=handlers.JanitorState(orphan_scan_seconds=600, adapter_factory=lambda ctx, f: None))
+    monkeypatch.setattr(handlers.Janitor, "claim_due_runs", lambda self, every, sweep_every: handlers.DueRuns(
+        True, True, {"every": every}))
     passes = []
 
-    def tpu_docs(self, live_only=False):
+    def tpu_docs(self, live_only=False, states=None):
         if self.fleet.name == "bad":
             raise RuntimeError("tpus query failed")
         return []
@@ -42,7 +44,7 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
         monkeypatch.setattr(handlers.Janitor, step,
                             lambda self, tpus, step=step: passes.append((self.fleet.name, step)))
     monkeypatch.setattr(handlers.Janitor, "scan_orphans",
-                        lambda self, every: passes.append((self.fleet.name, "scan", every)))
+                        lambda self, doc: passes.append((self.fleet.name, "scan", doc["every"])))
 
     with pytest.raises(Retryable, match="bad"):  # redelivered for the fleet that failed
         handlers.on_tick(None, ctx)

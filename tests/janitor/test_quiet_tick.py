@@ -1,0 +1,107 @@
+"""A quiet janitor tick reads a small constant per fleet (issue 34 §1), and what the tick exists to catch is
+still caught: an idle TPU past its timeout at once, a lost fleet event (a surplus racer that turned ACTIVE)
+within the full sweep's cadence (`tpuq.janitor.cadence`) and a tick."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+from tpuq.janitor import handlers
+
+from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WIN_ZONE
+
+SWEEP_EVERY = timedelta(minutes=5)
+# fleets/ (one fleet), fleet_control/{fleet}, janitor/{fleet}, and the one query for TPUs idle or deleting (none:
+# one read; each one found is one more: a constant per live slice)
+QUIET_TICK_READS = 4
+
+
+class Ticker:
+    """Ticks handled in process, on a clock the test moves with the fake's (the janitor's cadence is counted in
+    it); the full sweep on its production cadence."""
+
+    def __init__(self, s):
+        self.s, self.now = s, datetime.now(timezone.utc)
+        self.ctx = SimpleNamespace(clients=SimpleNamespace(firestore=s.db, tpu=s.tpu), now=lambda: self.now,
+                                   state=handlers.JanitorState(orphan_scan_seconds=3600, sweep_every=SWEEP_EVERY))
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+        self.s.advance(seconds)
+
+    def tick(self) -> int:
+        """One tick; the Firestore reads it was billed."""
+        before = self.s.db.billed.reads
+        handlers.on_tick(None, self.ctx)
+        return self.s.db.billed.reads - before
+
+
+def test_a_quiet_tick_reads_a_constant_whatever_the_fleet_holds(janitor_stack):
+    s = janitor_stack
+    t = Ticker(s)
+    names = []
+    for i in range(4):  # four busy slices, each with its request and a gone TPU of the past
+        s.record_request(f"r{i}", count=1)
+        names.append(s.create_owned(f"r{i}", WIN_ZONE))
+    t.advance(ACTIVE_AFTER + 1)
+    for name in names:
+        s.record_tpu(name, state="busy")
+    for i in range(20):
+        s.db.collection("tpus").document(f"old{i}").set({"fleet": s.fleet.name, "state": "gone"})
+    assert t.tick() > QUIET_TICK_READS  # the first tick: the full sweep, due (never run)
+    for _ in range(3):
+        t.advance(60)
+        assert t.tick() == QUIET_TICK_READS
+    assert s.deletes() == []
+
+
+def test_an_idle_tpu_past_its_timeout_goes_on_a_quiet_tick(janitor_stack):
+    s = janitor_stack
+    t = Ticker(s)
+    s.record_request("r1", count=1)
+    winner = s.create_owned("r1", WIN_ZONE)
+    t.advance(ACTIVE_AFTER + 1)
+    tpu_id = s.record_tpu(winner, state="busy")
+    t.tick()  # the full sweep: nothing to do
+    s.db.collection("tpus").document(tpu_id).update({"state": "idle", "idle_since": t.now - timedelta(days=1)})
+    t.advance(60)
+    t.tick()  # a quiet tick: the idle rule still applies at once
+    assert s.deleted_ids() == [winner.rsplit("/", 1)[-1]]
+    assert s.tpu_doc(tpu_id)["state"] in ("deleting", "gone")
+
+
+def test_a_lost_fleet_event_is_caught_within_the_sweep_cadence_and_a_tick(janitor_stack):
+    s = janitor_stack
+    t = Ticker(s)
+    s.record_request("r2", count=1)
+    winner = s.create_owned("r2", WIN_ZONE)
+    t.advance(300)
+    late = s.create_owned("r2", THIRD_ZONE)
+    t.advance(ACTIVE_AFTER - 300 + 1)
+    s.record_tpu(winner, state="busy")
+    t.tick()  # the full sweep, due: the late racer is PROVISIONING, left alone
+    assert s.deletes() == []
+    t.advance(300)  # it turns ACTIVE, a surplus racer; its ACTIVE event is lost (never delivered)
+    waited = 0
+    while not s.deletes():
+        assert waited <= (SWEEP_EVERY + timedelta(minutes=1)).total_seconds(), "not caught within the bound"
+        t.advance(60)
+        waited += 60
+        t.tick()
+    assert s.deleted_ids() == [late.rsplit("/", 1)[-1]]
+
+
+def test_the_sweep_cadence_and_when_the_idle_rule_needs_every_live_tpu():
+    from tpuq.janitor import cadence
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert cadence.sweep_due(None, now, SWEEP_EVERY)  # never run
+    assert not cadence.sweep_due(now - timedelta(minutes=4), now, SWEEP_EVERY)
+    assert cadence.sweep_due(now - timedelta(minutes=5), now, SWEEP_EVERY)  # every fifth tick, not sixth
+    assert cadence.sweep_due(now + timedelta(minutes=6), now, SWEEP_EVERY)  # recorded ahead: a clock set wrong
+    healthy, quarantined = SimpleNamespace(quarantined=False, entry_id="e"), SimpleNamespace(quarantined=True,
+                                                                                           entry_id="e")
+    assert cadence.needs_every_live_tpu([healthy], lambda e: 1, paused=False)
+    assert not cadence.needs_every_live_tpu([healthy], lambda e: 0, paused=False)
+    assert not cadence.needs_every_live_tpu([healthy], lambda e: 1, paused=True)
+    assert not cadence.needs_every_live_tpu([quarantined], lambda e: 1, paused=False)
