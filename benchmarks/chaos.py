@@ -218,7 +218,7 @@ class Soak:
             # A lost assignment is sent again after 30 s, not 5 minutes: the soak's kills lose some. And the
             # scheduler looks for lost events every 10 s, not 5 minutes (its ticks come every second).
             service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2", "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS": "30",
-                         "TPUQ_SCHEDULER_BACKSTOP_SECONDS": "10"},
+                         "TPUQ_BACKSTOP_SECONDS": "10"},
         )
         env = self.stack.up()
         os.environ.update(env)

@@ -26,7 +26,7 @@ ENV_EXECUTOR_KEEP_SSH = "TPUQ_EXECUTOR_KEEP_SSH"  # 0: a new SSH connection per 
 ENV_EXECUTOR_PROBE_SECONDS = "TPUQ_EXECUTOR_PROBE_SECONDS"  # how often a running attempt's workers are probed
 ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"  # how often the janitor lists a zone for orphans
 ENV_REPUBLISH_ASSIGNMENT_SECONDS = "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS"  # an unstarted assignment is sent again
-ENV_BACKSTOP_SECONDS = "TPUQ_SCHEDULER_BACKSTOP_SECONDS"  # how often the scheduler looks for lost events
+ENV_BACKSTOP_SECONDS = "TPUQ_BACKSTOP_SECONDS"  # how often the scheduler and the janitor look for lost events
 ENV_CLOUD_RUN = "K_SERVICE"  # Cloud Run sets it in every container
 
 DEFAULT_PROBE_SECONDS = 60.0

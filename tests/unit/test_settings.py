@@ -78,7 +78,7 @@ def test_settings_are_read_once_from_the_given_environment():
     settings = Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "TPUQ_FLEET": "f", "TPUQ_EXECUTOR_KEEP_SSH": "0",
                                   "TPUQ_EXECUTOR_PROBE_SECONDS": "2", "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS": "30",
                                   "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS": "45", "K_SERVICE": "tpuq-janitor",
-                                  "TPUQ_SCHEDULER_BACKSTOP_SECONDS": "10",
+                                  "TPUQ_BACKSTOP_SECONDS": "10",
                                   "TPUQ_WORKER_SERVICE_ACCOUNT": "w@p.iam.gserviceaccount.com"})
     assert (settings.project, settings.fleet, settings.executor_keep_ssh) == ("p", "f", False)
     assert settings.executor_probe_every == timedelta(seconds=2) and settings.orphan_scan_seconds == 30
