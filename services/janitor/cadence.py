@@ -15,16 +15,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from tpuq.runtime.cadence import is_due
+
 SWEEP_AT = "sweep_at"  # janitor/{fleet}: when the last full sweep was claimed
-# Ticks come once a minute, each a little early or late: a sweep counts as due up to this share of its period
-# before the period is up, so that a 5-minute cadence is every fifth tick, not every sixth.
-EARLY_SHARE = 0.1
 
 
 def sweep_due(last: datetime | None, now: datetime, every: timedelta) -> bool:
-    """Whether the full sweep is due at `now`; absent, or recorded further ahead than a period (a clock set
-    wrong): due."""
-    return not isinstance(last, datetime) or now - last >= every * (1 - EARLY_SHARE) or last - now > every
+    """Whether the full sweep is due at `now` (the backstops' one rule, `tpuq.runtime.cadence.is_due`)."""
+    return is_due(last, now, every)
 
 
 def needs_every_live_tpu(expired: list, keep_warm_of, paused: bool) -> bool:

@@ -27,6 +27,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from enum import Enum
 
+from tpuq.runtime.cadence import is_due
+
 
 class Backstop(str, Enum):
     """The backstops that run on a cadence; the value names the field `{value}_at` of the state document."""
@@ -41,9 +43,6 @@ class Backstop(str, Enum):
 
 
 STATE_DOC = "state"  # scheduler_backstops/state
-# Ticks come once a minute, each a little early or late: a run counts as due up to this share of its period
-# before the period is up, so that a 5-minute cadence is every fifth tick, not every sixth.
-EARLY_SHARE = 0.1
 
 
 def decide_backstops(state: dict | None, now: datetime, every: timedelta) -> list[Backstop]:
@@ -51,12 +50,7 @@ def decide_backstops(state: dict | None, now: datetime, every: timedelta) -> lis
     document as read (None: absent, so every one is due). A last run recorded further ahead than a period (a
     clock set wrong) is due."""
     state = state or {}
-    due = []
-    for backstop in Backstop:
-        last = state.get(backstop.field)
-        if not isinstance(last, datetime) or now - last >= every * (1 - EARLY_SHARE) or last - now > every:
-            due.append(backstop)
-    return due
+    return [backstop for backstop in Backstop if is_due(state.get(backstop.field), now, every)]
 
 
 def claimed(due: list[Backstop], now: datetime) -> dict[str, datetime]:

@@ -1,0 +1,17 @@
+"""Core (pure, no I/O): is a run on a cadence due? The one rule for the lost-event backstops that run every few
+minutes rather than every tick (the scheduler's, `tpuq.scheduler.backstops`; the janitor's full sweep,
+`tpuq.janitor.cadence`), whose last run is recorded in Firestore so that every instance agrees."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+# Ticks come once a minute, each a little early or late: a run counts as due up to this share of its period
+# before the period is up, so that a 5-minute cadence is every fifth tick, not every sixth.
+EARLY_SHARE = 0.1
+
+
+def is_due(last: object, now: datetime, every: timedelta) -> bool:
+    """Whether a run last made at `last` is due again at `now`: never run (not a time), a period gone (less the
+    early share), or recorded further ahead than a period (a clock set wrong)."""
+    return not isinstance(last, datetime) or now - last >= every * (1 - EARLY_SHARE) or last - now > every
