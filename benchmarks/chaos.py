@@ -214,7 +214,7 @@ class Soak:
         self.stack = DevStack(
             state_dir=self.work / "dev", services=SERVICES, scenario=self.work / "scenario.yaml",
             fleet_file=self.work / "fleet.yaml", time_scale=TIME_SCALE, tick_period=1.0,
-            push_copies=2, push_copy_delay_seconds=2.0, push_seed=self.seed, push_redeliver_seconds=45.0,
+            push_copies=2, push_copy_delay_seconds=2.0, push_seed=self.seed,
             # A lost assignment is sent again after 30 s, not 5 minutes: the soak's kills lose some. And the
             # scheduler looks for lost events every 10 s, not 5 minutes (its ticks come every second).
             service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2", "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS": "30",

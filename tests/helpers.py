@@ -135,3 +135,14 @@ def worker_rows(screen: str) -> dict[int, list[str]]:
         if len(words) >= 2 and words[0].isdigit() and re.fullmatch(r"[a-z_]+", words[1]):
             rows[int(words[0])] = words[1:]
     return rows
+
+
+def serve_in_thread(app):
+    """A WSGI app on a free local port, served by a daemon thread; the caller shuts the server down."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server

@@ -3,8 +3,6 @@ a front before a slow WSGI container, no stack."""
 
 from __future__ import annotations
 
-import base64
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -115,21 +113,3 @@ def test_past_concurrency_times_instances_a_request_waits_for_a_slot_then_gets_4
         for i in range(1, in_flight):
             container.release(f"held-{i}")
         assert [f.result().status_code for f in held] == [200] * in_flight
-
-
-def test_a_push_refused_with_429_is_delivered_again(front, signer, tmp_path):
-    """Pub/Sub takes a 429 as a nack and redelivers it; with `redeliver_seconds` the front stands in for that."""
-    log = tmp_path / "deliveries.jsonl"
-    route, container = front({"redeliver_seconds": 10, "delivery_log": log}, concurrency=1, max_instances=1,
-                             queue_seconds=0.3)
-    envelope = {"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "m-1", "attributes": {}},
-                "subscription": "projects/tpuq-local/subscriptions/probe"}
-    with ThreadPoolExecutor(2) as pool:
-        holder = pool.submit(call, signer, route, "name=holder")
-        wait_until(lambda: container.started == ["holder"], timeout=10, what="the one slot taken")
-        threading.Timer(0.8, container.release, ("holder",)).start()
-        push = call(signer, route, "name=push&sleep=0", json.dumps(envelope).encode())
-        assert push.status_code == 200 and holder.result().status_code == 200
-    assert container.finished == ["holder", "push"]
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [line["redelivery"] for line in lines] == [False, True]

@@ -73,9 +73,18 @@ def probe(clean_stack, push_account):
     received: list[dict] = []
     auth = PushAuth(mode="oidc", service_account=push_account)
 
+    holding = {"now": 0, "most": 0, "seconds": 0.0}
+    lock = threading.Lock()
+
     @Request.application
     def container(request: Request) -> Response:
-        received.append({"headers": dict(request.headers), "body": request.get_json()})
+        with lock:
+            received.append({"headers": dict(request.headers), "body": request.get_json()})
+            holding["now"] += 1
+            holding["most"] = max(holding["most"], holding["now"])
+        time.sleep(holding["seconds"])
+        with lock:
+            holding["now"] -= 1
         refused = auth.check(dict(request.headers), "probe")
         return Response(refused[0], refused[1]) if refused else Response("", 204)
 
@@ -99,7 +108,10 @@ def probe(clean_stack, push_account):
         return front
 
     threading.Thread(target=backend.serve_forever, daemon=True).start()
+    start.holding = holding  # type: ignore[attr-defined]
     yield start, received, clean_stack
+    for server in fronts:
+        server.app.dispatcher.stop()
     for server in [*fronts, backend]:
         server.shutdown()
 
@@ -226,6 +238,25 @@ def test_pubsub_adds_a_token_only_for_a_subscription_configured_with_one(probe, 
         body = {**envelope({"x": 1}, f"direct-{name}", name),
                 "subscription": f"projects/{stack.project}/subscriptions/{name}"}
         response = requests.post(front.route.url + "/push/probe", json=body, timeout=30)
-        assert response.status_code == (204 if name == "front-probe" else 401), (name, response.text)
-    assert [r["body"]["message"]["messageId"] for r in received if r["body"]["message"]["messageId"].startswith(
-        "direct-")] == ["direct-front-probe"]
+        # Pushes to this URL are Pub/Sub's, taken at once; one that pushes elsewhere is nobody's: 401.
+        assert response.status_code == (401 if name == "front-probe-elsewhere" else 204), (name, response.text)
+    def direct() -> list[str]:
+        return [r["body"]["message"]["messageId"] for r in received
+                if r["body"]["message"]["messageId"].startswith("direct-")]
+
+    wait_until(lambda: front.dispatcher.stats().get(f"projects/{stack.project}/subscriptions/front-probe-no-oidc",
+                                                    {}).get("delivered", 0) >= 2 and direct(), timeout=30,
+               what="the push without a token refused and delivered again")
+    assert direct() == ["direct-front-probe"], front.dispatcher.stats()  # the one without a token: never there
+
+
+def test_pushes_of_one_subscription_are_many_in_flight_through_the_emulator(probe):
+    """The emulator alone never has more than 2 pushes in flight per subscription; Pub/Sub (and the front's
+    dispatcher) many: 24 messages of a handler taking 0.5 s arrive several at once."""
+    start, received, stack = probe
+    start.holding["seconds"] = 0.5
+    start()
+    for i in range(24):
+        publish_probe(stack, {"n": i})
+    wait_until(lambda: len(received) >= 24, timeout=60, what="every message at the container")
+    assert start.holding["most"] > 2, start.holding

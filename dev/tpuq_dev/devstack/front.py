@@ -36,17 +36,19 @@ What Google does, and what the front does the same way:
 "Google's" signing key is a local RSA key (`LocalGoogleSigner`) in the stack's state directory: tests use
 it to sign tokens of other accounts, for other audiences, or to forge one with another key.
 
+**Pub/Sub's push delivery is the front's too** (tpuq_dev.devstack.dispatcher): the emulator's push of a message to a
+subscription whose pushEndpoint is one of the front's URLs gets 204 at once, and the front's dispatcher delivers
+it as Pub/Sub does: many pushes in flight per subscription (a push window growing with acks and shrinking with
+failures), the subscription's ack deadline, retry policy and dead-letter policy (tpuq_dev.devstack.deadlettering),
+and `deliveryAttempt`. The emulator alone never has more than 2 pushes in flight per subscription and ignores the
+retry policy.
+
 For chaos tests the front can deliver every push more than once (`copies`): Pub/Sub's at-least-once
 delivery, on demand. Pub/Sub then sees the answer to the last copy. With `copy_delay_seconds` > 0 the extra
 copies go out in the background, each after a random delay up to that many seconds, so they arrive out of
 order (after later messages), and Pub/Sub sees the answer to the first copy. With `delivery_log` set, the front
-appends one JSON line per push it receives from Pub/Sub (`{"service", "subscription", "message_id", "at"}`): how
-often Pub/Sub delivered each message, the chaos soak's witness that no message loops. With
-`redeliver_seconds` > 0 the front itself redelivers a push its container failed (a 5xx, or down: killed, starting
-again), with back-off, for that long, standing in for Pub/Sub's per-message redelivery, which the emulator does
-not model (see `Front._deliver`); those redeliveries are lines of the log too (`"redelivery": true`).
-Pub/Sub's dead-lettering is the front's too (tpuq_dev.devstack.deadlettering): a push that gets no acknowledging
-answer on its subscription's maxDeliveryAttempts-th delivery goes to the dead-letter topic, and the emulator gets 204.
+appends one JSON line per delivery its dispatcher makes (`{"service", "subscription", "message_id", "at",
+"redelivery"}`): how often each message was delivered, the chaos soak's witness that no message loops.
 
 Run: `python -m tpuq_dev.devstack.front --config FILE` (the stack writes FILE; see `FrontConfig`).
 """
@@ -54,8 +56,8 @@ Run: `python -m tpuq_dev.devstack.front --config FILE` (the stack writes FILE; s
 from __future__ import annotations
 
 import argparse
-import os
 import base64
+import os
 import hashlib
 import json
 import logging
@@ -73,7 +75,8 @@ import requests
 from werkzeug.wrappers import Request, Response
 
 from tpuq.runtime.auth import SERVERLESS_AUTHORIZATION, check_time_and_issuer, split_token, strip_signature
-from tpuq_dev.devstack.deadlettering import DeadLettering
+from tpuq_dev.devstack.deadlettering import publish_dead_letter
+from tpuq_dev.devstack.dispatcher import Policy, Push, PushDispatcher, Subscriptions
 from tpuq_dev.devstack.run_limits import RequestGate, ServingLimits
 
 log = logging.getLogger("tpuq_dev.devstack.front")
@@ -81,7 +84,6 @@ log = logging.getLogger("tpuq_dev.devstack.front")
 GOOGLE_ISSUER = "https://accounts.google.com"
 TOKEN_LIFETIME_SECONDS = 3600  # Pub/Sub's push tokens last an hour
 INVOKER_ROLE = "roles/run.invoker"
-PUSH_CONFIG_TTL_SECONDS = 5.0
 # Headers a proxy never forwards (RFC 9110 7.6.1), plus those the HTTP client sets itself.
 _NOT_FORWARDED = {"connection", "keep-alive", "proxy-authorization", "te", "trailer", "transfer-encoding",
                   "upgrade", "host", "content-length"}
@@ -191,7 +193,6 @@ class FrontConfig:
     copy_delay_seconds: float = 0.0  # > 0: extra copies later, in the background, out of order
     delivery_log: str | None = None  # a JSON line per push received from Pub/Sub, for counting deliveries
     seed: int | None = None  # of the delays' random source
-    redeliver_seconds: float = 0.0  # > 0: a push its container fails (5xx, down) is delivered again for this long
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
@@ -216,7 +217,8 @@ def invoker_emails(bindings: Iterable[Any], member: Callable[[str], str], servic
 
 @dataclass
 class Front:
-    """One service's front: a WSGI app."""
+    """One service's front: a WSGI app. Pub/Sub's pushes to it go through its dispatcher (many in flight);
+    anyone else's requests straight through Cloud Run's checks."""
 
     route: Route
     signer: LocalGoogleSigner
@@ -226,103 +228,115 @@ class Front:
     rng: random.Random = field(default_factory=random.Random)
     copy_delay_seconds: float = 0.0
     delivery_log: Path | None = None
-    redeliver_seconds: float = 0.0
     _log_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    # One pool for every request thread (werkzeug starts a thread per request): connections are reused.
+    # One pool for every thread (a thread per request and per push): connections are reused.
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
-    # subscription -> (pushConfig, when read): the emulator answers a GET in ~25 ms on a loaded machine, and
-    # every push would ask. A changed pushConfig applies within PUSH_CONFIG_TTL_SECONDS (Pub/Sub's own
-    # config changes are not instant either).
-    _push_configs: dict[str, tuple[dict, float]] = field(default_factory=dict, repr=False)
     _gate: RequestGate = field(init=False, repr=False)  # the route's timeout and concurrency
 
     def __post_init__(self) -> None:
         self._gate = RequestGate(self.route.service, self.route.limits)
-        self._dead_letters = DeadLettering(self.route.url, self.pubsub_host, self._session)  # Pub/Sub's (deadlettering)
+        self._session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=256))
+        # The emulator answers a GET in ~25 ms on a loaded machine, and every push would ask.
+        self.subscriptions = Subscriptions(self.pubsub_host, self._session)
+        self.dispatcher = PushDispatcher(self.deliver_push, lambda name: Policy.of(self.subscriptions.get(name)),
+                                         self._dead_letter)
 
     def __call__(self, environ, start_response):
-        return self._dead_letters.answer(Request(environ), self.handle)(environ, start_response)
+        request = Request(environ)
+        push = self._pushed_by_pubsub(request)
+        if push is not None:
+            self.dispatcher.accept(push)  # the message is the dispatcher's now: the emulator may forget it
+            return Response(status=204)(environ, start_response)
+        return self.handle(request)(environ, start_response)
 
     def handle(self, request: Request) -> Response:
+        """Someone's own request (a person's, a test's): Cloud Run's invoker check, then the container."""
         header = SERVERLESS_AUTHORIZATION if SERVERLESS_AUTHORIZATION in request.headers else "Authorization"
         scheme, _, token = request.headers.get(header, "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
-        body = request.get_data()
-        if not token:  # Pub/Sub puts its token in Authorization
-            token, header = self._token_pubsub_would_send(request.path, body) or "", "Authorization"
+        refused = self._refusal(token)
+        if refused is not None:
+            log.warning("%s %s refused (%d): %s", self.route.service, request.path, refused.status, refused)
+            return _refusal_answer(refused)
+        headers = self._forwarded_headers(dict(request.headers), header, token)
         try:
-            if not token:
-                raise TokenRejected("no ID token")
-            self._check_invoker(token)
-        except TokenRejected as e:
-            log.warning("%s %s refused (%d): %s", self.route.service, request.path, e.status, e)
-            word = "Unauthorized" if e.status == 401 else "Forbidden"
-            return Response(f"{e.status} {word}: {e}\n", e.status, content_type="text/plain")
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
-        headers[header] = f"Bearer {strip_signature(token)}"
-        headers.setdefault("X-Cloud-Trace-Context", f"{self.rng.getrandbits(128):032x}/{self.rng.getrandbits(63)};o=1")
-        url = self.route.backend.rstrip("/") + request.full_path.rstrip("?")
-        self._log_delivery(body)
-        copies = self.copies
-        if copies > 1 and self.copy_delay_seconds > 0:
-            for _ in range(copies - 1):
-                threading.Thread(target=self._deliver_later, args=(request.method, url, body, headers,
-                                                                   self.rng.uniform(0, self.copy_delay_seconds)),
-                                 daemon=True).start()
-            copies = 1
-        try:
-            for _ in range(copies):
-                answer = self._deliver(request.method, url, body, headers)
+            answer = self._to_container(request.method, self._url(request.full_path), request.get_data(), headers)
         except requests.RequestException as e:  # the container is down: Cloud Run answers 503
             log.warning("%s: container unreachable: %s", self.route.service, e)
             return Response("503 Service Unavailable\n", 503, content_type="text/plain")
         return Response(answer.content, answer.status_code, content_type=answer.headers.get("Content-Type"))
 
-    def _deliver(self, method: str, url: str, body: bytes, headers: dict) -> requests.Response:
-        """One delivery to the container. With `redeliver_seconds`, a push the container fails (a 5xx, or no
-        answer: killed, starting again) is delivered again after 1, 2, 4, 8, 8... s for that long, as Pub/Sub
-        redelivers a nacked push after the subscription's retry policy (1-60 s here), message by message. The
-        emulator ignores that policy, and after one failed push it holds every message of that subscription,
-        new ones too, for minutes (seen in the chaos soak): a stall production would not have. Each redelivery
-        is a line in the delivery log. Pub/Sub sees the last answer."""
-        deadline = time.monotonic() + self.redeliver_seconds
-        wait = 1.0
-        while True:
-            try:
-                answer = self._to_container(method, url, body, headers)
-                if ((answer.status_code < 500 and answer.status_code != 429) or time.monotonic() + wait > deadline
-                        or self._dead_letters.exhausted(body)):
-                    return answer
-            except requests.ConnectionError:
-                if time.monotonic() + wait > deadline or self._dead_letters.exhausted(body):
-                    raise
-            time.sleep(wait)
-            wait = min(wait * 2, 8.0)
-            self._log_delivery(body, redelivery=True)
-            self._dead_letters.redelivered(body)
+    def deliver_push(self, push: Push, policy: Policy) -> int:
+        """One delivery of a push, as Pub/Sub makes it: the ID token its pushConfig asks for, `deliveryAttempt`
+        with a dead-letter policy, through Cloud Run's checks. Its status (NO_ANSWER: the container is down)."""
+        config = (self.subscriptions.get(push.subscription).get("pushConfig") or {})
+        oidc = config.get("oidcToken") or {}
+        token = (self.signer.mint(oidc["serviceAccountEmail"], oidc.get("audience") or config["pushEndpoint"],
+                                  self.now()) if oidc.get("serviceAccountEmail") else "")
+        envelope = dict(push.envelope)
+        if policy.max_delivery_attempts is not None:
+            envelope["deliveryAttempt"] = push.attempts
+        body = json.dumps(envelope).encode()
+        self._log_delivery(push, redelivery=push.attempts > 1)
+        refused = self._refusal(token)
+        if refused is not None:
+            log.warning("%s %s refused (%d): %s", self.route.service, push.path, refused.status, refused)
+            return refused.status
+        headers = self._forwarded_headers(push.headers, "Authorization", token)
+        url = self._url(push.path)
+        copies = self.copies
+        if copies > 1 and self.copy_delay_seconds > 0:
+            for _ in range(copies - 1):
+                threading.Thread(target=self._deliver_later, args=(url, body, headers,
+                                                                   self.rng.uniform(0, self.copy_delay_seconds)),
+                                 daemon=True).start()
+            copies = 1
+        try:
+            for _ in range(copies):  # Pub/Sub sees the last copy's answer
+                answer = self._to_container("POST", url, body, headers)
+        except requests.RequestException as e:  # the container is down: Cloud Run answers 503
+            log.warning("%s: container unreachable: %s", self.route.service, e)
+            return 503
+        return answer.status_code
+
+    def _refusal(self, token: str) -> TokenRejected | None:
+        try:
+            if not token:
+                raise TokenRejected("no ID token")
+            self._check_invoker(token)
+        except TokenRejected as e:
+            return e
+        return None
+
+    def _forwarded_headers(self, headers: dict, header: str, token: str) -> dict:
+        headers = {k: v for k, v in headers.items() if k.lower() not in _NOT_FORWARDED}
+        headers[header] = f"Bearer {strip_signature(token)}"
+        headers.setdefault("X-Cloud-Trace-Context", f"{self.rng.getrandbits(128):032x}/{self.rng.getrandbits(63)};o=1")
+        return headers
+
+    def _url(self, full_path: str) -> str:
+        return self.route.backend.rstrip("/") + full_path.rstrip("?")
 
     def _to_container(self, method: str, url: str, body: bytes, headers: dict) -> requests.Response:
         """One request to the container, through Cloud Run's timeout and concurrency (429, 504: run_limits)."""
         return self._gate.send(lambda: self._session.request(method, url, data=body, headers=headers, timeout=3600))
 
-    def _deliver_later(self, method: str, url: str, body: bytes, headers: dict, delay: float) -> None:
+    def _deliver_later(self, url: str, body: bytes, headers: dict, delay: float) -> None:
         time.sleep(delay)  # a background copy: its answer goes nowhere, as a redelivery's would be Pub/Sub's alone
         try:
-            self._to_container(method, url, body, headers)
+            self._to_container("POST", url, body, headers)
         except requests.RequestException as e:
             log.warning("%s: late copy not delivered: %s", self.route.service, e)
 
-    def _log_delivery(self, body: bytes, redelivery: bool = False) -> None:
+    def _dead_letter(self, push: Push, policy: Policy) -> bool:
+        return publish_dead_letter(self._session, self.pubsub_host, push.envelope, push.attempts,
+                                   policy.dead_letter_topic or "")
+
+    def _log_delivery(self, push: Push, redelivery: bool) -> None:
         if self.delivery_log is None:
             return
-        try:
-            envelope = json.loads(body or b"null")
-            message_id = envelope["message"]["messageId"]
-            subscription = envelope.get("subscription")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return  # not a push envelope
-        line = json.dumps({"service": self.route.service, "subscription": subscription, "message_id": message_id,
-                           "at": round(self.now(), 3), "redelivery": redelivery})
+        line = json.dumps({"service": self.route.service, "subscription": push.subscription,
+                           "message_id": push.message_id, "at": round(self.now(), 3), "redelivery": redelivery})
         with self._log_lock, open(self.delivery_log, "a") as f:
             f.write(line + "\n")
 
@@ -334,34 +348,30 @@ class Front:
         if claims.get("email") not in self.route.invokers:
             raise TokenRejected(f"{claims.get('email')} does not have {INVOKER_ROLE} on {self.route.service}", 403)
 
-    def _token_pubsub_would_send(self, path: str, body: bytes) -> str | None:
-        """The emulator's push, with the ID token Pub/Sub would have added from the subscription's pushConfig."""
+    def _pushed_by_pubsub(self, request: Request) -> Push | None:
+        """The emulator's push of a message to a subscription that pushes to this URL and path, else None. The
+        emulator sends no token: a request with one is someone's own."""
+        if request.method != "POST" or any(h in request.headers for h in (SERVERLESS_AUTHORIZATION, "Authorization")):
+            return None
         try:
-            envelope = json.loads(body or b"null")
+            envelope = json.loads(request.get_data() or b"null")
         except ValueError:
             return None
-        name = envelope.get("subscription") if isinstance(envelope, dict) else None
-        if not isinstance(name, str) or "message" not in envelope:
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("message"), dict):
             return None
-        push = self._push_config(name)
-        oidc = push.get("oidcToken") or {}
-        if push.get("pushEndpoint") != self.route.url + path or not oidc.get("serviceAccountEmail"):
+        name = envelope.get("subscription")
+        if not isinstance(name, str) or not envelope["message"].get("messageId"):
             return None
-        return self.signer.mint(oidc["serviceAccountEmail"], oidc.get("audience") or push["pushEndpoint"], self.now())
+        config = self.subscriptions.get(name).get("pushConfig") or {}
+        if config.get("pushEndpoint") != self.route.url + request.path:
+            return None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
+        return Push(name, request.full_path.rstrip("?"), envelope, headers)
 
-    def _push_config(self, subscription: str) -> dict:
-        cached = self._push_configs.get(subscription)
-        if cached and self.now() - cached[1] < PUSH_CONFIG_TTL_SECONDS:
-            return cached[0]
-        try:
-            answer = self._session.get(f"http://{self.pubsub_host}/v1/{subscription}", timeout=10)
-        except requests.RequestException:
-            return {}
-        if answer.status_code != 200:
-            return {}
-        push = answer.json().get("pushConfig") or {}
-        self._push_configs[subscription] = (push, self.now())
-        return push
+
+def _refusal_answer(refused: TokenRejected) -> Response:
+    word = "Unauthorized" if refused.status == 401 else "Forbidden"
+    return Response(f"{refused.status} {word}: {refused}\n", refused.status, content_type="text/plain")
 
 
 def serve(config: FrontConfig, stop: threading.Event) -> None:
@@ -373,7 +383,7 @@ def serve(config: FrontConfig, stop: threading.Event) -> None:
     servers = [make_server("127.0.0.1", route.port,
                            Front(route, signer, config.pubsub_host, copies=config.copies,
                                  rng=random.Random(rng.getrandbits(64)), copy_delay_seconds=config.copy_delay_seconds,
-                                 delivery_log=log_file, redeliver_seconds=config.redeliver_seconds),
+                                 delivery_log=log_file),
                            threaded=True)
                for route in config.routes]
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]

@@ -105,7 +105,6 @@ class DevStack:
     push_copies: int = 1  # the front delivers every push this many times (chaos: at-least-once, on demand)
     push_copy_delay_seconds: float = 0.0  # > 0: extra copies later, out of order (front.FrontConfig)
     push_seed: int | None = None  # the front's random source (copy delays)
-    push_redeliver_seconds: float = 0.0  # > 0: the front redelivers a push while its service is down
     extra_invokers: tuple[str, ...] = (LOCAL_PROJECT_OWNER,)  # besides infra/iam.yaml's run.invoker grants
     records: list[ProcRecord] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -410,8 +409,7 @@ class DevStack:
                   for name in self.services]
         config_file = self.state_dir / "front.json"
         FrontConfig(self.env["PUBSUB_EMULATOR_HOST"], str(self.google_key_file), routes, self.push_copies,
-                    self.push_copy_delay_seconds, str(self.delivery_log_file), self.push_seed,
-                    self.push_redeliver_seconds).write(config_file)
+                    self.push_copy_delay_seconds, str(self.delivery_log_file), self.push_seed).write(config_file)
         rec = self._spawn("front", [sys.executable, "-m", "tpuq_dev.devstack.front", "--config", str(config_file)], None,
                           None)
         for route in routes:  # up once it refuses a caller without a token, as Cloud Run does
