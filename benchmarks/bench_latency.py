@@ -12,6 +12,7 @@ the fake Cloud TPU with sshd workers, the four services receiving Pub/Sub push.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -24,6 +25,7 @@ from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq.operations.queries import worker_log_chunks
 
+from bench_simulate import machine_reference_seconds
 from stackbench import whole_stack
 
 SCENARIO = {
@@ -132,7 +134,9 @@ def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
             wait_state(clients, job_id, ("succeeded",))
             wait_for(lambda: len(idle_tpus(clients)) >= 2, timeout=30, what="the TPU idle again")
         print(json.dumps({"bench": "publish_to_running", "jobs": n_jobs, "p50_s": round(percentile(latencies, 50), 3),
-                          "p95_s": round(percentile(latencies, 95), 3), "max_s": round(max(latencies), 3)}),
+                          "p95_s": round(percentile(latencies, 95), 3), "max_s": round(max(latencies), 3),
+                          "load_average": [round(x, 1) for x in os.getloadavg()],
+                          "machine_reference_seconds": machine_reference_seconds()}),
               flush=True)
 
         # 2. preemption -> running again on another idle TPU (the freed capacity is re-requested meanwhile).

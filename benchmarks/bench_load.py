@@ -34,6 +34,7 @@ from tpuq.contracts.documents import JobState
 from tpuq.operations.queries import worker_log_chunks
 from tpuq_dev.devstack.stack import wait_for
 
+from bench_simulate import machine_reference_seconds
 from stackbench import cpu_seconds_per, cpu_snapshot, whole_stack
 
 ZONE = "us-central2-a"
@@ -93,6 +94,7 @@ def main() -> None:
     parser.add_argument("--slices", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args()
+    reference = machine_reference_seconds()  # before the stack: this machine's speed, to compare runs through
     with whole_stack(scenario(), fleet(args.slices), SCALE, prefix="bench-load") as (stack, env):
         clients = Clients(Settings.from_env(env))
         warm = f"warm-{uuid.uuid4().hex[:6]}"
@@ -143,7 +145,7 @@ def main() -> None:
             "attempts": sum(r["attempts"] for r in runs),
             "succeeded": sum(1 for r in runs if r["state"] == JobState.succeeded),
             "cpu_s_per_job": cpu_seconds_per(cpu_before, cpu_after, args.jobs),
-            "load_average": [round(x, 1) for x in os.getloadavg()],
+            "load_average": [round(x, 1) for x in os.getloadavg()], "machine_reference_seconds": reference,
         }), flush=True)
 
 
