@@ -60,10 +60,11 @@ class Emulator:
     def __init__(self):
         self.endpoint = ""
         self.ack_deadline = 60
+        self.deleted = False
 
     @Request.application
     def __call__(self, request: Request) -> Response:
-        if request.method == "GET" and request.path == f"/v1/{SUBSCRIPTION}":
+        if request.method == "GET" and request.path == f"/v1/{SUBSCRIPTION}" and not self.deleted:
             return Response(json.dumps({"name": SUBSCRIPTION, "ackDeadlineSeconds": self.ack_deadline,
                                         "retryPolicy": {"minimumBackoff": "0s", "maximumBackoff": "1s"},
                                         "pushConfig": {"pushEndpoint": self.endpoint, "oidcToken": {
@@ -160,3 +161,34 @@ def test_a_push_unanswered_within_the_ack_deadline_is_delivered_again_while_the_
     push(front, "slow")
     wait_until(lambda: len(container.received) >= 2, timeout=10, what="a second delivery")
     assert container.received[:2] == ["slow", "slow"] and container.most_in == 2  # the first was still running
+
+
+def test_a_deleted_subscriptions_messages_are_dropped_and_a_reset_drops_everything_held(stand):
+    """Deleting a subscription drops its messages in Pub/Sub; the stack resets the emulator between tests, and
+    what the front held for the old subscriptions must not reach the new ones of the same name."""
+    front, emulator, container = stand(0.0)
+    container.status = 503
+    for i in range(5):
+        push(front, f"m-{i}")
+    wait_until(lambda: len(container.received) >= 5, timeout=10, what="the first deliveries")
+    assert front.reset() == 5  # what the stack's reset asks of the front
+    front.subscriptions.forget()
+    emulator.deleted = True
+    push(front, "after")  # not this front's subscription any more: refused as nobody's
+    seen = len(container.received)
+    time.sleep(1.5)  # retry policy 0-1 s: a held message would have come again by now
+    assert len(container.received) == seen and front.dispatcher.stats() == {}
+
+
+def test_messages_of_a_subscription_deleted_meanwhile_are_dropped(stand):
+    front, emulator, container = stand(0.0)
+    container.status = 503
+    for i in range(3):
+        push(front, f"m-{i}")
+    wait_until(lambda: len(container.received) >= 3, timeout=10, what="the first deliveries")
+    emulator.deleted = True
+    front.subscriptions.forget()  # read again at once, not after SUBSCRIPTION_TTL_SECONDS
+    wait_until(lambda: front.dispatcher.stats()[SUBSCRIPTION]["held"] == 0, timeout=10, what="the messages dropped")
+    seen = len(container.received)
+    time.sleep(1.2)
+    assert len(container.received) == seen

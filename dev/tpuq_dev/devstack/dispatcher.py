@@ -154,6 +154,7 @@ class _Queue:
     paused_until: float = 0.0
     most_in_flight: int = 0
     delivered: int = 0
+    cleared: bool = False  # dropped by `clear`: its sending thread ends, a new message starts a new queue
 
 
 class PushDispatcher:
@@ -161,9 +162,10 @@ class PushDispatcher:
 
     `deliver(push, policy)` makes one delivery and returns its status (NO_ANSWER for none); it runs on a thread of
     its own, and its answer counts only if it comes within the ack deadline. `policy_of(subscription)` reads the
-    subscription; `dead_letter(push, policy)` publishes to the dead-letter topic (False: not published, retried)."""
+    subscription (None: it is gone, or pushes elsewhere now: its messages are dropped, as deleting a subscription
+    drops them); `dead_letter(push, policy)` publishes to the dead-letter topic (False: not published, retried)."""
 
-    def __init__(self, deliver: Callable[[Push, Policy], int], policy_of: Callable[[str], Policy],
+    def __init__(self, deliver: Callable[[Push, Policy], int], policy_of: Callable[[str], Policy | None],
                  dead_letter: Callable[[Push, Policy], bool], clock: Callable[[], float] = time.monotonic):
         self._deliver = deliver
         self._policy_of = policy_of
@@ -184,6 +186,18 @@ class PushDispatcher:
             heapq.heappush(queue.ready, (self._clock(), next(self._seq), push))
             self._changed.notify_all()
 
+    def clear(self) -> int:
+        """Drop every message held (the emulator was reset: its subscriptions, and their messages, are gone).
+        Deliveries under way finish; their answers are ignored. How many were dropped."""
+        with self._changed:
+            dropped = sum(len(q.ready) + q.in_flight for q in self._queues.values())
+            for queue in self._queues.values():
+                queue.ready.clear()
+                queue.cleared = True
+            self._queues.clear()
+            self._changed.notify_all()
+            return dropped
+
     def stop(self) -> None:
         with self._changed:
             self._stopped = True
@@ -200,10 +214,10 @@ class PushDispatcher:
         while True:
             with self._changed:
                 push = self._next(queue)
-                while push is None and not self._stopped:
+                while push is None and not (self._stopped or queue.cleared):
                     self._changed.wait(self._wait_seconds(queue))
                     push = self._next(queue)
-                if self._stopped:
+                if self._stopped or queue.cleared:
                     return
                 queue.in_flight += 1
                 queue.most_in_flight = max(queue.most_in_flight, queue.in_flight)
@@ -223,6 +237,13 @@ class PushDispatcher:
 
     def _attempt(self, queue: _Queue, push: Push) -> None:
         policy = self._policy_of(push.subscription)
+        if policy is None:
+            log.warning("%s: message %s dropped: the subscription is gone or pushes elsewhere now", push.subscription,
+                        push.message_id)
+            with self._changed:
+                queue.in_flight -= 1
+                self._changed.notify_all()
+            return
         push.attempts += 1
         status = self._within_deadline(push, policy)
         acknowledged = status in ACKNOWLEDGING
@@ -230,7 +251,9 @@ class PushDispatcher:
         with self._changed:
             queue.in_flight -= 1
             queue.delivered += 1
-            if acknowledged:
+            if queue.cleared:
+                pass  # dropped meanwhile
+            elif acknowledged:
                 queue.window.acknowledged()
             else:
                 pause = queue.window.failed()
@@ -269,19 +292,24 @@ class Subscriptions:
     pubsub_host: str
     session: requests.Session
     clock: Callable[[], float] = time.monotonic
-    _read: dict[str, tuple[dict, float]] = field(default_factory=dict, repr=False)
+    _read: dict[str, tuple[dict | None, float]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def get(self, name: str) -> dict:
+    def get(self, name: str) -> dict | None:
+        """The subscription's body; None when the emulator has no such subscription; {} when it did not answer."""
         with self._lock:
             cached = self._read.get(name)
         if cached is not None and self.clock() - cached[1] < SUBSCRIPTION_TTL_SECONDS:
             return cached[0]
         try:
             answer = self.session.get(f"http://{self.pubsub_host}/v1/{name}", timeout=10)
-            body = answer.json() if answer.status_code == 200 else {}
+            body = answer.json() if answer.status_code == 200 else None if answer.status_code == 404 else {}
         except (requests.RequestException, ValueError):
             return {}  # not kept: read again next time
         with self._lock:
             self._read[name] = (body, self.clock())
         return body
+
+    def forget(self) -> None:
+        with self._lock:
+            self._read.clear()

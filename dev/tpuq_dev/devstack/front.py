@@ -196,6 +196,7 @@ class FrontConfig:
     copy_delay_seconds: float = 0.0  # > 0: extra copies later, in the background, out of order
     delivery_log: str | None = None  # a JSON line per push received from Pub/Sub, for counting deliveries
     seed: int | None = None  # of the delays' random source
+    control_port: int | None = None  # the stack's own port on the front (no service's URL): POST /reset, GET /stats
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
@@ -242,8 +243,7 @@ class Front:
         self._session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=256))
         # The emulator answers a GET in ~25 ms on a loaded machine, and every push would ask.
         self.subscriptions = Subscriptions(self.pubsub_host, self._session)
-        self.dispatcher = PushDispatcher(self.deliver_push, lambda name: Policy.of(self.subscriptions.get(name)),
-                                         self._dead_letter)
+        self.dispatcher = PushDispatcher(self.deliver_push, self._policy, self._dead_letter)
 
     def __call__(self, environ, start_response):
         request = Request(environ)
@@ -273,7 +273,7 @@ class Front:
     def deliver_push(self, push: Push, policy: Policy) -> int:
         """One delivery of a push, as Pub/Sub makes it: the ID token its pushConfig asks for, `deliveryAttempt`
         with a dead-letter policy, through Cloud Run's checks. Its status (NO_ANSWER: the container is down)."""
-        config = (self.subscriptions.get(push.subscription).get("pushConfig") or {})
+        config = ((self.subscriptions.get(push.subscription) or {}).get("pushConfig") or {})
         oidc = config.get("oidcToken") or {}
         token = (self._push_token(oidc["serviceAccountEmail"], oidc.get("audience") or config["pushEndpoint"])
                  if oidc.get("serviceAccountEmail") else "")
@@ -302,6 +302,21 @@ class Front:
             log.warning("%s: container unreachable: %s", self.route.service, e)
             return 503
         return answer.status_code
+
+    def _policy(self, subscription: str) -> Policy | None:
+        """The subscription's delivery policy; None once it is gone or pushes elsewhere (its messages dropped)."""
+        body = self.subscriptions.get(subscription)
+        if body is None:
+            return None
+        endpoint = (body.get("pushConfig") or {}).get("pushEndpoint")
+        if body and not (endpoint or "").startswith(self.route.url + "/"):
+            return None
+        return Policy.of(body)
+
+    def reset(self) -> int:
+        """The emulator was reset: drop what the dispatcher holds, read subscriptions again."""
+        self.subscriptions.forget()
+        return self.dispatcher.clear()
 
     def _push_token(self, email: str, audience: str) -> str:
         now = self.now()
@@ -374,7 +389,7 @@ class Front:
         name = envelope.get("subscription")
         if not isinstance(name, str) or not envelope["message"].get("messageId"):
             return None
-        config = self.subscriptions.get(name).get("pushConfig") or {}
+        config = (self.subscriptions.get(name) or {}).get("pushConfig") or {}
         if config.get("pushEndpoint") != self.route.url + request.path:
             return None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
@@ -386,18 +401,36 @@ def _refusal_answer(refused: TokenRejected) -> Response:
     return Response(f"{refused.status} {word}: {refused}\n", refused.status, content_type="text/plain")
 
 
+def control_app(fronts: list[Front]):
+    """The stack's own handle on the front, on a port of its own (Cloud Run has no such thing: no service URL
+    reaches it): `POST /reset` drops what the dispatchers hold when the stack resets the emulator between tests (a
+    deleted subscription's messages are gone in Pub/Sub too); `GET /stats` shows each subscription's push window."""
+
+    @Request.application
+    def app(request: Request) -> Response:
+        if request.method == "POST" and request.path == "/reset":
+            return Response(json.dumps({"dropped": sum(front.reset() for front in fronts)}),
+                            content_type="application/json")
+        if request.method == "GET" and request.path == "/stats":
+            return Response(json.dumps({f.route.service: f.dispatcher.stats() for f in fronts}),
+                            content_type="application/json")
+        return Response("not found\n", 404, content_type="text/plain")
+
+    return app
+
+
 def serve(config: FrontConfig, stop: threading.Event) -> None:
     from werkzeug.serving import make_server
 
     signer = LocalGoogleSigner.load_or_create(Path(config.key_file))
     rng = random.Random(config.seed)
     log_file = Path(config.delivery_log) if config.delivery_log else None
-    servers = [make_server("127.0.0.1", route.port,
-                           Front(route, signer, config.pubsub_host, copies=config.copies,
-                                 rng=random.Random(rng.getrandbits(64)), copy_delay_seconds=config.copy_delay_seconds,
-                                 delivery_log=log_file),
-                           threaded=True)
-               for route in config.routes]
+    fronts = [Front(route, signer, config.pubsub_host, copies=config.copies, rng=random.Random(rng.getrandbits(64)),
+                    copy_delay_seconds=config.copy_delay_seconds, delivery_log=log_file)
+              for route in config.routes]
+    servers = [make_server("127.0.0.1", front.route.port, front, threaded=True) for front in fronts]
+    if config.control_port:
+        servers.append(make_server("127.0.0.1", config.control_port, control_app(fronts), threaded=True))
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for t in threads:
         t.start()

@@ -109,6 +109,7 @@ class DevStack:
     records: list[ProcRecord] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     front_ports: dict[str, int] = field(default_factory=dict)  # service -> its port on the front (its URL)
+    front_control_port: int | None = None  # the front's port for the stack itself (FrontConfig.control_port)
     backend_urls: dict[str, str] = field(default_factory=dict)  # service -> its process, behind the front
     _deployment: Any = field(default=None, repr=False)
 
@@ -408,8 +409,10 @@ class DevStack:
                                       max_instances=infra.services.service(name).max_instances))
                   for name in self.services]
         config_file = self.state_dir / "front.json"
+        self.front_control_port = processes.free_port()
         FrontConfig(self.env["PUBSUB_EMULATOR_HOST"], str(self.google_key_file), routes, self.push_copies,
-                    self.push_copy_delay_seconds, str(self.delivery_log_file), self.push_seed).write(config_file)
+                    self.push_copy_delay_seconds, str(self.delivery_log_file), self.push_seed,
+                    self.front_control_port).write(config_file)
         rec = self._spawn("front", [sys.executable, "-m", "tpuq_dev.devstack.front", "--config", str(config_file)], None,
                           None)
         for route in routes:  # up once it refuses a caller without a token, as Cloud Run does
@@ -476,6 +479,8 @@ class DevStack:
     def reset(self) -> None:
         """Between tests: clear Firestore, reset Pub/Sub and declare topics and subscriptions again."""
         pubsub_reset(self.env["PUBSUB_EMULATOR_HOST"])
+        if self.front_control_port:  # the front's dispatcher holds messages the emulator has forgotten
+            requests.post(f"http://127.0.0.1:{self.front_control_port}/reset", timeout=REQUEST_TIMEOUT).raise_for_status()
         self._declare_topics()
         self._declare_subscriptions()
         firestore_clear(self.env["FIRESTORE_EMULATOR_HOST"], self.project)
