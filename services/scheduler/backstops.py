@@ -36,6 +36,7 @@ class Backstop(str, Enum):
     active_slices = "active_slices"  # a lost ACTIVE fleet event
     ended_attempts = "ended_attempts"  # a lost attempt `ended` event
     lost_slices = "lost_slices"  # a lost SUSPENDED / FAILED / GONE fleet event
+    full_pass = "full_pass"  # a pass an event should have run and did not (tpuq.scheduler.passdue)
 
     @property
     def field(self) -> str:

@@ -33,12 +33,16 @@ from tpuq.scheduler import capacity, intake, lifecycle
 from tpuq.scheduler.backstops import STATE_DOC, Backstop, claimed, decide_backstops
 from tpuq.scheduler.gcs_submit import on_object_finalized
 from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
+from tpuq.scheduler.passdue import FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, followup_due, pass_due, replace_due
 from tpuq.scheduler.scheduling import (
+    LiveSlices,
+    read_live_slices,
     active_slices_not_recorded,
     any_job_pending,
     ended_attempts_not_applied,
     follow_up_unstarted_assignments,
     lost_slices_in_service,
+    next_follow_up,
     note_request_failure,
     release_request,
     scheduling_pass,
@@ -232,8 +236,9 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
 def on_tick(tick: Tick, ctx: Context) -> None:
     """Backstops, then a full pass; each part isolated, so one that fails never stops the others.
 
-    The backstops for lost events run on their cadence (`backstops`), not on every tick; the pass runs only
-    when a job is pending (with none, it has nothing to decide)."""
+    The backstops for lost events run on their cadence (`backstops`), not on every tick; the follow-up of
+    unstarted assignments and the full pass run only when due (`passdue`), the pass only with a job pending. A
+    quiet tick reads `scheduler_backstops/state` alone."""
     parts = Isolated("scheduler tick", log)
     fleets: list[FleetFile | None] = []
 
@@ -243,26 +248,43 @@ def on_tick(tick: Tick, ctx: Context) -> None:
             fleets.append(fleet_in_force(ctx))
         return fleets[0]
 
+    due: list[Backstop] = []
+    state: dict | None = None
+    with parts.part("claiming the backstops due"):
+        due, state = _claim_due_backstops(ctx)
     with parts.part("following up assignments not started"):
         # Sent again, or (sent often enough, long enough ago) ended infra_failed: the pass below then retries
-        # the job and the janitor deletes its quarantined TPU.
-        follow_up_unstarted_assignments(ctx, lambda: _budgets(fleet()))
-    due: list[Backstop] = []
-    with parts.part("claiming the backstops due"):
-        due = _claim_due_backstops(ctx)
+        # the job and the janitor deletes its quarantined TPU. Only when one may be due (`passdue`).
+        if state is None or followup_due(state, ctx.now()):
+            follow_up_unstarted_assignments(ctx, lambda: _budgets(fleet()))
+            if state is not None:
+                after = ctx.settings.republish_assignment_after
+                replace_due(ctx.clients.firestore, FOLLOWUP_DUE_FIELD, state,
+                            next_follow_up(ctx.clients.firestore, after), ctx.now())
     # In this order: an attempt that ended (say, succeeded) before its slice went counts as it ended, not as
     # preempted by the slice's loss.
+    slices: list[LiveSlices | None] = [None]
+    if {Backstop.active_slices, Backstop.lost_slices} <= set(due):
+        with parts.part("reading the live slices"):
+            slices[0] = read_live_slices(ctx.clients.firestore)  # both slice backstops' reads, once
     for backstop in (b for b in _BACKSTOP_RUNS if b.backstop in due):
         found: list = []
         with parts.part(backstop.reading):
-            found = backstop.read(ctx)
+            found = backstop.read(ctx, slices[0])
         for event in found:
             log.warning("tick: %s", backstop.says(event))
             with parts.part(f"applying {backstop.says(event)}"):
                 backstop.apply(event, ctx)
     with parts.part("the scheduling pass"):
-        if any_job_pending(ctx.clients.firestore):
-            scheduling_pass(ctx, fleet(), full=True)
+        # Only when time may have changed an answer, or on the cadence (tpuq.scheduler.passdue): every change
+        # an event announces ran its own pass.
+        if (state is None or Backstop.full_pass in due or pass_due(state, ctx.now())) \
+                and any_job_pending(ctx.clients.firestore):
+            report = scheduling_pass(ctx, fleet(), full=True, record_due=False)
+            if state is not None:
+                replace_due(ctx.clients.firestore, PASS_DUE_FIELD, state, report.next_due, ctx.now())
+        elif state is not None and pass_due(state, ctx.now()):
+            replace_due(ctx.clients.firestore, PASS_DUE_FIELD, state, None, ctx.now())  # its jobs are gone
     parts.raise_if_any()
 
 
@@ -273,40 +295,41 @@ class _BackstopRun:
 
     backstop: Backstop
     reading: str
-    read: Callable[[Context], list]
+    read: Callable[[Context, LiveSlices | None], list]
     says: Callable[[Any], str]
     apply: Callable[[Any, Context], None]
 
 
 _BACKSTOP_RUNS = (
     _BackstopRun(Backstop.active_slices, "reading slices without a TPU record",
-                 lambda c: active_slices_not_recorded(c),
+                 lambda c, slices: active_slices_not_recorded(c, slices=slices),
                  lambda e: f"recording {e.node}, whose ACTIVE event never arrived",
                  lambda e, c: on_fleet_event(e, c)),
     # The executor published this end, but the event never arrived (dead-lettered after an outage): apply the
     # outcome it recorded, through the same handler, so the job and its TPU move on.
     _BackstopRun(Backstop.ended_attempts, "reading recorded attempt ends",
-                 lambda c: ended_attempts_not_applied(c),
+                 lambda c, _: ended_attempts_not_applied(c),
                  lambda e: f"the recorded end of {e.attempt_id} ({e.outcome.value}), whose event never arrived",
                  lambda e, c: on_attempt_event(e, c)),
     _BackstopRun(Backstop.lost_slices, "reading TPUs in service whose slice is gone",
-                 lambda c: lost_slices_in_service(c),
+                 lambda c, slices: lost_slices_in_service(c, slices=slices),
                  lambda e: f"{e.node} {e.kind.value} at the claimer, whose event never arrived",
                  lambda e, c: on_fleet_event(e, c)),
 )
 
 
-def _claim_due_backstops(ctx: Context) -> list[Backstop]:
+def _claim_due_backstops(ctx: Context) -> tuple[list[Backstop], dict]:
     """The backstops this tick runs: those due (`backstops.decide_backstops`), claimed by one guarded write of
-    `scheduler_backstops/state`; none when another instance's claim won."""
+    `scheduler_backstops/state`; none when another instance's claim won. And the state document as read."""
     db = ctx.clients.firestore
     ref = db.collection(store.SCHEDULER_BACKSTOPS).document(STATE_DOC)
     snap = ref.get()
     now = ctx.now()
-    due = decide_backstops(snap.to_dict(), now, ctx.settings.backstop_every)
+    state = snap.to_dict() or {}
+    due = decide_backstops(state, now, ctx.settings.backstop_every)
     if due and not commit_if_unchanged(db, WriteSet().update(snap, claimed(due, now))):
-        return []  # another instance claimed them meanwhile: it runs them
-    return due
+        return [], state  # another instance claimed them meanwhile: it runs them
+    return due, state
 
 
 # The route table: each push subscription's path (tpuq.contracts.topology) to its handler.

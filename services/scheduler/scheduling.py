@@ -27,7 +27,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Callable, Iterable
 
 from google.cloud.firestore import FieldFilter, Query
@@ -56,6 +56,7 @@ from tpuq.contracts.jobspec import ANY_TPU
 from tpuq.contracts.tputypes import canonical_name, parse_accelerator_type
 from tpuq.scheduler import capacity, lifecycle
 from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_from, queued
+from tpuq.scheduler.passdue import FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, lower_dues, next_pass_due
 from tpuq.runtime.versioned import versioned
 from tpuq.runtime.service import Context
 
@@ -78,6 +79,7 @@ class PassReport:
     jobs_read: int = 0
     tpus_read: int = 0
     seconds: float = 0.0
+    next_due: datetime | None = None  # when time may change this pass's answer (tpuq.scheduler.passdue)
 
 
 # ------------------------------------------------------------------ reads
@@ -215,7 +217,8 @@ def _is_pending(snap) -> bool:
 
 
 def scheduling_pass(
-    ctx: Context, fleet: FleetFile | None, trigger_job_ids: Iterable[str] = (), full: bool = False
+    ctx: Context, fleet: FleetFile | None, trigger_job_ids: Iterable[str] = (), full: bool = False,
+    record_due: bool = True,
 ) -> PassReport:
     """Read, decide (`decide.decide_pass`, pure), apply.
 
@@ -239,6 +242,7 @@ def scheduling_pass(
         report.tpus_read += len(tpu_snaps)
         now = ctx.now()
         decision = decide_pass(snapshot, fleet, runner_bucket, now)
+        report.next_due = next_pass_due(snapshot, now)
         if trigger_job_ids and not full and decision.assignments:
             # An idle TPU fits a new job. It may have turned idle after the older jobs were last offered one
             # (its own pass still to come, in another push): the whole queue decides who gets it, not the
@@ -251,6 +255,10 @@ def scheduling_pass(
             break
         full = True  # a pair was lost and its job or TPU is still free: plan again on fresh reads
     report.seconds = round(time.monotonic() - started, 3)
+    # The tick's pass records its own pass due (it saw the whole queue: it replaces the instant).
+    lower_dues(db, {PASS_DUE_FIELD: report.next_due if record_due else None,
+                    FOLLOWUP_DUE_FIELD: ctx.now() + ctx.settings.republish_assignment_after if report.assigned
+                    else None})
     log.info("pass: %s", report)
     return report
 
@@ -373,19 +381,20 @@ def note_request_failure(ctx: Context, request_id: str, reason: str) -> None:
 RECONCILE_AFTER = timedelta(minutes=2)
 
 
-def active_slices_not_recorded(ctx: Context, limit: int = 200) -> list[FleetEvent]:
+def active_slices_not_recorded(ctx: Context, limit: int = 200, slices: "LiveSlices | None" = None) -> list[FleetEvent]:
     """Backstop for a lost ACTIVE event: slices the claimer has seen ACTIVE (its `queued_resources` record)
-    that have no `tpus/{node}` document. Without this the slice would be neither used nor reaped."""
+    that have no `tpus/{node}` document. Without this the slice would be neither used nor reaped. `slices`:
+    what `read_live_slices` read for this tick (its TPUs in service are known without reading them again)."""
     db = ctx.clients.firestore
-    q = (db.collection(store.QUEUED_RESOURCES)
-         .where(filter=FieldFilter("state", "==", QueuedResourceState.ACTIVE))
-         .where(filter=FieldFilter("live", "==", True)).limit(limit))
-    records = [s.to_dict() or {} for s in q.stream()]
-    records = [r for r in records if r.get("node") and r.get("endpoints")]
+    slices = slices or read_live_slices(db, active_limit=limit, tpus_limit=0)
+    records = [r for r in slices.active_records.values() if r.get("node") and r.get("endpoints")]
     if not records:
         return []
-    refs = [db.collection(store.TPUS).document(short_node_name(r["node"])) for r in records]
-    known = {snap.id for snap in db.get_all(refs) if snap.exists}
+    in_service = {short_node_name(d["name"]) for d in slices.tpus_in_service if d.get("name")}
+    others = [r for r in records if short_node_name(r["node"]) not in in_service]
+    refs = [db.collection(store.TPUS).document(short_node_name(r["node"])) for r in others]
+    known = {short_node_name(r["node"]) for r in records} & in_service
+    known |= {snap.id for snap in db.get_all(refs) if snap.exists} if refs else set()
     events = []
     for r in records:
         if short_node_name(r["node"]) in known:
@@ -400,23 +409,51 @@ def active_slices_not_recorded(ctx: Context, limit: int = 200) -> list[FleetEven
     return events
 
 
+@dataclass(frozen=True)
+class LiveSlices:
+    """What the two slice backstops both read, once a tick: the claimer's records of live ACTIVE queued
+    resources (id -> record) and the TPUs in service here. Each backstop reads on its own only what these leave
+    open (a TPU record not in service, a queued resource record not ACTIVE): usually nothing."""
+
+    active_records: dict[str, dict]
+    tpus_in_service: list[dict]
+
+
+def read_live_slices(db, active_limit: int = 200, tpus_limit: int = IDLE_LIMIT) -> LiveSlices:
+    active: dict[str, dict] = {}
+    if active_limit:
+        q = (db.collection(store.QUEUED_RESOURCES)
+             .where(filter=FieldFilter("state", "==", QueuedResourceState.ACTIVE))
+             .where(filter=FieldFilter("live", "==", True)).limit(active_limit))
+        active = {s.id: s.to_dict() or {} for s in q.stream()}
+    tpus: list[dict] = []
+    if tpus_limit:
+        q = db.collection(store.TPUS).where(filter=FieldFilter("state", "in", sorted(TPU_STATES_IN_SERVICE))) \
+            .limit(tpus_limit)
+        tpus = [s.to_dict() or {} for s in q.stream()]
+    return LiveSlices(active, tpus)
+
+
 # A fleet event's kind is the queued-resource state it announces: the recorded states that say a slice is no more.
 _LOST_KIND_OF_STATE = {kind.value: kind for kind in lifecycle.NODE_LOST}
 
 
-def lost_slices_in_service(ctx: Context, limit: int = IDLE_LIMIT) -> list[FleetEvent]:
+def lost_slices_in_service(ctx: Context, limit: int = IDLE_LIMIT, slices: LiveSlices | None = None) -> list[FleetEvent]:
     """Backstop for a lost SUSPENDED / FAILED / GONE event: TPUs still idle or busy here whose queued resource the
     claimer recorded (`queued_resources/{id}`) as suspended, failed or gone more than RECONCILE_AFTER ago. Without
     this such a TPU would be handed new jobs, and a job on it would wait for an end nobody reports. Returns the
-    events to apply (the kind the claimer announced); applying one twice changes nothing (`lifecycle.node_lost`)."""
+    events to apply (the kind the claimer announced); applying one twice changes nothing (`lifecycle.node_lost`).
+    `slices`: what `read_live_slices` read for this tick (a record it read ACTIVE is not read again)."""
     db = ctx.clients.firestore
     now = ctx.now()
-    q = db.collection(store.TPUS).where(filter=FieldFilter("state", "in", sorted(TPU_STATES_IN_SERVICE))).limit(limit)
-    tpus = [d for d in (s.to_dict() or {} for s in q.stream()) if d.get("queued_resource") and d.get("name")]
+    slices = slices or read_live_slices(db, active_limit=0, tpus_limit=limit)
+    tpus = [d for d in slices.tpus_in_service if d.get("queued_resource") and d.get("name")]
     if not tpus:
         return []
-    refs = [db.collection(store.QUEUED_RESOURCES).document(short_node_name(d["queued_resource"])) for d in tpus]
-    records = {s.id: s.to_dict() or {} for s in db.get_all(refs) if s.exists}
+    records = {i: r for i, r in slices.active_records.items()}
+    unread = sorted({short_node_name(d["queued_resource"]) for d in tpus} - set(records))
+    refs = [db.collection(store.QUEUED_RESOURCES).document(i) for i in unread]
+    records |= {s.id: s.to_dict() or {} for s in db.get_all(refs) if s.exists} if refs else {}
     events = []
     for tpu in tpus:
         r = records.get(short_node_name(tpu["queued_resource"])) or {}
@@ -498,6 +535,17 @@ def follow_up_unstarted_assignments(ctx: Context, budgets: Callable[[], RetryBud
             endpoints = (tpu or {}).get("endpoints") or []
             ctx.publish("assignments", lifecycle.assignment_message(stored, endpoints, now, action))
     return ended
+
+
+def next_follow_up(db, after: timedelta) -> datetime | None:
+    """When the follow-up is next due: the oldest job still assigned's `assigned_at + after` (one read), or None
+    with none assigned."""
+    q = (db.collection(store.JOBS).where(filter=FieldFilter(JobDoc.field("state"), "==", JobState.assigned))
+         .order_by(JobDoc.field("assigned_at")).limit(1))
+    for snap in q.stream():
+        assigned_at = (snap.to_dict() or {}).get(JobDoc.field("assigned_at"))
+        return assigned_at + after if isinstance(assigned_at, datetime) else None
+    return None
 
 
 def _follow_up(ctx: Context, job_ref, job: JobDoc, after: timedelta, budgets: RetryBudgets, now):

@@ -17,6 +17,7 @@ Documents are small and per-entity so that none is hot (the emulator stalls
 - executions/{job}:{attempt}         the assignment an executor runs, and whether its end was published (executor)
 - janitor/{fleet}                    when the last orphan scan ran                 (janitor)
 - scheduler_backstops/state          when each backstop for lost events last ran   (scheduler)
+- executor_ticks/state               when ticks judge running attempts again       (executor)
 - dead_letters/{id}                  messages that could never be processed        (every service)
 - deliveries/{id}                    failed-delivery counters (so nothing loops forever) (every service)
 """
@@ -35,6 +36,7 @@ EXISTING_TPUS = "existing_tpus"
 EXECUTIONS = "executions"
 JANITOR = "janitor"
 SCHEDULER_BACKSTOPS = "scheduler_backstops"
+EXECUTOR_TICKS = "executor_ticks"
 ZONES = "zones"
 FLEETS = "fleets"
 FLEET_CONTROL = "fleet_control"
@@ -42,7 +44,7 @@ DEAD_LETTERS = "dead_letters"
 DELIVERIES = "deliveries"
 
 ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, EXISTING_TPUS, FLEETS, FLEET_CONTROL, EXECUTIONS, JANITOR,
-                   SCHEDULER_BACKSTOPS, DEAD_LETTERS, DELIVERIES)
+                   SCHEDULER_BACKSTOPS, EXECUTOR_TICKS, DEAD_LETTERS, DELIVERIES)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 _RESERVED_ID = re.compile(r"^__.*__$")

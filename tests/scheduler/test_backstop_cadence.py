@@ -132,7 +132,7 @@ def test_two_instances_never_both_run_the_backstops(sched, monkeypatch):
     import tpuq.scheduler.handlers as h
 
     ran = []
-    monkeypatch.setattr(h, "active_slices_not_recorded", lambda ctx: ran.append(ctx.message_id) or [])
+    monkeypatch.setattr(h, "active_slices_not_recorded", lambda ctx, **_: ran.append(ctx.message_id) or [])
     _tick_at(sched, timedelta(minutes=1), 1)
     _tick_at(sched, timedelta(minutes=1, seconds=1), 1)  # another instance, the same tick a second later
     assert len(ran) == 1

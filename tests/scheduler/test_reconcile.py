@@ -77,7 +77,7 @@ def test_a_failing_backstop_never_stops_the_others_nor_the_pass(sched, monkeypat
         {"job_id": "j1", "attempt": 1, "ended": True, "outcome": "succeeded", "detail": "all 1 workers exited 0"})
     sched.deliver("jobs", {"id": "j2", "tpu": "v4-8", "command": "train"})
 
-    def broken(ctx):
+    def broken(ctx, **_):
         raise RuntimeError("queued_resources unreadable")
 
     monkeypatch.setattr(handlers, "active_slices_not_recorded", broken)
