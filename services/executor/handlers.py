@@ -31,13 +31,13 @@ from tpuq.contracts import gcslayout, store
 from tpuq.contracts.documents import TPU_STATES_IN_SERVICE, ExecutionDoc, execution_doc_id, short_node_name
 from tpuq.contracts.errors import Permanent
 from tpuq.contracts.messages import Assignment, AssignmentAction, GcsObjectEvent, Tick
-from tpuq.executor import budget, decide
+from tpuq.executor import budget, decide, tickstate
 from tpuq.executor.decide import AssignmentStep
 from tpuq.executor.executor import Executor
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.executor.state import ExecutorState, build_executor
 from tpuq.runtime.clients import Clients
-from tpuq.runtime.guarded import WriteSet, read_decide_commit
+from tpuq.runtime.guarded import WriteSet, commit_if_unchanged, read_decide_commit
 from tpuq.runtime.isolation import Isolated
 from tpuq.runtime.service import Context, Service
 from tpuq.runtime.settings import Settings
@@ -153,7 +153,10 @@ def _node_state(db, node: str) -> NodeState:
     return decide.node_state(_tpu_doc(db, node))
 
 
-def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) -> None:
+def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed(),
+           record_deferral: bool = True) -> datetime | None:
+    """Decide the attempt's outcome and publish its end; or, deferred to a time (`Wait.until`), that time
+    (recorded for the ticks, `tickstate`, unless the caller records it)."""
     assignment = Assignment.model_validate(stored["assignment"])
     executor = _state(ctx).executor
     tpu = _tpu_doc(ctx.clients.firestore, assignment.node)
@@ -161,7 +164,10 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) 
     decision = executor.read_outcome(assignment, decide.node_state(tpu), probed.lost, probed.unwritable,
                                      node_problem=problem)
     if not isinstance(decision, Decided):
-        return
+        until = getattr(decision, "until", None)
+        if record_deferral:
+            tickstate.lower_judge_at(ctx.clients.firestore, until)
+        return until
     _publish_end(ctx, assignment, decision)
     if decide.stop_after_end(decision, problem):
         # No cancel marker: the attempt did not end cancelled. Best effort: the janitor deletes the quarantined
@@ -170,6 +176,7 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed()) 
             executor.cancel_attempt(assignment, reason=f"stopped: node unhealthy: {problem}", marker=False)
         except Exception as e:  # noqa: BLE001 - the end is published; the node is deleted anyway
             log.warning("attempt %s: could not stop its workers on the unhealthy node: %s", assignment.attempt_id, e)
+    return None
 
 
 def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:
@@ -202,6 +209,24 @@ def on_status_object(event: GcsObjectEvent, ctx: Context) -> None:
 
 
 def on_tick(tick: Tick, ctx: Context) -> None:
+    """Judge again what no event brings, when due (`tickstate`): one read when nothing is."""
+    db = ctx.clients.firestore
+    snap = tickstate.state_ref(db).get()
+    stored = snap.to_dict() or {}
+    now = ctx.now()
+    sweep = tickstate.sweep_due(stored, now, ctx.settings.backstop_every)
+    if sweep and not commit_if_unchanged(db, WriteSet().update(snap, {tickstate.SWEEP_AT: now})):
+        sweep = False  # another instance claimed it meanwhile: it judges them
+    judge_all = sweep or tickstate.judge_due(stored, now)
+    probing = _state(ctx).probe_every is not None
+    if judge_all or probing:
+        _tick_attempts(ctx, judge_all, stored, now)
+    _forget_departed_nodes_isolated(ctx)
+
+
+def _tick_attempts(ctx: Context, judge_all: bool, state: dict, now: datetime | None) -> None:
+    """Probe each running attempt when due; judge every one (`judge_all`), or only those a probe found something
+    on. `state`: `executor_ticks/state` as read at `now`."""
     from google.cloud import firestore
 
     # Only started attempts: one stuck in `starting` must not take a place in the batch for ever.
@@ -212,15 +237,26 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     # is the retry, and redelivering this one would probe the others' workers again.
     attempts = Isolated("executor tick", log)
     running: set[str] = set()
+    deferred: list[datetime] = []
     for snap in query.stream():
         running.add(snap.id)
         stored = snap.to_dict() or {}
         if not decide.judgeable(stored):
             continue
         with attempts.part(f"judging {snap.id}"):
-            _judge(ctx, stored, _probe(ctx, snap.reference, stored))
+            probed = _probe(ctx, snap.reference, stored)
+            if judge_all or probed != decide.Probed():  # between sweeps, only what a probe found
+                until = _judge(ctx, stored, probed, record_deferral=False)
+                if until is not None:
+                    deferred.append(until)
     _state(ctx).keep_probes_of(running)
-    with attempts.part("closing connections to nodes that left"):
+    if judge_all:
+        tickstate.replace_judge_at(ctx.clients.firestore, state, min(deferred, default=None), now)
+
+
+def _forget_departed_nodes_isolated(ctx: Context) -> None:
+    parts = Isolated("executor tick", log)
+    with parts.part("closing connections to nodes that left"):
         _forget_departed_nodes(ctx)
 
 

@@ -106,14 +106,14 @@ def test_one_attempt_that_cannot_be_judged_never_stops_the_tick_for_the_others(m
                           state=unbuilt)
     judged = []
 
-    def judge(ctx, stored, probed):
+    def judge(ctx, stored, probed, **_):
         if stored["assignment"]["job_id"] == "j0":
             raise RuntimeError("workers unreachable")
         judged.append(stored["assignment"]["job_id"])
 
     monkeypatch.setattr(handlers, "_judge", judge)
     monkeypatch.setattr(handlers, "_probe", lambda ctx, ref, stored: decide.Probed())
-    handlers.on_tick(None, ctx)
+    handlers._tick_attempts(ctx, judge_all=True, state={}, now=None)  # a tick that judges every running attempt
     assert judged == ["j1", "j2"]
 
 
