@@ -100,11 +100,13 @@ class Janitor:
         ids = d.listed_owned_ids(listed, self.fleet)
         if not ids:
             return set()
-        refs = [self.db.collection(c).document(i) for c in (CLAIMER_QUEUED_RESOURCES, store.TPUS) for i in sorted(ids)]
-        found = {s.id for s in self.db.get_all(refs)
-                 if s.exists and (s.to_dict() or {}).get("fleet") == self.fleet.name}
-        if ids <= found:
-            return found
+        found: set[str] = set()
+        for collection in (CLAIMER_QUEUED_RESOURCES, store.TPUS):  # a TPU's record only for what has no claimer's
+            refs = [self.db.collection(collection).document(i) for i in sorted(ids - found)]
+            found |= {s.id for s in self.db.get_all(refs)
+                      if s.exists and (s.to_dict() or {}).get("fleet") == self.fleet.name}
+            if ids <= found:
+                return found
         return d.known_ids(self.claimer_docs(), self.tpu_docs())
 
     def request_demand(self, request_id: str) -> tuple[int, set[str]]:

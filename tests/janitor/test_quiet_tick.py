@@ -105,3 +105,18 @@ def test_the_sweep_cadence_and_when_the_idle_rule_needs_every_live_tpu():
     assert not cadence.needs_every_live_tpu([healthy], lambda e: 0, paused=False)
     assert not cadence.needs_every_live_tpu([healthy], lambda e: 1, paused=True)
     assert not cadence.needs_every_live_tpu([quarantined], lambda e: 1, paused=False)
+
+
+def test_the_orphan_scan_reads_a_tpus_record_only_for_what_has_no_queued_resource_record(janitor_stack):
+    """Every listed resource the claimer recorded is known by its `queued_resources/` record: the scan reads
+    that one document each (HEAD read its `tpus/` record too: two reads a listed resource, every scan)."""
+    s = janitor_stack
+    t = Ticker(s)
+    for i in range(4):
+        s.record_request(f"r{i}", count=1)
+        s.create_owned(f"r{i}", WIN_ZONE)
+    janitor = handlers.janitor_for(t.ctx, s.fleet)
+    listed, _ = janitor.list_fleet_zones()
+    before = s.db.billed.reads
+    known = janitor.known_among(listed)
+    assert len(known) == 4 and s.db.billed.reads - before == 4
