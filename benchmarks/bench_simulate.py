@@ -6,7 +6,8 @@ line with the issue's three figures:
 - tpuq's utilization as a fraction of the bound's (goal >= 0.95);
 - tpuq's wasted VM-hours as a fraction of the polling policy's (goal <= 0.2), also against the polling policy
   with its counts shared out over the zones (`polling-split`);
-- the whole 30-day run's seconds (goal <= 60 on a 2-core machine), for each policy and in all;
+- the whole 30-day run's seconds (goal <= 60 on a 2-core machine), for each policy and in all, and each policy's
+  CPU seconds, with tpuq's as a fraction of polling's (`tpuq_cpu_of_polling`, goal <= 1);
 - `machine_reference_seconds`: how long this machine takes for a fixed pure-Python workload (dict reads and
   writes, calls, small objects: the simulator's kind of work), best of three, measured before the run. The
   machines this project runs on differ by a factor of three between sessions; compare runs through it.
@@ -134,6 +135,10 @@ def main() -> None:
         summary["tpuq_waste_of_polling_split"] = round(results["tpuq"]["wasted_vm_hours"]
                                                        / results["polling-split"]["wasted_vm_hours"], 3)
     summary["seconds_by_policy"] = {p: r["wall_seconds"] for p, r in results.items()}
+    summary["cpu_seconds_by_policy"] = {p: r["cpu_seconds"] for p, r in results.items()}
+    if "tpuq" in results and "polling" in results and results["polling"]["cpu_seconds"]:
+        # Issue 34 §2: the tpuq policy costs no more CPU than the polling policy in the same run (goal <= 1).
+        summary["tpuq_cpu_of_polling"] = round(results["tpuq"]["cpu_seconds"] / results["polling"]["cpu_seconds"], 2)
     print(json.dumps(summary), flush=True)
 
 

@@ -82,8 +82,14 @@ def _encode(value: Any, in_array: bool = False) -> Any:
         return float(value)
     if isinstance(value, str):
         return str.__str__(value)  # an enum member's text, as the client sends it
+    if type(value) is DatetimeWithNanoseconds and value.tzinfo is timezone.utc \
+            and not getattr(value, "_nanosecond", 0):
+        return value  # already as stored (immutable): a stored time written back, a read time
     if isinstance(value, datetime):
-        utc = (value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        if value.tzinfo is timezone.utc:
+            utc = value  # its fields are already UTC's (converting a traced now would make another traced now)
+        else:
+            utc = (value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
         return DatetimeWithNanoseconds(utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second,
                                        utc.microsecond, tzinfo=timezone.utc)
     if isinstance(value, (list, tuple, set, frozenset)):  # the client sends a set as an array too
@@ -176,6 +182,12 @@ def _copy(value: Any) -> Any:
 
 
 _CONTAINERS = (dict, list)
+
+
+def _flat(container: dict | list) -> bool:
+    """Whether a map or array holds no map or array (its shallow copy shares only immutable values)."""
+    values = container.values() if type(container) is dict else container
+    return not any(type(v) in _CONTAINERS for v in values)
 
 
 def _index_key(value: Any) -> Any:
@@ -456,11 +468,12 @@ class _Stored:
     data: dict
     create_time: datetime
     update_time: datetime
-    containers: tuple[str, ...] = field(init=False, repr=False)  # its fields holding maps or arrays
+    # Its fields holding maps or arrays, each with whether it holds only scalars (then a shallow copy is a copy).
+    containers: tuple[tuple[str, bool], ...] = field(init=False, repr=False)
     size: int = field(default=0, repr=False, compare=False)  # Firestore's storage size, set by `_sized` on commit
 
     def __post_init__(self) -> None:
-        self.containers = tuple(k for k, v in self.data.items() if type(v) in _CONTAINERS)
+        self.containers = tuple((k, _flat(v)) for k, v in self.data.items() if type(v) in _CONTAINERS)
 
 
 @dataclass(frozen=True)
@@ -564,6 +577,8 @@ class MemoryFirestore:
         self._last_commit: datetime | None = None
         self._time_raw: Any = None  # the clock's last answer, and its encoding (`_time`)
         self._time_encoded: datetime | None = None
+        self._after_last: tuple[datetime, datetime] | None = None  # the last commit, and the instant just after it
+        self._collection_refs: dict[tuple[str, ...], MemoryCollection] = {}  # `collection(*path)`, kept
         self.changes = 0  # documents created, changed or deleted (a write that changes nothing is not counted)
         # Operations as Firestore bills them: a document got is one read; a query one read per document it
         # returns or skips by an offset, and one when it returns none; a count one per 1,000 index entries (at
@@ -580,10 +595,16 @@ class MemoryFirestore:
 
     # ---- references
     def collection(self, *path: str) -> "MemoryCollection":
+        known = self._collection_refs.get(path)
+        if known is not None:
+            return known  # a reference holds nothing that changes: one per path serves every caller
         parts = _split(path)
         if len(parts) % 2 != 1:
             raise ValueError(f"a collection path has an odd number of parts: {'/'.join(parts)!r}")
-        return MemoryCollection(self, tuple(parts))
+        reference = MemoryCollection(self, tuple(parts))
+        if len(self._collection_refs) < 10_000:
+            self._collection_refs[path] = reference
+        return reference
 
     def document(self, *path: str) -> "MemoryDocument":
         parts = _split(path)
@@ -721,13 +742,17 @@ class MemoryFirestore:
     def _time(self) -> datetime:
         """Strictly later than the last commit, even under a frozen clock."""
         raw = self._now()
-        if raw == self._time_raw and type(raw) is type(self._time_raw):  # every read of one instant: encoded once
-            now = self._time_encoded
+        if raw is self._time_raw or (raw == self._time_raw and type(raw) is type(self._time_raw)):
+            now = self._time_encoded  # every read of one instant: encoded once
         else:
             now = self._time_encoded = _encode(raw)
             self._time_raw = raw
-        if self._last_commit is not None and now <= self._last_commit:
-            now = _encode(self._last_commit + timedelta(microseconds=1))
+        last = self._last_commit
+        if last is not None and now <= last:
+            after = self._after_last
+            if after is None or after[0] is not last:  # every read after one commit at its instant: made once
+                after = self._after_last = (last, _encode(last + timedelta(microseconds=1)))
+            now = after[1]
         return now
 
     def _commit(self, writes: list[_Write], reads: dict[str, datetime | None] | None = None) -> list[WriteResult]:
@@ -857,7 +882,7 @@ class MemorySnapshot:
     create_time: datetime | None
     update_time: datetime | None
     read_time: datetime
-    _containers: tuple[str, ...] | None = None  # the stored document's fields holding maps or arrays, if known
+    _containers: tuple[tuple[str, bool], ...] | None = None  # the stored document's `_Stored.containers`, if known
 
     @property
     def id(self) -> str:
@@ -873,8 +898,8 @@ class MemorySnapshot:
         if self._data is None or self._containers is None:
             return _copy(self._data)
         copied = self._data.copy()
-        for key in self._containers:
-            copied[key] = _copy(copied[key])
+        for key, flat in self._containers:
+            copied[key] = copied[key].copy() if flat else _copy(copied[key])
         return copied
 
     def get(self, field_path: str) -> Any:

@@ -21,13 +21,21 @@ class EventLoop:
         self._seq = itertools.count()
         self.start_wall = start_wall
         self.events_run = 0
+        self._wall_at: tuple[float, datetime, datetime] | None = None  # (seconds, start_wall, `wall(seconds)`)
 
     # -- the capacity model's Clock protocol ------------------------------------------------
     def now(self) -> float:
         return self._now
 
     def wall(self, seconds: float) -> datetime:
-        return self.start_wall + timedelta(seconds=seconds)
+        # Asked for again and again at one instant (every read's time, every handler's now): converted once.
+        # datetimes are immutable, so the one object serves every caller.
+        kept = self._wall_at
+        if kept is not None and kept[0] == seconds and kept[1] is self.start_wall:
+            return kept[2]
+        when = self.start_wall + timedelta(seconds=seconds)
+        self._wall_at = (seconds, self.start_wall, when)
+        return when
 
     def real_wall(self, seconds: float) -> datetime:
         return self.wall(seconds)  # no scale: the services' clock reads the same virtual time

@@ -406,7 +406,14 @@ class TracedClock:
 
     def __init__(self, loop, deadlines: Deadlines) -> None:
         self.loop, self.deadlines = loop, deadlines
+        self._last: tuple[float, Deadlines, TracedNow] | None = None
 
     def __call__(self) -> TracedNow:
-        now = self.loop.now()
-        return TracedNow.make(self.loop.wall(now), _Trace(self.deadlines, now, self.loop.start_wall, self.loop.now))
+        # A handler asks again and again at one instant: one value (immutable; its trace notes into the same
+        # `deadlines`) serves them all, as long as the deadlines it notes into are still the ones in use.
+        now, last = self.loop.now(), self._last
+        if last is not None and last[0] == now and last[1] is self.deadlines:
+            return last[2]
+        value = TracedNow.make(self.loop.wall(now), _Trace(self.deadlines, now, self.loop.start_wall, self.loop.now))
+        self._last = (now, self.deadlines, value)
+        return value

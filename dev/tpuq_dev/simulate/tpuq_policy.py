@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -222,6 +222,8 @@ class TpuqPolicy:
         self.service_ticks_run = self.service_ticks_skipped = 0
         self.ticks_quiet_checked = 0  # verify: service ticks skipping would have skipped, run and checked
         self.violations: list[tuple[float, str]] = []  # verify: those that did something (when, subscription)
+        # subscription -> why its tick handlings ran (`RUN_REASONS`; skipping off: none counted)
+        self.tick_runs: dict[str, Counter] = defaultdict(Counter)
         self._reading: _ReadSet | None = None  # the reads of the tick being handled
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.db.observer = self
@@ -312,17 +314,33 @@ class TpuqPolicy:
     def _can_skip(self, ticks: "_ServiceTicks") -> bool:
         """This service's last tick changed nothing, nothing it read has changed since, and no instant its rules
         or (if it read the cloud) the cloud's schedule care about has come. Judged when the tick reaches the
-        service, so that what the other services' handling of the same tick changed counts."""
+        service, so that what the other services' handling of the same tick changed counts. Why a tick was not
+        skipped is counted in `tick_runs`."""
+        reason = self._must_run(ticks)
+        if reason is not None:
+            self.tick_runs[ticks.subscription][reason] += 1
+        return reason is None
+
+    def _must_run(self, ticks: "_ServiceTicks") -> str | None:
+        """The first reason (`RUN_REASONS`) this service's handling of the tick cannot be skipped, or None."""
         quiet, now = ticks.quiet, self.loop.now()
-        if quiet is None or ticks.dirty or ticks.opaque or now >= ticks.deadline:
-            return False
+        if quiet is None:
+            return "last_changed"
+        if ticks.dirty:
+            return "read_changed"
+        if ticks.opaque:
+            return "opaque_time"
+        if now >= ticks.deadline:
+            return "time_rule"
         if quiet.cloud:
             if self.cloud.mutations != ticks.cloud_mutations or len(self.cloud.transitions) != ticks.transitions:
-                return False
+                return "cloud_changed"
             due = self.cloud.next_transition()
             if now >= ticks.cloud_due or (due is not None and now >= due):
-                return False
-        return not (quiet.workers and self.workers_version() != ticks.workers_version)
+                return "cloud_due"
+        if quiet.workers and self.workers_version() != ticks.workers_version:
+            return "workers_changed"
+        return None
 
     def _tick(self) -> None:
         number = self._tick_number()
@@ -434,6 +452,16 @@ class TpuqPolicy:
 
 
 _CACHED_READS = ("quotaInfos.get", "billingInfo.get")
+# Why a tick handling ran rather than being skipped as quiet, the first that applies (`TpuqPolicy._must_run`):
+RUN_REASONS = {
+    "last_changed": "the service's handling of the tick before changed something (or none ran yet)",
+    "read_changed": "a document it read, or one its queries matched, changed since",
+    "opaque_time": "it used the time in a way the traced clock cannot follow",
+    "time_rule": "an instant at which one of its time rules flips has come",
+    "cloud_changed": "it read the cloud, and a resource was created, deleted or changed state since",
+    "cloud_due": "it read the cloud, and a scheduled transition has come",
+    "workers_changed": "it read the workers, and an attempt started or ended since",
+}
 _MIRRORED = {"<": "__gt__", "<=": "__ge__", ">": "__lt__", ">=": "__le__"}  # stored OP moving, from the moving side
 
 
