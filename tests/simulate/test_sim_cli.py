@@ -153,8 +153,20 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
     ]
 
 
-def test_bad_input_is_one_line_and_exit_2(tmp_path):
-    for args, message in bad_inputs(tmp_path):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    """Each bad input through the CLI's entry function, in this process (one import of the simulator, not one per
+    case); the first and the last case also as a process, for its exit status and streams."""
+    from tpuq.cli import main
+
+    cases = bad_inputs(tmp_path)
+    for args, message in cases:
+        code = main(["simulate", *args])
+        out, err = capsys.readouterr()
+        lines = err.strip().splitlines()
+        assert (code, len(lines), out) == (2, 1, ""), (args, err)
+        assert lines[0].startswith(f"error: {message}"), (lines[0], message)
+        assert "Traceback" not in err
+    for args, message in (cases[0], cases[-1]):
         done = tpuq(*args)
         lines = done.stderr.strip().splitlines()
         assert (done.returncode, len(lines), done.stdout) == (2, 1, ""), (args, done.stderr)
