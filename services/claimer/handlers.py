@@ -28,7 +28,7 @@ from tpuq.capacity import existing
 
 from tpuq.contracts import store
 from tpuq.capacity.cloudchecks import PrecheckCache, cache_from_settings
-from tpuq.claimer import statestore
+from tpuq.claimer import idlemark, statestore
 from tpuq.claimer.decide import decide_observed, decide_request_received, fast_watch_targets
 from tpuq.claimer.model import ClaimState, CreateQr, Effects, Observed, QrRecord, RequestReceived
 from tpuq.claimer.quiet import tick_needs_full_state
@@ -61,6 +61,8 @@ class Claimer:
     prechecks: PrecheckCache | None = None  # quota and billing, read before deciding (None: declared quota only)
     writer: statestore.StateWriter = field(init=False)
     transient_failure: bool = False  # a create still failed after retries: ask Pub/Sub to redeliver
+    # fleet -> what a tick last found here (`ClaimerState.ticks_checked`; `idlemark`)
+    ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.writer = statestore.StateWriter(self.ctx.clients.firestore)
@@ -82,6 +84,18 @@ class Claimer:
         Creates run one at a time, each decided on before the next is sent: a project-level refusal
         stops the rest, and a zone refused for quota is not asked again in the same message.
         """
+        try:
+            return self._step(state, effects)
+        finally:
+            self.mark_opened()
+
+    def mark_opened(self) -> None:
+        """After writing an open request or a new queued resource: the fleet's tick mark says busy (`idlemark`)."""
+        if self.writer.opened:
+            idlemark.mark_busy(self.ctx.clients.firestore, self.fleet.name, self.ctx.now())
+            self.writer.opened = False
+
+    def _step(self, state: ClaimState, effects: Effects) -> ClaimState:
         creates: deque[CreateQr] = deque()
         while effects is not None:
             state = self.apply(state, effects)
@@ -149,19 +163,39 @@ class Claimer:
             self.writer.put_existing(self.fleet.name, status, now)
 
     def tick(self) -> None:
-        """A tick's watch pass, reading first only what can need acting on (`quiet`): an open request is planned
-        on the whole state, as before (its query not read twice); with none, only the live queued resources are
-        read and GET, and the rest of the state is loaded only if a GET says something new (the pass then runs as
-        before, its GETs made again after the load: never decided on answers older than it). An idle fleet costs
-        two empty queries."""
-        db = self.ctx.clients.firestore
-        requests = statestore.load_open_requests(db, self.fleet)
+        """A tick's watch pass, reading first only what can need acting on: a fleet marked idle, nothing
+        (`idlemark`: its mark alone, the queries again on the backstop cadence; the mark is not read while this
+        instance's last tick found the fleet busy, `ticks_checked`); an open request is
+        planned on the whole state, as before (its query not read twice); with none, only the live queued
+        resources are read and GET, and the rest of the state is loaded only if a GET says something new (`quiet`:
+        the pass then runs as before, its GETs made again after the load: never decided on answers older than it).
+        An idle fleet costs its mark (two empty queries and a write when it turns idle or the backstop is due)."""
+        db, now, name = self.ctx.clients.firestore, self.ctx.now(), self.fleet.name
+        last, mark = self.ticks_checked.get(name), None
+        if idlemark.read_mark_first(last):
+            mark = idlemark.read_mark(db, name)
+            if idlemark.tick_may_stop(mark.to_dict(), now, self.ctx.settings.backstop_every):
+                return
+        requests, qrs = self._watched()
+        if not requests and not qrs and mark is None:
+            # Turned idle since the last tick here: mark it, guarded on the mark as read before queries that agree.
+            mark = idlemark.read_mark(db, name)
+            requests, qrs = self._watched()
+        self.ticks_checked[name] = idlemark.TickCheck(idle=not requests and not qrs)
         if not requests:
-            qrs = statestore.load_live_qrs(db, self.fleet)
+            if not qrs:
+                idlemark.mark_idle(db, mark, now)
+                return
             live = ClaimState(fleet=self.fleet, qrs=qrs)
-            if not qrs or not tick_needs_full_state(live, self.tpu.observe_all(qrs.values()), self.ctx.now()):
+            if not tick_needs_full_state(live, self.tpu.observe_all(qrs.values()), now):
                 return
         self.watch(self.load(open_requests=requests))
+
+    def _watched(self) -> tuple[dict[str, RequestRecord], dict[str, QrRecord]]:
+        """The fleet's open requests; with none, its live queued resources (else not read: `load` reads them)."""
+        db = self.ctx.clients.firestore
+        requests = statestore.load_open_requests(db, self.fleet)
+        return requests, ({} if requests else statestore.load_live_qrs(db, self.fleet))
 
     def watch(self, state: ClaimState, qrs: list[QrRecord] | None = None) -> ClaimState:
         """One watch pass: exact GETs of the given (default: all live) queued resources, then decide."""
@@ -188,6 +222,7 @@ class ClaimerState:
     prechecks_factory: Callable[[Context], PrecheckCache | None]
     _prechecks: list[PrecheckCache | None] = field(default_factory=list, repr=False)  # [] until the first message
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)  # fleet -> a tick's last finding here
 
     def prechecks(self, ctx: Context) -> PrecheckCache | None:
         """The instance's one quota and billing cache (None: declared quota only), made on the first message."""
@@ -198,7 +233,8 @@ class ClaimerState:
         return self._prechecks[0]
 
     def claimer(self, ctx: Context, fleet: FleetFile) -> Claimer:
-        return Claimer(ctx, fleet, self.tpu_factory(ctx), self.public_key, self.sleep, self.prechecks(ctx))
+        return Claimer(ctx, fleet, self.tpu_factory(ctx), self.public_key, self.sleep, self.prechecks(ctx),
+                       ticks_checked=self.ticks_checked)
 
 
 def _state(ctx: Context) -> ClaimerState:

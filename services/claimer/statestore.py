@@ -129,11 +129,13 @@ class StateWriter:
     def __init__(self, db):
         self.db = db
         self.target_versions: dict[tuple[str, str], Any] = {}
+        self.opened = False  # an open request or a new queued resource was written: the tick mark must say busy
 
     def put_qr(self, qr: QrRecord) -> None:
         self.db.collection(QUEUED_RESOURCES).document(qr.qr_id).set(qr_to_doc(qr))
 
     def put_request(self, request: RequestRecord) -> None:
+        self.opened = self.opened or request.status == REQUEST_OPEN
         self.db.collection(store.REQUESTS).document(request.request_id).set(request_to_doc(request))
 
     def put_status(self, status: FleetStatus) -> None:
@@ -162,6 +164,7 @@ class StateWriter:
         results = guarded.commit_guarded(self.db, writes)
         if results is None:
             return False
+        self.opened = True  # a new live queued resource
         self.target_versions[key] = results[0].update_time
         return True
 

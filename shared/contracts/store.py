@@ -37,6 +37,7 @@ EXECUTIONS = "executions"
 JANITOR = "janitor"
 SCHEDULER_BACKSTOPS = "scheduler_backstops"
 EXECUTOR_TICKS = "executor_ticks"
+CLAIMER_TICKS = "claimer_ticks"  # tpuq.claimer.idlemark: whether a fleet has nothing for a tick to watch
 ZONES = "zones"
 FLEETS = "fleets"
 FLEET_CONTROL = "fleet_control"
@@ -44,7 +45,7 @@ DEAD_LETTERS = "dead_letters"
 DELIVERIES = "deliveries"
 
 ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, EXISTING_TPUS, FLEETS, FLEET_CONTROL, EXECUTIONS, JANITOR,
-                   SCHEDULER_BACKSTOPS, EXECUTOR_TICKS, DEAD_LETTERS, DELIVERIES)
+                   SCHEDULER_BACKSTOPS, EXECUTOR_TICKS, CLAIMER_TICKS, DEAD_LETTERS, DELIVERIES)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 _RESERVED_ID = re.compile(r"^__.*__$")

@@ -1,5 +1,6 @@
-"""A quiet claimer tick reads almost nothing (issue 34 §1): an idle fleet two empty queries whatever its history,
-a fleet with live slices and no open request one read per live slice more, and what the tick exists to catch (a
+"""A quiet claimer tick reads almost nothing (issue 34 §1): an idle fleet its tick mark alone whatever its history
+(`tpuq.claimer.idlemark`: two empty queries more when it turns idle), a fleet with live slices and no open request
+the open-request query and one read per live slice, and what the tick exists to catch (a
 slice's state or health changing) is still caught by the next tick. Reads are counted as Firestore bills them (the
 in-memory store's `billed`)."""
 
@@ -18,7 +19,9 @@ from .conftest import fleet_data, scenario_data
 
 ZONES = ["us-central2-a", "us-central2-b", "us-central2-c"]
 FLEET_DOCS = 1  # the tick's stream of fleets/: one document here
-IDLE_READS = 2  # live queued resources, open requests: two queries answering none, one read each
+MARK = 1  # claimer_ticks/{fleet}
+FIRST_IDLE_READS = MARK + 2  # + open requests, live queued resources: two queries answering none, one read each
+IDLE_READS = MARK  # marked idle: the mark alone (HEAD: the two empty queries on every tick)
 
 
 def tick_reads(h, seq: int) -> int:
@@ -51,12 +54,41 @@ def add_history(h, n: int = 30) -> None:
                                created_at=now, updated_at=now))
 
 
-def test_an_idle_fleet_reads_two_empty_queries_whatever_its_history(claimer):
+def test_an_idle_fleet_reads_its_mark_alone_whatever_its_history(claimer):
     h = claimer(scenario_data(ZONES))
     h.fleet(fleet_data(ZONES))
     add_history(h)
-    assert [tick_reads(h, seq) for seq in range(3)] == [IDLE_READS] * 3  # before: every zone target, status, control
+    # Before: every zone target, status, control; then (HEAD) the two empty queries on every tick.
+    assert [tick_reads(h, seq) for seq in range(4)] == [FIRST_IDLE_READS] + [IDLE_READS] * 3
     assert h.creates() == [] and new_events(h) == []
+
+
+def test_a_request_after_idle_is_watched_by_the_next_tick(claimer):
+    """The mark turns busy with the capacity request (whatever instance handles it), so the tick after it watches
+    the new slice and announces it ACTIVE; once nothing is open or live the ticks are back to the mark alone."""
+    h = claimer(scenario_data(ZONES[:1], provisioning=1))
+    h.fleet(fleet_data(ZONES[:1]))
+    seq = iter(range(1000))
+    assert [tick_reads(h, next(seq)) for _ in range(2)] == [FIRST_IDLE_READS, IDLE_READS]
+    h.push("/push/capacity", CapacityRequest(request_id="job-1", fleet="race", types=["v4-32"], count=1))
+    assert tick_reads(h, next(seq)) > IDLE_READS
+    wait_for(lambda: h.push("/push/ticks", Tick(seq=next(seq))) is not None
+             and FleetEventKind.active in new_events(h), what="the slice ACTIVE and announced")
+
+
+def test_the_backstop_runs_the_queries_again_on_its_cadence(claimer, monkeypatch):
+    """A mark left idle over an open request (a lost write) is caught on the backstop cadence: each instance runs
+    the queries again every $TPUQ_BACKSTOP_SECONDS whatever the mark says."""
+    from tpuq.claimer import idlemark
+
+    h = claimer(scenario_data(ZONES[:1], provisioning=1), backstop_seconds=0.5)
+    h.fleet(fleet_data(ZONES[:1]))
+    seq = iter(range(1000))
+    assert [tick_reads(h, next(seq)) for _ in range(2)] == [FIRST_IDLE_READS, IDLE_READS]
+    monkeypatch.setattr(idlemark, "mark_busy", lambda *a, **k: None)  # the busy marks lost
+    h.push("/push/capacity", CapacityRequest(request_id="job-1", fleet="race", types=["v4-32"], count=1))
+    wait_for(lambda: h.push("/push/ticks", Tick(seq=next(seq))) is not None
+             and FleetEventKind.active in new_events(h), what="the slice ACTIVE, seen by a backstop check")
 
 
 def test_live_slices_cost_one_read_each_and_their_changes_are_still_caught(claimer):

@@ -1,0 +1,75 @@
+"""Whether a claimer tick may stop at one read (issue 34 §1: a tick with nothing due reads ~1 document).
+
+A tick watches a fleet's open requests and live queued resources; with neither there is nothing to watch. That
+answer is kept in `claimer_ticks/{fleet}` (`idle`), so an idle fleet's tick reads that one document instead of
+the two queries that find nothing.
+
+- A tick whose queries find nothing marks the fleet idle, conditioned on the version of the mark it read first:
+  a writer that marked it busy meanwhile wins.
+- Every claimer handling that writes an open request or creates a queued resource marks the fleet busy after
+  those writes (`StateWriter.opened`; one write per such handling, none for the updates of a busy fleet's
+  records): a tick whose queries ran before the write and marks idle after it is overwritten, one that marks
+  idle before it is not guarded on the busy mark. Only the claimer writes requests and queued resources (the
+  CLI's `tpuq fleet retry` writes targets and the status, which matter only to an open request).
+- While a tick here last found the fleet busy, the next one runs its queries without reading the mark; the tick
+  whose queries first find nothing reads the mark and runs them again before marking it idle (the guard must be
+  the mark as read before the queries).
+- The lost-event backstop (a handler that died between its writes and its mark): a tick runs the two queries
+  again whatever the mark says once the backstop cadence has passed since they last found the fleet idle
+  ($TPUQ_BACKSTOP_SECONDS, `tpuq.runtime.cadence.is_due` on the mark's `at`, which that tick writes again): one
+  check a cadence for the deployment, whatever instance makes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from tpuq.contracts import store
+from tpuq.runtime import guarded
+from tpuq.runtime.cadence import is_due
+
+IDLE_FIELD = "quiet"  # no open request and no live queued resource when `at` was written
+AT_FIELD = "at"  # when the mark was last written: idle, when the queries last found nothing (the backstop's)
+
+
+@dataclass(frozen=True)
+class TickCheck:
+    """What a tick's queries last found on this instance (kept in its memory, per fleet)."""
+
+    idle: bool  # no open request, no live queued resource
+
+
+def read_mark_first(last: TickCheck | None) -> bool:
+    """Whether a tick reads the mark before its queries: not while this instance's last tick found the fleet busy
+    (the queries run anyway; the mark would be one read more on every busy tick)."""
+    return last is None or last.idle
+
+
+def tick_may_stop(mark: dict | None, now: datetime, every: timedelta) -> bool:
+    """True: the fleet is marked idle and the backstop check is not due (`AT_FIELD`: when the queries last found
+    it idle)."""
+    mark = mark or {}
+    return mark.get(IDLE_FIELD) is True and not is_due(mark.get(AT_FIELD), now, every)
+
+
+# ------------------------------------------------------------------ shell
+
+
+def _ref(db, fleet: str):
+    return db.collection(store.CLAIMER_TICKS).document(fleet)
+
+
+def read_mark(db, fleet: str):
+    """The fleet's mark (one read)."""
+    return _ref(db, fleet).get()
+
+
+def mark_idle(db, seen, now: datetime) -> bool:
+    """Mark the fleet idle unless the mark changed since `seen` (its snapshot before the tick's queries)."""
+    return guarded.commit_if_unchanged(db, guarded.WriteSet().update(seen, {IDLE_FIELD: True, AT_FIELD: now}))
+
+
+def mark_busy(db, fleet: str, now: datetime) -> None:
+    """A request or queued resource may be open or live: the next tick runs its queries."""
+    _ref(db, fleet).set({IDLE_FIELD: False, AT_FIELD: now})
