@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from tpuq.contracts import store
 from tpuq.runtime.cadence import is_due
-from tpuq.runtime.guarded import LOST_RACE
+from tpuq.runtime import guarded
 
 STATE_DOC = "state"  # executor_ticks/state
 SWEEP_AT = "sweep_at"  # when the last judging of every running attempt was claimed
@@ -52,16 +52,10 @@ def lower_judge_at(db, at: datetime | None) -> None:
     """A decision deferred to `at` by a handler that judged one attempt: record it if earlier than the one kept."""
     if at is None:
         return
-    ref = state_ref(db)
-    snap = ref.get()
+    snap = state_ref(db).get()
     if not earlier((snap.to_dict() or {}).get(JUDGE_AT) if snap.exists else None, at):
         return
-    try:
-        if snap.exists:
-            ref.update({JUDGE_AT: at}, option=db.write_option(last_update_time=snap.update_time))
-        else:
-            ref.create({JUDGE_AT: at})
-    except LOST_RACE:
+    if not guarded.commit_if_unchanged(db, guarded.WriteSet().update(snap, {JUDGE_AT: at})):
         lower_judge_at(db, at)  # another writer meanwhile: compare with what it wrote
 
 
@@ -74,15 +68,9 @@ def replace_judge_at(db, state: dict | None, at: datetime | None, now: datetime)
     value = min((t for t in (at, ahead) if t is not None), default=None)
     if value == stored:
         return
-    ref = state_ref(db)
-    snap = ref.get()
+    snap = state_ref(db).get()
     current = (snap.to_dict() or {}).get(JUDGE_AT) if snap.exists else None
     if current != stored:  # a handler recorded one meanwhile: keep whichever is earlier
         value = min((t for t in (value, current) if isinstance(t, datetime) and t > now), default=value)
-    try:
-        if snap.exists:
-            ref.update({JUDGE_AT: value}, option=db.write_option(last_update_time=snap.update_time))
-        else:
-            ref.create({JUDGE_AT: value})
-    except LOST_RACE:
+    if not guarded.commit_if_unchanged(db, guarded.WriteSet().update(snap, {JUDGE_AT: value})):
         replace_judge_at(db, state | {JUDGE_AT: current} if state else {JUDGE_AT: current}, at, now)

@@ -27,7 +27,7 @@ from datetime import datetime
 
 from tpuq.contracts import store
 from tpuq.contracts.documents import TpuDoc
-from tpuq.runtime.guarded import LOST_RACE
+from tpuq.runtime import guarded
 from tpuq.scheduler.decide import PassSnapshot, tpu_refuses_new_job
 
 PASS_DUE_FIELD = "pass_due_at"  # in scheduler_backstops/state (tpuq.scheduler.backstops.STATE_DOC)
@@ -83,19 +83,13 @@ def lower_dues(db, dues: dict[str, datetime | None]) -> None:
     dues = {f: t for f, t in dues.items() if t is not None}
     if not dues:
         return
-    ref = _state_ref(db)
-    snap = ref.get()
+    snap = _state_ref(db).get()
     stored = (snap.to_dict() or {}) if snap.exists else {}
     fields = {f: t for f, t in dues.items()
               if earlier(stored.get(f), t) and not (f == FOLLOWUP_DUE_FIELD and f not in stored)}
     if not fields:
         return
-    try:
-        if snap.exists:
-            ref.update(fields, option=db.write_option(last_update_time=snap.update_time))
-        else:
-            ref.create(fields)
-    except LOST_RACE:
+    if not guarded.commit_if_unchanged(db, guarded.WriteSet().update(snap, fields)):
         lower_dues(db, dues)  # another writer meanwhile: compare with what it wrote
 
 
@@ -106,16 +100,10 @@ def replace_due(db, field: str, state: dict | None, due: datetime | None, now: d
     state = state or {}
     if field in state and state[field] == due:
         return
-    ref = _state_ref(db)
-    snap = ref.get()
+    snap = _state_ref(db).get()
     current = (snap.to_dict() or {}).get(field) if snap.exists else None
     candidates = ([due] if due is not None else []) + ([current] if isinstance(current, datetime) and current > now
                                                        else [])
     value = min(candidates, default=None)
-    try:
-        if snap.exists:
-            ref.update({field: value}, option=db.write_option(last_update_time=snap.update_time))
-        else:
-            ref.create({field: value})
-    except LOST_RACE:
+    if not guarded.commit_if_unchanged(db, guarded.WriteSet().update(snap, {field: value})):
         replace_due(db, field, {}, due, now)
