@@ -13,9 +13,11 @@ its timeout from what is left (`Deadline.cap`): the wait for host keys, each con
 retries, each SFTP write and each SSH command. When nothing is left the step fails with `BudgetExhausted`, and the
 attempt ends `infra_failed`, saying so (`tpuq.executor.executor`).
 
-While a delivery starts an attempt it holds a lease on the attempt's record for `start_lease_seconds()`, the
-budget and the cleanup: another copy of the assignment that arrives meanwhile starts nothing
-(`tpuq.executor.decide.start_underway`).
+While a delivery starts an attempt it holds a lease on the attempt's record (`tpuq.executor.decide.start_underway`):
+`START_LEASE_SECONDS` long and renewed every `LEASE_RENEW_SECONDS` for as long as the start runs, so a delivery
+that dies (its instance killed, its container out of memory) leaves a lease that ends within a minute, not one as
+long as the whole budget. A copy of the assignment that arrives meanwhile starts nothing beside it: it waits, up to
+`UNDERWAY_WAIT_SECONDS`, for the start to end or the lease to run out (then it starts the attempt itself).
 """
 
 from __future__ import annotations
@@ -47,9 +49,18 @@ def start_budget_seconds(request: float | None = None, margin: float = START_MAR
     return request - margin
 
 
-def start_lease_seconds(budget: float | None = None) -> float:
-    """How long a delivery that starts an attempt keeps other copies of its assignment from starting it."""
-    return (start_budget_seconds() if budget is None else budget) + CLEANUP_SECONDS
+START_LEASE_SECONDS = 60.0  # a start's lease on its attempt, renewed while the start runs
+LEASE_RENEW_SECONDS = 15.0  # renewed this often: three renewals may fail (a slow Firestore) before it lapses
+UNDERWAY_POLL_SECONDS = 2.0  # a copy that found the attempt leased reads the record again this often
+# ... for at most this long: enough to see a dead holder's lease run out; a holder that is still renewing after it is
+# alive, and the copy is acknowledged (were the holder to die later, the scheduler's tick sends the assignment again).
+UNDERWAY_WAIT_SECONDS = START_LEASE_SECONDS + 2 * UNDERWAY_POLL_SECONDS
+
+
+def start_lease_seconds() -> float:
+    """How long one lease (or one renewal) of a starting delivery keeps other copies of its assignment from starting
+    the attempt."""
+    return START_LEASE_SECONDS
 
 
 class BudgetExhausted(Exception):

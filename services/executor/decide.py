@@ -48,9 +48,10 @@ def to_start(execution: Doc | None) -> bool:
 def start_underway(execution: Doc | None, now: datetime) -> bool:
     """Another delivery of the assignment is starting the attempt right now: its record is `starting` and that
     delivery's lease runs (`start_lease_until`: its start's time budget and cleanup, tpuq.executor.budget). A copy
-    then starts nothing, so no second `prepare` runs beside the first: the delivery holding the lease publishes
-    `started` or `ended`. Had it died, the scheduler's tick sends the assignment again every 5 minutes
-    (`Settings.republish_assignment_after`), and a copy that arrives after the lease starts it."""
+    then starts nothing, so no second `prepare` runs beside the first: the delivery holding the lease renews it
+    while it runs and publishes `started` or `ended`. Had it died, its lease runs out within a minute, and the
+    copy waiting for it (or a later one: Pub/Sub's redelivery, the scheduler's tick every 5 minutes,
+    `Settings.republish_assignment_after`) starts the attempt."""
     if not execution or execution.get("state") != STARTING or is_over(execution):
         return False
     until = execution.get(ExecutionDoc.field("start_lease_until"))
@@ -83,6 +84,16 @@ def lease_released(execution: Doc | None, lease_by: str) -> Doc | None:
             execution.get(ExecutionDoc.field("start_lease_by")) != lease_by:
         return None
     return ExecutionDoc.fields(start_lease_until=None)
+
+
+def lease_renewed(execution: Doc | None, lease_by: str, until: datetime) -> Doc | None:
+    """The fields that renew this delivery's lease while its start runs (tpuq.executor.budget); None when the lease
+    is no longer this delivery's to renew: released, taken over by a copy after it ran out, or the attempt started
+    or ended."""
+    if not execution or execution.get("state") != STARTING or is_over(execution) or \
+            execution.get(ExecutionDoc.field("start_lease_by")) != lease_by:
+        return None
+    return ExecutionDoc.fields(start_lease_until=until)
 
 
 def judgeable(execution: Doc | None) -> bool:

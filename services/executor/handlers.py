@@ -24,6 +24,7 @@ read from `ctx.state`.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from datetime import datetime, timedelta
 
@@ -78,8 +79,10 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
     lease_by = uuid.uuid4().hex  # this delivery, in the record's start lease
     step, stored = _record_starting(db, ref, assignment, ctx.now(), lease_by)
     if step is AssignmentStep.underway:
-        log.info("attempt %s: another delivery of its assignment is starting it (until %s): this copy starts nothing",
-                 assignment.attempt_id, stored.get(ExecutionDoc.field("start_lease_until")))
+        step, stored = _wait_while_underway(db, ref, assignment, ctx, lease_by)
+    if step is AssignmentStep.underway:
+        log.info("attempt %s: another delivery of its assignment is starting it and renews its lease (until %s): "
+                 "this copy starts nothing", assignment.attempt_id, stored.get(ExecutionDoc.field("start_lease_until")))
         return
     if step is AssignmentStep.republish:
         # Started: the executor may have died between recording it and publishing `started` (this copy is
@@ -89,7 +92,8 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
     if step is AssignmentStep.over:  # a redelivery (or a late copy) of an attempt that is over
         return
     try:
-        result = executor.start_attempt(assignment)
+        with _LeaseRenewal(db, ref, lease_by, ctx.now, _state(ctx).lease_renew_seconds):
+            result = executor.start_attempt(assignment)
     except Permanent as e:
         if not _started_meanwhile(ref):
             _publish_end(ctx, assignment, decide.cannot_start(e))
@@ -130,6 +134,55 @@ def _record_starting(db, ref, assignment: Assignment, now: datetime,
         return WriteSet().update(snap, record), (step, stored)
 
     return read_decide_commit(db, [ref], decide_start)
+
+
+def _wait_while_underway(db, ref, assignment: Assignment, ctx: Context,
+                         lease_by: str) -> tuple[AssignmentStep, dict | None]:
+    """A copy that found another delivery starting the attempt waits for that start to end, or for its lease to run
+    out (the delivery died: its instance was killed mid-start), and then does what the record says: nothing, publish
+    `started` again, or start the attempt itself. Gives up after `underway_wait_seconds` (the holder is alive and
+    renewing its lease: it publishes the end)."""
+    state = _state(ctx)
+    waited, step, stored = 0.0, AssignmentStep.underway, None
+    while waited < state.underway_wait_seconds:
+        state.sleep(budget.UNDERWAY_POLL_SECONDS)
+        waited += budget.UNDERWAY_POLL_SECONDS
+        step, stored = _record_starting(db, ref, assignment, ctx.now(), lease_by)
+        if step is not AssignmentStep.underway:
+            break
+    return step, stored
+
+
+class _LeaseRenewal:
+    """Renews this delivery's start lease every `every` seconds while the start runs, from a thread of its own (the
+    start blocks in SSH). Stops when the start ends, or when the lease is no longer this delivery's."""
+
+    def __init__(self, db, ref, lease_by: str, now, every: float):
+        self._db, self._ref, self._lease_by, self._now, self._every = db, ref, lease_by, now, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="start-lease", daemon=True)
+
+    def __enter__(self) -> "_LeaseRenewal":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            until = self._now() + timedelta(seconds=budget.start_lease_seconds())
+
+            def decide_renewal(snap):
+                fields = decide.lease_renewed(snap.to_dict(), self._lease_by, until)
+                return WriteSet().update(snap, fields), fields is not None
+
+            try:
+                if not read_decide_commit(self._db, [self._ref], decide_renewal):
+                    return
+            except Exception as e:  # noqa: BLE001 - try again at the next renewal; the lease outlasts three misses
+                log.warning("could not renew the start lease on %s: %s", self._ref.id, e)
 
 
 def _release_start(db, ref, lease_by: str) -> None:

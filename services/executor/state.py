@@ -10,6 +10,7 @@ in force (`settings.fleet`). Tests and the fleet simulator pass their own execut
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -17,6 +18,7 @@ import paramiko
 
 from tpuq.contracts import gcslayout, store
 from tpuq.contracts.documents import TpuDoc, short_node_name
+from tpuq.executor import budget
 from tpuq.executor.executor import Executor
 from tpuq.executor.objects import GcsObjectStore
 from tpuq.executor.pins import GuestAttributeHostKeys
@@ -40,6 +42,11 @@ class ExecutorState:
         # executions/{job}:{attempt} id -> when this instance last probed its workers. Kept here, not written at
         # each probe: the record is written only when a probe changes it (`decide.probe_record`).
         self._probed_at: dict[str, datetime] = {}
+        # How a copy of an assignment that found its attempt leased waits for the start underway (tests pass a
+        # fake sleep) and how often a starting delivery renews its lease (tpuq.executor.budget).
+        self.sleep: Callable[[float], None] = time.sleep
+        self.underway_wait_seconds = budget.UNDERWAY_WAIT_SECONDS
+        self.lease_renew_seconds = budget.LEASE_RENEW_SECONDS
 
     @classmethod
     def of(cls, executor, probe_every: timedelta | None) -> "ExecutorState":

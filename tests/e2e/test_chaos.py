@@ -16,10 +16,9 @@ from tests.helpers import load_benchmark
 # The suite's length (issue 34 §4): 24 jobs over 45 s (4 of them on the 4-host slice with seed 17). The faults'
 # targets scale with the window and the jobs, with a floor of one kill of each service and two preemptions of
 # each phase, so a shorter soak injects every kind, less often (2026-12-04: every kind, 0 violations). The long
-# form is `python benchmarks/chaos.py`. What the length still depends on: an executor killed while it starts an
-# attempt leaves that attempt's start lease (tpuq.executor.budget.start_lease_seconds, 510 s) to run out before a
-# copy of the assignment may start it, as Pub/Sub's redelivery would after the 600 s ack deadline; a run whose
-# kill lands on a start takes about 10 minutes, one whose kills miss takes about 3.
+# form is `python benchmarks/chaos.py`. An executor killed while it starts an attempt leaves a start lease that runs
+# out within a minute (tpuq.executor.budget.START_LEASE_SECONDS, renewed only while the start runs), and the
+# redelivered copy waiting on it starts the attempt.
 JOBS, MINUTES = 24, 0.75
 
 

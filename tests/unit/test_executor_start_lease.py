@@ -1,13 +1,18 @@
 """No second `prepare` beside a first still going (issue 32 §5): a delivery that starts an attempt holds a lease on
-its record (tpuq.executor.decide.start_underway) for its start's budget; a copy of the assignment that arrives
-meanwhile (the scheduler's tick sends one every 5 minutes while the attempt is not started; Pub/Sub delivers at
-least once) starts nothing. On the in-memory Firestore and publisher."""
+its record (tpuq.executor.decide.start_underway), renewed while its start runs; a copy of the assignment that
+arrives meanwhile (the scheduler's tick sends one every 5 minutes while the attempt is not started; Pub/Sub delivers
+at least once) starts nothing beside it. A delivery that died mid-start (issue 34 §4: the chaos soak's executor
+kill) leaves a lease that runs out within a minute, and the copy waiting for it starts the attempt. On the
+in-memory Firestore and publisher."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from datetime import timedelta
+
+import pytest
 
 from tpuq.executor import budget, decide, handlers
 from tpuq.executor.executor import StartResult
@@ -33,6 +38,7 @@ class SlowFirstStart(FakeExecutor):
 
 def test_a_copy_delivered_while_the_first_delivery_starts_the_attempt_starts_nothing():
     env = Env(SlowFirstStart())
+    env.service.state.sleep = lambda seconds: None  # the copy's wait passes at once, the first's lease still running
     first = threading.Thread(target=handlers.on_assignment, args=(ASSIGNMENT, env.ctx("executor-assignments")))
     first.start()
     try:
@@ -47,20 +53,76 @@ def test_a_copy_delivered_while_the_first_delivery_starts_the_attempt_starts_not
     assert [e["kind"] for e in env.attempt_events()] == ["started"]
 
 
-def test_a_lease_left_by_a_delivery_that_died_ends_with_its_budget():
+class FakeClock:
+    """The copy's clock and its sleep: sleeping moves the clock."""
+
+    def __init__(self, start):
+        self.at, self.slept = start, []
+
+    def now(self):
+        return self.at
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.at += timedelta(seconds=seconds)
+
+
+def test_a_lease_left_by_a_delivery_that_died_ends_within_a_minute():
+    assert budget.start_lease_seconds() <= 60 < budget.start_budget_seconds()
     env = Env()
     lease = timedelta(seconds=budget.start_lease_seconds())
     env.execution_ref().set(decide.start_record(ASSIGNMENT, NOW) | decide.start_lease(NOW + lease, "died"))
 
-    later = env.ctx("executor-assignments")
-    later.now = lambda: NOW + lease - timedelta(seconds=1)
-    handlers.on_assignment(ASSIGNMENT, later)
-    assert env.executor.starts == []
-
-    after = env.ctx("executor-assignments")
-    after.now = lambda: NOW + lease  # the tick's next copy, or Pub/Sub's redelivery after the ack deadline
-    handlers.on_assignment(ASSIGNMENT, after)
+    clock = FakeClock(NOW + timedelta(seconds=5))  # Pub/Sub's redelivery of the push the killed instance dropped
+    env.service.state.sleep = clock.sleep
+    copy = env.ctx("executor-assignments")
+    copy.now = clock.now
+    handlers.on_assignment(ASSIGNMENT, copy)
+    # The copy waited for the dead delivery's lease to run out, then started the attempt itself.
     assert env.executor.starts == ["j1-1"] and env.execution()["state"] == decide.STARTED
+    assert clock.at >= NOW + lease and sum(clock.slept) <= budget.UNDERWAY_WAIT_SECONDS
+    assert [e["kind"] for e in env.attempt_events()] == ["started"]
+
+
+def test_a_copy_gives_up_waiting_while_the_holder_renews_its_lease():
+    env = Env()
+    clock = FakeClock(NOW)
+    holder_lease = lambda: decide.start_lease(clock.at + timedelta(seconds=budget.start_lease_seconds()), "alive")
+    env.execution_ref().set(decide.start_record(ASSIGNMENT, NOW) | holder_lease())
+
+    def sleep_while_the_holder_renews(seconds):
+        clock.sleep(seconds)
+        env.execution_ref().set(holder_lease(), merge=True)
+
+    env.service.state.sleep = sleep_while_the_holder_renews
+    copy = env.ctx("executor-assignments")
+    copy.now = clock.now
+    handlers.on_assignment(ASSIGNMENT, copy)
+    assert env.executor.starts == [] and env.attempt_events() == []
+    assert sum(clock.slept) == pytest.approx(budget.UNDERWAY_WAIT_SECONDS, abs=budget.UNDERWAY_POLL_SECONDS)
+
+
+def test_a_starting_delivery_renews_its_lease_while_its_start_runs():
+    env = Env(SlowFirstStart())
+    env.service.state.lease_renew_seconds = 0.02
+    clock = FakeClock(NOW)
+    ctx = env.ctx("executor-assignments")
+    ctx.now = clock.now
+    first = threading.Thread(target=handlers.on_assignment, args=(ASSIGNMENT, ctx))
+    first.start()
+    try:
+        assert env.executor.inside.wait(10)
+        first_lease = env.execution()["start_lease_until"]
+        clock.sleep(45)  # the start runs on: SSH, the bundle
+        deadline = time.monotonic() + 10
+        while env.execution()["start_lease_until"] <= first_lease and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert env.execution()["start_lease_until"] == NOW + timedelta(seconds=45 + budget.start_lease_seconds())
+    finally:
+        env.executor.finish.set()
+        first.join(10)
+    assert env.execution()["state"] == decide.STARTED
+    assert decide.lease_renewed(env.execution(), env.execution()["start_lease_by"], NOW) is None  # started: no more
 
 
 def test_a_start_that_raised_gives_its_lease_back_for_pub_subs_redelivery():
