@@ -10,12 +10,13 @@ from tpuq.contracts.documents import JobDoc
 
 
 def nudge(clients, source: str) -> None:
-    """A tick now, so that every service applies the change at once instead of at the next scheduled tick."""
+    """A tick now, marked as a nudge, so that every service applies the change at once instead of at the next
+    scheduled tick, or (a quiet tick skips what is not due) the next run of its backstop cadence."""
     from datetime import datetime, timezone
 
     from tpuq.contracts.messages import Tick
 
-    clients.publish("ticks", Tick(at=datetime.now(timezone.utc), source=source))
+    clients.publish("ticks", Tick(at=datetime.now(timezone.utc), source=source, nudge=True))
 
 
 def request_cancel(clients, job_id: str, reason: str, requested_by: str, if_pending: bool = False,

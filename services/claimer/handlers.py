@@ -162,17 +162,18 @@ class Claimer:
                 log.warning("%s; fix: %s", status.problem, status.fix)
             self.writer.put_existing(self.fleet.name, status, now)
 
-    def tick(self) -> None:
+    def tick(self, force: bool = False) -> None:
         """A tick's watch pass, reading first only what can need acting on: a fleet marked idle, nothing
         (`idlemark`: its mark alone, the queries again on the backstop cadence; the mark is not read while this
         instance's last tick found the fleet busy, `ticks_checked`); an open request is
         planned on the whole state, as before (its query not read twice); with none, only the live queued
         resources are read and GET, and the rest of the state is loaded only if a GET says something new (`quiet`:
         the pass then runs as before, its GETs made again after the load: never decided on answers older than it).
-        An idle fleet costs its mark (two empty queries and a write when it turns idle or the backstop is due)."""
+        An idle fleet costs its mark (two empty queries and a write when it turns idle or the backstop is due).
+        `force` (a nudge: a person changed the fleet or its brakes): the queries and the watch pass run now."""
         db, now, name = self.ctx.clients.firestore, self.ctx.now(), self.fleet.name
         last, mark = self.ticks_checked.get(name), None
-        if idlemark.read_mark_first(last):
+        if idlemark.read_mark_first(last) and not force:
             mark = idlemark.read_mark(db, name)
             if idlemark.tick_may_stop(mark.to_dict(), now, self.ctx.settings.backstop_every):
                 return
@@ -187,7 +188,7 @@ class Claimer:
                 idlemark.mark_idle(db, mark, now)
                 return
             live = ClaimState(fleet=self.fleet, qrs=qrs)
-            if not tick_needs_full_state(live, self.tpu.observe_all(qrs.values()), now):
+            if not force and not tick_needs_full_state(live, self.tpu.observe_all(qrs.values()), now):
                 return
         self.watch(self.load(open_requests=requests))
 
@@ -261,7 +262,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
         with fleets.part(f"fleet {snap.id}"):
             claimer = _state(ctx).claimer(ctx, fleet_of(snap))
-            claimer.tick()
+            claimer.tick(force=tick.nudge)
             claimer.existing()
     fleets.raise_if_any()
 

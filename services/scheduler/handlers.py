@@ -237,8 +237,9 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     """Backstops, then a full pass; each part isolated, so one that fails never stops the others.
 
     The backstops for lost events run on their cadence (`backstops`), not on every tick; the follow-up of
-    unstarted assignments and the full pass run only when due (`passdue`), the pass only with a job pending. A
-    quiet tick reads `scheduler_backstops/state` alone."""
+    unstarted assignments and the full pass run only when due (`passdue`) or nudged (`Tick.nudge`: a person's
+    change, such as a fleet file applied), the pass only with a job pending. A quiet tick reads
+    `scheduler_backstops/state` alone."""
     parts = Isolated("scheduler tick", log)
     fleets: list[FleetFile | None] = []
 
@@ -278,7 +279,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     with parts.part("the scheduling pass"):
         # Only when time may have changed an answer, or on the cadence (tpuq.scheduler.passdue): every change
         # an event announces ran its own pass.
-        if (state is None or Backstop.full_pass in due or pass_due(state, ctx.now())) \
+        if (tick.nudge or state is None or Backstop.full_pass in due or pass_due(state, ctx.now())) \
                 and any_job_pending(ctx.clients.firestore):
             report = scheduling_pass(ctx, fleet(), full=True, record_due=False)
             if state is not None:

@@ -189,6 +189,10 @@ class Tick(StrictModel):
     at: datetime | None = None
     seq: int | None = None
     source: str = "tick"
+    # A person changed something no event announces (`tpuq fleet apply`, `pause`, `resume`, `drain`,
+    # `set-priority`: tpuq.operations.jobs.nudge): every service runs the work its quiet ticks skip until their
+    # cadence (the scheduler's full pass, the claimer's watch) now, not minutes later.
+    nudge: bool = False
 
 
 class CancelRequest(StrictModel):

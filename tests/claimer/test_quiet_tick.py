@@ -163,3 +163,16 @@ def test_only_a_get_that_says_something_new_loads_the_whole_state():
     # A delete asked earlier and not yet taken is sent again: something to act on, though the state is the same.
     asked = replace(live, qrs={**live.qrs, first: replace(live.qrs[first], delete_requested=True)})
     assert tick_needs_full_state(asked, same, NOW)
+
+
+def test_a_nudge_runs_the_queries_an_idle_mark_would_skip(claimer):
+    """`tpuq fleet apply` / `resume` publish a nudge: the claimer looks at its fleet now, not at the cadence's next
+    check of an idle mark."""
+    h = claimer(scenario_data(ZONES))
+    h.fleet(fleet_data(ZONES))
+    tick_reads(h, 1)  # turns idle: marked
+    assert tick_reads(h, 2) == IDLE_READS
+    db = h.clients.firestore
+    before = db.billed.reads
+    h.push("/push/ticks", Tick(seq=3, source="fleet-apply", nudge=True))
+    assert db.billed.reads - before - FLEET_DOCS > IDLE_READS  # the queries ran

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tpuq.contracts.messages import Tick
 from tpuq.claimer import handlers
 from tpuq.contracts.errors import Retryable
 from tpuq.runtime.settings import Settings
@@ -23,7 +24,7 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
     ctx = fleets_only_context({"bad": bad, "good": named(make_fleet(), "good")})
     watched = []
 
-    def tick(self):
+    def tick(self, force=False):
         if self.fleet.name == "bad":
             raise RuntimeError("queued_resources query failed")
         watched.append(self.fleet.name)
@@ -33,7 +34,7 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
                                        tpu_factory=lambda ctx: None, prechecks_factory=lambda ctx: None).state
 
     with pytest.raises(Retryable, match="bad"):  # redelivered for the fleet that failed
-        handlers.on_tick(None, ctx)
+        handlers.on_tick(Tick(), ctx)
     assert watched == ["good"]
 
 

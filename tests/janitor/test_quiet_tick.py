@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
+from tpuq.contracts.messages import Tick
 from tpuq.janitor import handlers
 
 from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WIN_ZONE
@@ -33,7 +34,7 @@ class Ticker:
     def tick(self) -> int:
         """One tick; the Firestore reads it was billed."""
         before = self.s.db.billed.reads
-        handlers.on_tick(None, self.ctx)
+        handlers.on_tick(Tick(), self.ctx)
         return self.s.db.billed.reads - before
 
 
@@ -56,14 +57,20 @@ def test_a_quiet_tick_reads_a_constant_whatever_the_fleet_holds(janitor_stack):
     assert s.deletes() == []
 
 
-def test_an_idle_tpu_past_its_timeout_goes_on_a_quiet_tick(janitor_stack):
-    s = janitor_stack
-    t = Ticker(s)
+def _one_busy_slice(s, t: Ticker) -> tuple[str, str]:
+    """A slice won and running a job, the full sweep run: its node name and its `tpus/` id."""
     s.record_request("r1", count=1)
     winner = s.create_owned("r1", WIN_ZONE)
     t.advance(ACTIVE_AFTER + 1)
     tpu_id = s.record_tpu(winner, state="busy")
     t.tick()  # the full sweep: nothing to do
+    return winner, tpu_id
+
+
+def test_an_idle_tpu_past_its_timeout_goes_on_a_quiet_tick(janitor_stack):
+    s = janitor_stack
+    t = Ticker(s)
+    winner, tpu_id = _one_busy_slice(s, t)
     s.db.collection("tpus").document(tpu_id).update({"state": "idle", "idle_since": t.now - timedelta(days=1)})
     t.advance(60)
     t.tick()  # a quiet tick: the idle rule still applies at once
@@ -120,3 +127,20 @@ def test_the_orphan_scan_reads_a_tpus_record_only_for_what_has_no_queued_resourc
     before = s.db.billed.reads
     known = janitor.known_among(listed)
     assert len(known) == 4 and s.db.billed.reads - before == 4
+
+
+def test_a_pause_nudge_deletes_an_idle_tpu_at_once(janitor_stack):
+    """`tpuq fleet pause` says idle TPUs are deleted now: its nudge runs the sweep a quiet tick leaves to the
+    cadence."""
+    from tpuq.runtime.fleetstore import set_paused
+
+    s = janitor_stack
+    t = Ticker(s)
+    winner, tpu_id = _one_busy_slice(s, t)
+    s.db.collection("tpus").document(tpu_id).update({"state": "idle", "idle_since": t.now})  # just now: within
+    t.advance(60)                                                                            # its idle timeout
+    set_paused(s.db, s.fleet.name, True, t.now, "someone")
+    before = s.db.billed.reads
+    handlers.on_tick(Tick(source="pause", nudge=True), t.ctx)
+    assert s.db.billed.reads - before > QUIET_TICK_READS
+    assert s.deleted_ids() == [winner.rsplit("/", 1)[-1]]

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tpuq.contracts.messages import Tick
 from tpuq.contracts import store
 from tpuq.contracts.errors import Retryable
 from tpuq.janitor import handlers
@@ -47,5 +48,5 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
                         lambda self, doc: passes.append((self.fleet.name, "scan", doc["every"])))
 
     with pytest.raises(Retryable, match="bad"):  # redelivered for the fleet that failed
-        handlers.on_tick(None, ctx)
+        handlers.on_tick(Tick(), ctx)
     assert passes == [("good", "sweep"), ("good", "reap_idle"), ("good", "scan", 600)]

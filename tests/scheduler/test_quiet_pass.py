@@ -49,3 +49,16 @@ def test_a_back_off_that_ends_between_cadence_runs_is_planned_at_the_next_tick(s
     assert sched.job("j1")["state"] == "pending"  # 60 s: backing off still
     _tick(sched, 2 * TICK, 3)
     assert sched.job("j1")["state"] == "assigned"  # 120 s: the first tick after it, not the cadence's (300 s)
+
+
+def test_a_nudge_runs_the_pass_a_quiet_tick_would_skip(sched):
+    """`tpuq fleet apply`, `resume` and `set-priority` change what no event announces and publish a nudge: the job
+    they free is planned at once, not at the cadence's next full pass (a fleet applied to unblock a job waited
+    up to 5 minutes for it)."""
+    sched.deliver("fleet-events", active("n1"))  # idle, nothing pending: its pass plans nothing
+    _tick(sched, timedelta(0), 1)
+    store_pending(sched.db, 1, "v4-8", "normal", "freed")  # as if the fleet change just made it runnable
+    _tick(sched, TICK, 2)
+    assert sched.job("freed-00000")["state"] == "pending"  # a quiet tick: nothing due
+    handlers.on_tick(Tick(seq=3, source="fleet-apply", nudge=True), tick_context(sched, 2 * TICK))
+    assert sched.job("freed-00000")["state"] == "assigned"
