@@ -108,5 +108,7 @@ def register(app: typer.Typer, dev_app: typer.Typer) -> None:
 
     app.command("demo")(demo)
     app.command("simulate")(simulate)
-    for name, command in (("up", dev_up), ("down", dev_down), ("env", dev_env), ("status", dev_status)):
+    from tpuq_dev.devcommands import COMMANDS
+
+    for name, command in (("up", dev_up), ("down", dev_down), ("env", dev_env), ("status", dev_status), *COMMANDS):
         dev_app.command(name)(command)

@@ -7,7 +7,7 @@ v4-8 and a 4-host v4-32 in us-central2-a/b/c, zone b stocked out):
 - a job that can only wait (pinned to the stocked-out zone): `submit --wait` says "pending" and why; Ctrl-C there
   (SIGINT) and in `tpuq watch` (tmux) says the job keeps running and how to watch it, exit 130.
 
-The 4-host job waits at a gate the test opens (a file in /dev/shm, which the fake TPU's hosts share with this
+The 4-host job waits at a gate the test opens (a file in /var/tmp, which the fake TPU's hosts share with this
 machine), so "while it runs" never depends on how fast the machine is.
 """
 
@@ -30,7 +30,7 @@ from tpuq.contracts import store
 
 DEADLINE = 300
 BUCKET = "gs://tpuq-demo-us-central2"
-GATES = Path("/dev/shm")  # not one of the paths each fake host binds its own copy over (/tmp, homes)
+GATES = Path("/var/tmp")  # the machine's own on every fake host (each has its own /tmp, homes, /dev, /proc)
 
 
 def env_of(system) -> dict[str, str]:

@@ -32,6 +32,7 @@ from tpuq.contracts import topology
 from tpuq.runtime.settings import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
 from tpuq_dev.devstack import processes
 from tpuq_dev.devstack.processes import ProcRecord
+from tpuq_dev.devstack.workerenv import host_env_args, worker_host_env
 from tpuq_dev.iam import recording
 from tpuq_dev.devstack.processes import REQUEST_TIMEOUT, START_TIMEOUT
 from tpuq.operations.stackenv import ENV_FILE_NAME, ENV_STACK_DIR, ENV_STACK_ID, StackError, default_state_dir, local_job_bucket
@@ -289,7 +290,8 @@ class DevStack:
             "fake-tpu",
             [sys.executable, "-m", "tpuq_dev.faketpu", "--host", "127.0.0.1", "--port", str(port), "--scenario",
              str(self.scenario), "--time-scale", str(self.time_scale), "--state-dir", str(self.state_dir / "faketpu"),
-             "--google-apis-port", str(google_port), *self._ssh_reachable()],
+             "--google-apis-port", str(google_port), *self._ssh_reachable(),
+             *host_env_args(worker_host_env(self.env["STORAGE_EMULATOR_HOST"]))],  # its hosts' Cloud Storage
             port, url,
         )
         # The fake TPU kills its worker hosts on SIGTERM; give it time to do so.

@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ssh-reachable", choices=("internal", "external"),
                         help="which worker address sshd answers on: internal (the SSH client is in the VPC: "
                              "vpc/iap fleets) or external (direct); default: the scenario's network.ssh_reachable")
+    parser.add_argument("--host-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="set in every SSH session on the worker hosts (repeatable), e.g. STORAGE_EMULATOR_HOST")
     args = parser.parse_args(argv)
+    host_env = dict(item.split("=", 1) for item in args.host_env if "=" in item)
+    if len(host_env) != len(args.host_env):
+        parser.error("--host-env takes KEY=VALUE")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s faketpu %(levelname)s %(message)s")
 
     try:
@@ -45,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             worker_hosts=not args.no_worker_hosts,
             ssh_reachable=args.ssh_reachable,
             google_apis_port=args.google_apis_port,
+            host_env=host_env,
         )
     except (ScenarioError, OSError, ValueError) as e:
         print(f"faketpu: {e}", file=sys.stderr)

@@ -23,7 +23,7 @@ from tpuq.contracts.documents import MaintenanceType, SymptomType, TpuHealth
 from .faults import FaultLayer, add_fault_layer
 from tpuq_dev.capacitymodel.errors import ERROR_CLASSES, HTTP_STATUS, ApiError, invalid
 from tpuq_dev.capacitymodel.render import render_node, render_operation, render_queued_resource
-from tpuq_dev.capacitymodel.model import ApiCallFault, FakeTpuWorld
+from tpuq_dev.capacitymodel.model import ApiCallFault, FakeTpuWorld, NodeState
 
 API_VERSIONS = ("v2", "v2alpha1")
 
@@ -241,6 +241,8 @@ def create_app(
     after_change: Callable[[], None] = lambda: None,
     host_info: Callable[[str], list[dict]] = lambda name: [],
     fault_layer: FaultLayer | None = None,
+    preempt_with_notice: Callable[[str, float], None] | None = None,
+    hold_device: Callable[[str, int, str], dict] | None = None,
 ) -> Flask:
     app = Flask("tpuq_dev.faketpu")
     api = RestApi(world, after_change)
@@ -277,10 +279,37 @@ def create_app(
 
     @app.post("/_fake/preempt")
     def _preempt():
-        project, zone, node_id = _split_name(control_body().get("name", ""), "nodes")
+        body = control_body()
+        project, zone, node_id = _split_name(body.get("name", ""), "nodes")
+        try:
+            notice = float(body.get("notice") or 0)
+        except (TypeError, ValueError):
+            raise invalid("'notice' must be a number of seconds", "notice") from None
+        if notice < 0:
+            raise invalid("'notice' must be 0 or more seconds", "notice")
+        if notice and preempt_with_notice is not None:
+            # The notice on the hosts' metadata servers now, the preemption `notice` real seconds later.
+            node = world.get_node(project, zone, node_id)
+            if node.state != NodeState.READY:
+                raise ApiError("FAILED_PRECONDITION", f"node {node.name} is {node.state.value}, not READY")
+            preempt_with_notice(node.name, notice)
+            return _json_response(render_node(world, node))
         node = world.preempt_node(project, zone, node_id)
         after_change()
         return _json_response(render_node(world, node))
+
+    @app.post("/_fake/hold")
+    def _hold():
+        body = control_body()
+        project, zone, node_id = _split_name(body.get("name", ""), "nodes")
+        node = world.get_node(project, zone, node_id)
+        if hold_device is None:
+            raise invalid("this fake has no worker hosts")
+        try:
+            held = hold_device(node.name, int(body.get("worker", 0)), str(body.get("device") or "/dev/vfio/0"))
+        except ValueError as e:
+            raise invalid(str(e), "worker") from None
+        return _json_response(held)
 
     @app.post("/_fake/health")
     def _set_health():

@@ -37,9 +37,16 @@ class FakeTpuControl:
     def health(self) -> dict:
         return self._call("GET", "health")
 
-    def preempt(self, node_name: str) -> dict:
-        """Preempt an ACTIVE node now: node PREEMPTED, its hosts killed, request SUSPENDING -> SUSPENDED."""
-        return self._call("POST", "preempt", json={"name": node_name})
+    def preempt(self, node_name: str, notice: float = 0) -> dict:
+        """Preempt an ACTIVE node: node PREEMPTED, its hosts killed, request SUSPENDING -> SUSPENDED. With `notice`
+        (real seconds), every host's metadata server first says preempted TRUE and maintenance-event
+        TERMINATE_ON_HOST_MAINTENANCE, and the preemption follows that long after; the call returns at once."""
+        return self._call("POST", "preempt", json={"name": node_name, "notice": notice})
+
+    def hold_device(self, node_name: str, worker: int, device: str = "/dev/vfio/0") -> dict:
+        """Start a detached process on that worker host holding `device` open, as its login user (a previous job's
+        leftover); it lives until the host stops. Returns {"worker", "device", "pid" (as the host sees it), "user"}."""
+        return self._call("POST", "hold", json={"name": node_name, "worker": worker, "device": device})
 
     def set_health(self, node_name: str, health: str, *, description: str | None = None,
                    symptom: str | None = None, details: str | None = None, worker: int = 0) -> dict:

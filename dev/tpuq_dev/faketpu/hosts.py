@@ -10,7 +10,8 @@ How a host is isolated (we run as root):
 
     setpriv --pdeathsig KILL \\
       unshare --pid --fork --kill-child --mount --propagation private \\
-        sh -c 'mount --bind ROOT/sshd /run/tpuq-faketpu/host &&
+        sh -c 'mount -t proc proc /proc && ... (hostsetup.py: its own /proc, /dev, /etc/hosts) &&
+               mount --bind ROOT/sshd /run/tpuq-faketpu/host &&
                mount --bind ROOT/home/<user> /home/<user> && ... &&
                mount --bind ROOT/tmp /tmp &&
                exec /usr/sbin/sshd -D -e -f /run/tpuq-faketpu/host/sshd_config'
@@ -33,6 +34,10 @@ How a host is isolated (we run as root):
   the wrong one is refused.
 - Host keys: ed25519 and ecdsa, like a VM has several; `host_keys()` gives
   what the guest agent would publish in guest attributes.
+- Each host has its own /proc (its processes only), /dev with the TPU device files
+  (/dev/accel*, /dev/vfio/*) and /etc/hosts naming its metadata server
+  (metadata.py: `metadata.google.internal` on the internal address, port 80,
+  served by this process; `host.metadata` is what it answers). See hostsetup.py.
 
 Public API:
 
@@ -40,15 +45,18 @@ Public API:
         "user:ssh-ed25519 AAAA... comment" lines -> {user: [public key lines]}.
     WorkerHostManager(state_dir, *, max_startups="10:30:100")
         .start_hosts(count, authorized_keys, *, label="node", env=None,
-                     timeout=15.0, external_ips=False, listen_on="internal") -> list[WorkerHost]
+                     timeout=15.0, external_ips=False, listen_on="internal", devices=4,
+                     metadata=None) -> list[WorkerHost]
             Starts `count` hosts concurrently and returns once every sshd accepts
             TCP connections. authorized_keys: {user: [key lines]}; the users are
-            created (shell /bin/sh, unlocked) when missing. env: SetEnv for sessions.
+            created (shell /bin/sh, unlocked) when missing. env: SetEnv for sessions. devices: TPU chips
+            of one host (device files). metadata: worker index -> InstanceMetadata (default: empty).
         .stop_hosts(hosts)       kill every process of those hosts, free addresses
         .stop_all()              the same for every host this manager started
         .hosts -> list[WorkerHost]
     WorkerHost (frozen): worker_index, address (where sshd listens), port (22),
-        root_dir, users, unshare_pid, init_pid, internal_address, external_address;
+        root_dir, users, unshare_pid, init_pid, internal_address, external_address, metadata (what its
+        metadata server answers: InstanceMetadata);
         .host_keys() -> {"ssh-ed25519": base64, "ecdsa-sha2-nistp256": base64};
         .connections_seen() -> [(client address, address connected to)] (not the readiness probes);
         .path_on_host("/tmp/x") -> the real path of that file (tmp and homes
@@ -77,7 +85,9 @@ from pathlib import Path
 
 from tpuq.contracts.fleet import POSIX_USER_NAME_RE
 
-RUN_DIR = Path("/run/tpuq-faketpu")
+from .hostsetup import RUN_DIR, namespace_setup, prepare_machine
+from .metadata import METADATA_PORT, InstanceMetadata, MetadataServer
+
 # Each host's namespace binds its own sshd dir here; outside /tmp on purpose.
 HOST_SSHD_MOUNT = RUN_DIR / "host"
 ADDRESS_LOCK_DIR = RUN_DIR / "addresses"
@@ -151,10 +161,11 @@ SSH_PORT = 22  # every worker host listens here, as on a TPU VM: clients never n
 
 
 class AddressPool:
-    """Hands out 127.N.x.y addresses that no other process on the machine holds and whose port 22 is free.
+    """Hands out 127.N.x.y addresses that no other process on the machine holds and whose ports 22 (sshd) and 80
+    (the metadata server) are free.
 
     An address is held by an flock (so parallel stacks and test processes never share one) and is handed out
-    only if binding its port 22 succeeds (so nothing else, ours or not, already serves there).
+    only if binding its ports succeeds (so nothing else, ours or not, already serves there).
     """
 
     FIRST_OCTET3, LAST_OCTET3 = 16, 250  # 127.0.0.x and 127.0.1.1 are the machine's own
@@ -184,13 +195,14 @@ class AddressPool:
                 except OSError:
                     os.close(fd)
                     continue
-                if not _port_is_free(address, SSH_PORT):
+                if not all(_port_is_free(address, port) for port in (SSH_PORT, METADATA_PORT)):
                     os.close(fd)
                     continue
                 self._held[address] = fd
                 self._next = (x, y)
                 return address
-        raise WorkerHostError(f"no free loopback address 127.{self._second}.x.y for a worker host")
+        raise WorkerHostError(f"no free loopback address 127.{self._second}.x.y for a worker host (each needs its "
+                              f"ports {SSH_PORT} and {METADATA_PORT} free: is something listening on 0.0.0.0 there?)")
 
     def release(self, address: str) -> None:
         with self._mutex:
@@ -247,6 +259,8 @@ class WorkerHost:
     _pidns: str = field(repr=False, compare=False)
     internal_address: str = ""
     external_address: str | None = None  # held, and served only when the host listens on it
+    metadata: InstanceMetadata = field(default_factory=InstanceMetadata, compare=False)
+    _metadata_server: MetadataServer | None = field(default=None, repr=False, compare=False)
 
     def host_keys(self) -> dict[str, str]:
         """algorithm -> base64 of this host's public host keys (what a guest agent publishes)."""
@@ -364,6 +378,8 @@ class WorkerHostManager:
         timeout: float = 15.0,
         external_ips: bool = False,
         listen_on: str = "internal",
+        devices: int = 4,
+        metadata: Sequence[InstanceMetadata] | None = None,
     ) -> list[WorkerHost]:
         """listen_on: "internal" or "external" (see Network in scenario.py); a host without an external
         address listens on its internal one."""
@@ -371,6 +387,8 @@ class WorkerHostManager:
             raise ValueError("count must be >= 1")
         if listen_on not in ("internal", "external"):
             raise ValueError(f"listen_on must be 'internal' or 'external', not {listen_on!r}")
+        if metadata is not None and len(metadata) != count:
+            raise ValueError(f"metadata for {len(metadata)} hosts, not {count}")
         _prepare_run_dirs()
         users = {name: ensure_login_user(name) for name in authorized_keys}
         with self._mutex:
@@ -380,7 +398,8 @@ class WorkerHostManager:
         try:
             for index in range(count):
                 hosts.append(self._spawn(index, base / f"worker-{index}", authorized_keys, users, env or {},
-                                         external_ips, listen_on))
+                                         external_ips, listen_on, devices,
+                                         metadata[index] if metadata is not None else InstanceMetadata()))
             self._wait_listening(hosts, timeout)
         except BaseException:
             self.stop_hosts(hosts)
@@ -397,6 +416,11 @@ class WorkerHostManager:
                     os.kill(host.init_pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        stopping = [threading.Thread(target=h._metadata_server.stop) for h in hosts if h._metadata_server]
+        for thread in stopping:  # at once: each waits for its server's poll
+            thread.start()
+        for thread in stopping:
+            thread.join()
         for host in hosts:
             try:
                 host._process.wait(timeout=10)
@@ -426,9 +450,12 @@ class WorkerHostManager:
         env: Mapping[str, str],
         external_ips: bool,
         listen_on: str,
+        devices: int,
+        metadata: InstanceMetadata,
     ) -> WorkerHost:
         internal = self._pool.acquire()
         external = None
+        metadata_server = None
         try:
             external = self._external_pool.acquire() if external_ips else None
             address = external if listen_on == "external" and external else internal
@@ -437,7 +464,8 @@ class WorkerHostManager:
             (root / "tmp").mkdir(parents=True, exist_ok=True)
             os.chmod(root / "tmp", 0o1777)
             (sshd_dir / "authorized_keys").mkdir(parents=True, exist_ok=True)
-            mounts = [f"mount --bind {shlex.quote(str(sshd_dir))} {HOST_SSHD_MOUNT}"]
+            mounts = [*namespace_setup(root, internal, devices),
+                      f"mount --bind {shlex.quote(str(sshd_dir))} {HOST_SSHD_MOUNT}"]
             for name, entry in users.items():
                 home = root / "home" / name
                 home.mkdir(parents=True, exist_ok=True)
@@ -466,6 +494,7 @@ class WorkerHostManager:
             finally:
                 log.close()
             init_pid = self._wait_for_child(process, root)
+            metadata_server = MetadataServer(internal, metadata)
             host = WorkerHost(
                 worker_index=index,
                 address=address,
@@ -478,8 +507,12 @@ class WorkerHostManager:
                 _pidns=os.readlink(f"/proc/{init_pid}/ns/pid"),
                 internal_address=internal,
                 external_address=external,
+                metadata=metadata,
+                _metadata_server=metadata_server,
             )
         except BaseException:
+            if metadata_server is not None:
+                metadata_server.stop()
             self._pool.release(internal)
             if external:
                 self._external_pool.release(external)
@@ -544,6 +577,7 @@ class WorkerHostManager:
 def _prepare_run_dirs() -> None:
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd refuses to start without it
     HOST_SSHD_MOUNT.mkdir(parents=True, exist_ok=True)
+    prepare_machine()
 
 
 def _log_tail(root: Path) -> str:

@@ -10,6 +10,10 @@ ACTIVE with nobody polling), starts the hosts of nodes whose provisioning is
 done and stops the hosts of nodes that are preempted or deleted. Host stops
 also happen synchronously after every API or control call that changes state,
 so "after preemption the connection is refused" holds as soon as the call returns.
+
+`preempt_with_notice(node, seconds)` first turns every host's metadata server to
+preempted TRUE / TERMINATE_ON_HOST_MAINTENANCE, and preempts the node `seconds` (real
+seconds: the job's clock, not the scenario's) later, as Compute Engine warns a spot VM.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from .api import CallLog, create_app
 from .faults import FaultLayer
 from tpuq_dev.capacitymodel.clock import Clock, ScaledClock
 from .googleapis import create_google_apis_app
-from .hosts import WorkerHost, WorkerHostManager, parse_ssh_keys_metadata
+from .hosts import WorkerHost, WorkerHostError, WorkerHostManager, parse_ssh_keys_metadata
+from .holders import DEFAULT_DEVICE, hold_device
+from .metadata import InstanceMetadata
 from tpuq_dev.capacitymodel.model import TPU_RUNTIME_PORT, Endpoint, FakeTpuWorld, GuestAttribute, NodeRecord
 from tpuq_dev.capacitymodel.scenario import Scenario, load_scenario, parse_scenario
 
@@ -82,10 +88,12 @@ class FakeTpuServer:
         tick_seconds: float = 0.02,
         ssh_reachable: str | None = None,
         google_apis_port: int = 0,
+        host_env: dict[str, str] | None = None,
     ) -> None:
         """ssh_reachable: "internal" | "external" overrides the scenario's network.ssh_reachable.
 
-        google_apis_port: where the Cloud Quotas and Cloud Billing stand-ins listen (`google_apis_url`)."""
+        google_apis_port: where the Cloud Quotas and Cloud Billing stand-ins listen (`google_apis_url`).
+        host_env: set in every SSH session on the worker hosts (sshd SetEnv), e.g. where Cloud Storage is."""
         if isinstance(scenario, Scenario):
             self.scenario = scenario
         elif isinstance(scenario, dict):
@@ -117,6 +125,8 @@ class FakeTpuServer:
         self._http = None
         self._threads: list[threading.Thread] = []
         self._starter = ThreadPoolExecutor(max_workers=4, thread_name_prefix="faketpu-hosts")
+        self.host_env = dict(host_env or {})
+        self._notices: list[threading.Timer] = []
         self.url: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -128,6 +138,8 @@ class FakeTpuServer:
             after_change=self.stop_unwanted_hosts,
             host_info=self.host_info,
             fault_layer=self.fault_layer,
+            preempt_with_notice=self.preempt_with_notice,
+            hold_device=self.hold_device,
         )
         self._http = make_server(
             self._bind[0], self._bind[1], app, threaded=True, request_handler=_QuietRequestHandler
@@ -157,6 +169,8 @@ class FakeTpuServer:
             return
         self._stop.set()
         self._wake.set()
+        for timer in self._notices:
+            timer.cancel()
         for http in (self._http, self._google_http):
             if http is not None:
                 http.shutdown()
@@ -207,7 +221,8 @@ class FakeTpuServer:
         try:
             hosts = self.host_manager.start_hosts(
                 node.accelerator.hosts, lenient_ssh_keys(node.ssh_keys), label=f"{node.zone}-{node.node_id}",
-                external_ips=node.enable_external_ips, listen_on=self.ssh_reachable,
+                external_ips=node.enable_external_ips, listen_on=self.ssh_reachable, env=self.host_env,
+                devices=max(1, node.accelerator.chips // node.accelerator.hosts), metadata=instance_metadata(node),
             )
         except Exception as e:
             log.exception("starting hosts of %s failed", node.name)
@@ -235,6 +250,36 @@ class FakeTpuServer:
         if to_stop:
             self.host_manager.stop_hosts(to_stop)
 
+    def preempt_with_notice(self, node_name: str, notice_seconds: float) -> None:
+        """The notice now on every host of the node (its metadata servers), the preemption `notice_seconds` later.
+        The node must be READY now; if it is not READY when the notice ends (deleted meanwhile), nothing more."""
+        for host in self.hosts_of(node_name):
+            host.metadata.give_preemption_notice()
+        project, zone, node_id = _node_parts(node_name)
+
+        def preempt() -> None:
+            try:
+                self.world.preempt_node(project, zone, node_id)
+            except Exception as e:  # noqa: BLE001 - deleted or preempted during the notice: nothing left to do
+                log.info("preemption of %s after its notice not done: %s", node_name, e)
+            self.stop_unwanted_hosts()
+
+        timer = threading.Timer(notice_seconds, preempt)
+        timer.daemon = True
+        self._notices = [t for t in self._notices if t.is_alive()] + [timer]
+        timer.start()
+
+    def hold_device(self, node_name: str, worker: int, device: str = DEFAULT_DEVICE) -> dict:
+        """A detached process on that worker holding `device` open (holders.py); ValueError for a worker the node
+        has not running."""
+        hosts = self.hosts_of(node_name)
+        if not 0 <= worker < len(hosts):
+            raise ValueError(f"worker {worker}: {node_name} has {len(hosts)} running worker host(s)")
+        try:
+            return hold_device(hosts[worker], device)
+        except WorkerHostError as e:  # e.g. no such device file on the host
+            raise ValueError(str(e)) from None
+
     def hosts_of(self, node_name: str) -> list[WorkerHost]:
         with self._hosts_lock:
             return list(self._hosts.get(node_name, []))
@@ -256,3 +301,17 @@ class FakeTpuServer:
             }
             for h in self.hosts_of(node_name)
         ]
+
+
+def _node_parts(node_name: str) -> tuple[str, str, str]:
+    parts = node_name.split("/")  # projects/P/locations/Z/nodes/N
+    return parts[1], parts[3], parts[5]
+
+
+def instance_metadata(node: NodeRecord) -> list[InstanceMetadata]:
+    """What each worker's metadata server says: the node's metadata (as created) and the attributes a TPU VM adds."""
+    given = {str(k): str(v) for k, v in (node.spec.get("metadata") or {}).items()}
+    return [InstanceMetadata(project_id=node.project,
+                             attributes={**given, "accelerator-type": node.accelerator.name,
+                                         "agent-worker-number": str(worker)})
+            for worker in range(node.accelerator.hosts)]

@@ -1,8 +1,8 @@
 """Processes and their liveness: flocks, process groups, signals, reaping.
 
 Liveness is judged by flocks rather than pids: a flock dies with its holders,
-cannot be fooled by pid reuse, and works in pid namespaces whose /proc is the
-parent's (as on the fake TPU hosts).
+cannot be fooled by pid reuse, and works whichever pid namespace's /proc a
+process sees.
 """
 
 from __future__ import annotations
