@@ -24,6 +24,7 @@ def dead_letters(topic: Optional[str] = typer.Option(None, "--topic", help="Only
 
     from tpuq.contracts import topology
     from tpuq.cli.fleet import local_zone
+    from tpuq.cli.views import tab_separated
 
     topics = [t.name for t in topology.TOPICS]
     if topic is not None and topic not in topics:
@@ -37,11 +38,15 @@ def dead_letters(topic: Optional[str] = typer.Option(None, "--topic", help="Only
     if not records:
         out.print("no refused messages" + (f" on topic {topic}" if topic else ""))
         return
-    table = Table("time", "topic", "subscription", "message id", "about", "attempts", "field", "reason")
-    for record in records:
-        r = deadletters.row(record, local_zone())
-        table.add_row(r["time"], r["topic"], r["subscription"], r["message_id"], r["what"], r["attempts"], r["field"],
-                      r["reason"])
+    header = ("time", "topic", "subscription", "message id", "about", "attempts", "field", "reason")
+    rows = [(r["time"], r["topic"], r["subscription"], r["message_id"], r["what"], r["attempts"], r["field"],
+             r["reason"]) for r in (deadletters.row(record, local_zone()) for record in records)]
+    if not out.is_terminal:  # piped: one whole line per message, the reason unwrapped (tpuq.cli.views.tab_separated)
+        print(tab_separated(header, rows))
+        return
+    table = Table(*header)
+    for r in rows:
+        table.add_row(*r)
     out.print(table)
 
 

@@ -13,7 +13,7 @@ from tpuq.cli.console import CliError, err, out
 from tpuq.cli.files import load_yaml_file, validate_data
 from tpuq.cli.views import json_default, print_job, print_job_table
 from tpuq.contracts.documents import TERMINAL_JOB_STATES, JobDoc, JobState
-from tpuq.operations.jobs import cancel_refusal, change_priority, request_cancel
+from tpuq.operations.jobs import cancel_refusal, change_priority, priority_refusal, request_cancel
 
 
 def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
@@ -276,6 +276,8 @@ def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
     priority (exit 2), as in tpu-runner."""
     from datetime import datetime, timezone
 
+    from rich.markup import escape
+
     from tpuq.contracts.jobspec import Priority
 
     try:
@@ -287,8 +289,7 @@ def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
     if result == "unknown":
         raise CliError(f"no job {job_id!r} (tpuq list shows the recent ones)")
     if result == "conflict":
-        err.print(f"[red]error:[/red] {job_id} is {job.get('state')}: set-priority changes only a pending job "
-                  "(its priority stays " f"{job.get('priority')})", highlight=False)
+        err.print(f"[red]error:[/red] {escape(priority_refusal(job_id, job))}", highlight=False)
         raise typer.Exit(EXIT_CONFLICT)
     if result == "same":
         out.print(f"{job_id} already has priority {wanted.value}")
@@ -299,21 +300,33 @@ def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
 def logs(job_id: str = typer.Argument(...),
          follow: bool = typer.Option(False, "-f", "--follow", help="Keep printing until the job ends"),
          worker: Optional[int] = typer.Option(None, "--worker", min=0, help="Only this worker"),
-         attempt: Optional[int] = typer.Option(None, "--attempt", min=1, help="Another attempt than the latest")) -> None:
-    """Print a job's logs, each line prefixed by its worker."""
+         attempt: Optional[int] = typer.Option(None, "--attempt", min=1, help="Another attempt than the latest "
+                                                                            "(tpuq status JOB lists them)")) -> None:
+    """Print a job's logs, each line prefixed by its worker, under a line naming the attempt they are of (on stderr
+    when the output is piped, so that the log itself stays clean)."""
     import time
 
     from tpuq.operations.queries import worker_log_chunks
 
     clients = cli_clients()
+    first = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
+    if attempt is not None and attempt > max(first.attempts, first.attempt):
+        made = max(first.attempts, first.attempt)
+        raise CliError(f"job {job_id} has no attempt {attempt}: " +
+                       (f"it has had {made} (1 to {made})" if made else "it has not had one yet"))
     if worker is not None:
-        _check_log_worker(clients.firestore, JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id), worker,
-                          attempt)
+        _check_log_worker(clients.firestore, first, worker, attempt)
     seen: dict[int, int] = {}
     partial: dict[int, str] = {}
+    shown = 0  # the attempt whose lines are being printed
     while True:
         job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
-        for chunk in worker_log_chunks(clients.storage, job, attempt, worker, after=seen):
+        n = attempt or job.attempt
+        if n and n != shown:  # the first read, or (following the latest) a retry began: its own header, from its start
+            _flush_partial(partial)
+            seen, partial, shown = {}, {}, n
+            _log_header(clients.firestore, job, n)
+        for chunk in worker_log_chunks(clients.storage, job, n, worker, after=seen):
             seen[chunk.worker] = chunk.seq
             text = partial.pop(chunk.worker, "") + chunk.text
             lines = text.split("\n")
@@ -323,11 +336,31 @@ def logs(job_id: str = typer.Argument(...),
         if not follow or job.terminal:
             break
         time.sleep(1.0)
-    for w, rest in sorted(partial.items()):
-        if rest:
-            print(f"[w{w}] {rest}")
+    _flush_partial(partial)
     if not seen and not follow:
         err.print(f"no logs yet for {job_id} (state {job.state})")
+
+
+def _flush_partial(partial: dict[int, str]) -> None:
+    for w, rest in sorted(partial.items()):
+        if rest:
+            print(f"[w{w}] {rest}", flush=True)
+
+
+def _log_header(db, job: JobDoc, n: int) -> None:
+    """`attempt 2 of 2 of job X (started 14:01:02 CET on tpuq-abc)` before the lines: on stdout at a terminal, on
+    stderr when stdout is piped or redirected, where the log must stay the job's own output."""
+    import sys
+    from datetime import datetime, timezone
+
+    from tpuq.cli.fleet import local_zone
+    from tpuq.contracts.documents import AttemptDoc
+    from tpuq.operations.runview import log_header
+
+    snap = db.collection(store.JOBS).document(job.id).collection(store.ATTEMPTS).document(str(n)).get()
+    doc = AttemptDoc.from_doc(snap.to_dict() or {}, snap.id) if snap.exists else None
+    line = log_header(job.id, n, max(job.attempts, job.attempt, n), doc, local_zone(), datetime.now(timezone.utc))
+    print(line, file=sys.stdout if sys.stdout.isatty() else sys.stderr, flush=True)
 
 
 def _check_log_worker(db, job: JobDoc, worker: int, attempt: Optional[int]) -> None:

@@ -29,27 +29,24 @@ def state_style(state) -> str:
 
 def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] = (), verbose: bool = False,
               now=None, tz=None) -> None:
-    """One job: its state, owner, times (local, with their zone), spec, reasons, the fleet's blocks (for a
-    pending job) and every attempt."""
+    """One job: its state, owner, times (local, with their zone, each with its own age), spec, reasons, the fleet's
+    blocks (for a pending job) and every attempt (when it started and ended). A field not set is left out."""
     from datetime import datetime, timezone
 
-    from tpuq.operations.fleetreport import local_time
-    from tpuq.operations.queries import age
+    from tpuq.operations.runview import attempt_line, job_head_fields, job_times
 
     now = now or datetime.now(timezone.utc)
     tz = tz or datetime.now().astimezone().tzinfo
     job = JobDoc.from_doc(stored, job_id)
     spec = job.spec or {}
-    out.print(f"[bold]{job_id}[/bold]  state: {state_style(job.state)}  priority: {job.priority}  "
-              f"source: {job.source}  owner: {escape(job.owner or 'unknown')}", highlight=False)
+    fields = "  ".join(f"{label}: {escape(value)}" for label, value in job_head_fields(job))
+    out.print(f"[bold]{job_id}[/bold]  state: {state_style(job.state)}  {fields}", highlight=False)
     if spec:
-        out.print(f"  tpu: {', '.join(job.spec_tpu)}   command: {spec.get('command')}", highlight=False, markup=False)
-    times = [f"{label} {local_time(when, tz, now)}" for label, when in
-             (("submitted", job.submit_time), ("started", job.started_at), ("finished", job.finished_at))
-             if isinstance(when, datetime)]
+        command = f"   command: {spec['command']}" if spec.get("command") else ""
+        out.print(f"  tpu: {', '.join(job.spec_tpu)}{command}", highlight=False, markup=False)
+    times = job_times(job, tz, now)
     if times:
-        ago = f" ({age(job.submit_time, now)} ago)" if isinstance(job.submit_time, datetime) else ""
-        out.print(f"  {', '.join(times)}{ago}", highlight=False, markup=False)
+        out.print(f"  {', '.join(times)}", highlight=False, markup=False)
     for key in ("reason", "waiting", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
         # `waiting` is not stored: the CLI adds what holds a pending job (tpuq.operations.fleetreport.annotate_waiting)
         value = (stored.get("waiting") if key == "waiting" else shown_reason(job) if key == "reason"
@@ -57,10 +54,9 @@ def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] =
         if value:
             out.print(f"  {key}: {value}", highlight=False, markup=False)
     print_blocked(blocks, list(details), verbose, indent="  ")
-    for a in (AttemptDoc.from_doc(doc) for doc in stored["attempt_history"]):
-        when = f" at {local_time(a.started_at, tz, now)}" if isinstance(a.started_at, datetime) else ""
-        out.print(f"  attempt {a.attempt}: {a.state} {a.outcome or ''} on "
-                  f"{a.tpu or '?'}{when} {('- ' + a.detail[:200]) if a.detail else ''}", highlight=False, markup=False)
+    for a in (AttemptDoc.from_doc(doc) for doc in stored.get("attempt_history") or []):
+        detail = f" - {a.detail[:200]}" if a.detail else ""
+        out.print(f"  {attempt_line(a, tz, now)}{detail}", highlight=False, markup=False)
 
 
 JOB_TABLE = ("job", "state", "priority", "tpu", "owner", "age", "reason")
@@ -89,6 +85,16 @@ def plain_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in (header, *rows)]
     return "\n".join(lines)
+
+
+def tab_separated(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """A header line, then one line per row, the cells separated by tabs, each cell whole on its line (a newline or
+    tab inside one becomes a space): what a list command prints when its output is not a terminal, for `cut -f`,
+    `awk -F'\\t'` and `grep`, as `gh` does; the boxed table, wrapped at 80 columns, is for a terminal."""
+    def cell(value) -> str:
+        return " ".join(str(value if value is not None else "").split())
+
+    return "\n".join("\t".join(cell(c) for c in r) for r in (header, *rows))
 
 
 def print_job_table(rows, now) -> None:
@@ -204,29 +210,37 @@ def print_fleet(view: dict, verbose: bool = False) -> None:
                 out.print(f"  run: {e['fix']}", highlight=False, markup=False, soft_wrap=True)
     for q in view.get("quota", []):
         out.print(f"quota {q['zone']} {q['type']}: {q['note']}", highlight=False, markup=False)
-    qrs = Table("queued resource", "zone", "type", "state", "note", title="queued resources", title_justify="left")
-    for q in view.get("queued_resources", []):
-        qrs.add_row(q.get("name", ""), q.get("zone", ""), q.get("type", ""), q.get("state", ""), q.get("note", ""))
-    out.print(qrs)
-    tpus = Table("tpu", "zone", "type", "state", "job", "idle for", "health", title="TPUs", title_justify="left")
-    for t in view.get("tpus", []):
-        tpus.add_row(t.get("short", ""), t.get("zone", ""), t.get("type", ""), t.get("state", ""), t.get("job_id") or "",
-                     t.get("idle_for", ""), t.get("health", ""))
-    out.print(tpus)
-    targets = Table("zone", "type", "quota (chips)", "racing", "held by", title="zones and types",
-                    title_justify="left")
+    qrs = [(q.get("name", ""), q.get("zone", ""), q.get("type", ""), q.get("state", ""), q.get("note", ""))
+           for q in view.get("queued_resources", [])]
+    print_rows("queued resources", ("queued resource", "zone", "type", "state", "note"), qrs)
+    tpus = [(t.get("short", ""), t.get("zone", ""), t.get("type", ""), t.get("state", ""), t.get("job_id") or "",
+             t.get("idle_for", ""), t.get("health", "")) for t in view.get("tpus", [])]
+    print_rows("TPUs", ("tpu", "zone", "type", "state", "job", "idle for", "health"), tpus)
+    targets = []
     for r in view.get("targets", []):
         quota = (f"unlimited ({r.get('quota_source')})" if r.get("quota_unlimited") else "not checked"
                  if r.get("quota_chips") is None else f"{r['quota_chips']} ({r.get('quota_source')})")
-        targets.add_row(r["zone"], r["type"], quota, ", ".join(r.get("racing") or []) or "-",
-                        "see below" if r.get("note") else "")
-    out.print(targets)
+        targets.append((r["zone"], r["type"], quota, ", ".join(r.get("racing") or []) or "-",
+                        "see below" if r.get("note") else ""))
+    print_rows("zones and types", ("zone", "type", "quota (chips)", "racing", "held by"), targets)
     # What holds a zone, in full on its own line: a raw API error or a quota detail is too long for a cell.
     for z in view.get("zones", []):
         out.print(f"zone {z['key']}: {z['note']}", highlight=False, markup=False)
         if verbose and z.get("detail"):
             out.print(f"  the API said: {z['detail']}", highlight=False, markup=False)
     print_unheld(view.get("unheld_jobs", []))
+
+
+def print_rows(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A titled table on a terminal; piped, the title and `tab_separated` lines, nothing wrapped."""
+    if not out.is_terminal:
+        print(f"{title}:")
+        print(tab_separated(header, rows))
+        return
+    table = Table(*header, title=title, title_justify="left")
+    for r in rows:
+        table.add_row(*r)
+    out.print(table)
 
 
 def print_unheld(unheld: list[dict]) -> None:

@@ -205,11 +205,20 @@ def unheld_jobs(db, now: datetime) -> list[dict[str, Any]]:
 
 
 def local_time(when: datetime, tz: tzinfo, now: datetime) -> str:
-    """`14:03 CET`; with the day when it is not today there (`Wed 02 Dec 14:03 CET`)."""
+    """`14:03:27 CET`; with the day when it is not today there (`Wed 02 Dec 14:03:27 CET`). With the seconds: a
+    back-off of 30 s printed as `14:03` at 14:03:29 says nothing about when it ends."""
     local = when.astimezone(tz)
     if local.date() != now.astimezone(tz).date():
-        return local.strftime("%a %d %b %H:%M %Z")
-    return local.strftime("%H:%M %Z")
+        return local.strftime("%a %d %b %H:%M:%S %Z")
+    return local.strftime("%H:%M:%S %Z")
+
+
+def local_time_until(when: datetime, tz: tzinfo, now: datetime) -> str:
+    """`14:03:27 CET (in 23s)`: a time to come, and how far off it is; a past one as `local_time`."""
+    from tpuq.operations.queries import age
+
+    shown = local_time(when, tz, now)
+    return f"{shown} (in {age(now, when)})" if when > now else shown
 
 
 def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzinfo,
@@ -250,6 +259,7 @@ def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzi
                 "racing": racing,
                 "backoff_until": b["until"] if b else None,
                 "backoff_until_local": local_time(b["until"], tz, now) if b else None,
+                "backoff_until_shown": local_time_until(b["until"], tz, now) if b else None,  # with "(in 23s)"
                 "capacity_failures": b["failures"] if b else 0,
                 # a stopped target (unknown error, external IP quota): its failures and the API's raw error
                 "stopped_after": b["unknown_failures"] if b and b.get("failure_class") in STOPPING_FAILURES else 0,
@@ -272,6 +282,11 @@ def quota_source(q) -> str | None:
     return "Cloud Quotas API" if q.source is QuotaSource.api else "fleet file"
 
 
+def backoff_shown(row: dict[str, Any]) -> str:
+    """When a zone's back-off ends, and how far off that is: `14:03:27 CET (in 23s)`."""
+    return row.get("backoff_until_shown") or row["backoff_until_local"]
+
+
 def target_note(row: dict[str, Any]) -> str:
     """What holds one zone and type, for people; "" when nothing does."""
     if row["dropped"]:
@@ -279,10 +294,10 @@ def target_note(row: dict[str, Any]) -> str:
     if row["skipped"]:
         return f"skipped: {row['skipped']}"
     if row["backoff_until"] and row["stopped_error"]:
-        return (f"stopped until {row['backoff_until_local']} after {row['stopped_after']} failure(s): "
+        return (f"stopped until {backoff_shown(row)} after {row['stopped_after']} failure(s): "
                 f"{row['stopped_error']}")
     if row["backoff_until"]:
-        return f"backed off until {row['backoff_until_local']} after {row['capacity_failures']} capacity failure(s)"
+        return f"backed off until {backoff_shown(row)} after {row['capacity_failures']} capacity failure(s)"
     return ""
 
 
@@ -340,10 +355,10 @@ def waiting_reason(job: dict[str, Any], views: list[dict[str, Any]], now: dateti
             elif r["skipped"]:
                 held.append(f"{r['zone']} skipped: {r['skipped']}")
             elif r["backoff_until"]:
-                held.append(f"{r['type']} in {r['zone']} backed off until {r['backoff_until_local']}")
+                held.append(f"{r['type']} in {r['zone']} backed off until {backoff_shown(r)}")
     held += existing_problems(spec, views)
     if isinstance(j.not_before, datetime) and j.not_before > now:
-        held.append(f"retry not before {local_time(j.not_before, tz, now)}")
+        held.append(f"retry not before {local_time_until(j.not_before, tz, now)}")
     if racing:
         held.insert(0, "racing " + ", ".join(racing))
     return "; ".join(held) if held else None

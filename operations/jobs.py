@@ -63,3 +63,10 @@ def shown_reason(job: JobDoc) -> str | None:
     """The job's reason, unless it only repeats the state (`reason: succeeded` under `state: succeeded`)."""
     reason = (job.reason or "").strip()
     return reason if reason and reason != job.state.value else None
+
+
+def priority_refusal(job_id: str, job: dict) -> str:
+    """`set-priority` on a job that has started or ended: it keeps its priority, named when it has one (a job
+    rejected at intake has none)."""
+    stays = f" (its priority stays {job['priority']})" if job.get("priority") else ""
+    return f"{job_id} is {job.get('state')}: set-priority changes only a pending job{stays}"

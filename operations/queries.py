@@ -72,6 +72,7 @@ class LogChunk:
     worker: int
     seq: int
     text: str
+    written_at: datetime | None = None  # when GCS stored it (the object's timeCreated): its lines carry no time
 
 
 def _log_location(job: JobDoc, attempt: int | None) -> tuple[str, int] | None:
@@ -102,7 +103,32 @@ def worker_log_chunks(storage, stored: JobDoc | Mapping[str, Any], attempt: int 
         if seq > after.get(w, -1):
             found.append((w, seq, blob))
     for w, seq, blob in sorted(found, key=lambda t: (t[0], t[1])):
-        yield LogChunk(w, seq, blob.download_as_bytes().decode("utf-8", errors="replace"))
+        written = getattr(blob, "time_created", None)
+        yield LogChunk(w, seq, blob.download_as_bytes().decode("utf-8", errors="replace"),
+                       written if isinstance(written, datetime) else None)
+
+
+def timed_log_lines(storage, stored: JobDoc | Mapping[str, Any], attempt: int | None = None,
+                    worker: int | None = None) -> list[tuple[int, int, datetime | None, str]]:
+    """Every complete line of one attempt's logs (the latest when `attempt` is None), of one worker when given:
+    (worker, the line's number in its worker's log, when the chunk that completed it was written, text), in each
+    worker's order. A worker's unfinished last line is included, at its last chunk's time.
+    `tpuq.operations.runview.merged_by_time` makes one log of them."""
+    from tpuq.operations.jobwatch import LineAssembler
+
+    assembler = LineAssembler()
+    lines: list[tuple[int, int, datetime | None, str]] = []
+    count: dict[int, int] = {}
+    last_written: dict[int, datetime | None] = {}
+    for chunk in worker_log_chunks(storage, stored, attempt, worker):
+        last_written[chunk.worker] = chunk.written_at
+        for text in assembler.feed(chunk.worker, chunk.text):
+            count[chunk.worker] = count.get(chunk.worker, 0) + 1
+            lines.append((chunk.worker, count[chunk.worker], chunk.written_at, text))
+    for w, text in assembler.flush():
+        count[w] = count.get(w, 0) + 1
+        lines.append((w, count[w], last_written.get(w), text))
+    return lines
 
 
 def worker_statuses(storage, stored: JobDoc | Mapping[str, Any], attempt: int | None = None,

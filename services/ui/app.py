@@ -113,7 +113,7 @@ def create_app(clients_factory: Callable[[], Any], now: Callable[[], datetime], 
         return render_template("_job_live.html", **_job_or_404(job_id), poll=JOB_POLL_SECONDS)
 
     def _job_or_404(job_id: str) -> dict[str, Any]:
-        view = pages.job_page(clients(), job_id, now(), tz, request.args.get("worker"))
+        view = pages.job_page(clients(), job_id, now(), tz, request.args.get("worker"), request.args.get("attempt"))
         if view is None:
             abort(404, f"no job {job_id!r}")
         return view

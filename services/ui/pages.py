@@ -40,7 +40,7 @@ def filter_jobs(rows: list[Mapping[str, Any]], priority: str | None, search: str
 
 
 def job_row(stored: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-    """One row of the Jobs page: id, name, state, priority, type, zone, age, reason."""
+    """One row of the Jobs page: id, name, state, priority, owner, attempts, type, zone, age, reason."""
     from tpuq.operations.jobs import shown_reason
     from tpuq.operations.queries import age
 
@@ -48,12 +48,21 @@ def job_row(stored: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         job = JobDoc.from_doc(stored)
     except Permanent as e:  # one unreadable job is shown as stored, not the end of the page
         return {"id": str(stored.get("id", "")), "name": "", "state": str(stored.get("state")), "priority": "",
-                "type": "", "zone": "", "age": "", "reason": str(e)}
+                "owner": "", "attempts": "", "type": "", "zone": "", "age": "", "reason": str(e)}
     reason = (f"waiting: {stored['waiting']}" if stored.get("waiting")
               else (shown_reason(job) or job.blocked or ""))
     return {"id": job.id, "name": (job.spec or {}).get("name") or "", "state": job.state.value,
-            "priority": job.priority or "", "type": ", ".join(job.spec_tpu), "zone": job.zone or "",
+            "priority": job.priority or "", "owner": job.owner or "", "attempts": attempts_cell(job),
+            "type": ", ".join(job.spec_tpu), "zone": job.zone or "",
             "age": age(job.submit_time, now), "reason": reason.strip().splitlines()[0] if reason.strip() else ""}
+
+
+def attempts_cell(job: JobDoc) -> str:
+    """How many attempts the job made, and how many of them a preemption ended: `3 (2 preempted)`; "" for none."""
+    made = max(job.attempts, job.attempt)
+    if not made:
+        return ""
+    return f"{made} ({job.preemptions} preempted)" if job.preemptions else str(made)
 
 
 def jobs_page(clients, now: datetime, tz: tzinfo, args: Mapping[str, str]) -> dict[str, Any]:
@@ -103,27 +112,33 @@ def attempt_rows(stored_attempts: list[Mapping[str, Any]], tz: tzinfo, now: date
     return rows
 
 
-def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None) -> dict[str, Any] | None:
-    """The job, its attempts, its workers (`tpuq watch`'s rows) and its log lines (of one worker when given), or
-    None when no such job is stored."""
+def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None,
+             attempt: str | None = None) -> dict[str, Any] | None:
+    """The job, its attempts, its workers (`tpuq watch`'s rows) and the log lines of one attempt (the latest, or
+    `attempt`), of every worker merged by time or of one worker when given; None when no such job is stored."""
     from tpuq.operations.jobreader import JobReader
     from tpuq.operations.fleetreport import local_time
     from tpuq.operations.jobwatch import duration, where
-    from tpuq.operations.queries import UnknownJob, attempts, get_job
+    from tpuq.operations.queries import UnknownJob, attempts, get_job, timed_log_lines
+    from tpuq.operations.runview import attempt_choices, log_header, merged_by_time
 
     try:
         stored = get_job(clients.firestore, job_id)
     except UnknownJob:
         return None
-    lines: list[tuple[int, str]] = []
-    reader = JobReader(clients, job_id, tz, details=True, on_line=lambda w, line: lines.append((w, line)))
+    reader = JobReader(clients, job_id, tz, details=True)
     watch = reader.read(now)
-    reader.finish()
     if watch is None:
         return None
-    chosen = int(worker) if worker is not None and worker.isdigit() else None
-    shown = [(w, line) for w, line in lines if chosen is None or w == chosen]
     job = JobDoc.from_doc(stored, job_id)
+    stored_attempts = attempts(clients.firestore, job_id)
+    choices = attempt_choices(stored_attempts)
+    latest = max([job.attempt, *choices], default=0)
+    asked = int(attempt) if attempt is not None and attempt.isdigit() else None
+    shown_attempt = asked if asked in choices else (job.attempt or latest)
+    chosen = int(worker) if worker is not None and worker.isdigit() else None
+    timed = timed_log_lines(clients.storage, job, shown_attempt, None) if shown_attempt else []
+    shown = [(w, line) for w, line in merged_by_time(timed) if chosen is None or w == chosen]
     spec = job.spec or {}
     workers = [{"worker": r.worker, "state": r.state, "exit_code": "" if r.exit_code is None else r.exit_code,
                 "signal": r.signal or "", "elapsed": duration(r.elapsed), "last_line": r.last_line}
@@ -131,6 +146,8 @@ def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None
     times = {label: local_time(when, tz, now) for label, when in
              (("submitted", job.submit_time), ("started", job.started_at), ("finished", job.finished_at))
              if isinstance(when, datetime)}
+    rows = attempt_rows(stored_attempts, tz, now)
+    shown_doc = next((a for a in map(AttemptDoc.from_doc, stored_attempts) if a.attempt == shown_attempt), None)
     return {
         "job": {"id": job.id, "name": spec.get("name") or "", "state": job.state.value, "priority": job.priority or "",
                 "owner": job.owner or "", "type": ", ".join(job.spec_tpu), "command": spec.get("command") or "",
@@ -138,10 +155,15 @@ def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None
                 "terminal": job.state in TERMINAL_JOB_STATES, "pending": job.state is JobState.pending,
                 "times": times, "where": where(watch), "waiting": list(watch.waiting),
                 "elapsed": duration(watch.elapsed), "exit_code": watch.exit_code},
-        "attempts": attempt_rows(attempts(clients.firestore, job_id), tz, now),
+        "attempts": rows,
         "workers": workers,
-        "worker_ids": sorted({w for w, _ in lines} | {r["worker"] for r in workers}),
+        "worker_ids": sorted({w for w, _, _, _ in timed} | {r["worker"] for r in workers}),
         "worker": chosen,
+        "attempt_ids": choices,
+        "log_attempt": shown_attempt,
+        "log_attempt_asked": asked if asked in choices else None,  # kept in the links and the poll
+        "log_header": log_header(job.id, shown_attempt, max(latest, shown_attempt), shown_doc, tz, now)
+        if shown_attempt else "",
         "log_lines": shown[-LOG_LINES_SHOWN:],
         "log_lines_cut": max(0, len(shown) - LOG_LINES_SHOWN),
         "priorities": PRIORITIES,
@@ -176,7 +198,7 @@ def cancel(clients, job_id: str, user: str, force: bool) -> tuple[str, bool]:
 
 def set_priority(clients, job_id: str, priority: str, now: datetime) -> tuple[str, bool]:
     """`tpuq set-priority JOB P`: (what happened, whether it changed)."""
-    from tpuq.operations.jobs import change_priority
+    from tpuq.operations.jobs import change_priority, priority_refusal
 
     if priority not in PRIORITIES:
         return f"priority: {priority!r} is not one of {', '.join(PRIORITIES)}", False
@@ -184,8 +206,7 @@ def set_priority(clients, job_id: str, priority: str, now: datetime) -> tuple[st
     if result == "unknown":
         return f"no job {job_id!r}", False
     if result == "conflict":
-        return (f"{job_id} is {job.get('state')}: set-priority changes only a pending job (its priority stays "
-                f"{job.get('priority')})"), False
+        return priority_refusal(job_id, job), False
     if result == "same":
         return f"{job_id} already has priority {priority}", True
     return f"{job_id}: priority {priority} (was {job.get('priority')}); the scheduler re-plans now", True

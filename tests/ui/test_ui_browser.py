@@ -9,7 +9,7 @@ to the stocked-out zone waits while the Fleet page shows that zone's back-off; c
 confirmation cancels it (Firestore says so); refused messages show on Dead letters; the Cost page draws its chart.
 
 Screenshots go to the test's tmp folder; with TPUQ_UI_README_SHOTS=1 also to docs/images/ui-*.png (docs/USING.md's).
-The running job waits at a gate the test opens (a file in /dev/shm, which the fake TPU's hosts share), so "while
+The running job waits at a gate the test opens (a file in /var/tmp, which the fake TPU's hosts share), so "while
 it runs" never depends on how fast the machine is.
 """
 
@@ -34,7 +34,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DEADLINE = 300  # seconds, for what the stack does (a TPU to become ACTIVE on a loaded machine)
 DOM_WAIT_MS = DEADLINE * 1000
-GATES = Path("/dev/shm")
+GATES = Path("/var/tmp")  # the machine's own on every fake host (each has its own /tmp, homes, /dev, /proc)
 STOCKED_OUT = "us-central2-b"
 README_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
@@ -141,7 +141,7 @@ def test_a_published_job_appears_runs_live_and_streams_its_logs_as_text(page, cl
         "id": job_id, "name": "<script>window.__ranName = 1; alert('name')</script>sweep", "tpu": "v4-8",
         "command": ("echo 'hello <script>window.__ranLog = 1; alert(\"log\")</script>'; echo first-line; "
                     f"i=0; while [ ! -e {gate} ] && [ $i -lt 1800 ]; do i=$((i+1)); sleep 0.1; done; "
-                    "echo last-line")})
+                    "echo last-line")}, owner="ui-tester")
     try:
         row = page.wait_for_selector(f'tr[data-job="{job_id}"]', timeout=DOM_WAIT_MS)  # no reload: polled in
         assert "<script>window.__ranName" in row.query_selector(".name").inner_text()
@@ -167,8 +167,15 @@ def test_a_published_job_appears_runs_live_and_streams_its_logs_as_text(page, cl
         assert page.evaluate("window.__notReloaded") is True  # every change above came in without a reload
         assert "<script>" in page.inner_text("#job-name")
         assert page.evaluate("[window.__ranName, window.__ranLog]") == [None, None] and page.dialogs == []
+        # Which attempt the logs are of (issue 35): one attempt, so no attempt picker, and its header.
+        assert page.inner_text("#log-header").startswith(f"attempt 1 of 1 of job {job_id} (started ")
+        assert page.query_selector("#log-attempts") is None
         shoot(page, "job")
         assert job_state(clients, job_id) == "succeeded"
+        page.goto(f"{page.base}/jobs")  # the list's owner and attempts columns
+        row = page.wait_for_selector(f'tr[data-job="{job_id}"]')
+        assert (row.query_selector(".owner").inner_text(), row.query_selector(".attempts").inner_text()) == \
+            ("ui-tester", "1")
     finally:
         gate.unlink(missing_ok=True)
 

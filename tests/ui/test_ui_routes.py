@@ -228,7 +228,7 @@ def test_the_fleet_page_shows_a_zones_backoff_and_the_project_block(world):
         blocked_version=version, blocked_message="<b>BILLING_DISABLED</b>", blocked_at=NOW)))
     page = client_of(world).get("/fleet/live").get_data(as_text=True)
     row = re.search(rf'<tr data-zone="{zone}" data-type="{entry.type}">(.*?)</tr>', page, re.S).group(1)
-    assert "15:05 UTC" in row and "backed off until 15:05 UTC after 2 capacity failure(s)" in row
+    assert "15:05:00 UTC" in row and "backed off until 15:05:00 UTC (in 5m) after 2 capacity failure(s)" in row
     assert "billing is disabled on the project: enable it, then tpuq fleet unblock" in page
     assert "&lt;b&gt;BILLING_DISABLED&lt;/b&gt;" in page
 

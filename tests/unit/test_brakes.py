@@ -195,8 +195,20 @@ def report(**over) -> dict:
 
 
 def test_local_time_shows_the_zone_and_the_day_when_not_today():
-    assert local_time(datetime(2026, 12, 1, 13, 3, tzinfo=timezone.utc), PARIS, NOW) == "14:03 CET"
-    assert local_time(datetime(2026, 12, 2, 13, 3, tzinfo=timezone.utc), PARIS, NOW) == "Wed 02 Dec 14:03 CET"
+    assert local_time(datetime(2026, 12, 1, 13, 3, 29, tzinfo=timezone.utc), PARIS, NOW) == "14:03:29 CET"
+    assert local_time(datetime(2026, 12, 2, 13, 3, tzinfo=timezone.utc), PARIS, NOW) == "Wed 02 Dec 14:03:00 CET"
+
+
+def test_a_retry_back_off_shows_its_seconds_and_how_far_off_it_is():
+    """Issue 35: `retry not before 17:34 UTC`, printed at 17:34:29, said nothing; now the seconds and `in 23s`."""
+    from tpuq.operations.fleetreport import local_time_until
+
+    at = datetime(2026, 12, 1, 17, 34, 29, tzinfo=timezone.utc)
+    until = datetime(2026, 12, 1, 17, 34, 52, tzinfo=timezone.utc)
+    assert local_time_until(until, timezone.utc, at) == "17:34:52 UTC (in 23s)"
+    assert local_time_until(at, timezone.utc, until) == "17:34:29 UTC"  # past: no "in"
+    job = {"state": "pending", "spec": {"tpu": ["v4-8"]}, "not_before": until}
+    assert waiting_reason(job, [], at, timezone.utc) == "retry not before 17:34:52 UTC (in 23s)"
 
 
 def test_view_per_zone_and_type_and_the_waiting_job():
@@ -213,7 +225,8 @@ def test_view_per_zone_and_type_and_the_waiting_job():
     view = build_view(f, r, [tpu(2, tpu_type="v4-8")], FleetControl("f1"), NOW, PARIS)
     rows = {row["zone"]: row for row in view["targets"]}
     assert rows["us-central2-a"]["quota_chips"] == 64 and rows["us-central2-a"]["quota_source"] == "fleet file"
-    assert rows["us-central2-a"]["backoff_until_local"] == "14:03 CET"
+    assert rows["us-central2-a"]["backoff_until_local"] == "14:03:00 CET"
+    assert rows["us-central2-a"]["backoff_until_shown"] == "14:03:00 CET (in 33m)"
     assert rows["us-central2-a"]["last_error"] == "no more capacity" and rows["us-central2-b"]["last_error"] is None
     assert rows["us-central2-b"]["racing"] == ["tq-r1-us-central2-b"] and rows["us-central2-b"]["quota_chips"] == 0
     assert "no quota: 0 chips" in rows["europe-west4-a"]["skipped"]
@@ -223,9 +236,9 @@ def test_view_per_zone_and_type_and_the_waiting_job():
     job = {"state": "pending", "spec": {"tpu": ["v4-8"]}}
     held = waiting_reason(job, [view], NOW, PARIS)
     assert held.startswith("racing v4-8 in us-central2-b; ")
-    assert "v4-8 in us-central2-a backed off until 14:03 CET" in held and "europe-west4-a skipped" in held
+    assert "v4-8 in us-central2-a backed off until 14:03:00 CET (in 33m)" in held and "europe-west4-a skipped" in held
     assert waiting_reason({**job, "spec": {"tpu": ["v4-8"], "zone": "us-central2-a"}}, [view], NOW, PARIS) == \
-        "v4-8 in us-central2-a backed off until 14:03 CET"
+        "v4-8 in us-central2-a backed off until 14:03:00 CET (in 33m)"
     assert waiting_reason({**job, "state": "running"}, [view], NOW, PARIS) is None
 
     spent = build_view(f.model_copy(update={"budget": Budget(vm_hours_per_day=2.5)}), r, [tpu(2, tpu_type="v4-8")],

@@ -24,6 +24,31 @@ class TpuState(StrEnum):
     gone = "gone"  # lost or deleted (scheduler: SUSPENDED / FAILED / GONE event; janitor: delete done)
 
 
+def lost_by_preemption(gone_reason: str | None) -> bool:
+    """Whether a gone TPU's `gone_reason` says it was preempted: its queued resource was seen SUSPENDED (a spot or
+    preemptible slice reclaimed; the node itself reads PREEMPTED). GONE (NOT_FOUND: deleted, perhaps after a
+    preemption tpuq never saw), FAILED or a janitor's delete prove no preemption."""
+    from tpuq.contracts.documents.tpuapi import QueuedResourceState
+
+    return gone_reason == QueuedResourceState.SUSPENDED.value
+
+
+def lost_node_detail(short: str | None, kind: str, failure_message: str | None = None) -> str:
+    """Why an attempt's TPU is no more, in words, from the fleet event's kind (a queued-resource state) or the
+    TPU's `gone_reason`: "TPU tpuq-abc preempted (its queued resource is SUSPENDED)", never a bare `GONE`."""
+    from tpuq.contracts.documents.tpuapi import ClaimerQrState, QueuedResourceState
+
+    node = f"TPU {short or '?'}"
+    if lost_by_preemption(kind):
+        return f"{node} preempted (its queued resource is {kind})"
+    if kind == ClaimerQrState.GONE.value:
+        return (f"{node} gone: its queued resource no longer exists (deleted outside tpuq, or a preempted TPU "
+                "deleted before tpuq saw it SUSPENDED)")
+    if kind == QueuedResourceState.FAILED.value:
+        return f"{node} failed (its queued resource is FAILED" + (f": {failure_message})" if failure_message else ")")
+    return f"{node} gone ({kind})"
+
+
 # Two meanings, two names:
 # still holds a slice of the fleet entry's `max_slices` (the scheduler's capacity cap): a TPU being deleted
 # counts until it is gone, or the scheduler would ask for a replacement while the old one still holds quota;
