@@ -15,8 +15,9 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Mapping
 
-from tpuq.contracts.documents import (ExecutionDoc, ExecutionEnd, ExecutionState, NodeHealth, TpuState,
+from tpuq.contracts.documents import (ExecutionDoc, ExecutionEnd, ExecutionState, NodeHealth, TpuDoc, TpuState,
                                       short_node_name)
+from tpuq.contracts.documents.tpus import lost_by_preemption
 from tpuq.executor.outcome import Decided, NodeState
 from tpuq.contracts.messages import Assignment, AttemptEvent, AttemptEventKind, AttemptOutcome
 
@@ -124,10 +125,14 @@ def cannot_start(reason: object) -> Decided:
 
 
 def node_state(tpu: Doc | None) -> NodeState:
-    """What the scheduler's record of the node says: gone once its queued resource or node was lost."""
+    """What the scheduler's record of the node says: preempted once its queued resource was seen SUSPENDED (its
+    `gone_reason`), gone when it was lost otherwise (NOT_FOUND, FAILED, deleted): both end the attempt preempted,
+    and the detail says which (`node preempted`, `node gone`), never more than the record proves."""
     if tpu is None:
         return NodeState.unknown
-    return NodeState.preempted if tpu.get("state") == TpuState.gone else NodeState.ready
+    if tpu.get("state") != TpuState.gone:
+        return NodeState.ready
+    return NodeState.preempted if lost_by_preemption(tpu.get(TpuDoc.field("gone_reason"))) else NodeState.gone
 
 
 def node_problem(tpu: Doc | None) -> str | None:
@@ -138,9 +143,10 @@ def node_problem(tpu: Doc | None) -> str | None:
 
 
 def start_failure(decided: Decided, node: NodeState) -> Decided:
-    """Unreachable because the node was preempted meanwhile: that is a preemption, with its own budget."""
-    if decided.outcome is AttemptOutcome.infra_failed and node is NodeState.preempted:
-        return Decided(AttemptOutcome.preempted, f"node preempted: {decided.detail}", decided.exit_codes)
+    """Unreachable because the node was preempted (or deleted) meanwhile: that is a preemption, with its own
+    budget."""
+    if decided.outcome is AttemptOutcome.infra_failed and node in (NodeState.preempted, NodeState.gone):
+        return Decided(AttemptOutcome.preempted, f"node {node.value}: {decided.detail}", decided.exit_codes)
     return decided
 
 
@@ -207,9 +213,15 @@ def unreachable_problem(probed_now: Probed, since: datetime | None, now: datetim
 
 def stop_after_end(decided: Decided, problem: str | None) -> bool:
     """Whether the workers are stopped once the end is published: the attempt ended an infrastructure failure
-    because its node turned unhealthy while it ran. The job is retried elsewhere, so what may still run there is
-    stopped, or two attempts of the job would run at once."""
-    return bool(problem) and decided.outcome is AttemptOutcome.infra_failed
+    because its node turned unhealthy while it ran, or a worker's last lines showed a known TPU runtime failure
+    (`Decided.stop_workers`). The job is retried elsewhere, so what may still run there is stopped, or two attempts
+    of the job would run at once."""
+    return decided.stop_workers or (bool(problem) and decided.outcome is AttemptOutcome.infra_failed)
+
+
+def stop_reason(decided: Decided, problem: str | None) -> str:
+    """The cancel reason the stopped workers record."""
+    return f"stopped: node unhealthy: {problem}" if problem else f"stopped: {decided.detail.splitlines()[0]}"
 
 
 def departed_nodes(kept: set[str], in_service: set[str]) -> set[str]:

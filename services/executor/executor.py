@@ -31,7 +31,9 @@ import paramiko
 from tpuq.contracts import gcslayout
 from tpuq.executor.budget import CLEANUP_SECONDS, Deadline, start_budget_seconds
 from tpuq.executor.objects import ObjectStore
-from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, Decision, NodeState, WorkerStatus, decide_outcome
+from tpuq.contracts.runtime_failures import RuntimeFailures
+from tpuq.executor.outcome import (DEFAULT_FAILURE_GRACE, PHASE_PREFLIGHT, Decided, Decision, NodeState, WorkerStatus,
+                                   decide_outcome, preflight_detail)
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource
 from tpuq.executor.ssh import ConnectionCache, ConnectPolicy, SshLogin, WorkerConnection, WorkerPool, WorkerResult
 from tpuq.executor.supervisor_bundle import build_supervisor_script
@@ -55,6 +57,8 @@ class AttemptRef:
     node: str
     bucket: str | None  # job bucket name; None when a cancel message names none
     endpoints: tuple[WorkerEndpoint, ...]
+    # What counts as a TPU runtime failure in this job's exits (its infra_failure_patterns, the built-in table).
+    runtime_failures: RuntimeFailures = RuntimeFailures()
 
     @classmethod
     def from_assignment(cls, assignment: Assignment) -> "AttemptRef":
@@ -70,6 +74,7 @@ class AttemptRef:
             node=assignment.node,
             bucket=bucket,
             endpoints=tuple(sorted(assignment.endpoints, key=lambda e: e.worker_id)),
+            runtime_failures=_runtime_failures(assignment),
         )
 
     @property
@@ -245,6 +250,11 @@ class Executor:
             if setup:
                 detail = "setup failed: " + "; ".join(f"worker {w}: {_short(m)}" for w, m in sorted(setup.items()))
                 return StartResult(False, outcome=Decided(AttemptOutcome.failed_setup, detail[:8000]), notes=notes)
+            unfit = {w: _short(r.value["reason"]) for w, r in prepared.items()
+                     if r.ok and not r.value.get("ok") and r.value.get("kind") == PHASE_PREFLIGHT}
+            if unfit:  # a TPU device or libtpu's lock held, or too little disk: the slice is quarantined
+                return StartResult(False, outcome=Decided(AttemptOutcome.infra_failed, preflight_detail(unfit)),
+                                   notes=notes)
             failed = _failures(prepared)
             if failed:
                 return StartResult(False, outcome=_infra("could not prepare", failed, deadline), notes=notes)
@@ -345,6 +355,7 @@ class Executor:
             unwritable_statuses=unwritable_statuses,
             failure_grace=self.failure_grace,
             node_problem=node_problem,
+            runtime_failures=ref.runtime_failures,
         )
 
     def probe_attempt(self, attempt: Assignment | AttemptRef) -> dict[int, WorkerProbe]:
@@ -370,6 +381,15 @@ class Executor:
                     status_error=None if s.get("supervisor_alive") else (s.get("status") or {}).get("status_upload_error"),
                 )
         return dict(sorted(probes.items()))
+
+
+def _runtime_failures(assignment: Assignment) -> RuntimeFailures:
+    """The job's reading of its exits: its own patterns, and the built-in table unless it turned that off. A cancel
+    message carries no job: the built-in table (a cancelled attempt ends cancelled whatever its last lines)."""
+    job = assignment.job
+    if job is None:
+        return RuntimeFailures()
+    return RuntimeFailures.for_job(job.infra_failure_patterns, job.builtin_infra_failure_patterns)
 
 
 def _short(error: object) -> str:

@@ -226,9 +226,9 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed(),
         # No cancel marker: the attempt did not end cancelled. Best effort: the janitor deletes the quarantined
         # TPU in any case.
         try:
-            executor.cancel_attempt(assignment, reason=f"stopped: node unhealthy: {problem}", marker=False)
+            executor.cancel_attempt(assignment, reason=decide.stop_reason(decision, problem), marker=False)
         except Exception as e:  # noqa: BLE001 - the end is published; the node is deleted anyway
-            log.warning("attempt %s: could not stop its workers on the unhealthy node: %s", assignment.attempt_id, e)
+            log.warning("attempt %s: could not stop its workers on the quarantined node: %s", assignment.attempt_id, e)
     return None
 
 

@@ -13,12 +13,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 
+from tpuq.contracts.jobspec import format_duration
 from tpuq.contracts.messages import AttemptOutcome
+from tpuq.contracts.runtime_failures import TAIL_LINES, RuntimeFailures  # the lines a detail shows, and reads
 
 DEFAULT_FAILURE_GRACE = timedelta(seconds=30)
+# How long after one worker ended on a preemption notice the others are waited for: a spot VM's notice (~30 s,
+# production-facts.md "Spot TPU preemption notice"), by whose end each worker has saved and stopped or is gone.
+NOTICE_GRACE = timedelta(seconds=30)
 NODE_UNHEALTHY = "node unhealthy"  # the head of an attempt's detail when its node's health ended it
+PREFLIGHT_FAILED = "preflight failed"  # the head of an attempt's detail when a worker's preflight found the host unfit
+# A worker's status `phase`: it ran the command, its setup failed (the job's inputs: terminal), or its preflight found
+# the host unfit (tpuq.executor.worker.preflight: an infrastructure failure, the slice quarantined).
+PHASE_RUN, PHASE_SETUP, PHASE_PREFLIGHT = "run", "setup", "preflight"
+TIMED_OUT = "timed out after"  # the head of an attempt's detail when the job's max_duration ended it
 DETAIL_LIMIT = 8000  # AttemptEvent.detail max_length
-TAIL_LINES = 20
 
 
 class NodeState(str, Enum):
@@ -37,12 +46,16 @@ class WorkerStatus:
     worker_id: int
     attempt_id: str
     ended_at: datetime
-    phase: str = "run"  # "run" | "setup"
+    phase: str = PHASE_RUN  # PHASE_RUN | PHASE_SETUP | PHASE_PREFLIGHT
     exit_code: int | None = None
     signal: str | None = None
     cancelled: bool = False
-    preempted: bool = False
+    preempted: bool = False  # the worker saw the preemption (or host maintenance) notice
+    preemption_notice: str | None = None
+    timed_out: bool = False  # the supervisor stopped the job at the job's max_duration
+    max_duration_seconds: float | None = None
     setup_error: str | None = None
+    preflight_error: str | None = None  # what the preflight found: "/dev/vfio/0 is held by pid 4711 (python3 x.py)"
     log_error: str | None = None  # the logs did not all reach GCS (e.g. a 403 on the job's bucket)
     tail: str = ""
     disk: Mapping[str, object] = field(default_factory=dict)
@@ -57,12 +70,16 @@ class WorkerStatus:
             worker_id=int(data["worker_id"]),  # type: ignore[arg-type]
             attempt_id=str(data["attempt_id"]),
             ended_at=ended,
-            phase=str(data.get("phase") or "run"),
+            phase=str(data.get("phase") or PHASE_RUN),
             exit_code=int(exit_code) if exit_code is not None else None,  # type: ignore[arg-type]
             signal=data.get("signal"),  # type: ignore[arg-type]
             cancelled=bool(data.get("cancelled")),
             preempted=bool(data.get("preempted")),
+            preemption_notice=data.get("preemption_notice"),  # type: ignore[arg-type]
+            timed_out=bool(data.get("timed_out")),
+            max_duration_seconds=data.get("max_duration_seconds"),  # type: ignore[arg-type]
             setup_error=data.get("setup_error"),  # type: ignore[arg-type]
+            preflight_error=data.get("preflight_error"),  # type: ignore[arg-type]
             log_error=data.get("log_error"),  # type: ignore[arg-type]
             tail=str(data.get("tail") or ""),
             disk=dict(data.get("disk") or {}),  # type: ignore[arg-type]
@@ -71,11 +88,15 @@ class WorkerStatus:
 
     @property
     def is_setup_failure(self) -> bool:
-        return self.phase == "setup"
+        return self.phase == PHASE_SETUP
+
+    @property
+    def is_preflight_failure(self) -> bool:
+        return self.phase == PHASE_PREFLIGHT
 
     @property
     def is_failure(self) -> bool:
-        return self.is_setup_failure or self.exit_code != 0
+        return self.is_setup_failure or self.is_preflight_failure or self.exit_code != 0
 
 
 @dataclass(frozen=True)
@@ -83,6 +104,9 @@ class Decided:
     outcome: AttemptOutcome
     detail: str
     exit_codes: dict[str, int] = field(default_factory=dict)  # AttemptEvent.exit_codes: worker id -> code
+    # Stop what still runs on the workers once the end is published: the job runs again on another slice (a known
+    # TPU runtime failure: the other workers may hang in a collective), and two attempts must not run at once.
+    stop_workers: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,11 +131,14 @@ def decide_outcome(
     unwritable_statuses: Mapping[int, str] = {},
     failure_grace: timedelta = DEFAULT_FAILURE_GRACE,
     node_problem: str | None = None,
+    runtime_failures: RuntimeFailures = RuntimeFailures(),
 ) -> Decision:
     """Decide how the attempt ended.
 
-    In order: cancelled (asked for, or any worker says so); succeeded (every worker
-    exited 0 — even if the node went away afterwards); failed_setup (any worker's
+    In order: cancelled (asked for, or any worker says so); failed, "timed out after 2h" (a worker's supervisor
+    stopped the job at its max_duration: terminal, whatever the exit codes); succeeded (every worker
+    exited 0 — even if the node went away afterwards — and none was stopped by a preemption notice, since a job
+    that checkpoints on SIGTERM and exits 0 has not finished); failed_setup (any worker's
     setup failed: nothing was launched); preempted (node preempted or gone, a worker
     saw the preemption notice, or a host lost its supervisor without a status);
     failed (every worker ended and one exited non-zero, or the first failure is
@@ -122,17 +149,24 @@ def decide_outcome(
     that has not succeeded, failed its setup or been preempted as an infrastructure failure, like a lost host: the
     job is retried from the infrastructure budget, in its region, and the TPU is not used again.
 
+    A worker whose preflight found the host unfit (a TPU device or libtpu's lock held by another process, too little
+    disk) ends the attempt as an infrastructure failure at once, naming the worker and what it found: nothing ran.
+    An attempt that would end `failed` ends `infra_failed` instead when the last lines of its FIRST failing worker
+    match a known TPU runtime failure (`runtime_failures`: the built-in table of tpuq.contracts.runtime_failures and
+    the job's own patterns). Either way the scheduler quarantines the slice (never assigned again, deleted by the
+    janitor) and retries the job from its infrastructure budget.
+
     A worker whose logs did not all reach GCS says so in every decision's detail, so that no attempt reads
     `succeeded` without it. `unwritable_statuses` (worker -> reason, from the probe: the supervisor ended
     but GCS refused its status object) ends the attempt as an infrastructure failure with that reason.
     """
     decision = _decide(worker_count, statuses, node_state, now, cancel_requested, lost_workers,
-                       unwritable_statuses, failure_grace, node_problem)
+                       unwritable_statuses, failure_grace, node_problem, runtime_failures)
     warnings = _log_warnings(statuses)
     if isinstance(decision, Decided) and warnings:
         head, _, rest = decision.detail.partition("\n")  # the warning before any log tail, where it is seen
         detail = f"{head}, but {warnings}" + (f"\n{rest}" if rest else "")
-        return Decided(decision.outcome, _limit(detail), decision.exit_codes)
+        return Decided(decision.outcome, _limit(detail), decision.exit_codes, decision.stop_workers)
     return decision
 
 
@@ -156,6 +190,7 @@ def _decide(
     unwritable_statuses: Mapping[int, str],
     failure_grace: timedelta,
     node_problem: str | None = None,
+    runtime_failures: RuntimeFailures = RuntimeFailures(),
 ) -> Decision:
     exit_codes = {str(w): s.exit_code for w, s in sorted(statuses.items()) if s.exit_code is not None}
     ended = [statuses[w] for w in range(worker_count) if w in statuses]
@@ -163,7 +198,10 @@ def _decide(
 
     if cancel_requested or any(s.cancelled for s in ended):
         return Decided(AttemptOutcome.cancelled, "cancelled", exit_codes)
-    if all_ended and not any(s.is_failure for s in ended):
+    timed_out = sorted((s for s in ended if s.timed_out), key=lambda s: (s.ended_at, s.worker_id))
+    if timed_out:
+        return Decided(AttemptOutcome.failed, _timed_out_detail(timed_out), exit_codes)
+    if all_ended and not any(s.is_failure or s.preempted for s in ended):
         return Decided(AttemptOutcome.succeeded, f"{all_workers(worker_count)} exited 0", exit_codes)
     setup_failures = [s for s in ended if s.is_setup_failure]
     if setup_failures:
@@ -171,10 +209,24 @@ def _decide(
     if node_state in (NodeState.preempted, NodeState.gone):
         return Decided(AttemptOutcome.preempted, f"node {node_state.value}", exit_codes)
     if any(s.preempted for s in ended):
-        workers = ", ".join(str(s.worker_id) for s in ended if s.preempted)
-        return Decided(AttemptOutcome.preempted, f"worker {workers} saw the preemption notice", exit_codes)
+        noticed = sorted((s for s in ended if s.preempted), key=lambda s: (s.ended_at, s.worker_id))
+        save_until = noticed[0].ended_at + NOTICE_GRACE
+        if not all_ended and now < save_until:
+            # The others are saving their checkpoints (the worker that writes them may be the slowest): ending the
+            # attempt now would free the slice for deletion under them.
+            return Wait(f"worker {noticed[0].worker_id} saw the notice; waiting for the others to save and stop",
+                        until=save_until)
+        workers = ", ".join(str(s.worker_id) for s in noticed)
+        what = next((s.preemption_notice for s in noticed if s.preemption_notice not in (None, "preempted")), None)
+        notice = f"the notice of {what}" if what else "the preemption notice"
+        return Decided(AttemptOutcome.preempted, f"worker {workers} saw {notice}", exit_codes)
     if node_problem:
         return Decided(AttemptOutcome.infra_failed, _limit(f"{NODE_UNHEALTHY}: {node_problem}"), exit_codes)
+    preflight_failures = [s for s in ended if s.is_preflight_failure]
+    if preflight_failures:
+        return Decided(AttemptOutcome.infra_failed,
+                       preflight_detail({s.worker_id: s.preflight_error or "unfit" for s in preflight_failures}),
+                       exit_codes)
     unwritable = {w: why for w, why in sorted(unwritable_statuses.items()) if w not in statuses}
     if unwritable:
         return Decided(AttemptOutcome.infra_failed,
@@ -193,13 +245,33 @@ def _decide(
     decide_at = failures[0].ended_at + failure_grace
     if all_ended or now >= decide_at:
         missing = [w for w in range(worker_count) if w not in statuses]
-        return Decided(AttemptOutcome.failed, _failure_detail(failures, missing), exit_codes)
+        detail = _failure_detail(failures, missing)
+        known = runtime_failures.find(failures[0].tail)
+        if known is not None:
+            first = failures[0].worker_id
+            head = f"worker {first}'s last lines show a TPU runtime failure ({known.name}): {known.line}"
+            return Decided(AttemptOutcome.infra_failed, _limit(f"{head}; {detail}"), exit_codes, stop_workers=True)
+        return Decided(AttemptOutcome.failed, detail, exit_codes)
     return Wait(f"worker {failures[0].worker_id} failed; waiting for the other workers", until=decide_at)
+
+
+def _timed_out_detail(stopped: list[WorkerStatus]) -> str:
+    first = stopped[0]
+    limit = f" {format_duration(first.max_duration_seconds)}" if first.max_duration_seconds else ""
+    workers = ", ".join(str(s.worker_id) for s in stopped)
+    head = f"{TIMED_OUT}{limit} (max_duration): worker {workers} stopped"
+    tail = "\n".join(first.tail.rstrip("\n").splitlines()[-TAIL_LINES:])
+    return _limit(f"{head}\nlast lines of worker {first.worker_id}:\n{tail}" if tail else head)
 
 
 def all_workers(count: int) -> str:
     """`the 1 worker`, `all 4 workers`: a slice's workers, said of every one of them."""
     return "the 1 worker" if count == 1 else f"all {count} workers"
+
+
+def preflight_detail(findings: Mapping[int, str]) -> str:
+    """'preflight failed: worker 2: /dev/vfio/0 is held by pid 4711 (python3 train.py)', one clause per worker."""
+    return _limit(f"{PREFLIGHT_FAILED}: " + "; ".join(f"worker {w}: {why}" for w, why in sorted(findings.items())))
 
 
 def _setup_detail(failures: list[WorkerStatus]) -> str:

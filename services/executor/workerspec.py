@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tpuq.contracts.errors import Permanent
-from tpuq.contracts.jobspec import RESERVED_ENV_PREFIX, RUNNER_ENV, CacheSpec, split_gs_uri
+from tpuq.contracts.jobspec import ATTEMPT_ENV, RESERVED_ENV_PREFIX, RUNNER_ENV, CacheSpec, split_gs_uri
 from tpuq.contracts.messages import Assignment, AssignmentAction, WorkerEndpoint
 from tpuq.contracts.tputypes import zone_region
 
@@ -22,7 +22,17 @@ from tpuq.contracts import gcslayout
 WORKER_SPEC_VERSION = 1  # worker.spec.SPEC_VERSION
 GCS_API_BASE = "https://storage.googleapis.com"
 METADATA_TOKEN_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+# The preemption notice (TRUE/FALSE) and the host maintenance event (NONE, TERMINATE_ON_HOST_MAINTENANCE, ...), read
+# with the header Metadata-Flavor: Google (https://cloud.google.com/compute/docs/instances/create-use-spot and
+# https://cloud.google.com/compute/docs/metadata/getting-live-migration-notice). The supervisor polls both while the
+# job runs (tpuq.executor.worker.notice).
 METADATA_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
+METADATA_MAINTENANCE_EVENT_URL = "http://metadata.google.internal/computeMetadata/v1/instance/maintenance-event"
+# A spot VM gets 30 s between the notice (ACPI G2 Soft Off) and its power-off (Compute Engine API, Scheduling.
+# skipGuestOsShutdown: "120 seconds ... for Standard VMs and 30 seconds for Spot VMs", https://cloud.google.com/
+# compute/docs/reference/rest/v1/instances; production-facts.md "Spot TPU preemption notice"). The job gets 25 s of
+# them to checkpoint after its SIGTERM; the last 5 are the supervisor's, to upload the logs and the status object.
+PREEMPTION_GRACE_SECONDS = 25.0
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -33,10 +43,18 @@ class WorkerSettings:
     gcs_api_base: str = GCS_API_BASE
     token_url: str | None = METADATA_TOKEN_URL
     preempted_url: str | None = METADATA_PREEMPTED_URL
+    maintenance_event_url: str | None = METADATA_MAINTENANCE_EVENT_URL
     log_flush_seconds: float = 2.0
     cancel_grace_seconds: float = 30.0
+    preemption_grace_seconds: float = PREEMPTION_GRACE_SECONDS  # SIGTERM on the notice, SIGKILL this much later
     stale_grace_seconds: float = 10.0
     libtpu_lockfile: str = "/tmp/libtpu_lockfile"
+    # The worker's preflight (tpuq.executor.worker.preflight): where it reads the processes, which device files are
+    # the TPU's (libtpu opens /dev/accel* or /dev/vfio/*: openxla/xla tpu_initialize_util.cc), and the free disk it
+    # asks for (the bundle's size is not known before its download, so a floor).
+    proc_root: str = "/proc"
+    tpu_device_globs: tuple[str, ...] = ("/dev/accel*", "/dev/vfio/*")
+    preflight_min_free_bytes: int = 1 << 30
     python: str = "/usr/bin/python3"
     gcs_retry_delay_seconds: float = 0.5  # first back-off of the bundle download; doubles, 4 tries
     status_upload_deadline_seconds: float = 900.0  # the status object is how the system learns the end: insist
@@ -46,8 +64,9 @@ class WorkerSettings:
 
     @classmethod
     def for_emulator(cls, storage_emulator_host: str, **overrides) -> "WorkerSettings":
-        """Local stack: fake-gcs-server without auth, no metadata server."""
-        return cls(gcs_api_base=storage_emulator_host.rstrip("/"), token_url=None, preempted_url=None, **overrides)
+        """Local stack: fake-gcs-server without auth (no token). The notice URLs stay production's: the fake's worker
+        hosts resolve metadata.google.internal to a metadata server of their own (tpuq_dev.faketpu.metadata)."""
+        return cls(gcs_api_base=storage_emulator_host.rstrip("/"), token_url=None, **overrides)
 
     def __post_init__(self) -> None:
         if not 0 < self.log_flush_seconds <= 5:
@@ -66,6 +85,9 @@ class RunnerEnv:
     job_bucket: str  # gs://bucket
     attempt_gcs_dir: str
     checkpoint_gcs_dir: str
+    attempt: int = 1
+    preemptions: int = 0  # the job's, before this attempt
+    resuming: bool = False  # an earlier attempt of the job started
 
     def as_env(self) -> dict[str, str]:
         env = {
@@ -81,7 +103,12 @@ class RunnerEnv:
             "CHECKPOINT_GCS_DIR": self.checkpoint_gcs_dir,
         }
         assert set(env) == RUNNER_ENV, "RunnerEnv and jobspec.RUNNER_ENV disagree"
-        return env
+        # TPUQ_RESUMING is absent on a first run, so that `[ -n "$TPUQ_RESUMING" ]` and os.environ.get() both read it.
+        standing = {"TPUQ_ATTEMPT": str(self.attempt), "TPUQ_PREEMPTIONS": str(self.preemptions)}
+        if self.resuming:
+            standing["TPUQ_RESUMING"] = "1"
+        assert set(standing) <= ATTEMPT_ENV, "RunnerEnv and jobspec.ATTEMPT_ENV disagree"
+        return env | standing
 
 
 def build_worker_env(job_env: Mapping[str, str], runner: RunnerEnv) -> dict[str, str]:
@@ -122,6 +149,9 @@ class AttemptPlan:
     attempt_gcs_dir: str
     checkpoint_gcs_dir: str
     worker_hosts: tuple[str, ...] = field(default=())
+    preemptions: int = 0
+    resuming: bool = False
+    max_duration_seconds: int | None = None  # the job's max_duration: the longest one attempt may run
 
     @classmethod
     def from_assignment(cls, assignment: Assignment) -> "AttemptPlan":
@@ -154,6 +184,9 @@ class AttemptPlan:
             or gcslayout.default_checkpoint_gcs_dir(bucket, assignment.job_id),
             # Internal addresses in worker order: libtpu reads TPU_WORKER_HOSTNAMES to find its peers.
             worker_hosts=tuple(e.ip for e in endpoints),
+            preemptions=assignment.preemptions,
+            resuming=assignment.resuming,
+            max_duration_seconds=job.max_duration,
         )
 
     @property
@@ -170,6 +203,9 @@ class AttemptPlan:
             job_bucket=f"gs://{self.bucket}",
             attempt_gcs_dir=self.attempt_gcs_dir,
             checkpoint_gcs_dir=self.checkpoint_gcs_dir,
+            attempt=self.attempt,
+            preemptions=self.preemptions,
+            resuming=self.resuming,
         )
 
     def worker_spec(self, worker_id: int, home: str, settings: WorkerSettings) -> dict:
@@ -198,10 +234,18 @@ class AttemptPlan:
                 "status_deadline_seconds": settings.status_upload_deadline_seconds,
             },
             "preempted_url": settings.preempted_url,
+            "maintenance_event_url": settings.maintenance_event_url,
+            "max_duration_seconds": self.max_duration_seconds,
             "log_flush_seconds": settings.log_flush_seconds,
             "cancel_grace_seconds": settings.cancel_grace_seconds,
+            "preemption_grace_seconds": settings.preemption_grace_seconds,
             "stale_grace_seconds": settings.stale_grace_seconds,
             "libtpu_lockfile": settings.libtpu_lockfile,
+            "preflight": {
+                "proc_root": settings.proc_root,
+                "device_globs": list(settings.tpu_device_globs),
+                "min_free_bytes": settings.preflight_min_free_bytes,
+            },
         }
 
 

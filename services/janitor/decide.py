@@ -261,6 +261,8 @@ def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime, paused:
 
 def idle_delete_reason(tpu: TpuDoc, fleet: FleetFile, paused: bool) -> str:
     """What tpus/{id}.delete_reason records for an idle TPU the janitor deletes."""
+    if tpu.quarantined:  # deleted at once, whatever its idle time: say why (a dirty host, a lost one, ...)
+        return f"quarantined: {tpu.quarantine_reason or 'its last attempt could not finish on it'}"
     if paused:
         return "idle while the fleet is paused"
     return f"idle longer than {fleet.idle_timeout_for(tpu.entry_id)} s"

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuq.contracts import store
-from tpuq.contracts.documents import ExecutionEnd, JobDoc, JobState, TpuState, execution_doc_id, short_node_name
+from tpuq.contracts.documents import (ExecutionEnd, JobDoc, JobState, TpuDoc, TpuState, execution_doc_id,
+                                      short_node_name)
 from tpuq.contracts.errors import Permanent, Retryable
 from tpuq.contracts.fleet import FleetFile, RetryBudgets
 from tpuq.runtime.guarded import WriteSet, commit_if_unchanged, read_decide_commit
@@ -127,15 +128,19 @@ def _record_health(event: FleetEvent, ctx: Context) -> bool:
 
 
 def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
-    """TPU -> gone; an attempt on it counts as preempted (once). True if a job went back to pending."""
+    """TPU -> gone; an attempt on it counts as preempted (once). True if a job went back to pending, or a
+    quarantined TPU is gone now: its place in the fleet's count is free, and the job whose attempt failed on it (a
+    dirty host, an unhealthy node) may ask for a fresh slice now rather than at the next backstop pass."""
     db = ctx.clients.firestore
     tpu_ref = _tpus(ctx).document(short_node_name(event.node))
     for _ in range(3):
         holder = (tpu_ref.get().to_dict() or {}).get("job_id")
         refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else [])
         recorded = _recorded_end(db, holder, ctx) if holder else {}
+        quarantined: list[bool] = []
 
-        def decide(tpu_snap, job_snap=None, holder=holder, recorded=recorded):
+        def decide(tpu_snap, job_snap=None, holder=holder, recorded=recorded, quarantined=quarantined):
+            quarantined[:] = [bool((tpu_snap.to_dict() or {}).get(TpuDoc.field("quarantined")))]
             job = job_snap.to_dict() if job_snap else None
             lost = lifecycle.node_lost(tpu_snap.to_dict(), holder, job, event, _budgets(fleet), ctx.now(), ctx.rng,
                                        recorded)
@@ -148,7 +153,8 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
 
         lost = read_decide_commit(db, refs, decide)
         if not lost.job_moved:
-            return bool(lost.end and lost.end.job and _requeued(lost.end.job))
+            requeued = bool(lost.end and lost.end.job and _requeued(lost.end.job))
+            return requeued or bool(lost.tpu and quarantined and quarantined[0])
     raise Retryable(f"TPU {event.node} keeps changing hands")
 
 
@@ -194,7 +200,7 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
         now = ctx.now()
         end = lifecycle.attempt_ended(job.to_dict(), event.attempt, event.outcome, event.detail, _budgets(fleet), now,
                                       ctx.rng)
-        suspect = lifecycle.suspect_reason(event.attempt_id, event.outcome)
+        suspect = lifecycle.suspect_reason(event.attempt_id, event.outcome, event.detail)
         freed = lifecycle.tpu_freed(tpu.to_dict(), event.attempt_id, now, suspect)
         writes = WriteSet().update(job, end.job).merge(attempt_ref, end.attempt).update(tpu, freed)
         return writes, (end, freed)

@@ -21,6 +21,7 @@ from typing import Any
 from tpuq.contracts import gcslayout
 from tpuq.contracts.documents import (AttemptDoc, AttemptState, ExecutionDoc, ExecutionEnd, ExecutionState, JobDoc, TpuDoc,
                                       TpuState, short_node_name)
+from tpuq.contracts.documents.tpus import lost_by_preemption, lost_node_detail
 from tpuq.contracts.fleet import FleetFile, RetryBudgets
 from tpuq.contracts.jobspec import JobSpec, PublishedJob
 from tpuq.contracts.jobstate import still_unstarted, IllegalTransition, JobEvent, JobState, RetryDecision, retry_decision, transition
@@ -234,6 +235,8 @@ def assignment(stored: Doc, tpu: Doc, match: Match, runner_bucket: str | None,
             job_bucket=bucket,
             attempt_gcs_dir=attempt_dir,
             checkpoint_gcs_dir=checkpoints,
+            preemptions=job.preemptions,
+            resuming=earlier_attempt_started(job),
             at=now,
         ),
         withdraw_request_id=served if served and served != tpu.get("request_id") else None,
@@ -257,8 +260,19 @@ def assignment_message(stored: Doc, tpu_endpoints: list[Doc], now: datetime,
         job_bucket=job.job_bucket if run else None,
         attempt_gcs_dir=job.attempt_gcs_dir if run else None,
         checkpoint_gcs_dir=job.checkpoint_gcs_dir if run else None,
+        preemptions=job.preemptions if run else 0,
+        resuming=earlier_attempt_started(job) if run else False,
         at=now,
     )
+
+
+def earlier_attempt_started(job: JobDoc) -> bool:
+    """Whether an attempt before the one being assigned (a pending job) or sent again (an assigned one) started, for
+    TPUQ_RESUMING: every start writes the job's `started_at` and nothing clears it, so a pending job with one had an
+    attempt start, and an assigned job had one start before its current assignment (`assigned_at`)."""
+    if job.started_at is None:
+        return False
+    return job.assigned_at is None or job.state is JobState.pending or job.started_at < job.assigned_at
 
 
 # ---------------------------------------------------------------- attempts
@@ -524,13 +538,19 @@ def node_lost(tpu: Doc | None, holder_read: str | None, stored_job: Doc | None, 
         end = attempt_ended(stored_job, job.attempt, AttemptOutcome(recorded.outcome), recorded.detail, budgets,
                             now, rng)
     else:
+        # A GONE after the SUSPENDED this TPU recorded is still the preemption (tpus.lost_node_detail's words).
+        recorded_gone = stored.get(TpuDoc.field("gone_reason"))
+        kind = recorded_gone if lost_by_preemption(recorded_gone) else event.kind.value
         end = attempt_ended(stored_job, job.attempt, AttemptOutcome.preempted,
-                            f"TPU {stored.get('short')} {event.kind.value}", budgets, now, rng)
+                            lost_node_detail(stored.get("short"), kind, event.failure_message), budgets, now, rng)
     return NodeLost(gone, end)
 
 
-def suspect_reason(attempt_id: str, outcome: AttemptOutcome) -> str | None:
-    """Why a TPU is not to be trusted again after this end (see `tpu_freed`); None when it is."""
+def suspect_reason(attempt_id: str, outcome: AttemptOutcome, detail: str | None = None) -> str | None:
+    """Why a TPU is not to be trusted again after this end (see `tpu_freed`); None when it is. With the first line of
+    the end's detail, so that the quarantine names its cause ("preflight failed: worker 2: /dev/vfio/0 is held by
+    pid 4711 (python3 train.py)", a known TPU runtime failure, an unhealthy node)."""
     if outcome in (AttemptOutcome.preempted, AttemptOutcome.infra_failed):
-        return f"attempt {attempt_id} ended {outcome.value}"
+        why = (detail or "").strip().split("\n", 1)[0]
+        return f"attempt {attempt_id} ended {outcome.value}" + (f": {why}" if why else "")
     return None

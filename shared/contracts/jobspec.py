@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -23,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from tpuq.contracts.runtime_failures import MAX_PATTERNS, check_pattern
 from tpuq.contracts.tputypes import UnknownAcceleratorType, parse_accelerator_type, zone_region
 
 # Variables the runner sets on every worker; a job may not override them.
@@ -41,6 +43,10 @@ RUNNER_ENV = frozenset(
     }
 )
 RESERVED_ENV_PREFIX = "TPUQ_"
+# Where an attempt stands, set by the runner on every worker (names under RESERVED_ENV_PREFIX, so no job sets them):
+# the attempt's number (1, 2, ...), the job's preemptions before this attempt, and "1" when an earlier attempt of the
+# job started (absent otherwise), so that a job restores its checkpoint without guessing.
+ATTEMPT_ENV = frozenset({"TPUQ_ATTEMPT", "TPUQ_PREEMPTIONS", "TPUQ_RESUMING"})
 # `tpu: any` (tpu-runner's): any TPU type the fleet offers. Stored as the one-element list ["any"].
 ANY_TPU = "any"
 
@@ -153,6 +159,47 @@ class CacheSpec(StrictModel):
         return "/".join(parts)
 
 
+# `max_duration` (dstack's name for it): the longest one attempt may run. A number of seconds, or a duration such as
+# 90m, 2h, 1h30m, 1d. Bounded by a year so that a typo like 2000d is caught rather than stored.
+MAX_DURATION_LIMIT_SECONDS = 366 * 24 * 3600
+_DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds from 3600, "3600", "3600s", "90m", "2h", "1h30m" or "1d". Raises ValueError saying what is accepted
+    (pydantic names the field: `jobs[0].max_duration: '2 hours' is not ...`)."""
+    example = "a number of seconds or a duration like 90m, 2h, 1h30m"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{value!r} is not {example}")
+    if isinstance(value, int):
+        seconds = value
+    else:
+        text = value.strip().lower().replace(" ", "")
+        m = _DURATION_RE.match(text)
+        if text.isdigit():
+            seconds = int(text)
+        elif text and m:
+            seconds = sum(int(n) * unit for n, unit in zip(m.groups(), _DURATION_UNITS.values()) if n)
+        else:
+            raise ValueError(f"{value!r} is not {example}")
+    if not 1 <= seconds <= MAX_DURATION_LIMIT_SECONDS:
+        raise ValueError(f"{value!r} must be between 1 second and "
+                         f"{format_duration(MAX_DURATION_LIMIT_SECONDS)}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """7200 -> "2h", 5400 -> "1h30m", 90 -> "1m30s", 86400 -> "1d": how a reason says a duration."""
+    left = max(0, int(round(seconds)))
+    parts = []
+    for unit, size in _DURATION_UNITS.items():
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts)
+
+
 def _utf8_bytes(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
@@ -186,6 +233,19 @@ class JobSpec(StrictModel):
     max_infra_retries: int | None = Field(default=None, ge=0, le=100)
     retry_on_infrastructure_failure: StrictBool = Field(
         default=True, description="tpu-runner's: false makes a preemption or infrastructure failure end the job"
+    )
+    max_duration: Annotated[int | None, BeforeValidator(lambda v: None if v is None else parse_duration(v))] = Field(
+        default=None, description="dstack's: the longest one attempt may run (seconds, or 90m, 2h, 1h30m); then "
+        "it is stopped (TERM, then KILL after the grace) and ends failed, 'timed out after ...'. None: no limit",
+    )
+    infra_failure_patterns: list[Annotated[str, AfterValidator(check_pattern)]] = Field(
+        default_factory=list, max_length=MAX_PATTERNS,
+        description="Regular expressions: an exit whose last lines match one is an infrastructure failure of the "
+        "slice (retried on a fresh one, from max_infra_retries), not the job's own (tpuq.contracts.runtime_failures)",
+    )
+    builtin_infra_failure_patterns: StrictBool = Field(
+        default=True, description="false: the known TPU runtime failure texts (device busy, backend initialization "
+        "timeout, coordination service unreachable, libtpu in use) no longer count as infrastructure failures",
     )
 
     @field_validator("id")

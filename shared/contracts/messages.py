@@ -152,6 +152,11 @@ class Assignment(StrictModel):
     job_bucket: str | None = None
     attempt_gcs_dir: str | None = None
     checkpoint_gcs_dir: str | None = None
+    # Where the attempt stands, for the job's TPUQ_PREEMPTIONS and TPUQ_RESUMING (jobspec.ATTEMPT_ENV): the job's
+    # preemptions before this attempt, and whether an earlier attempt of it started. Defaults: a message from before
+    # these fields parses as a first run.
+    preemptions: int = Field(default=0, ge=0)
+    resuming: bool = False
     at: datetime
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -140,5 +143,45 @@ def test_supervisor_killed_without_a_status_is_noticed_as_lost(system, system_cl
     wait_for(lambda: (system_clients.firestore.collection(store.JOBS).document(job_id).collection(store.ATTEMPTS)
                       .document("1").get().to_dict() or {}).get("outcome") == "preempted",
              timeout=DEADLINE, what="the lost attempt ended as preempted")
+    system_clients.publish("cancels", {"job_id": job_id})
+    wait_state(system_clients, job_id, ("cancelled", "succeeded", "failed"))
+
+
+def test_max_duration_ends_the_attempt_failed_and_timed_out(system_clients):
+    job_id = publish(system_clients, tpu="v4-8", command="echo started; sleep 300", max_duration="3s")
+    j = wait_state(system_clients, job_id, ("succeeded", "failed", "cancelled"))
+    assert j["state"] == "failed" and j["reason"].startswith("timed out after 3s"), j.get("reason")
+    assert j["attempts"] == 1  # terminal: not retried
+
+
+def test_train_py_saves_on_the_preemption_notice_and_resumes_from_that_step(system, system_clients, tmp_path):
+    """examples/train.py on a fake worker: the notice reaches it as SIGTERM while it runs, it saves its step to
+    CHECKPOINT_GCS_DIR in fake GCS, and the retry on a new slice resumes from that step."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "train.py", project / "train.py")
+    job_id = f"train-{uuid.uuid4().hex[:8]}"
+    (project / "job.yaml").write_text(json.dumps({"jobs": [{
+        "id": job_id, "tpu": "v4-8", "bundle": ".", "buckets": ["gs://tpuq-demo-us-central2"],
+        "command": "python3 train.py --steps 400 --step-seconds 0.2 --checkpoint-every 100"}]}))
+    env = {**os.environ, **system.env}
+    subprocess.run(["tpuq", "submit", str(project / "job.yaml")], env=env, check=True, capture_output=True,
+                   timeout=120)
+    wait_state(system_clients, job_id, ("running",))
+    first = wait_for(lambda: re.search(r"^step [3-9] ", logs_text(system_clients, j := job(system_clients, job_id)),
+                                       re.M) and j, timeout=DEADLINE, what="train.py's first steps")
+    FakeTpuControl(system.env["TPUQ_TPU_API_ENDPOINT"]).preempt(first["tpu"], notice=20)
+    saved = wait_for(lambda: re.search(r"stopped by SIGTERM at step (\d+)", logs_text(system_clients, first)),
+                     timeout=60, what="train.py's save on SIGTERM")
+    step = int(saved.group(1))
+    second = wait_for(lambda: (j := job(system_clients, job_id)).get("attempt") == 2
+                      and "resuming from" in logs_text(system_clients, j) and j, timeout=DEADLINE,
+                      what="the second attempt's resume")
+    text = logs_text(system_clients, second)
+    assert f"resuming from step {step}" in text and f"step {step + 1} " in text, text
+    assert "attempt 2, preemptions so far 1" in text  # TPUQ_ATTEMPT, TPUQ_PREEMPTIONS from the job document
+    attempt = (system_clients.firestore.collection(store.JOBS).document(job_id).collection(store.ATTEMPTS)
+               .document("1").get().to_dict())
+    assert attempt["outcome"] == "preempted", attempt
     system_clients.publish("cancels", {"job_id": job_id})
     wait_state(system_clients, job_id, ("cancelled", "succeeded", "failed"))

@@ -184,8 +184,8 @@ echo "worker $TPU_WORKER_ID stopped after $i steps"
 @pytest.mark.timeout(1200)
 def test_the_first_hour_through_the_cli_alone(person):
     """Issue 16's done-when, as the local-stack walk of docs/USING.md tells it, with no Python API: a job of one's own
-    on a 4-host slice, watched per worker in a terminal, a shell on worker 2, and a refused message published with
-    gcloud found again by its message id."""
+    on a 4-host slice, watched per worker in a terminal, preempted with `tpuq dev preempt` and run again (issue 35),
+    a shell on worker 2, and a refused message published with gcloud found again by its message id."""
     if shutil.which("tmux") is None or shutil.which("gcloud") is None:
         pytest.fail("tmux and gcloud are needed: `make install-system` installs tmux; gcloud is a prerequisite")
     stop = "/tmp/STOP"
@@ -204,6 +204,15 @@ def test_the_first_hour_through_the_cli_alone(person):
         wait_until(lambda: [words[0] for _, words in sorted(worker_rows(watch.screen()).items())] == ["running"] * 4,
                    timeout=DEADLINE, what="four worker rows, each running, in tpuq watch")
         assert "local stack in " in watch.screen()  # on a terminal, the CLI says where it talks to
+
+        # A spot preemption with its notice (step 4): the job runs again on a fresh slice, and the watch follows it.
+        preempted = person.tpuq("dev", "preempt", job_id, "--notice", "3")
+        assert "instance/preempted TRUE" in preempted.stdout, preempted.stdout
+        wait_until(lambda: (st := person.status(job_id)).get("attempt", 0) >= 2 and st.get("state") == "running",
+                   timeout=DEADLINE, what="attempt 2 running on a fresh slice")
+        assert person.status(job_id).get("preemptions") == 1
+        wait_until(lambda: [words[0] for _, words in sorted(worker_rows(watch.screen()).items())] == ["running"] * 4,
+                   timeout=DEADLINE, what="attempt 2's four workers running in tpuq watch")
 
         # A shell on worker 2: it is that worker's host (its own /tmp), and stopping its work there ends worker 2
         # alone, which the watch shows while the other three still run.

@@ -24,6 +24,9 @@ def make_assignment(
     caches: list[dict] | None = None,
     bucket: str = "jobs-us-central2",
     job_bucket: str | None = None,
+    preemptions: int = 0,
+    resuming: bool = False,
+    max_duration: str | int | None = None,
 ) -> Assignment:
     if endpoints is None:
         endpoints = [WorkerEndpoint(worker_id=i, ip=f"10.0.0.{i + 2}") for i in range(hosts)]
@@ -37,6 +40,8 @@ def make_assignment(
     }
     if bundle:
         job["bundle"] = bundle
+    if max_duration is not None:
+        job["max_duration"] = max_duration
     return Assignment.model_validate(
         {
             "job_id": job_id,
@@ -47,6 +52,8 @@ def make_assignment(
             "endpoints": [e.model_dump() for e in endpoints],
             "job": job,
             "job_bucket": job_bucket,
+            "preemptions": preemptions,
+            "resuming": resuming,
             "at": T0,
         }
     )

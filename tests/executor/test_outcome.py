@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from tpuq.executor.outcome import Decided, NodeState, Wait, WorkerStatus, decide_outcome
 from tpuq.contracts.messages import AttemptOutcome
 
@@ -86,7 +88,46 @@ def test_unknown_node_state_is_not_evidence():
 
 
 def test_preemption_notice_seen_by_a_worker_is_preempted():
-    assert decide([st(0, 143, preempted=True)]).outcome == AttemptOutcome.preempted
+    assert decide([st(0, 143, preempted=True)], workers=1).outcome == AttemptOutcome.preempted
+
+
+def test_the_others_are_given_the_notice_to_save_before_the_attempt_ends():
+    """Worker 0, the one that writes the checkpoint, is still saving when the others have stopped: the attempt does
+    not end (and free its slice for deletion) before it has, or before the notice's 30 s are over."""
+    others = [st(i, 143, at=2, preempted=True) for i in (1, 2, 3)]
+    waiting = decide(others, now_s=10)
+    assert isinstance(waiting, Wait) and waiting.until == T0 + timedelta(seconds=32), waiting
+    assert decide(others + [st(0, 143, at=12, preempted=True)], now_s=12).outcome == AttemptOutcome.preempted
+    assert decide(others, now_s=32).outcome == AttemptOutcome.preempted  # worker 0 never reported: gone with its VM
+    assert decide(others, now_s=10, node=NodeState.preempted).outcome == AttemptOutcome.preempted
+
+
+@pytest.mark.parametrize("statuses, kw, outcome, detail", [
+    # A job that checkpoints on the notice's SIGTERM and exits 0 has not finished: preempted, retried.
+    ([st(i, 0, preempted=True) for i in range(4)], {}, AttemptOutcome.preempted, "worker 0, 1, 2, 3 saw the preemption notice"),
+    ([st(0, 143, preempted=True, preemption_notice="host maintenance (TERMINATE_ON_HOST_MAINTENANCE)")], {"workers": 1},
+     AttemptOutcome.preempted, "worker 0 saw the notice of host maintenance (TERMINATE_ON_HOST_MAINTENANCE)"),
+    # max_duration: failed at once (terminal), whatever the exit codes, the node or the other workers.
+    ([st(0, 143, timed_out=True, max_duration_seconds=7200, tail="step 99\n")], {}, AttemptOutcome.failed,
+     "timed out after 2h (max_duration): worker 0 stopped\nlast lines of worker 0:\nstep 99"),
+    ([st(i, 0, timed_out=True, max_duration_seconds=5400) for i in range(4)], {}, AttemptOutcome.failed,
+     "timed out after 1h30m (max_duration): worker 0, 1, 2, 3 stopped"),
+    ([st(1, 137, timed_out=True, max_duration_seconds=90)], {"node": NodeState.preempted}, AttemptOutcome.failed,
+     "timed out after 1m30s (max_duration): worker 1 stopped"),
+    ([st(0, 143, timed_out=True, max_duration_seconds=90)], {"cancel_requested": True}, AttemptOutcome.cancelled,
+     "cancelled"),
+], ids=["notice-then-exit-0", "maintenance-notice", "timed-out-one", "timed-out-all-exit-0", "timed-out-beats-node",
+        "cancel-beats-timeout"])
+def test_preemption_notice_and_max_duration(statuses, kw, outcome, detail):
+    d = decide(statuses, **kw)
+    assert isinstance(d, Decided) and (d.outcome, d.detail) == (outcome, detail)
+
+
+def test_timed_out_status_round_trip():
+    data = {"worker_id": 0, "attempt_id": "a1", "ended_at": "2025-01-01T12:00:05Z", "exit_code": 143,
+            "timed_out": True, "max_duration_seconds": 60, "preempted": False}
+    s = WorkerStatus.from_json(data)
+    assert (s.timed_out, s.max_duration_seconds, s.preempted) == (True, 60, False)
 
 
 def test_lost_host_without_status_is_preempted():

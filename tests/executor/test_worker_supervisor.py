@@ -40,6 +40,11 @@ class Worker:
         self.settings = WorkerSettings.for_emulator(
             gcs.base_url, libtpu_lockfile=str(lockfile), log_flush_seconds=0.2,
             cancel_grace_seconds=1.0, stale_grace_seconds=1.0, gcs_retry_delay_seconds=0.01,
+            # This supervisor runs on the machine itself, not on a fake host: no metadata server of a TPU VM here.
+            preempted_url=None, maintenance_event_url=None,
+            # Nor its /proc: its TPU devices are files of its own, so that the preflight never sees a fake worker
+            # host's device held by another test (`tpuq dev dirty`) in the machine's /proc.
+            tpu_device_globs=(f"{home.parent}/dev/accel*", f"{home.parent}/dev/vfio/*"),
         )
         home.mkdir(parents=True, exist_ok=True)
 
@@ -257,7 +262,7 @@ def test_failed_job_does_not_mark_caches_ready(worker, bucket):
     assert not (worker.home / "tpuq-cache/c/.ready").exists()
 
 
-def test_stale_libtpu_lockfile_is_removed_but_a_held_one_is_kept(worker, bucket, tmp_path):
+def test_stale_libtpu_lockfile_is_removed_but_a_held_one_is_kept_and_fails_the_preflight(worker, bucket, tmp_path):
     lockfile = tmp_path / "libtpu_lockfile"
     lockfile.write_text("")
     a = make_assignment(bucket=bucket)
@@ -272,8 +277,11 @@ def test_stale_libtpu_lockfile_is_removed_but_a_held_one_is_kept(worker, bucket,
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        notes = worker.prepare(make_assignment(attempt=2, bucket=bucket))["notes"]
-        assert any("held by a running process" in n for n in notes)
+        prepared = worker.prepare(make_assignment(attempt=2, bucket=bucket))
+        # Held by a live process: libtpu's lockf would fail ("The TPU is already in use by process with pid N"), so
+        # the host is unfit (tpuq.executor.worker.preflight), and the file is left to its holder.
+        assert (prepared["ok"], prepared["kind"]) == (False, "preflight")
+        assert prepared["reason"].startswith(f"libtpu's lock file {lockfile} is locked by pid {holder.pid} (")
         assert lockfile.exists()
     finally:
         holder.stdin.close()

@@ -6,7 +6,7 @@ import pytest
 
 from tpuq.contracts.errors import Permanent
 from tpuq.executor.workerspec import AttemptPlan, RunnerEnv, WorkerSettings, build_worker_env
-from tpuq.contracts.jobspec import RUNNER_ENV
+from tpuq.contracts.jobspec import ATTEMPT_ENV, RUNNER_ENV
 
 from .factories import make_assignment
 
@@ -24,18 +24,41 @@ RUNNER = RunnerEnv(
 
 def test_runner_env_sets_every_runner_variable():
     env = build_worker_env({"SEED": "1"}, RUNNER)
-    assert set(env) == RUNNER_ENV | {"SEED"}
+    assert set(env) == RUNNER_ENV | {"SEED", "TPUQ_ATTEMPT", "TPUQ_PREEMPTIONS"}  # TPUQ_RESUMING: a first run
     assert env["TPU_WORKER_HOST"] == "10.0.0.3"
     assert env["TPU_WORKER_ID"] == "1"
     assert env["TPU_WORKER_COUNT"] == "2"
     assert env["TPU_WORKER_HOSTNAMES"] == "10.0.0.2,10.0.0.3"
 
 
-@pytest.mark.parametrize("name", sorted(RUNNER_ENV) + ["TPUQ_ATTEMPT_ID", "1BAD", "A-B"])
+@pytest.mark.parametrize("name", sorted(RUNNER_ENV) + sorted(ATTEMPT_ENV) + ["TPUQ_ATTEMPT_ID", "1BAD", "A-B"])
 def test_job_may_not_set_runner_or_reserved_variables(name):
     with pytest.raises(Permanent) as err:
         build_worker_env({name: "x"}, RUNNER)
     assert err.value.field == f"job.env.{name}"
+
+
+@pytest.mark.parametrize("attempt, preemptions, resuming, expected", [
+    (1, 0, False, {"TPUQ_ATTEMPT": "1", "TPUQ_PREEMPTIONS": "0"}),
+    (3, 2, True, {"TPUQ_ATTEMPT": "3", "TPUQ_PREEMPTIONS": "2", "TPUQ_RESUMING": "1"}),
+    (2, 0, False, {"TPUQ_ATTEMPT": "2", "TPUQ_PREEMPTIONS": "0"}),  # the first attempt never started
+])
+def test_the_attempt_env_says_where_the_attempt_stands(attempt, preemptions, resuming, expected):
+    a = make_assignment(attempt=attempt, preemptions=preemptions, resuming=resuming)
+    env = AttemptPlan.from_assignment(a).worker_spec(0, "/home/u", WorkerSettings())["env"]
+    assert {k: v for k, v in env.items() if k in ATTEMPT_ENV} == expected
+
+
+def test_worker_spec_carries_the_notice_urls_graces_and_max_duration():
+    spec = AttemptPlan.from_assignment(make_assignment(max_duration="1h30m")).worker_spec(0, "/home/u", WorkerSettings())
+    assert spec["preempted_url"].endswith("/computeMetadata/v1/instance/preempted")
+    assert spec["maintenance_event_url"].endswith("/computeMetadata/v1/instance/maintenance-event")
+    assert (spec["max_duration_seconds"], spec["preemption_grace_seconds"]) == (5400, 25.0)
+    local = AttemptPlan.from_assignment(make_assignment()).worker_spec(0, "/home/u",
+                                                                      WorkerSettings.for_emulator("http://127.0.0.1:9"))
+    # The local stack keeps production's notice URLs: its fake hosts serve them (tests/faketpu/test_host_machine.py).
+    assert (local["preempted_url"], local["maintenance_event_url"], local["max_duration_seconds"]) == (
+        spec["preempted_url"], spec["maintenance_event_url"], None)
 
 
 def test_values_with_shell_metacharacters_are_kept_verbatim():

@@ -56,6 +56,24 @@ def test_retry_keeps_the_checkpoints_of_the_pinned_region():
     assert writes.message.checkpoint_gcs_dir == "gs://old/tpuq/jobs/j1/checkpoints"
 
 
+def test_the_assignment_says_how_many_preemptions_and_whether_an_earlier_attempt_started():
+    """TPUQ_PREEMPTIONS and TPUQ_RESUMING come from the job document, in the assignment and in its republish."""
+    first = lifecycle.assignment(stored_job(), idle_tpu(), MATCH, "tpuq-runner", NOW).message
+    assert (first.attempt, first.preemptions, first.resuming) == (1, 0, False)
+    never_started = stored_job(attempt=1, infra_failures=1, assigned_at=utc(2025, 12, 31))  # infra_failed unstarted
+    assert lifecycle.assignment(never_started, idle_tpu(), MATCH, "tpuq-runner", NOW).message.resuming is False
+    ran = stored_job(attempt=2, preemptions=2, assigned_at=utc(2025, 12, 30), started_at=utc(2025, 12, 31))
+    message = lifecycle.assignment(ran, idle_tpu(), MATCH, "tpuq-runner", NOW).message
+    assert (message.attempt, message.preemptions, message.resuming) == (3, 2, True)
+    # Sent again while assigned: an earlier start is older than the current assignment; none is not.
+    again = {**ran, "state": "assigned", "attempt": 3, "attempt_id": "j1-3", "tpu": NODE, "zone": "us-central2-b",
+             "assigned_at": NOW}
+    assert lifecycle.assignment_message(again, [], NOW).resuming is True
+    fresh = {**stored_job(), "state": "assigned", "attempt": 1, "attempt_id": "j1-1", "tpu": NODE,
+             "zone": "us-central2-b", "assigned_at": NOW}
+    assert lifecycle.assignment_message(fresh, [], NOW).resuming is False
+
+
 def test_withdraw_only_a_request_this_tpu_did_not_serve():
     job = stored_job(capacity_request={"id": "r-j1-1"})
     assert lifecycle.assignment(job, idle_tpu(request_id="r-j1-1"), MATCH, "b", NOW).withdraw_request_id is None

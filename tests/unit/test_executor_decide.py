@@ -43,13 +43,18 @@ def test_an_end_is_published_once_with_its_detail_cut_to_the_limits():
     (AttemptOutcome.infra_failed, NodeState.ready, AttemptOutcome.infra_failed),
     (AttemptOutcome.infra_failed, NodeState.unknown, AttemptOutcome.infra_failed),
     (AttemptOutcome.failed_setup, NodeState.preempted, AttemptOutcome.failed_setup),
+    (AttemptOutcome.infra_failed, NodeState.gone, AttemptOutcome.preempted),
 ])
 def test_a_start_that_failed_on_a_lost_node_is_a_preemption(outcome, node, expected):
     assert decide.start_failure(Decided(outcome, "unreachable"), node).outcome is expected
 
 
 @pytest.mark.parametrize("tpu, state", [
-    (None, NodeState.unknown), ({"state": "gone"}, NodeState.preempted), ({"state": "busy"}, NodeState.ready),
+    (None, NodeState.unknown), ({"state": "busy"}, NodeState.ready),
+    # Issue 35: preempted only when the record proves it (its queued resource seen SUSPENDED); else gone.
+    ({"state": "gone", "gone_reason": "SUSPENDED"}, NodeState.preempted),
+    ({"state": "gone", "gone_reason": "GONE"}, NodeState.gone),
+    ({"state": "gone", "gone_reason": "not found when the janitor deleted it"}, NodeState.gone),
 ])
 def test_node_state_from_the_scheduler_record(tpu, state):
     assert decide.node_state(tpu) is state

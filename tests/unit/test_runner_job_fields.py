@@ -127,3 +127,27 @@ def test_select_jobs_errors(ids, given, words):
     with pytest.raises(ValueError) as e:
         select_jobs(job_file(*ids), given)
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("given, seconds", [("2h", 7200), ("90m", 5400), ("3600", 3600), (3600, 3600),
+                                            ("1h30m", 5400), ("45s", 45), ("1d", 86400), (None, None)])
+def test_max_duration_takes_seconds_or_a_duration(given, seconds):
+    """dstack's `max_duration`: the longest one attempt may run, stored in seconds."""
+    spec = JobSpec.model_validate({"tpu": "v4-8", "command": "x", "max_duration": given})
+    assert spec.max_duration == seconds
+    assert JobSpec.model_validate(spec.model_dump(mode="json")).max_duration == seconds  # as stored, read again
+
+
+@pytest.mark.parametrize("given", ["2 hours", "2x", "", "h", 0, -5, True, 1.5, "400d"])
+def test_max_duration_refuses_what_is_not_a_duration_and_names_the_field(given):
+    from tpuq.cli.files import validate_data
+    from tpuq.cli.console import CliError
+
+    with pytest.raises(CliError, match=r"jobs\[0\]\.max_duration: .*(not a number of seconds|between 1 second)"):
+        validate_data({"jobs": [{"tpu": "v4-8", "command": "x", "max_duration": given}]}, "job")
+
+
+def test_durations_read_back_as_a_reason_says_them():
+    from tpuq.contracts.jobspec import format_duration
+
+    assert [format_duration(s) for s in (7200, 5400, 90, 45, 86400, 0)] == ["2h", "1h30m", "1m30s", "45s", "1d", "0s"]

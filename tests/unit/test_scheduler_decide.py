@@ -117,6 +117,27 @@ def test_node_lost_requeues_the_attempt_it_held_once():
     assert again.tpu is None and again.end.job is None  # a redelivery writes nothing
 
 
+@pytest.mark.parametrize("kind, recorded, says", [
+    (FleetEventKind.suspended, None, "TPU n1 preempted (its queued resource is SUSPENDED)"),
+    # NOT_FOUND after the SUSPENDED this TPU recorded: still the preemption
+    (FleetEventKind.gone, "SUSPENDED", "TPU n1 preempted (its queued resource is SUSPENDED)"),
+    # NOT_FOUND with no SUSPENDED seen: what is known, no more
+    (FleetEventKind.gone, None, "TPU n1 gone: its queued resource no longer exists (deleted outside tpuq, or a "
+                                "preempted TPU deleted before tpuq saw it SUSPENDED)"),
+    (FleetEventKind.failed, None, "TPU n1 failed (its queued resource is FAILED: internal error)"),
+])
+def test_a_lost_nodes_reason_says_preempted_in_words_never_a_bare_state(kind, recorded, says):
+    """Issue 35: a preempted attempt's reason read `TPU n1 GONE`."""
+    busy = {"name": NODE, "short": "n1", "state": "busy", "job_id": "j1", "attempt_id": "j1-1",
+            **({"gone_reason": recorded} if recorded else {})}
+    running = {"id": "j1", "state": "running", "attempt": 1, "attempt_id": "j1-1", "spec": {}, "region": "r"}
+    event = GONE.model_copy(update={"kind": kind, "failure_message": "internal error" if kind is FleetEventKind.failed
+                                    else None})
+    result = lifecycle.node_lost(busy, "j1", running, event, RetryBudgets(), NOW, random.Random(1))
+    assert says in result.end.job["reason"], result.end.job["reason"]
+    assert not result.end.job["reason"].rstrip().endswith(("GONE", "SUSPENDED"))
+
+
 @pytest.mark.parametrize("case, tpu_doc, holder, job_doc, tpu_gone, job_ends, moved", [
     ("unknown node: recorded gone", None, None, None, True, False, False),
     ("idle node", {"state": "idle", "job_id": None}, None, None, True, False, False),

@@ -15,7 +15,9 @@ Subcommands (HOME is the login user's home, or --home for tests):
 
     prepare            spec JSON on stdin. Stops what an earlier attempt left
                        running, replaces the workspace, downloads and checks the
-                       bundle, sorts the caches, removes a stale libtpu lockfile.
+                       bundle, sorts the caches, removes a stale libtpu lockfile,
+                       and runs the preflight (answers kind `preflight` on a
+                       dirty host: an infrastructure failure, not the job's).
                        Idempotent for the attempt that is already there.
     launch --attempt-id ID
                        starts `supervise` detached (own session) and returns once
@@ -57,6 +59,8 @@ Modules, each importing only those above it:
     caches       which caches to keep, and their links into JOB_DIR
     status       the final status object, local and in GCS
     logs         the job's output to output.log and to GCS in chunks
+    notice       the preemption and maintenance notice, polled from the metadata server while the job runs
+    preflight    is the host fit: TPU devices or libtpu's lock held by another process, too little disk
     workspace    `prepare`
     supervision  `supervise`
     control      `launch`, `cancel`, `status`

@@ -68,8 +68,12 @@ def build_status(spec: dict, paths: WorkerPaths, **fields) -> dict:
         "signal": None,
         "cancelled": False,
         "cancel_reason": None,
-        "preempted": False,
+        "preempted": False,  # the worker saw the preemption or maintenance notice (`preemption_notice` says which)
+        "preemption_notice": None,
+        "timed_out": False,  # the supervisor stopped the job at the job's max_duration (`max_duration_seconds`)
+        "max_duration_seconds": None,
         "setup_error": None,
+        "preflight_error": None,  # phase "preflight": what made the host unfit (tpuq.executor.worker.preflight)
         "started_at": None,
         "ended_at": utcnow(),
         "log_chunks": 0,

@@ -10,26 +10,14 @@ import threading
 import time
 
 from .files import WorkerPaths, read_json, write_json_atomic
-from .gcs import urllib_request
 from .logs import LogUploader, OutputPump
+from .notice import NoticeWatcher, read_notice
 from .processes import Reaper, become_subreaper, exit_code_and_signal, group_exists, signal_group, wait_for
 from .spec import load_spec, paths_for
 from .status import build_status, tail, utcnow, write_and_publish_status
 
 EOF_AFTER_EXIT_SECONDS = 0.5  # then background children still holding the output pipe are stopped
-
-
-def _preempted(url: str | None) -> bool:
-    if not url:
-        return False
-    try:
-        request = urllib_request()
-        req = request.Request(url, headers={"Metadata-Flavor": "Google"})
-        with request.urlopen(req, timeout=2.0) as resp:
-            return resp.read().decode().strip().upper() == "TRUE"
-    except Exception:  # noqa: BLE001 - no answer is "not known to be preempted"
-        return False
-
+NOTICE_AFTER_EXIT_TIMEOUT_SECONDS = 2.0
 
 
 def supervise(home: str) -> int:
@@ -87,18 +75,42 @@ def supervise(home: str) -> int:
     flush_every = min(float(spec.get("log_flush_seconds", 2.0)), 5.0)
     cancel_file = paths.attempt_file("cancel")
     cancel_reason = None
+    notice = None  # the preemption or maintenance notice, once seen while the job ran
+    timed_out = False
     kill_at = None
     next_flush = time.monotonic() + flush_every
+    max_duration = spec.get("max_duration_seconds")
+    time_limit_at = time.monotonic() + float(max_duration) if max_duration else None
+    cancel_grace = float(spec.get("cancel_grace_seconds", 30))
+    watcher = NoticeWatcher(spec).start()  # its own thread: this loop never waits on the metadata server
+
+    def stop_job(now: float, grace: float) -> float:
+        """TERM the job's group now (so it can checkpoint); the time to KILL it, kept if one is sooner."""
+        signal_group(pgid, signal.SIGTERM)
+        return min(kill_at, now + grace) if kill_at is not None else now + grace
 
     while reaper.leader_returncode is None:
         reaper.reap()
         now = time.monotonic()
-        if cancel_reason is None and (cancel_signalled.is_set() or os.path.exists(cancel_file)):
+        stopping = cancel_reason is not None or notice is not None or timed_out
+        if cancel_reason is None and os.path.exists(cancel_file):
             request = read_json(cancel_file) or {}
             cancel_reason = request.get("reason") or "cancelled"
-            grace = float(request.get("grace_seconds", spec.get("cancel_grace_seconds", 30)))
-            signal_group(pgid, signal.SIGTERM)
-            kill_at = now + grace
+            kill_at = stop_job(now, float(request.get("grace_seconds", cancel_grace)))
+        elif not stopping and cancel_signalled.is_set():
+            # A SIGTERM with no cancel request (`cancel` writes one first): the VM shutting down, as on a
+            # preemption, signals every process. Asked once: a notice makes it a preemption, not a cancel.
+            notice = watcher.notice or read_notice(spec)
+            if notice is None:
+                cancel_reason = "cancelled"
+            kill_at = stop_job(now, float(spec.get("preemption_grace_seconds", cancel_grace)) if notice
+                               else cancel_grace)
+        elif not stopping and watcher.notice:
+            notice = watcher.notice
+            kill_at = stop_job(now, float(spec.get("preemption_grace_seconds", cancel_grace)))
+        elif not stopping and time_limit_at is not None and now >= time_limit_at:
+            timed_out = True
+            kill_at = stop_job(now, cancel_grace)
         if kill_at is not None and now >= kill_at:
             signal_group(pgid, signal.SIGKILL)
             kill_at = None
@@ -107,7 +119,16 @@ def supervise(home: str) -> int:
             next_flush = now + flush_every
         time.sleep(0.02)  # how soon the job's end is noticed: the next job on this TPU waits for it
 
+    watcher.stop()
     proc.returncode = reaper.leader_returncode  # we reaped it; keep Popen from waiting again
+    # Stopping with a grace (a notice, a cancel, max_duration): the leader, often a shell (`sh -c "cd x && python
+    # train.py"`), goes at the TERM while what it started still saves its checkpoint, which keeps the rest of the
+    # grace before the KILL below.
+    while kill_at is not None and not pump.eof.wait(0.05) and time.monotonic() < kill_at:
+        reaper.reap()
+        if time.monotonic() >= next_flush:
+            uploader.flush(pump)
+            next_flush = time.monotonic() + flush_every
     # The leader is gone; background children may still hold the output pipe. End them too.
     if not pump.eof.wait(EOF_AFTER_EXIT_SECONDS):
         signal_group(pgid, signal.SIGTERM)
@@ -119,7 +140,7 @@ def supervise(home: str) -> int:
         cancel_reason = (read_json(cancel_file) or {}).get("reason") or "cancelled"
 
     exit_code, signal_name = exit_code_and_signal(proc.returncode)
-    if exit_code == 0 and cancel_reason is None:
+    if exit_code == 0 and cancel_reason is None and notice is None and not timed_out:  # not stopped half-way
         for cache in spec.get("caches") or []:
             ready = os.path.join(paths.cache_root, cache["key"], ".ready")
             try:
@@ -127,7 +148,8 @@ def supervise(home: str) -> int:
                     f.write(spec["attempt_id"])
             except OSError:
                 pass
-    preempted = exit_code != 0 and cancel_reason is None and _preempted(spec.get("preempted_url"))
+    if notice is None and exit_code != 0 and cancel_reason is None and not timed_out:
+        notice = read_notice(spec, NOTICE_AFTER_EXIT_TIMEOUT_SECONDS)  # the job may have died of the preemption
 
     logs_written = False
     for _ in range(3):
@@ -142,7 +164,10 @@ def supervise(home: str) -> int:
         signal=signal_name,
         cancelled=cancel_reason is not None,
         cancel_reason=cancel_reason,
-        preempted=preempted,
+        preempted=notice is not None and cancel_reason is None,
+        preemption_notice=notice,
+        timed_out=timed_out,
+        max_duration_seconds=max_duration,
         started_at=started_at,
         log_chunks=uploader.chunks,
         log_bytes=uploader.bytes,

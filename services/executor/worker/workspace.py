@@ -11,6 +11,7 @@ from .caches import link_cache, sort_caches
 from .errors import InfraError, SetupError
 from .files import WorkerPaths, read_json, rmtree, write_json_atomic
 from .gcs import Gcs, GcsError, retry, transient_gcs_error
+from .preflight import PreflightFailed, run_preflight
 from .processes import current_state, group_exists, lock_is_held, request_cancel, signal_group, supervisor_alive, wait_for
 from .spec import load_spec, paths_for
 from .status import build_status, publish_status
@@ -94,16 +95,25 @@ def prepare(paths_home: str, spec_text: str) -> dict:
         notes = _prepare_workspace(paths, spec)
         return {"ok": True, "already": False, "notes": notes}
     except SetupError as e:
-        reason = str(e)
-        try:
-            publish_status(spec, build_status(spec, paths, phase="setup", setup_error=reason), deadline_seconds=60.0)
-        except Exception as upload_error:  # noqa: BLE001
-            reason += f" (and the status object could not be written: {upload_error})"
-        return {"ok": False, "kind": "setup", "reason": reason}
+        return _ended_before_launch(spec, paths, "setup", str(e))
+    except PreflightFailed as e:
+        # Not the job's failure: the executor ends the attempt infra_failed and the slice is quarantined.
+        return _ended_before_launch(spec, paths, "preflight", str(e))
     except InfraError as e:
         return {"ok": False, "kind": "infra", "reason": str(e)}
     except OSError as e:
         return {"ok": False, "kind": "infra", "reason": f"{e.__class__.__name__}: {e}"}
+
+
+def _ended_before_launch(spec: dict, paths: WorkerPaths, phase: str, reason: str) -> dict:
+    """The answer (and the status object: phase `setup` or `preflight`) of a prepare that found the attempt cannot
+    run here."""
+    try:
+        publish_status(spec, build_status(spec, paths, phase=phase, **{f"{phase}_error": reason}),
+                       deadline_seconds=60.0)
+    except Exception as upload_error:  # noqa: BLE001
+        reason += f" (and the status object could not be written: {upload_error})"
+    return {"ok": False, "kind": phase, "reason": reason}
 
 
 def _prepare_workspace(paths: WorkerPaths, spec: dict) -> list[str]:
@@ -117,6 +127,8 @@ def _prepare_workspace(paths: WorkerPaths, spec: dict) -> list[str]:
     lock_note = remove_stale_libtpu_lockfile(paths.libtpu_lockfile)
     if lock_note:
         notes.append(lock_note)
+    # What is still held now (the earlier attempt's processes are stopped) is another's: the host is unfit.
+    run_preflight(spec, paths.libtpu_lockfile, (paths.home, paths.cache_root))
 
     caches = spec.get("caches") or []
     for cache in caches:
