@@ -213,9 +213,10 @@ def unreachable_problem(probed_now: Probed, since: datetime | None, now: datetim
 
 def stop_after_end(decided: Decided, problem: str | None) -> bool:
     """Whether the workers are stopped once the end is published: the attempt ended an infrastructure failure
-    because its node turned unhealthy while it ran, or a worker's last lines showed a known TPU runtime failure
-    (`Decided.stop_workers`). The job is retried elsewhere, so what may still run there is stopped, or two attempts
-    of the job would run at once."""
+    because its node turned unhealthy while it ran, or a worker's last lines showed a known TPU runtime failure;
+    or it failed while workers still ran past the failure grace (both `Decided.stop_workers`). The job is retried
+    elsewhere, or the slice goes to the next job: what may still run there is stopped, or two attempts would run at
+    once."""
     return decided.stop_workers or (bool(problem) and decided.outcome is AttemptOutcome.infra_failed)
 
 

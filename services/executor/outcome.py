@@ -251,7 +251,9 @@ def _decide(
             first = failures[0].worker_id
             head = f"worker {first}'s last lines show a TPU runtime failure ({known.name}): {known.line}"
             return Decided(AttemptOutcome.infra_failed, _limit(f"{head}; {detail}"), exit_codes, stop_workers=True)
-        return Decided(AttemptOutcome.failed, detail, exit_codes)
+        # Workers still running past the grace (blocked in a collective with the one that died) are stopped: the
+        # slice is freed for the next job, not left idling under this one.
+        return Decided(AttemptOutcome.failed, detail, exit_codes, stop_workers=bool(missing))
     return Wait(f"worker {failures[0].worker_id} failed; waiting for the other workers", until=decide_at)
 
 

@@ -7,10 +7,11 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
-from tpuq.contracts import store
+from tpuq.contracts import gcslayout, store
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 from tpuq.operations.queries import worker_log_chunks
@@ -89,6 +90,37 @@ def test_cancel_running_4_host_job_leaves_no_process(system, system_clients):
 
     # TERM first, KILL after the grace: poll until every host is clean.
     wait_for(lambda: leftovers() == {0: [], 1: [], 2: [], 3: []}, timeout=DEADLINE, what="no process of the job on any host")
+
+
+def test_a_worker_that_died_does_not_leave_the_others_running_on_the_slice(system, system_clients):
+    """Issue 35 §3: worker 2 dies; the other three would wait in a collective for ever. After the failure grace the
+    attempt ends failed and their processes are stopped on every host, so the slice is free for the next job."""
+    marker = f"tpuq-collective-{uuid.uuid4().hex[:6]}"
+    job_id = publish(system_clients, tpu="v4-32", command=(
+        f'if [ "$TPU_WORKER_ID" = 2 ]; then echo "worker 2 dies" >&2; exit 1; fi; exec sleep 600 # {marker}'))
+    j = wait_state(system_clients, job_id, ("running",))
+    control = FakeTpuControl(system.env["TPUQ_TPU_API_ENDPOINT"])
+    done = wait_state(system_clients, job_id, ("failed", "succeeded", "cancelled"))
+    assert done["state"] == "failed" and "worker 2 exited 1" in done["reason"], done.get("reason")
+    assert "no status yet from worker 0, 1, 3" in done["reason"], done["reason"]
+    ended = time.monotonic()
+    wait_for(lambda: not any("sleep 600" in c for cmds in _host_commands(control, j["tpu"]).values() for c in cmds),
+             timeout=DEADLINE, what="the other workers' processes stopped")
+    stopped_after = time.monotonic() - ended
+    tpu = system_clients.firestore.collection(store.TPUS).document(j["tpu"].rsplit("/", 1)[-1]).get().to_dict()
+    assert tpu["state"] in ("idle", "deleting", "gone") and tpu.get("job_id") in (None, ""), tpu
+    # Stopped by the executor, not by the slice's deletion at its idle timeout: each of the three supervisors
+    # recorded the stop in its status object.
+    bucket = system_clients.storage.bucket(system_clients.settings.runner_bucket)
+
+    def stop_recorded(worker: int) -> str | None:
+        blob = bucket.blob(gcslayout.worker_status_name(job_id, 1, worker))
+        return blob.exists() and json.loads(blob.download_as_bytes()).get("cancel_reason")
+
+    reasons = wait_for(lambda: all(r := [stop_recorded(w) for w in (0, 1, 3)]) and r, timeout=DEADLINE,
+                       what="the stop in the other workers' status objects")
+    assert all(r.startswith("stopped: worker 2 exited 1") for r in reasons), reasons
+    print(f"the other workers stopped {stopped_after:.1f} s after the attempt ended")
 
 
 def test_executor_restart_mid_job_completes_once(system, system_clients):

@@ -64,6 +64,8 @@ def test_partial_failure_waits_for_the_grace_then_fails():
     d = decide(statuses, now_s=40)
     assert d.outcome == AttemptOutcome.failed
     assert "worker 1 exited 137 (SIGKILL)" in d.detail and "no status yet from worker 2, 3" in d.detail
+    assert d.stop_workers  # 2 and 3 still run (blocked in a collective, say): stopped, the slice freed
+    assert not decide(statuses + [st(2, 0, at=11), st(3, 0, at=12)], now_s=12).stop_workers  # all ended
 
 
 def test_grace_runs_from_the_first_failure():
