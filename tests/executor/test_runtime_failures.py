@@ -169,8 +169,9 @@ def test_a_preflight_status_ends_the_attempt_infra_failed_naming_the_worker_and_
     assert decide([unfit], now_s=0, node_problem=None).outcome is AttemptOutcome.infra_failed
 
 
-def test_after_a_known_failure_the_workers_still_running_are_stopped_the_job_s_own_failure_leaves_them():
-    """The job runs again on another slice: its hung peers on this one must not run beside it."""
+def test_after_a_failure_the_workers_still_running_are_stopped():
+    """A known failure: the job runs again on another slice, and its hung peers on this one must not run beside it.
+    The job's own failure (issue 35 §3): the slice goes to the next job, and must not idle under this one's peers."""
     from tpuq.executor import decide as executor_decide
 
     known = decide([st(2, tail=BUSY, at=0)])
@@ -180,7 +181,8 @@ def test_after_a_known_failure_the_workers_still_running_are_stopped_the_job_s_o
         "UNKNOWN: TPU initialization failed: open(/dev/vfio/0): Device or resource busy: Device or resource busy; "
         "Couldn't open iommu group /dev/vfio/0; worker 2 exited 1; no status yet from worker 0, 1, 3")
     own = decide([st(2, tail="ValueError: bad shape\n", at=0)])
-    assert not own.stop_workers and not executor_decide.stop_after_end(own, None)
+    assert own.outcome is AttemptOutcome.failed and own.stop_workers and executor_decide.stop_after_end(own, None)
+    assert executor_decide.stop_reason(own, None).startswith("stopped: worker 2 exited 1")
     unfit = decide([st(2, exit_code=None, phase="preflight", preflight_error="x")], now_s=0)
     assert not executor_decide.stop_after_end(unfit, None)  # nothing was launched
     logs_lost = decide([st(2, tail=BUSY, log_error="could not be written to gs://b: 403")])
