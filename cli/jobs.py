@@ -33,6 +33,7 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
     """Bundle the job directory, upload it to each candidate bucket, and publish the jobs."""
     import random
 
+    from tpuq.contracts.arrays import group_tasks
     from tpuq.contracts.bundle import BundleError
     from tpuq.contracts.jobspec import JobFile
     from tpuq.cli.identity import current_owner
@@ -49,7 +50,10 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random())
     except (BundleError, ValueError) as e:
         raise CliError(str(e)) from None
+    if follow and any(p.spec.is_group for p in prepared):
+        raise CliError("--follow prints one job's logs: a group's are its tasks' (tpuq logs TASK-ID); use --wait")
     _check_runnable(clients, prepared, force)
+    _check_dependencies(clients, prepared)
     _check_job_buckets(clients, prepared)
     ids = submit_prepared(clients, prepared, owner=current_owner())
     for p, job_id in zip(prepared, ids):
@@ -57,11 +61,17 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         if p.bundle:
             used = " and ".join(p.bundle.ignore_files) or "no ignore file"
             note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files; ignore files used: {used})"
+        if p.spec.is_group:  # one message; the scheduler stores its tasks (tpuq.contracts.arrays)
+            tasks = group_tasks(job_id, p.spec.array, p.spec.sweep)
+            note = f": {len(tasks)} tasks {tasks[0].id} ... {tasks[-1].id}{note}"
         out.print(f"submitted [bold]{job_id}[/bold]{note}")
     if wait or follow:
         from tpuq.cli.live import wait_for_jobs
 
-        raise typer.Exit(wait_for_jobs(clients, ids, timeout, follow=follow))
+        waited = [t.id for p, job_id in zip(prepared, ids)
+                  for t in (group_tasks(job_id, p.spec.array, p.spec.sweep) if p.spec.is_group else [])] + \
+                 [job_id for p, job_id in zip(prepared, ids) if not p.spec.is_group]
+        raise typer.Exit(wait_for_jobs(clients, waited, timeout, follow=follow))
 
 
 def _check_runnable(clients, prepared, force: bool) -> None:
@@ -84,6 +94,15 @@ def _check_runnable(clients, prepared, force: bool) -> None:
         raise CliError("; ".join(lines) + " (--force submits anyway)")
 
 
+def _check_dependencies(clients, prepared) -> None:
+    """A `depends_on` name neither in the file nor stored is refused before anything is uploaded."""
+    from tpuq.operations.submit import unknown_dependencies
+
+    lines = unknown_dependencies(clients.firestore, prepared)
+    if lines:
+        raise CliError("; ".join(lines))
+
+
 def _check_job_buckets(clients, prepared) -> None:
     """Every bucket must exist (else one line and exit 1); one the workers cannot write is a warning."""
     from tpuq.contracts.fleet import worker_service_account
@@ -101,7 +120,7 @@ def _check_job_buckets(clients, prepared) -> None:
         raise CliError("; ".join(errors))
 
 
-def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for the fleet overview"),
+def status(job_id: Optional[str] = typer.Argument(None, help="A job id or a group's; omit for the fleet overview"),
            deployment: Optional[Path] = typer.Option(None, "--deployment", hidden=True,
                                                      help="tpu-runner's spelling; tpuq reads the stored fleets"),
            pretty: bool = typer.Option(False, "--pretty", hidden=True, help="tpu-runner's spelling of --json"),
@@ -133,6 +152,8 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
 
     from tpuq.operations.deadletters import read_held
 
+    if _status_of_group(db, job_id, as_json or pretty):
+        return
     # a refused message (or one Pub/Sub dead-lettered), or a message of several jobs
     if status_of_no_job(db, job_id, as_json or pretty, held=lambda: read_held(clients)):
         return
@@ -146,6 +167,44 @@ def status(job_id: Optional[str] = typer.Argument(None, help="A job id; omit for
         return
     print_job(job_id, job, [reason for reason, _ in blocks], [detail for _, detail in blocks], verbose)
     refused_under(db, job_id, job)
+
+
+def _status_of_group(db, group: str, as_json: bool) -> bool:
+    """`tpuq status GROUP` when the id is no job but a group's (tpuq.operations.groups): counts by state, a progress
+    bar, the failed tasks named. True: printed."""
+    from dataclasses import asdict
+
+    from tpuq.contracts import store
+    from tpuq.operations.groups import group_tasks, summary, summary_lines
+
+    if db.collection(store.JOBS).document(group).get().exists:
+        return False
+    tasks = group_tasks(db, group)
+    if not tasks:
+        return False
+    found = summary(group, tasks)
+    if as_json:
+        print(json.dumps(asdict(found) | {"ended": found.ended}, indent=2))
+    else:
+        out.print("\n".join(summary_lines(found)), markup=False, highlight=False)
+    return True
+
+
+def _group_members(db, job_ids: list[str]) -> list[str]:
+    """`tpuq cancel GROUP`: a group's id (no job of its own) stands for its unfinished tasks."""
+    from tpuq.contracts import store
+    from tpuq.operations.groups import group_tasks, unfinished
+
+    out_ids: list[str] = []
+    for job_id in job_ids:
+        tasks = [] if db.collection(store.JOBS).document(job_id).get().exists else group_tasks(db, job_id)
+        if not tasks:
+            out_ids.append(job_id)
+            continue
+        left = unfinished(tasks)
+        out.print(f"group {job_id}: {len(left)} unfinished of {len(tasks)} tasks", highlight=False)
+        out_ids += [t["id"] for t in left]
+    return out_ids
 
 
 def _annotate_waiting(db, jobs: list[dict]) -> None:
@@ -172,7 +231,9 @@ def list_(state: Optional[JobState] = typer.Option(None, "--state", case_sensiti
           mine: bool = typer.Option(False, "--mine", help="Only the jobs you submitted (`tpuq config` says who "
                                                           "you are)"),
           limit: int = typer.Option(50, min=1, max=1000),
-          as_json: bool = typer.Option(False, "--json", help="Machine-readable output")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="Machine-readable output"),
+          tasks: bool = typer.Option(False, "--tasks", help="Every task of a group on its own line (else a group "
+                                                            "is one line: its counts by state)")) -> None:
     """List recent jobs, newest first."""
     from datetime import datetime, timezone
 
@@ -181,7 +242,12 @@ def list_(state: Optional[JobState] = typer.Option(None, "--state", case_sensiti
 
     db = cli_clients().firestore
     rows = list_jobs(db, limit=limit, state=state.value if state else None, owner=current_owner() if mine else None)
-    _annotate_waiting(db, rows)
+    if not tasks:
+        from tpuq.operations.groups import fold_groups, group_tasks, summary
+
+        groups = sorted({r["group"] for r in rows if r.get("group")})
+        rows = fold_groups(rows, {g: summary(g, group_tasks(db, g)) for g in groups})
+    _annotate_waiting(db, [r for r in rows if not r.get("group") or tasks])
     if as_json:
         print(json.dumps(rows, default=json_default, indent=2))
         return
@@ -192,7 +258,8 @@ def list_(state: Optional[JobState] = typer.Option(None, "--state", case_sensiti
 EXIT_UNKNOWN, EXIT_CONFLICT = 1, 2
 
 
-def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One or more job ids"),
+def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One or more job ids, or a group's id "
+                                              "(every unfinished task of it)"),
            if_pending: bool = typer.Option(False, "--if-pending",
                                            help="Cancel only jobs that have not started; list the others as skipped"),
            reason: str = typer.Option("cancelled by user"),
@@ -208,7 +275,7 @@ def cancel(job_ids: list[str] = typer.Argument(..., metavar="JOB...", help="One 
     me = current_owner()
     code = 0
     asked: dict[str, int] = {}  # job id -> its attempt count when read (--if-pending)
-    for job_id in dict.fromkeys(job_ids):
+    for job_id in dict.fromkeys(_group_members(db, job_ids)):
         try:
             job = get_job(db, job_id)
         except UnknownJob as e:

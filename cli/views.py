@@ -34,6 +34,7 @@ def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] =
     from datetime import datetime, timezone
 
     from tpuq.operations.runview import attempt_line, job_head_fields, job_times
+    from tpuq.operations.fleetreport import waiting_shown
 
     now = now or datetime.now(timezone.utc)
     tz = tz or datetime.now().astimezone().tzinfo
@@ -48,11 +49,13 @@ def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] =
     if times:
         out.print(f"  {', '.join(times)}", highlight=False, markup=False)
     for key in ("reason", "waiting", "blocked", "tpu", "zone", "job_bucket", "checkpoint_gcs_dir"):
-        # `waiting` is not stored: the CLI adds what holds a pending job (tpuq.operations.fleetreport.annotate_waiting)
+        # `waiting`: the scheduler's, for a job waiting on its dependencies; else what the CLI found holds a pending
+        # job (tpuq.operations.fleetreport.annotate_waiting)
         value = (stored.get("waiting") if key == "waiting" else shown_reason(job) if key == "reason"
                  else getattr(job, JobDoc.field(key)))
         if value:
-            out.print(f"  {key}: {value}", highlight=False, markup=False)
+            shown = waiting_shown(value) if key == "waiting" else f"{key}: {value}"
+            out.print(f"  {shown}", highlight=False, markup=False)
     print_blocked(blocks, list(details), verbose, indent="  ")
     for a in (AttemptDoc.from_doc(doc) for doc in stored.get("attempt_history") or []):
         detail = f" - {a.detail[:200]}" if a.detail else ""
@@ -64,6 +67,7 @@ JOB_TABLE = ("job", "state", "priority", "tpu", "owner", "age", "reason")
 
 def job_table_rows(rows, now) -> list[tuple[str, ...]]:
     """`tpuq list`'s rows, as text (pure)."""
+    from tpuq.operations.fleetreport import waiting_shown
     from tpuq.operations.queries import age
 
     table = []
@@ -73,7 +77,7 @@ def job_table_rows(rows, now) -> list[tuple[str, ...]]:
         except Permanent as e:  # one unreadable job is shown as stored, not the end of the list
             table.append((str(row.get("id", "")), str(row.get("state")), "", "", "", "", str(e)))
             continue
-        reason = f"waiting: {row['waiting']}" if row.get("waiting") else (shown_reason(j) or j.blocked or "")
+        reason = waiting_shown(row["waiting"]) if row.get("waiting") else (shown_reason(j) or j.blocked or "")
         table.append((j.id, j.state.value, j.priority or "", ",".join(j.spec_tpu), j.owner or "",
                       age(j.submit_time, now), reason.strip().splitlines()[0] if reason.strip() else ""))
     return table

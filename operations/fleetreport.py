@@ -161,6 +161,8 @@ def annotate_waiting(db, jobs: list[dict[str, Any]], now: datetime, tz: tzinfo) 
     views = all_fleet_views(db, now, tz)
     open_ids = open_request_ids(views)
     for j in jobs:
+        if j.get(JobDoc.field("waiting")):
+            continue  # it waits for its dependencies (stored by the scheduler): what the fleet does holds it not
         reason = waiting_reason(j, views, now, tz)
         unheld = _unheld_reason(j, open_ids, now)
         if unheld:
@@ -168,6 +170,12 @@ def annotate_waiting(db, jobs: list[dict[str, Any]], now: datetime, tz: tzinfo) 
             reason = "; ".join(part for part in (unheld, reason) if part)
         if reason:
             j["waiting"] = reason
+
+
+def waiting_shown(waiting: str) -> str:
+    """A `waiting` as a list or a page shows it: the scheduler's "waiting for train-3 (running)" as it is, what the
+    CLI found behind "waiting: "."""
+    return waiting if waiting.startswith("waiting for ") else f"waiting: {waiting}"
 
 
 def open_request_ids(views: list[dict[str, Any]]) -> set[str]:

@@ -11,7 +11,8 @@ from pathlib import Path
 from tpuq.contracts.bundle import Bundle, make_bundle
 from tpuq.contracts.errors import missing_bucket_line
 from tpuq.runtime.clients import Clients
-from tpuq.contracts.jobspec import JOB_ID_RE, JobFile, JobSpec, PublishedJob, job_id_base, split_gs_uri
+from tpuq.contracts.jobspec import (JOB_ID_RE, JobFile, JobSpec, PublishedJob, PublishedJobFile, dependency_names,
+                                   job_id_base, split_gs_uri)
 
 
 @dataclass
@@ -159,16 +160,56 @@ def upload_bundle(storage, bundle: Bundle, buckets: list[str]) -> str:
     return f"{buckets[0]}/{bundle.object_name}"
 
 
+def unknown_dependencies(db, prepared: list[PreparedJob]) -> list[str]:
+    """`depends_on` names neither in the file (the jobs submitted now) nor stored (a job, or a group's task): one
+    line each, naming the field (`jobs[1].depends_on[0]`). The scheduler checks again when it stores them."""
+    from google.cloud.firestore import FieldFilter
+
+    from tpuq.contracts import store
+    from tpuq.contracts.documents import JobDoc
+    from tpuq.contracts.jobspec import DependsOnAny, dependency_names
+
+    in_file = {p.spec.id for p in prepared}
+    jobs = db.collection(store.JOBS)
+    known: dict[str, bool] = {}
+    lines = []
+    for i, p in enumerate(prepared):
+        key = "depends_on.any" if isinstance(p.spec.depends_on, DependsOnAny) else "depends_on"
+        for k, name in enumerate(dependency_names(p.spec.depends_on)):
+            if name in in_file:
+                continue
+            if name not in known:
+                group = jobs.where(filter=FieldFilter(JobDoc.field("group"), "==", name)).limit(1)
+                known[name] = jobs.document(name).get().exists or any(True for _ in group.stream())
+            if not known[name]:
+                lines.append(f"jobs[{i}].{key}[{k}]: no job or group {name!r} is stored or in this file")
+    return lines
+
+
+def depend_on_each_other(prepared: list[PreparedJob]) -> bool:
+    """Some job of the file names another: they travel as one message (one `jobs:` file), so the scheduler stores
+    them together, and never sees a job before the one it names (Pub/Sub does not keep the order of messages)."""
+    ids = {p.spec.id for p in prepared}
+    return any(n in ids for p in prepared for n in dependency_names(p.spec.depends_on))
+
+
 def submit_prepared(clients: Clients, prepared: list[PreparedJob], owner: str | None = None) -> list[str]:
     """Upload each bundle and publish each job; `owner` (who submits) travels as the message's owner attribute."""
     from tpuq.contracts.messages import OWNER_ATTRIBUTE
 
     attributes = {OWNER_ATTRIBUTE: owner} if owner else {}
     ids = []
+    together = depend_on_each_other(prepared)
+    published = []
     for p in prepared:
         spec = p.spec
         bundle_uri = upload_bundle(clients.storage, p.bundle, p.buckets) if p.bundle else spec.bundle
         job = PublishedJob.model_validate({**spec.model_dump(mode="json", exclude_none=True), "bundle": bundle_uri})
-        clients.publish("jobs", job, source="cli", **attributes)
+        if together:
+            published.append(job)
+        else:
+            clients.publish("jobs", job, source="cli", **attributes)
         ids.append(job.id)
+    if together:
+        clients.publish("jobs", PublishedJobFile(jobs=published), source="cli", **attributes)
     return ids

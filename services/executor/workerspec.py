@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tpuq.contracts.errors import Permanent
-from tpuq.contracts.jobspec import ATTEMPT_ENV, RESERVED_ENV_PREFIX, RUNNER_ENV, CacheSpec, split_gs_uri
+from tpuq.contracts.jobspec import ARRAY_ENV, ATTEMPT_ENV, RESERVED_ENV_PREFIX, RUNNER_ENV, CacheSpec, split_gs_uri
 from tpuq.contracts.messages import Assignment, AssignmentAction, WorkerEndpoint
 from tpuq.contracts.tputypes import zone_region
 
@@ -88,6 +88,8 @@ class RunnerEnv:
     attempt: int = 1
     preemptions: int = 0  # the job's, before this attempt
     resuming: bool = False  # an earlier attempt of the job started
+    array_index: int | None = None  # a group's task: its index and the group's size (jobspec.ARRAY_ENV)
+    array_size: int | None = None
 
     def as_env(self) -> dict[str, str]:
         env = {
@@ -108,7 +110,11 @@ class RunnerEnv:
         if self.resuming:
             standing["TPUQ_RESUMING"] = "1"
         assert set(standing) <= ATTEMPT_ENV, "RunnerEnv and jobspec.ATTEMPT_ENV disagree"
-        return env | standing
+        task = {}
+        if self.array_index is not None and self.array_size is not None:
+            task = {"TPUQ_ARRAY_INDEX": str(self.array_index), "TPUQ_ARRAY_SIZE": str(self.array_size)}
+        assert set(task) <= ARRAY_ENV, "RunnerEnv and jobspec.ARRAY_ENV disagree"
+        return env | standing | task
 
 
 def build_worker_env(job_env: Mapping[str, str], runner: RunnerEnv) -> dict[str, str]:
@@ -151,6 +157,8 @@ class AttemptPlan:
     worker_hosts: tuple[str, ...] = field(default=())
     preemptions: int = 0
     resuming: bool = False
+    array_index: int | None = None
+    array_size: int | None = None
     max_duration_seconds: int | None = None  # the job's max_duration: the longest one attempt may run
 
     @classmethod
@@ -186,6 +194,8 @@ class AttemptPlan:
             worker_hosts=tuple(e.ip for e in endpoints),
             preemptions=assignment.preemptions,
             resuming=assignment.resuming,
+            array_index=assignment.array_index,
+            array_size=assignment.array_size,
             max_duration_seconds=job.max_duration,
         )
 
@@ -206,6 +216,8 @@ class AttemptPlan:
             attempt=self.attempt,
             preemptions=self.preemptions,
             resuming=self.resuming,
+            array_index=self.array_index,
+            array_size=self.array_size,
         )
 
     def worker_spec(self, worker_id: int, home: str, settings: WorkerSettings) -> dict:

@@ -52,6 +52,7 @@ class PassSnapshot:
     idle_tpus: list[Doc]  # stored TPUs in state idle
     live_tpus: dict[str, int] = field(default_factory=dict)  # fleet entry id -> TPUs idle, busy or deleting
     open_requests: dict[str, int] = field(default_factory=dict)  # fleet entry id -> jobs with an open request
+    held: dict[str, str] = field(default_factory=dict)  # job id -> a new `blocked`: held back by its group's limit
 
 
 @dataclass(frozen=True)
@@ -174,4 +175,5 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
             [(q.pending, q.view.capacity_requests) for q in waiting], fleet, room, now)
         blocked |= asked
     decision.blocked = {job_id: reason for job_id, reason in blocked.items() if jobs[job_id].view.blocked != reason}
+    decision.blocked |= snapshot.held  # (tpuq.scheduler.grouplimit: only the reasons not already stored)
     return decision

@@ -30,7 +30,7 @@ from tpuq.contracts.messages import (
     FleetEventKind,
     Tick,
 )
-from tpuq.scheduler import capacity, intake, lifecycle
+from tpuq.scheduler import capacity, dependencies, intake, lifecycle
 from tpuq.scheduler.backstops import STATE_DOC, Backstop, claimed, decide_backstops
 from tpuq.scheduler.gcs_submit import on_object_finalized
 from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
@@ -154,7 +154,10 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
         lost = read_decide_commit(db, refs, decide)
         if not lost.job_moved:
             requeued = bool(lost.end and lost.end.job and _requeued(lost.end.job))
-            return requeued or bool(lost.tpu and quarantined and quarantined[0])
+            # Out of retries, it ended: its waiters move on (the pass runs them) or are cancelled naming it.
+            released = (dependencies.look_at_waiters(db, holder, ctx.now())
+                        if holder and lost.end and lost.end.job and _ended(lost.end.job) else [])
+            return requeued or bool(released) or bool(lost.tpu and quarantined and quarantined[0])
     raise Retryable(f"TPU {event.node} keeps changing hands")
 
 
@@ -168,6 +171,12 @@ def _recorded_end(db, job_id: str, ctx: Context) -> dict[int, ExecutionEnd]:
     record = db.collection(store.EXECUTIONS).document(execution_doc_id(job_id, attempt)).get()
     end = ExecutionEnd.from_doc(record.to_dict())
     return {attempt: end} if end is not None else {}
+
+
+def _ended(job_fields: dict) -> bool:
+    """The job's writes end it (succeeded, failed, cancelled, rejected): its waiters may move on."""
+    state = job_fields.get(JobDoc.field("state"))
+    return state is not None and JobState(state).terminal
 
 
 def _requeued(job_fields: dict) -> bool:
@@ -189,6 +198,7 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
             return WriteSet().update(job, job_fields).merge(attempt_ref, attempt_fields), None
 
         read_decide_commit(db, [job_ref], decide_started)
+        dependencies.look_at_waiters(db, event.job_id, ctx.now())  # "waiting for train-3 (running)"
         return
 
     if event.outcome is None:
@@ -208,8 +218,11 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
     end, freed = read_decide_commit(db, [job_ref, tpu_ref], decide_ended)
     log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,
              end.job[JobDoc.field("state")] if end.job else "unchanged", "freed" if freed else "unchanged")
-    if freed or (end.job and _requeued(end.job)):
-        scheduling_pass(ctx, fleet)
+    # The jobs waiting on this one are looked at at once (tpuq.scheduler.dependencies): met ones are planned now,
+    # never-met ones cancelled naming it.
+    released = dependencies.look_at_waiters(db, event.job_id, ctx.now()) if end.job and _ended(end.job) else []
+    if freed or (end.job and _requeued(end.job)) or released:
+        scheduling_pass(ctx, fleet, trigger_job_ids=released, full=bool(freed or (end.job and _requeued(end.job))))
 
 
 # ------------------------------------------------------------------ cancel
@@ -230,6 +243,11 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
     fleet = fleet_in_force(ctx) if decision.withdraw_request_id else None
     if decision.withdraw_request_id and fleet is not None:
         ctx.publish("capacity", capacity.withdrawal(decision.withdraw_request_id, fleet.name, ctx.now()))
+    # A pending job cancelled (or, on a redelivery, already ended): its waiters move on or are cancelled.
+    if (decision.job and _ended(decision.job)) or JobDoc.from_doc(job, request.job_id).terminal:
+        released = dependencies.look_at_waiters(db, request.job_id, ctx.now())
+        if released:
+            scheduling_pass(ctx, fleet_in_force(ctx), trigger_job_ids=released)
     if decision.stop_attempt:
         # Sent on every delivery: the executor stops an attempt id at most once, and a crash
         # after the write above must not lose the stop.

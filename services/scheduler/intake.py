@@ -17,7 +17,8 @@ from google.api_core.exceptions import AlreadyExists
 from tpuq.contracts import store
 from tpuq.contracts.documents import JobDoc, JobState
 from tpuq.contracts.errors import Permanent
-from tpuq.contracts.jobspec import PublishedJob, PublishedJobFile
+from tpuq.contracts.jobspec import PublishedJob, PublishedJobFile, dependency_names
+from tpuq.scheduler import arrays
 
 SOURCES = ("cli", "pubsub", "gcs")
 
@@ -36,6 +37,14 @@ def file_jobs(jobs: PublishedJobFile, message_id: str) -> list[PublishedJob]:
 def refuse_taken_ids(db, jobs: list[PublishedJob], message_id: str) -> None:
     """Before storing any job of a file: Permanent (field `jobs[n].id`) if one id is another submission's."""
     for i, job in enumerate(jobs):
+        if job.is_group:  # each task id is checked by tpuq.scheduler.arrays.store_group, before any task is stored
+            refs = [db.collection(store.JOBS).document(t) for t in arrays.task_ids(job, message_id)]
+            taken = [s.id for s in db.get_all(refs)
+                     if s.exists and (s.to_dict() or {}).get(JobDoc.field("message_id")) != message_id]
+            if taken:
+                raise Permanent(f"task id {sorted(taken)[0]!r} is already used by another submission; nothing of "
+                                "this file was stored", field=f"jobs[{i}].id")
+            continue
         snap = db.collection(store.JOBS).document(job_id_for(job, message_id)).get()
         if snap.exists and (snap.to_dict() or {}).get(JobDoc.field("message_id")) != message_id:
             raise Permanent(f"job id {job.id!r} is already used by another submission; nothing of this file was "
@@ -66,7 +75,8 @@ def job_document(job: PublishedJob, job_id: str, source: str, message_id: str, n
         pinned_region=None,
         reason=None,
         blocked=blocked,
-    )
+    ) | (JobDoc.fields(depends_on_ids=names)  # its waiters are found by array-contains when one ends
+         if (names := dependency_names(job.depends_on)) else {})
 
 
 def store_job(db, job: PublishedJob, source: str, message_id: str, now: datetime,

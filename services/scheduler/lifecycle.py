@@ -237,6 +237,8 @@ def assignment(stored: Doc, tpu: Doc, match: Match, runner_bucket: str | None,
             checkpoint_gcs_dir=checkpoints,
             preemptions=job.preemptions,
             resuming=earlier_attempt_started(job),
+            array_index=job.array_index,
+            array_size=job.array_size,
             at=now,
         ),
         withdraw_request_id=served if served and served != tpu.get("request_id") else None,
@@ -262,6 +264,8 @@ def assignment_message(stored: Doc, tpu_endpoints: list[Doc], now: datetime,
         checkpoint_gcs_dir=job.checkpoint_gcs_dir if run else None,
         preemptions=job.preemptions if run else 0,
         resuming=earlier_attempt_started(job) if run else False,
+        array_index=job.array_index if run else None,
+        array_size=job.array_size if run else None,
         at=now,
     )
 
@@ -465,7 +469,8 @@ def cancel(stored: Doc, reason: str, now: datetime, if_pending: bool = False,
         return CancelDecision(None)  # already terminal
     if state is JobState.pending:
         return CancelDecision(
-            JobDoc.fields(state=cancelled, reason=reason, capacity_request=None, finished_at=now, updated_at=now),
+            JobDoc.fields(state=cancelled, reason=reason, capacity_request=None, waiting=None, finished_at=now,
+                          updated_at=now),
             withdraw_request_id=job.capacity_request_id,
         )
     # assigned / running: the executor stops it and reports `ended cancelled`, which ends the job

@@ -11,7 +11,7 @@ from tpuq.contracts.fleet import FleetFile
 from tpuq.runtime.fleetstore import load_fleet
 from tpuq.contracts.jobspec import PublishedJob
 from tpuq.contracts.messages import message_owner
-from tpuq.scheduler import capacity, intake
+from tpuq.scheduler import arrays, capacity, dependencies, intake
 from tpuq.scheduler.grouping import GroupedPasses
 from tpuq.scheduler.plan import PendingJob
 from tpuq.scheduler.scheduling import scheduling_pass
@@ -36,11 +36,23 @@ def submit_jobs(ctx: Context, jobs: list[PublishedJob], source: str, fleet: Flee
     `from_file`: the jobs of one `jobs:` file, all stored or (an id taken by another submission) none."""
     if from_file:
         intake.refuse_taken_ids(ctx.clients.firestore, jobs, ctx.message_id)
+    # A name in `depends_on` is a stored job or group, or one of this message's jobs (else refused, naming the field).
+    dependencies.unknown_names(ctx.clients.firestore, jobs, {j.id for j in jobs if j.id},
+                               prefix="jobs" if from_file else None)
     owner = message_owner(ctx.attributes)
     job_ids = []
-    for job in jobs:
+    for n, job in enumerate(jobs):
         blocked = capacity.unrunnable_reason(
             PendingJob.from_spec(job, ctx.now(), job_id=intake.job_id_for(job, ctx.message_id)), fleet)
+        if job.is_group:  # its tasks, stored all or nothing (tpuq.scheduler.arrays)
+            ids, stored = arrays.store_group(
+                ctx.clients.firestore, job, ctx.message_id, field=f"jobs[{n}].id" if from_file else "id",
+                document=lambda task, task_id: intake.job_document(task, task_id, source, ctx.message_id, ctx.now(),
+                                                                   blocked, owner))
+            log.info("group %s: %d tasks, %d stored now (source %s)%s", arrays.group_id_for(job, ctx.message_id),
+                     len(ids), stored, source, f", blocked: {blocked}" if blocked and stored else "")
+            job_ids += ids
+            continue
         job_id, created = intake.store_job(ctx.clients.firestore, job, source, ctx.message_id, ctx.now(), blocked, owner)
         log.info("job %s %s (source %s)%s", job_id, "stored as pending" if created else "already stored", source,
                  f", blocked: {blocked}" if blocked and created else "")

@@ -54,7 +54,7 @@ from tpuq.contracts.messages import (AssignmentAction, AttemptEvent, AttemptEven
                                      FleetEventKind, WorkerEndpoint)
 from tpuq.contracts.jobspec import ANY_TPU
 from tpuq.contracts.tputypes import canonical_name, parse_accelerator_type
-from tpuq.scheduler import capacity, lifecycle
+from tpuq.scheduler import capacity, dependencies, grouplimit, lifecycle
 from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_from, queued
 from tpuq.scheduler.passdue import FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, lower_dues, next_pass_due
 from tpuq.runtime.versioned import versioned
@@ -99,9 +99,8 @@ def pending_jobs_for_type(db, tpu_type: str, limit: int) -> list:
         .where(filter=FieldFilter(JobDoc.field("types"), "array_contains_any", sorted({tpu_type, ANY_TPU})))
         .order_by(JobDoc.field("priority_rank"), direction=Query.DESCENDING)
         .order_by(JobDoc.field("submit_time"))
-        .limit(limit)
     )
-    return list(q.stream())
+    return grouplimit.read_past_held(q, limit)  # (a group's tasks past its limit hide no job behind them)
 
 
 def pending_job_snapshots(db, tpu_docs: list[dict], fleet: FleetFile | None) -> list:
@@ -166,7 +165,7 @@ def open_requests_of(db, entry_id: str) -> int:
 
 
 def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
-                  full: bool) -> tuple[PassSnapshot, dict, dict]:
+                  full: bool, now: datetime | None = None) -> tuple[PassSnapshot, dict, dict]:
     """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against.
     Each document is copied out of its snapshot once (`to_dict` copies the whole document, every time)."""
     paused = paused_fleets(db)  # `tpuq fleet pause`: its idle TPUs take no new job (the janitor deletes them)
@@ -179,15 +178,20 @@ def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
         # The full read is bounded per type: the jobs that triggered this pass are planned in it all the same.
         read = {s.id for s in job_snaps}
         job_snaps += [s for s in triggered if s.id not in read]
+    if now is not None:  # a job waiting for its dependencies takes no TPU and asks for none (its reason is written)
+        job_snaps = dependencies.hold_waiting(db, job_snaps, now)
     kept = versioned(db, "queued job", queued)  # each stored version copied and parsed once (module docstring)
     jobs = sorted(((s, *kept.get(s)) for s in job_snaps), key=_queue_order)
-    queue = queue_from([(s.id, parsed) for s, _, parsed in jobs])
+    # A group's tasks past its limit (`%K`) take no TPU and ask for none (their reason is written).
+    held, held_reasons = grouplimit.held_in_pass(db, [(s.id, parsed) for s, _, parsed in jobs])
+    queue = queue_from([(s.id, parsed) for s, _, parsed in jobs if s.id not in held])
     entries = entries_to_count(queue, fleet)
     snapshot = PassSnapshot(
         queue=queue,
         idle_tpus=[d for _, d in tpus],
         live_tpus={e: live_tpus_of(db, e) for e in entries},
         open_requests={e: open_requests_of(db, e) for e in entries},
+        held=held_reasons,
     )
     return snapshot, {s.id: s for s, _, _ in jobs}, {d.get("name"): s for s, d in tpus}
 
@@ -237,7 +241,7 @@ def scheduling_pass(
     rounds = MAX_ROUNDS
     while report.rounds < rounds:
         report.rounds += 1
-        snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full)
+        snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full, ctx.now())
         report.jobs_read += len(job_snaps)
         report.tpus_read += len(tpu_snaps)
         now = ctx.now()

@@ -42,6 +42,7 @@ def filter_jobs(rows: list[Mapping[str, Any]], priority: str | None, search: str
 def job_row(stored: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """One row of the Jobs page: id, name, state, priority, owner, attempts, type, zone, age, reason."""
     from tpuq.operations.jobs import shown_reason
+    from tpuq.operations.fleetreport import waiting_shown
     from tpuq.operations.queries import age
 
     try:
@@ -49,7 +50,7 @@ def job_row(stored: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     except Permanent as e:  # one unreadable job is shown as stored, not the end of the page
         return {"id": str(stored.get("id", "")), "name": "", "state": str(stored.get("state")), "priority": "",
                 "owner": "", "attempts": "", "type": "", "zone": "", "age": "", "reason": str(e)}
-    reason = (f"waiting: {stored['waiting']}" if stored.get("waiting")
+    reason = (waiting_shown(stored["waiting"]) if stored.get("waiting")
               else (shown_reason(job) or job.blocked or ""))
     return {"id": job.id, "name": (job.spec or {}).get("name") or "", "state": job.state.value,
             "priority": job.priority or "", "owner": job.owner or "", "attempts": attempts_cell(job),

@@ -22,7 +22,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-_FIELD_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\])?): ")
+# "field: reason", "field[1]: ...", "jobs[2].depends_on[0]: ...": a validator's message naming where it applies.
+_FIELD_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\])?(?:\.[a-z_][a-z0-9_]*(?:\[\d+\])?)*): ")
 
 
 class TpuqError(Exception):

@@ -24,6 +24,9 @@ from pydantic import (
     model_validator,
 )
 
+from tpuq.contracts import arrays
+from tpuq.contracts.dependencies import (DependsOnAny, check_depends_on, dependency_names,  # noqa: F401 (re-exported)
+                                         refuse_dependency_cycles)
 from tpuq.contracts.runtime_failures import MAX_PATTERNS, check_pattern
 from tpuq.contracts.tputypes import UnknownAcceleratorType, parse_accelerator_type, zone_region
 
@@ -47,6 +50,9 @@ RESERVED_ENV_PREFIX = "TPUQ_"
 # the attempt's number (1, 2, ...), the job's preemptions before this attempt, and "1" when an earlier attempt of the
 # job started (absent otherwise), so that a job restores its checkpoint without guessing.
 ATTEMPT_ENV = frozenset({"TPUQ_ATTEMPT", "TPUQ_PREEMPTIONS", "TPUQ_RESUMING"})
+# A group's task (`array:` or `sweep:`, tpuq.contracts.arrays), set by the runner on every worker of a task: its index
+# (Slurm's SLURM_ARRAY_TASK_ID) and the group's number of tasks. Absent on a job of no group.
+ARRAY_ENV = frozenset({"TPUQ_ARRAY_INDEX", "TPUQ_ARRAY_SIZE"})
 # `tpu: any` (tpu-runner's): any TPU type the fleet offers. Stored as the one-element list ["any"].
 ANY_TPU = "any"
 
@@ -208,6 +214,12 @@ def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+def _array_value(value: Any) -> Any:
+    if value is not None:
+        arrays.parse_array(value)  # the value is kept as given (the topic carries it); this checks it
+    return value
+
+
 class JobSpec(StrictModel):
     """One job. Field names follow tpu-runner's job.yaml; the rest are tpuq additions."""
 
@@ -247,6 +259,41 @@ class JobSpec(StrictModel):
         default=True, description="false: the known TPU runtime failure texts (device busy, backend initialization "
         "timeout, coordination service unreachable, libtpu in use) no longer count as infrastructure failures",
     )
+    array: Annotated[int | str | None, BeforeValidator(_array_value)] = Field(
+        default=None, description="A group of tasks <id>-<index>: a number (8), or Slurm's indices (\"0-15\", "
+        "\"1,3,5\"), with \"%K\" to run at most K at once (tpuq.contracts.arrays)",
+    )
+    sweep: dict[str, list[Any]] | None = Field(
+        default=None, description="A group of one task per combination: {NAME: [values], ...}; each task's env has "
+        "its values (tpuq.contracts.arrays)",
+    )
+    max_running: int | None = Field(
+        default=None, ge=1, le=arrays.MAX_ARRAY_TASKS, description="A group's: at most this many of its tasks assigned "
+        "or running at once (what array's %K says)",
+    )
+    depends_on: list[str] | DependsOnAny | None = Field(
+        default=None, description="Job or group ids this job waits for: a list waits until each has succeeded "
+        "(one failed, cancelled or rejected cancels this job), {any: [...]} until each has ended",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _depends_on_entries(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            check_depends_on(value.get("depends_on"), JOB_ID_RE)
+        return value
+
+    @model_validator(mode="after")
+    def _not_on_itself(self) -> "JobSpec":
+        names = dependency_names(self.depends_on)
+        if self.id and self.id in names:
+            raise ValueError(f"depends_on[{names.index(self.id)}]: a job cannot depend on itself ({self.id!r})")
+        own_task = [n for n in names if self.id and self.is_group and n.startswith(f"{self.id}-")
+                    and n[len(self.id) + 1:].isdigit()]
+        if own_task:
+            raise ValueError(f"depends_on[{names.index(own_task[0])}]: {own_task[0]!r} is a task of this group: its "
+                             "tasks would wait for each other")
+        return self
 
     @field_validator("id")
     @classmethod
@@ -332,6 +379,49 @@ class JobSpec(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _group(self) -> "JobSpec":
+        """`array:` / `sweep:` / `max_running:` (tpuq.contracts.arrays), each refusal naming its field."""
+        if self.array is not None and self.sweep is not None:
+            raise ValueError("array: give array or sweep, not both: a sweep already makes one task per combination; "
+                             "to repeat each, add a variable to the sweep (e.g. SEED: [0, 1, 2])")
+        if self.sweep is not None:
+            try:
+                checked = arrays.check_sweep(self.sweep, self.env, RUNNER_ENV, RESERVED_ENV_PREFIX, _ENV_NAME_RE,
+                                             MAX_ENV_VALUE_BYTES, MAX_ENV_BYTES)
+            except ValueError as e:
+                raise ValueError(f"sweep: {e}") from None
+            object.__setattr__(self, "sweep", checked)
+        if not self.is_group:
+            if self.max_running is not None:
+                raise ValueError("max_running: limits the tasks of a group running at once; give it with array or "
+                                 "sweep")
+            return self
+        limit = self.array_shape.limit if self.array is not None else None
+        if limit is not None and self.max_running is not None and limit != self.max_running:
+            raise ValueError(f"max_running: {self.max_running} and array's %{limit} disagree; give one")
+        if self.id is not None:
+            room = 63 - arrays.longest_task_suffix(self.array, self.sweep)
+            if len(self.id) > room:
+                raise ValueError(f"id: {self.id!r} leaves no room for the task suffix: a group's id may be at most "
+                                 f"{room} characters here (task ids are <id>-<index>, at most 63)")
+        return self
+
+    @property
+    def is_group(self) -> bool:
+        return self.array is not None or self.sweep is not None
+
+    @property
+    def array_shape(self) -> arrays.ArrayShape:
+        return arrays.parse_array(self.array)
+
+    @property
+    def group_limit(self) -> int | None:
+        """At most this many tasks of the group assigned or running at once; None: no limit."""
+        if self.max_running is not None:
+            return self.max_running
+        return self.array_shape.limit if self.array is not None else None
+
+    @model_validator(mode="after")
     def _fits_one_document(self) -> "JobSpec":
         """Every other field is free in size too (buckets, caches, bundle, tpu_name): the whole spec is bounded."""
         total = len(self.model_dump_json(exclude_none=True).encode())
@@ -401,6 +491,8 @@ class PublishedJob(JobSpec):
 def _refuse_duplicate_ids(jobs) -> None:
     """A file's job ids are its jobs' names in the queue: one may not be given twice."""
     ids = [j.id for j in jobs if j.id]
+    # A group's tasks are jobs too: `train` (array: 3) and `train-1` cannot both be in one file.
+    ids += [t.id for j in jobs if j.id and j.is_group for t in arrays.group_tasks(j.id, j.array, j.sweep)]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise ValueError(f"jobs: id {dupes[0]!r} is used twice")
@@ -422,6 +514,7 @@ class JobFile(StrictModel):
     @model_validator(mode="after")
     def _unique_ids(self) -> "JobFile":
         _refuse_duplicate_ids(self.jobs)
+        refuse_dependency_cycles(self.jobs)
         return self
 
 
@@ -434,6 +527,7 @@ class PublishedJobFile(StrictModel):
     @model_validator(mode="after")
     def _unique_ids(self) -> "PublishedJobFile":
         _refuse_duplicate_ids(self.jobs)
+        refuse_dependency_cycles(self.jobs)
         return self
 
 

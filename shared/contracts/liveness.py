@@ -1,7 +1,7 @@
 """The liveness rule: core (pure, no I/O).
 
 A pending job that can run is assigned, or has a capacity request the claimer holds open, or shows a reason that
-holds it (`blocked`, written by the scheduler's pass), within `LIVENESS_BOUND` of the moment it could first run
+holds it (`blocked`, or `waiting` for its dependencies, written by the scheduler), within `LIVENESS_BOUND` of the moment it could first run
 (its submission, its retry back-off's end, its last change). A job that breaks the rule waits for nothing: no pass
 will ever move it. That is a bug in tpuq, and the CLI, the dashboard and the chaos soak show it as one instead of
 an ordinary "pending".
@@ -44,7 +44,7 @@ def nothing_holds(job: JobDoc, open_request_ids: Collection[str], now: datetime,
         if request in open_request_ids:
             return None
         what = f"its capacity request {request} is not open at the claimer"
-    elif job.blocked:
+    elif job.blocked or job.waiting:  # a stated reason: the fleet's, or its dependencies' (issue 36)
         return None
     else:
         what = "no TPU, no capacity request and no stated reason"

@@ -157,6 +157,9 @@ class Assignment(StrictModel):
     # these fields parses as a first run.
     preemptions: int = Field(default=0, ge=0)
     resuming: bool = False
+    # A group's task (jobspec.ARRAY_ENV): its index and the group's number of tasks; None on a job of no group.
+    array_index: int | None = Field(default=None, ge=0)
+    array_size: int | None = Field(default=None, ge=1)
     at: datetime
 
 

@@ -3,9 +3,11 @@ the four services as real processes receiving Pub/Sub push, and the tick source.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tpuq.runtime.clients import Clients
 
@@ -32,3 +34,20 @@ def system(tmp_path_factory):
 @pytest.fixture
 def system_clients(system) -> Clients:
     return Clients(Settings.from_env(system.env))
+
+
+@contextmanager
+def demo_stack_with(work: Path, entry_type: str, **entry):
+    """A whole-system stack of a module's own, on the demo fleet with its `entry_type` entry changed (`count`,
+    `idle_timeout_seconds`, ...): for a test whose point needs another fleet than the session's. Yields the stack
+    and its clients."""
+    fleet = yaml.safe_load((DEMO_DIR / "fleet.yaml").read_text())
+    next(t for t in fleet["tpus"] if t["type"] == entry_type).update(entry)
+    (work / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    stack = DevStack(state_dir=work / "stack", services=("scheduler", "claimer", "executor", "janitor"),
+                     scenario=DEMO_DIR / "scenario.yaml", fleet_file=work / "fleet.yaml", time_scale=60.0,
+                     tick_period=1.0, extra_buckets=("tpuq-demo-us-central2",),
+                     service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2"})
+    with stack.running():
+        yield stack, Clients(Settings.from_env(stack.env))
+

@@ -28,10 +28,10 @@ import yaml
 
 from tpuq.contracts import store
 from tpuq.operations.queries import worker_log_chunks
-from tpuq.runtime.clients import Clients
-from tpuq.runtime.settings import Settings
-from tpuq_dev.devstack.stack import DEMO_DIR, DevStack, wait_for
+from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
+
+from tests.e2e.conftest import demo_stack_with
 
 DEADLINE = 300
 BUCKET = "gs://tpuq-demo-us-central2"
@@ -41,17 +41,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def life(tmp_path_factory):
     work = tmp_path_factory.mktemp("run-life")
-    fleet = yaml.safe_load((DEMO_DIR / "fleet.yaml").read_text())
-    pod = next(t for t in fleet["tpus"] if t["type"] == "v4-32")
-    pod.update(count=2, idle_timeout_seconds=900)
-    fleet["retry"]["infra_failures"] = 2
-    (work / "fleet.yaml").write_text(yaml.safe_dump(fleet))
-    stack = DevStack(state_dir=work / "stack", services=("scheduler", "claimer", "executor", "janitor"),
-                     scenario=DEMO_DIR / "scenario.yaml", fleet_file=work / "fleet.yaml", time_scale=60.0,
-                     tick_period=1.0, extra_buckets=("tpuq-demo-us-central2",),
-                     service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2"})
-    with stack.running():
-        yield stack, Clients(Settings.from_env(stack.env)), work
+    # Two v4-32 slots (one for the job, one for the slice it will find dirty), kept idle 15 minutes.
+    with demo_stack_with(work, "v4-32", count=2, idle_timeout_seconds=900) as (stack, clients):
+        yield stack, clients, work
 
 
 def tpuq(stack, *args: str, ok: bool = True) -> subprocess.CompletedProcess:

@@ -29,7 +29,9 @@ Firestore's behaviour it keeps, because our code would notice the difference
   that leaned on the order asked would fail here too;
 - a document over 1 MiB by Firestore's size rules, or a field value over
   1 MiB - 89 bytes, is refused with InvalidArgument and nothing of the commit
-  is written, as Firestore and its emulator refuse it (`_sized`).
+  is written, as Firestore and its emulator refuse it (`_sized`);
+- a commit (batch or transaction) of more than 500 writes is refused with InvalidArgument, nothing written
+  (https://cloud.google.com/firestore/quotas#writes_and_transactions).
 Not modelled: indexes (production needs the composite ones in infra/) and
 limits on write rate.
 """
@@ -50,6 +52,8 @@ from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.api_core.exceptions import Aborted, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from google.cloud.firestore_v1 import transforms
 from google.cloud.firestore_v1.base_aggregation import AggregationResult
+
+MAX_WRITES_PER_COMMIT = 500  # Firestore's limit on one commit's writes (module docstring)
 
 ASCENDING, DESCENDING = "ASCENDING", "DESCENDING"  # the values of google.cloud.firestore.Query's constants
 _MISSING = object()
@@ -756,6 +760,8 @@ class MemoryFirestore:
         return now
 
     def _commit(self, writes: list[_Write], reads: dict[str, datetime | None] | None = None) -> list[WriteResult]:
+        if len(writes) > MAX_WRITES_PER_COMMIT:
+            raise InvalidArgument(f"maximum {MAX_WRITES_PER_COMMIT} writes allowed per request")
         with self._lock:
             if self.observer is not None:  # a precondition reads what it checks, whether the commit goes on or not
                 for path in {*(reads or ()), *(w.path for w in writes)}:

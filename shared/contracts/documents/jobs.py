@@ -80,12 +80,23 @@ class JobDoc(_View):
     infra_failures: int = 0
     reason: str | None = None
     blocked: str | None = None  # why a pending job cannot get a TPU now
+    # The job or group ids its spec's `depends_on` names (queried with array-contains when one of them ends), and
+    # while one is not met, why it waits ("waiting for train-3 (running)"): it is then not matched and asks nothing.
+    depends_on_ids: tuple[str, ...] = ()
+    waiting: str | None = None
     capacity_request: Mapping[str, Any] | None = None  # the open request: {id, n, entry_id, at}
     capacity_requests: int = 0  # requests made so far (the next request's number)
     cancel_requested: bool = False
     cancel_reason: str | None = None
     assignment_republished_at: datetime | None = None
     assignment_republishes: int = 0  # how often the tick sent the current attempt's assignment again
+    # A task of a group (`array:` / `sweep:`, tpuq.contracts.arrays): the group's id (the submitted job's; never a job
+    # document itself), the task's index, the group's number of tasks, and its limit on tasks assigned or running at
+    # once (None: none). All None on a job of no group.
+    group: str | None = None
+    array_index: int | None = None
+    array_size: int | None = None
+    array_limit: int | None = None
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], doc_id: str | None = None) -> "JobDoc":

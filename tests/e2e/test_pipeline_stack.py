@@ -1,0 +1,90 @@
+"""A pipeline on the local stack (issue 36's done-when, notifications aside): a 6-task sweep with `%2` and an eval
+that depends on it, submitted as a user does (`tpuq submit`). At most 2 tasks run at once although 4 slices could
+hold more; the eval starts only after the last task succeeded; with one task made to fail, the eval is cancelled
+naming that task. Its own stack: the demo fleet with 4 v4-8 slots, so the limit, not the fleet, is what holds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from datetime import datetime
+
+import pytest
+import yaml
+
+from tpuq.contracts import store
+from tpuq_dev.devstack.stack import wait_for
+
+from tests.e2e.conftest import demo_stack_with
+
+DEADLINE = 300
+TERMINAL = ("succeeded", "failed", "cancelled", "rejected")
+
+
+@pytest.fixture(scope="module")
+def pipeline_stack(tmp_path_factory):
+    work = tmp_path_factory.mktemp("pipeline")
+    with demo_stack_with(work, "v4-8", count=4, idle_timeout_seconds=600) as (stack, clients):
+        yield stack, clients, work
+
+
+def submit(stack, work, jobs: list[dict]) -> None:
+    path = work / f"pipeline-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump({"jobs": jobs}))
+    done = subprocess.run(["tpuq", "submit", str(path)], env={**os.environ, **stack.env}, capture_output=True,
+                          text=True, timeout=DEADLINE)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def job(clients, job_id: str) -> dict:
+    return clients.firestore.collection(store.JOBS).document(job_id).get().to_dict() or {}
+
+
+def first_attempt(clients, job_id: str) -> dict:
+    return (clients.firestore.collection(store.JOBS).document(job_id).collection(store.ATTEMPTS).document("1")
+            .get().to_dict() or {})
+
+
+def wait_ended(clients, job_id: str) -> dict:
+    return wait_for(lambda: (j := job(clients, job_id)).get("state") in TERMINAL and j, timeout=DEADLINE,
+                    what=f"{job_id} ended")
+
+
+def most_at_once(spans: list[tuple[datetime, datetime]]) -> int:
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def sweep_then_eval(tag: str, task_command: str) -> list[dict]:
+    return [{"id": f"train-{tag}", "tpu": "v4-8", "sweep": {"LR": ["1e-3", "3e-4"], "SEED": [0, 1, 2]},
+             "max_running": 2, "command": task_command},
+            {"id": f"eval-{tag}", "tpu": "v4-8", "depends_on": [f"train-{tag}"], "command": "echo evaluated"}]
+
+
+def test_a_sweep_limited_to_two_then_its_eval(pipeline_stack):
+    stack, clients, work = pipeline_stack
+    tag = uuid.uuid4().hex[:6]
+    submit(stack, work, sweep_then_eval(tag, 'echo "lr=$LR seed=$SEED task $TPUQ_ARRAY_INDEX"; sleep 2'))
+    tasks = [wait_ended(clients, f"train-{tag}-{i}") for i in range(6)]
+    assert [t["state"] for t in tasks] == ["succeeded"] * 6, [t.get("reason") for t in tasks]
+    spans = [(a["started_at"], a["ended_at"]) for a in (first_attempt(clients, t["id"]) for t in tasks)]
+    assert most_at_once(spans) == 2, spans
+    evaluated = wait_ended(clients, f"eval-{tag}")
+    assert evaluated["state"] == "succeeded", evaluated.get("reason")
+    assert first_attempt(clients, evaluated["id"])["started_at"] >= max(end for _, end in spans)
+
+
+def test_a_failed_task_cancels_the_eval_naming_it(pipeline_stack):
+    stack, clients, work = pipeline_stack
+    tag = uuid.uuid4().hex[:6]
+    submit(stack, work, sweep_then_eval(tag, 'if [ "$TPUQ_ARRAY_INDEX" = 3 ]; then exit 4; fi; sleep 1'))
+    failed = wait_ended(clients, f"train-{tag}-3")
+    assert failed["state"] == "failed", failed.get("reason")
+    evaluated = wait_ended(clients, f"eval-{tag}")
+    assert evaluated["state"] == "cancelled" and f"train-{tag}-3" in evaluated["reason"], evaluated.get("reason")
+    assert not first_attempt(clients, evaluated["id"])  # it never ran
