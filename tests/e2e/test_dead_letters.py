@@ -78,8 +78,9 @@ def test_refused_gcloud_messages_are_found_by_their_message_id(system_clients, g
     assert LOCAL_TIME.search(shown)
     assert "  field: tpu" in shown and "unknown TPU type 'v9-8'" in shown
     listed = run(gcloud_env, "tpuq", "dead-letters", "--topic", "jobs").stdout
-    line = next(line for line in listed.splitlines() if f" {mid} " in line)
-    assert LOCAL_TIME.search(line) and " jobs " in line and f"job-{mid}" in line and " tpu " in line
+    # Piped: tab-separated lines, whole reasons (a terminal gets the table).
+    cells = next(cells for line in listed.splitlines() if mid in (cells := line.split("\t")))
+    assert LOCAL_TIME.search(" ".join(cells)) and "jobs" in cells and f"job-{mid}" in cells and "tpu" in cells, cells
     records = json.loads(run(gcloud_env, "tpuq", "dead-letters", "--json").stdout)
     assert any(r["message_id"] == mid and r["raw_data"] == json.dumps({"tpu": "v9-8", "command": "echo never"})
                for r in records)

@@ -9,7 +9,6 @@ import subprocess
 import uuid
 
 import requests
-from google.cloud import storage
 
 from tpuq.contracts import store
 from tpuq.contracts.documents import JobState
@@ -57,7 +56,7 @@ def test_a_job_s_life_on_the_fake_hosts_through_the_dev_commands(system):
     first = wait_until(running_on, timeout=DEADLINE, what=f"{job_id} running")
     waiting = f"dev-wait-{uuid.uuid4().hex[:6]}"  # the fleet's only v4-32 runs the job: this one waits
     try:
-        blobs = storage.Client(project=system.project).bucket(BUCKET)
+        blobs = clients.storage.bucket(BUCKET)  # the system stack's fake GCS, whatever this process's environment says
         found = wait_until(lambda: [b for b in blobs.list_blobs(prefix=f"tpuq/jobs/{job_id}/checkpoints/")],
                            timeout=120, what="the checkpoint in fake GCS")
         assert [(b.name, b.download_as_text()) for b in found] == [
