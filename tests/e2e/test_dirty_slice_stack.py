@@ -1,7 +1,8 @@
 """A dirty slice on the local stack, end to end: a process left holding /dev/vfio/0 on one worker (`tpuq dev dirty`)
 makes the next job's attempt there end infra_failed at the worker preflight, naming the worker and the holder; the
 slice is quarantined and deleted by the janitor (the fake's call log is the witness), and the job runs again on a
-fresh slice and succeeds."""
+fresh slice and succeeds. Its own stack (the demo fleet as it is: one v4-32): on the session's, a slice another test
+left behind could take the first job, and the second would not wait for the dirty one."""
 
 from __future__ import annotations
 
@@ -10,20 +11,27 @@ import subprocess
 import time
 import uuid
 
+import pytest
+
 from tpuq.contracts import store
 from tpuq.contracts.documents import JobState, short_node_name
 from tpuq.contracts.messages import CancelRequest
-from tpuq.runtime.clients import Clients
-from tpuq.runtime.settings import Settings
 from tpuq_dev.faketpu.control import FakeTpuControl
+from tests.e2e.conftest import demo_stack_with
 from tests.helpers import wait_until
 
 DEADLINE = 300
 
 
-def test_a_dirty_worker_fails_the_preflight_and_its_slice_is_deleted_and_the_job_retried(system):
+@pytest.fixture(scope="module")
+def own_stack(tmp_path_factory):
+    with demo_stack_with(tmp_path_factory.mktemp("dirty-slice"), "v4-32", count=1) as (stack, clients):
+        yield stack, clients
+
+
+def test_a_dirty_worker_fails_the_preflight_and_its_slice_is_deleted_and_the_job_retried(own_stack):
+    system, clients = own_stack
     env = {**os.environ, **system.env}
-    clients = Clients(Settings.from_env(system.env))
     db = clients.firestore
     control = FakeTpuControl(system.env["TPUQ_TPU_API_ENDPOINT"])
     first, second = f"holder-{uuid.uuid4().hex[:6]}", f"next-{uuid.uuid4().hex[:6]}"
