@@ -194,7 +194,7 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
     if event.kind is AttemptEventKind.started:
 
         def decide_started(job):
-            job_fields, attempt_fields = lifecycle.attempt_started(job.to_dict(), event.attempt, ctx.now())
+            job_fields, attempt_fields = lifecycle.attempt_started(job.to_dict(), event.attempt, event.at, ctx.now())
             return WriteSet().update(job, job_fields).merge(attempt_ref, attempt_fields), None
 
         read_decide_commit(db, [job_ref], decide_started)

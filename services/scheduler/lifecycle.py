@@ -290,18 +290,23 @@ def _current(stored: Doc | None, attempt: int) -> JobDoc | None:
     return job if job.attempt == attempt else None
 
 
-def attempt_started(stored: Doc | None, attempt: int, now: datetime) -> tuple[Doc | None, Doc | None]:
-    """(job fields, attempt fields) for `started`: assigned -> running, pinning the region."""
+def attempt_started(stored: Doc | None, attempt: int, started_at: datetime, now: datetime
+                    ) -> tuple[Doc | None, Doc | None]:
+    """(job fields, attempt fields) for `started`: assigned -> running, pinning the region. `started_at` is the
+    executor's time of the start (the event's), `now` the handling's. Pub/Sub does not order: a short attempt's end
+    can be handled before its start, and the start then changes no state but still says when the attempt began."""
     job = _current(stored, attempt)
     if job is None:
         return None, None
     try:
         state = transition(job.state, JobEvent.start)
     except IllegalTransition:
-        return None, None
+        unrecorded = job.started_at is None or (job.assigned_at is not None and job.started_at < job.assigned_at)
+        return (JobDoc.fields(started_at=started_at) if unrecorded else None,
+                AttemptDoc.fields(started_at=started_at))
     return (
-        JobDoc.fields(state=state, started_at=now, pinned_region=job.region, updated_at=now),
-        AttemptDoc.fields(state=AttemptState.running, started_at=now),
+        JobDoc.fields(state=state, started_at=started_at, pinned_region=job.region, updated_at=now),
+        AttemptDoc.fields(state=AttemptState.running, started_at=started_at),
     )
 
 

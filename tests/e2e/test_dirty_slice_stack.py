@@ -1,8 +1,9 @@
 """A dirty slice on the local stack, end to end: a process left holding /dev/vfio/0 on one worker (`tpuq dev dirty`)
 makes the next job's attempt there end infra_failed at the worker preflight, naming the worker and the holder; the
 slice is quarantined and deleted by the janitor (the fake's call log is the witness), and the job runs again on a
-fresh slice and succeeds. Its own stack (the demo fleet as it is: one v4-32): on the session's, a slice another test
-left behind could take the first job, and the second would not wait for the dirty one."""
+fresh slice and succeeds. Its own stack, the demo fleet's one v4-32 in one zone: on the session's, a slice another
+test left behind could take the first job; and a race over three zones can win twice, the surplus slice then kept for
+the pending second job (tpuq.janitor.decide), which would not wait for the dirty one."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ DEADLINE = 300
 
 @pytest.fixture(scope="module")
 def own_stack(tmp_path_factory):
-    with demo_stack_with(tmp_path_factory.mktemp("dirty-slice"), "v4-32", count=1) as (stack, clients):
+    with demo_stack_with(tmp_path_factory.mktemp("dirty-slice"), "v4-32", count=1,
+                         zones=["us-central2-a"]) as (stack, clients):
         yield stack, clients
 
 

@@ -65,8 +65,21 @@ def test_ended_before_started_still_ends_the_attempt(sched):
     sched.deliver("jobs", {"id": "j1", "tpu": "v4-8", "command": "train"})
     sched.deliver("fleet-events", active("n1"))
     sched.deliver("attempt-events", ended("failed_setup", detail="bundle missing"))
-    sched.deliver("attempt-events", started())  # overtaken: the job has ended, nothing changes
+    sched.deliver("attempt-events", started())  # overtaken: the job has ended and stays so
     assert sched.job("j1")["state"] == "failed" and sched.job("j1")["reason"] == "bundle missing"
+
+
+def test_a_start_handled_after_the_end_still_says_when_the_attempt_began(sched):
+    """Pub/Sub does not order: a short attempt's end can be handled first. The start leaves the state alone but
+    records the executor's start time on the attempt and the job (`tpuq status`, the dashboard, cost, TPUQ_RESUMING)."""
+    sched.deliver("jobs", {"id": "j1", "tpu": "v4-8", "command": "echo evaluated"})
+    sched.deliver("fleet-events", active("n1"))
+    sched.deliver("attempt-events", ended("succeeded"))
+    sched.deliver("attempt-events", started())
+    sched.deliver("attempt-events", started())  # and again: the same time, once
+    job, attempt = sched.job("j1"), sched.attempts("j1")["1"]
+    assert job["state"] == "succeeded" and attempt["state"] == "ended" and attempt["outcome"] == "succeeded"
+    assert attempt["started_at"] == job["started_at"] == utc(2026, 1, 1)
 
 
 def test_preempted_attempt_reruns_in_its_region_with_the_same_checkpoints(sched):
