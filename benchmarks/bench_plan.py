@@ -5,7 +5,7 @@ runs of `plan()` (inputs are built outside the timed part) and how many jobs it
 matched. The mix is seeded, so every run sees the same jobs and TPUs: 1-3
 acceptable types per job, some zone- and region-bound jobs, a few pinned
 retries, a few exact-name jobs, some jobs still backing off, all priorities
-(see MIXES for the two mixes).
+(see MIXES for the mixes; `multislice` adds gangs, issue 37).
 """
 
 from __future__ import annotations
@@ -70,7 +70,11 @@ MIXES = {
     # lacks them, many name a TPU. Most idle TPUs stay unusable, so the matcher never
     # runs out of TPUs and searches all the way down the queue.
     "constrained": (0.50, 0.20, 0.10, 0.10, 2, 4),
+    # The typical queue with multislice jobs (issue 37): see MULTISLICE_SHARE.
+    "multislice": (0.15, 0.25, 0.10, 0.02, 3, len(OFFERINGS)),
 }
+# mix -> share of its jobs that are multislice: one type, 2 or 3 slices, or elastic [4, 2].
+MULTISLICE_SHARE = {"multislice": 0.10}
 
 
 def make_jobs(n: int, tpus: list[IdleTpu], rng: random.Random, mix: str = "mixed") -> list[PendingJob]:
@@ -90,6 +94,10 @@ def make_jobs(n: int, tpus: list[IdleTpu], rng: random.Random, mix: str = "mixed
         elif roll < zone_share + region_share + pinned_share + name_share:
             target = rng.choice(tpus)
             name, chosen = target.name, [target.type]
+        slices = (1,)
+        share = MULTISLICE_SHARE.get(mix, 0)  # (no draw for the other mixes: their jobs stay as they were)
+        if share and name is None and rng.random() < share:
+            chosen, slices = chosen[:1], rng.choice([(2,), (3,), (4, 2)])
         if rng.random() < 0.10:
             not_before = NOW + timedelta(seconds=rng.randint(-300, 300))
         jobs.append(
@@ -103,6 +111,7 @@ def make_jobs(n: int, tpus: list[IdleTpu], rng: random.Random, mix: str = "mixed
                 regions=regions or frozenset(),
                 pinned_region=pinned,
                 not_before=not_before,
+                slices=slices,
             )
         )
     return jobs

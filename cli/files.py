@@ -83,6 +83,7 @@ def validate(files: list[Path] = typer.Argument(..., metavar="FILE...", help="Fl
         checked.append((file, kind, _report_valid(data, kind)))
     fleets = [(f, model) for f, kind, model in checked if kind == "fleet"]
     jobs = [(f, model) for f, kind, model in checked if kind == "job"]
+    _multislice_warnings(fleets, jobs)
     if fleets and jobs:
         from tpuq.contracts.fleetjobs import fleet_job_warnings
 
@@ -91,6 +92,19 @@ def validate(files: list[Path] = typer.Argument(..., metavar="FILE...", help="Fl
                 for warning in fleet_job_warnings(fleet, job_model):
                     err.print(f"[yellow]warning[/yellow]: {escape(f'{job_file} with {fleet_file}: {warning}')}",
                               soft_wrap=True)
+
+
+def _multislice_warnings(fleets, jobs) -> None:
+    """Multislice jobs (issue 37): which fleet entry could hold each, and that submit refuses them for now."""
+    from datetime import datetime, timezone
+
+    from tpuq.scheduler.multislice_fit import validate_lines
+
+    for job_file, job_model in jobs:
+        for fleet_file, fleet in fleets or [(None, None)]:
+            where = f"{job_file} with {fleet_file}" if fleet_file else f"{job_file}"
+            for line in validate_lines(fleet, job_model, datetime.now(timezone.utc)):
+                err.print(f"[yellow]warning[/yellow]: {escape(f'{where}: {line}')}", soft_wrap=True)
 
 
 def validate_fleet(file: Path = typer.Argument(Path("deployment.yaml"), help="A fleet or tpu-runner deployment file")) -> None:

@@ -28,15 +28,19 @@ def fleet(ctx: typer.Context, name: Optional[str] = typer.Option(None, help="Fle
 
     from tpuq.capacity.cloudchecks import reader_from_settings
     from tpuq.operations.fleetreport import fleet_view, unheld_jobs
+    from tpuq.operations.notifyhealth import failing_view
 
     clients = cli_clients()
     now = datetime.now(timezone.utc)
     view = fleet_view(clients.firestore, name or fleet_in_use(), now, local_zone(), reader_from_settings(clients.settings))
     view["unheld_jobs"] = unheld_jobs(clients.firestore, now)
+    view["notify_failing"] = failing_view(clients.firestore, now)
     if as_json:
         print(json.dumps(view, default=json_default, indent=2))
         return
     print_fleet(view, verbose)
+    for destination in view["notify_failing"]:  # last: what a person has to fix
+        out.print(destination["line"], highlight=False, markup=False, soft_wrap=True)
 
 
 def local_zone():
@@ -164,7 +168,9 @@ def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None
     from datetime import datetime, timezone
 
     from tpuq.cli.console import CliError
+    from tpuq.operations.notifysecrets import has_inline_urls, store_inline_urls
     from tpuq.runtime.fleetstore import save_fleet
+    from tpuq.runtime.secretmanager import SecretError, SecretManager
     from tpuq.runtime.settings import ENV_FLEET
 
     model = validate_data(load_yaml_file(file), "fleet")
@@ -176,6 +182,13 @@ def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None
         raise CliError(f"{file}: fleet {model.name!r} would not be used: the services use fleet {in_use!r} "
                        f"({ENV_FLEET}); nothing stored. Set `name: {in_use}` in the file to change it, or start the "
                        f"local stack with `tpuq dev up --fleet {file}` (a project: `tpuq deploy {file}`)")
+    if has_inline_urls(model.notify):  # a webhook URL is a credential: only its secret's name is stored
+        secrets = SecretManager(clients.settings.project, endpoint=clients.settings.secretmanager_endpoint)
+        try:
+            model = model.model_copy(update={"notify": store_inline_urls(model.notify, secrets, model.project)})
+        except SecretError as e:
+            raise CliError(f"{file}: notify: a webhook URL could not be stored in Secret Manager: {e}; nothing "
+                           "stored") from None
     version = save_fleet(clients.firestore, model, datetime.now(timezone.utc))
     nudge(clients, "fleet-apply")  # jobs blocked for want of an entry are looked at again now
     out.print(f"fleet {model.name!r} stored (version {version}); the services use it from their next message")

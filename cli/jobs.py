@@ -45,6 +45,7 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         jobs = select_jobs(jobs, job_ids or [])
     except ValueError as e:
         raise CliError(str(e)) from None
+    _refuse_multislice(jobs)
     clients = cli_clients()
     try:
         prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random())
@@ -52,6 +53,7 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         raise CliError(str(e)) from None
     if follow and any(p.spec.is_group for p in prepared):
         raise CliError("--follow prints one job's logs: a group's are its tasks' (tpuq logs TASK-ID); use --wait")
+    _store_webhook_urls(clients, prepared)
     _check_runnable(clients, prepared, force)
     _check_dependencies(clients, prepared)
     _check_job_buckets(clients, prepared)
@@ -72,6 +74,35 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
                   for t in (group_tasks(job_id, p.spec.array, p.spec.sweep) if p.spec.is_group else [])] + \
                  [job_id for p, job_id in zip(prepared, ids) if not p.spec.is_group]
         raise typer.Exit(wait_for_jobs(clients, waited, timeout, follow=follow))
+
+
+def _refuse_multislice(jobs) -> None:
+    """Before anything is uploaded: a multislice job is refused until tpuq runs them (the intake refuses it too)."""
+    from tpuq.contracts.multislice import refuse_until_runnable
+
+    for i, spec in enumerate(jobs.jobs):
+        try:
+            refuse_until_runnable(spec.slices)
+        except ValueError as e:
+            raise CliError(f"jobs[{i}].{e}; nothing was submitted") from None
+
+
+def _store_webhook_urls(clients, prepared) -> None:
+    """Inline `notify: url:` entries go to Secret Manager first: only the secret's name is published."""
+    from tpuq.operations.notifysecrets import has_inline_urls, store_inline_urls
+    from tpuq.runtime.secretmanager import SecretError, SecretManager
+
+    if not any(has_inline_urls(p.spec.notify) for p in prepared):
+        return
+    secrets = SecretManager(clients.settings.project, endpoint=clients.settings.secretmanager_endpoint)
+    for p in prepared:
+        if has_inline_urls(p.spec.notify):
+            try:
+                p.spec = p.spec.model_copy(update={"notify": store_inline_urls(p.spec.notify, secrets,
+                                                                               clients.settings.project)})
+            except SecretError as e:
+                raise CliError(f"{p.spec.id}: notify: the webhook URL could not be stored in Secret Manager: {e}. "
+                               "Nothing was submitted") from None
 
 
 def _check_runnable(clients, prepared, force: bool) -> None:
@@ -337,10 +368,12 @@ def _confirm_if_pending(db, asked: dict[str, int], timeout: float) -> bool:
     return skipped
 
 
-def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
+def set_priority(job_id: str = typer.Argument(..., metavar="JOB", help="A job id, or a group's id (every pending "
+                                                                         "task of it)"),
                  priority: str = typer.Argument(..., metavar="low|normal|high")) -> None:
     """Change a pending job's priority; the scheduler re-plans at once. A job that has started keeps its
-    priority (exit 2), as in tpu-runner."""
+    priority (exit 2), as in tpu-runner. A group's id: every pending task of it, saying how many changed (exit 2
+    when none was pending)."""
     from datetime import datetime, timezone
 
     from rich.markup import escape
@@ -352,6 +385,7 @@ def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
     except ValueError:
         raise CliError(f"priority: {priority!r} is not one of low, normal, high") from None
     clients = cli_clients()
+    _set_group_priority(clients, job_id, wanted)
     result, job = change_priority(clients, job_id, wanted, datetime.now(timezone.utc))
     if result == "unknown":
         raise CliError(f"no job {job_id!r} (tpuq list shows the recent ones)")
@@ -362,6 +396,20 @@ def set_priority(job_id: str = typer.Argument(..., metavar="JOB"),
         out.print(f"{job_id} already has priority {wanted.value}")
         return
     out.print(f"{job_id}: priority {wanted.value} (was {job.get('priority')}); the scheduler re-plans now")
+
+
+def _set_group_priority(clients, group: str, wanted) -> None:
+    """`tpuq set-priority GROUP`: returns only when `group` is no group's id (then it is a job's, or unknown)."""
+    from datetime import datetime, timezone
+
+    from tpuq.operations.groups import change_group_priority, priority_line, tasks_if_group
+
+    tasks = tasks_if_group(clients.firestore, group)
+    if not tasks:
+        return
+    tally = change_group_priority(clients, tasks, wanted, datetime.now(timezone.utc))
+    out.print(priority_line(group, len(tasks), wanted.value, tally), markup=False, highlight=False)
+    raise typer.Exit(0 if tally["changed"] or tally["same"] else EXIT_CONFLICT)
 
 
 def logs(job_id: str = typer.Argument(...),
@@ -452,10 +500,13 @@ def _check_log_worker(db, job: JobDoc, worker: int, attempt: Optional[int]) -> N
         raise CliError(str(e)) from None
 
 
-def watch(job_id: str = typer.Argument(...), interval: float = typer.Option(1.0, min=0.2)) -> None:
+def watch(job_id: str = typer.Argument(..., help="A job id, or a group's id"),
+          interval: float = typer.Option(1.0, min=0.2)) -> None:
     """A live view of one job: one row per worker (state, exit code, elapsed time, last log line); while pending,
     why it waits. Not on a terminal: one line per change. Exits when the job ends, with the job's status (0
-    succeeded, a failed worker's exit code, else 1); Ctrl-C stops watching (the job keeps running), exit 130."""
+    succeeded, a failed worker's exit code, else 1); Ctrl-C stops watching (the job keeps running), exit 130.
+    A group's id: its tasks' counts by state, a progress bar and the failed tasks named, until every task ended
+    (exit 0 if all succeeded, else 1)."""
     from tpuq.cli.live import watch_job
 
     raise typer.Exit(watch_job(cli_clients(), job_id, interval))

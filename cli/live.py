@@ -43,15 +43,19 @@ def _detached(jobs: dict[str, JobWatch | None]) -> int:
 STORE_GRACE_SECONDS = 60.0
 
 
-def _await_stored(db, job_id: str, grace: float = STORE_GRACE_SECONDS, poll: float = 0.5) -> None:
-    """Return once the job is stored; a refused message for it, or no job after `grace`, is one line, exit 1."""
+def _await_stored(db, job_id: str, grace: float = STORE_GRACE_SECONDS, poll: float = 0.5) -> bool:
+    """Return once the job, or a group of that id, is stored (True: a group); a refused message for it, or neither
+    after `grace`, is one line, exit 1."""
     from tpuq.operations import deadletters
     from tpuq.cli.connecting import job_or_fail
     from tpuq.cli.console import CliError
+    from tpuq.operations.groups import tasks_if_group
 
     deadline = time.monotonic() + grace
     said = False
     while not db.collection(store.JOBS).document(job_id).get().exists:
+        if tasks_if_group(db, job_id):
+            return True
         if deadletters.for_job_id(db, job_id):
             raise CliError(f"job {job_id} was refused, never stored: `tpuq status {job_id}` says why")
         if time.monotonic() > deadline:
@@ -62,40 +66,78 @@ def _await_stored(db, job_id: str, grace: float = STORE_GRACE_SECONDS, poll: flo
             said = True
         time.sleep(poll)
     job_or_fail(db, job_id)  # an unknown job: one line, exit 1
+    return False
+
+
+def _live_loop(first, read: Callable, drawn: Callable, facts_of: Callable[..., dict[str, str]],
+               exit_of: Callable, label: str, interval: float) -> int:
+    """A live view's loop, of a job or of a group: from `first`, `read()` every `interval` seconds (None: keep the
+    last view) until `exit_of(view)` is not None, the exit status. On a terminal the view is redrawn (`drawn`);
+    otherwise each fact (`facts_of`) that changed is one line, stamped and prefixed `label`."""
+    view = first
+    if out.is_terminal:
+        from rich.live import Live
+
+        with Live(drawn(view), console=out, auto_refresh=False, transient=False) as live:
+            while exit_of(view) is None:
+                time.sleep(interval)
+                view = read() or view
+                live.update(drawn(view), refresh=True)
+        return exit_of(view)
+    tz = _local_zone()
+    before: dict[str, str] | None = None
+    while True:
+        after = facts_of(view)
+        for line in change_lines(before, after):
+            print(f"{stamp(_now(), tz)}  {label}: {line}", flush=True)
+        before = after
+        if exit_of(view) is not None:
+            return exit_of(view)
+        time.sleep(interval)
+        view = read() or view
 
 
 def watch_job(clients, job_id: str, interval: float) -> int:
-    """`tpuq watch`: until the job ends; its exit status (`jobwatch.job_exit_code`), or 130 on Ctrl-C."""
-    tz = _local_zone()
-    reader = JobReader(clients, job_id, tz)
-    view: JobWatch | None = None
+    """`tpuq watch`: until the job ends; its exit status (`jobwatch.job_exit_code`), or 130 on Ctrl-C. A group's
+    id: `watch_group`."""
+    from tpuq.cli.views import watch_view
+
+    reader = JobReader(clients, job_id, _local_zone())
+    latest: dict[str, JobWatch | None] = {job_id: None}  # what Ctrl-C says of the job
+
+    def read() -> JobWatch | None:
+        latest[job_id] = reader.read(_now()) or latest[job_id]
+        return latest[job_id]
+
     try:
-        _await_stored(clients.firestore, job_id)
-        first = view = reader.read(_now())
-        assert first is not None and view is not None
-        if out.is_terminal:
-            from rich.live import Live
-
-            from tpuq.cli.views import watch_view
-
-            with Live(watch_view(first), console=out, auto_refresh=False, transient=False) as live:
-                while not view.terminal:
-                    time.sleep(interval)
-                    view = reader.read(_now()) or view
-                    live.update(watch_view(view), refresh=True)
-            return view.exit_code or 0
-        before: dict[str, str] | None = None
-        while True:
-            after = facts(view)
-            for line in change_lines(before, after):
-                print(f"{stamp(_now(), tz)}  {job_id}: {line}", flush=True)
-            before = after
-            if view.terminal:
-                return view.exit_code or 0
-            time.sleep(interval)
-            view = reader.read(_now()) or view
+        if _await_stored(clients.firestore, job_id):
+            return watch_group(clients, job_id, interval)
+        first = read()
+        assert first is not None
+        return _live_loop(first, read, watch_view, facts, lambda v: (v.exit_code or 0) if v.terminal else None,
+                          job_id, interval)
     except KeyboardInterrupt:
-        return _detached({job_id: view})
+        return _detached(latest)
+
+
+def watch_group(clients, group: str, interval: float) -> int:
+    """`tpuq watch GROUP`: what `tpuq status GROUP` prints (counts by state, a progress bar, the failed tasks
+    named), redrawn on a terminal, else a line per change (`groups.watch_facts`), until every task ended; exit 0
+    if every task succeeded, else 1 (`groups.group_exit_code`); 130 on Ctrl-C, the tasks keep running."""
+    from rich.text import Text
+
+    from tpuq.operations.groups import (group_detach_message, group_exit_code, group_tasks, summary, summary_lines,
+                                       watch_facts)
+
+    def read():
+        return summary(group, group_tasks(clients.firestore, group))
+
+    try:
+        return _live_loop(read(), read, lambda s: Text("\n".join(summary_lines(s))), watch_facts, group_exit_code,
+                          group, interval)
+    except KeyboardInterrupt:
+        err.print(group_detach_message(group), highlight=False, markup=False)
+        return EXIT_DETACHED
 
 
 def wait_for_jobs(clients, ids: list[str], timeout: float, follow: bool = False, interval: float = 1.0) -> int:

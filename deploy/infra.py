@@ -10,7 +10,7 @@
 - infra/firestore.yaml   the database; its indexes are infra/firestore.indexes.json
 
 Strings may say `${project}`, `${region}`, `${firestore_location}`, `${image_tag}`, `${service}`,
-`${ssh_key_secret}`, `${worker_secrets}` or `${job_buckets}`. An item that names a variable the fleet leaves unset is
+`${ssh_key_secret}`, `${worker_secrets}`, `${notify_secrets}` or `${job_buckets}`. An item that names a variable the fleet leaves unset is
 dropped; an item that names a list variable is repeated once per element.
 """
 

@@ -39,7 +39,15 @@ class Target:
                 "firestore_location": self.firestore_location or self.fleet.firestore_location or self.region, "image_tag": self.image_tag,
                 "service": "${service}",  # expanded per service
                 "ssh_key_secret": self.fleet.ssh_key_secret, "worker_secrets": list(self.fleet.worker_secrets),
-                "job_buckets": self.fleet.job_bucket_names}
+                "notify_secrets": self.notify_secrets, "job_buckets": self.fleet.job_bucket_names}
+
+    @property
+    def notify_secrets(self) -> list[str]:
+        """The secrets of the fleet's `notify:` in this project (the janitor reads them: tpuq.janitor.notify); one of
+        another project is granted there, by its owner."""
+        own = f"projects/{self.project}/secrets/"
+        names = [d.secret.removeprefix(own) for d in self.fleet.notify if d.secret]
+        return list(dict.fromkeys(n for n in names if "/" not in n))
 
     def sa_email(self, account_id: str) -> str:
         return f"{account_id}@{self.project}.iam.gserviceaccount.com"

@@ -407,6 +407,13 @@ def _secrets_todo(target: Target, state: ProjectState) -> list[Action]:
                 "access to it is granted when you run tpuq deploy again")
         out.append(Action("todo", f"secret {fleet.ssh_key_secret}", f"(the executor's SSH key pair) {word}: {then}",
                           commands=_ssh_secret_commands(fleet.ssh_key_secret, p)))
+    for name in [s for s in target.notify_secrets if state.secrets is None or s not in state.secrets]:
+        word = "could not be checked" if state.secrets is None else "is missing"
+        out.append(Action("todo", f"secret {name}", f"(a notify: destination's webhook URL) {word}: create it, or "
+                          "let `tpuq fleet apply` store an inline url: for you, then run tpuq deploy again to let the "
+                          "janitor read it",
+                          commands=(f"printf %s \"$WEBHOOK_URL\" | gcloud secrets create {name} --data-file=- "
+                                    f"--project={p}",)))
     unchecked = [s for s in fleet.worker_secrets if state.secrets is None or s not in state.secrets]
     for name in unchecked:
         word = "could not be checked" if state.secrets is None else "is missing"

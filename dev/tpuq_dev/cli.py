@@ -66,6 +66,9 @@ def dev_up(
     for line in started_lines(s.load_fleet(), load_scenario(s.scenario) if s.scenario else None, s.time_scale,
                               s.buckets):
         out.print(line, highlight=False, markup=False)
+    if s.env.get("TPUQ_DEV_WEBHOOK_SECRET"):  # tpuq_dev.devstack.notifystack
+        out.print(f"notifications: `notify: {{secret: {s.env['TPUQ_DEV_WEBHOOK_SECRET']}}}` sends to the local webhook "
+                  "receiver; `tpuq dev notifications` shows what it got", highlight=False, markup=False)
     out.print('load its environment with:  eval "$(tpuq dev env)"')
 
 

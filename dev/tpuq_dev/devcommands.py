@@ -16,6 +16,7 @@ import typer
 
 from tpuq.cli.console import CliError, out
 from tpuq.contracts.documents import TpuHealth
+from tpuq_dev.notifycommand import dev_notifications  # `tpuq dev notifications`: the webhook receiver's log
 
 DEFAULT_NOTICE_SECONDS = 30.0  # a spot VM's: Compute Engine gives ~30 s between the notice and the stop
 HEALTH_CHOICES = tuple(h.value for h in TpuHealth if h is not TpuHealth.HEALTHY)  # tpu.v2 Node.Health
@@ -102,4 +103,5 @@ def dev_dirty(job_id: str = typer.Argument(..., metavar="JOB"),
               f"{held['device']} open; it lives until the host stops", highlight=False, markup=False)
 
 
-COMMANDS = (("preempt", dev_preempt), ("unhealthy", dev_unhealthy), ("dirty", dev_dirty))
+COMMANDS = (("preempt", dev_preempt), ("unhealthy", dev_unhealthy), ("dirty", dev_dirty),
+            ("notifications", dev_notifications))

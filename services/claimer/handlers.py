@@ -28,7 +28,7 @@ from tpuq.capacity import existing
 
 from tpuq.contracts import store
 from tpuq.capacity.cloudchecks import PrecheckCache, cache_from_settings
-from tpuq.claimer import idlemark, statestore
+from tpuq.claimer import idlemark, notices, statestore
 from tpuq.claimer.decide import decide_observed, decide_request_received, fast_watch_targets
 from tpuq.claimer.model import ClaimState, CreateQr, Effects, Observed, QrRecord, RequestReceived
 from tpuq.claimer.quiet import tick_needs_full_state
@@ -63,6 +63,7 @@ class Claimer:
     transient_failure: bool = False  # a create still failed after retries: ask Pub/Sub to redeliver
     # fleet -> what a tick last found here (`ClaimerState.ticks_checked`; `idlemark`)
     ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)
+    told: set[str] = field(default_factory=set)  # notifications this instance published (`notices.tell`)
 
     def __post_init__(self) -> None:
         self.writer = statestore.StateWriter(self.ctx.clients.firestore)
@@ -70,6 +71,7 @@ class Claimer:
     def load(self, *request_ids: str, open_requests: dict[str, RequestRecord] | None = None) -> ClaimState:
         state = statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids), self.ctx.now(),
                                       open_requests)
+        notices.after_load(self.ctx, self.fleet, state.status, state.day_use, self.told)
         if self.prechecks is None:
             return state
         checks = self.prechecks.get(self.fleet, self.ctx.now(), fresh=state.blocked)
@@ -124,6 +126,7 @@ class Claimer:
             self.writer.put_request(request)
         if effects.status is not None:
             self.writer.put_status(effects.status)
+            notices.tell(self.ctx, notices.blocked_notice(self.fleet, effects.status, self.ctx.now()), self.told)
         for target in effects.targets.values():
             self.writer.put_target(target)
         state = effects.applied(state)
@@ -224,6 +227,7 @@ class ClaimerState:
     _prechecks: list[PrecheckCache | None] = field(default_factory=list, repr=False)  # [] until the first message
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)  # fleet -> a tick's last finding here
+    told: set[str] = field(default_factory=set)  # notifications this instance published (`notices.tell`)
 
     def prechecks(self, ctx: Context) -> PrecheckCache | None:
         """The instance's one quota and billing cache (None: declared quota only), made on the first message."""
@@ -235,7 +239,7 @@ class ClaimerState:
 
     def claimer(self, ctx: Context, fleet: FleetFile) -> Claimer:
         return Claimer(ctx, fleet, self.tpu_factory(ctx), self.public_key, self.sleep, self.prechecks(ctx),
-                       ticks_checked=self.ticks_checked)
+                       ticks_checked=self.ticks_checked, told=self.told)
 
 
 def _state(ctx: Context) -> ClaimerState:
@@ -264,6 +268,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
             claimer = _state(ctx).claimer(ctx, fleet_of(snap))
             claimer.tick(force=tick.nudge)
             claimer.existing()
+            notices.tell(ctx, notices.grant_notice(claimer.fleet, ctx.now()), claimer.told)
     fleets.raise_if_any()
 
 

@@ -39,9 +39,12 @@ from tpuq.contracts.fleet import FleetFile
 from tpuq.runtime.fleetstore import FleetControl, fleet_of, load_control, load_fleet, record_drain_progress
 from tpuq.janitor import cadence
 from tpuq.janitor import decide as d
+from tpuq.janitor import leaked
 from tpuq.janitor.deleter import ACCEPTED, DeleteAdapter, DeleteOutcome, NotOurs
 from tpuq.runtime.isolation import Isolated
 from tpuq.contracts.messages import AttemptEvent, FleetEvent, Tick
+from tpuq.contracts.notify import Notification
+from tpuq.janitor import notify
 from tpuq.runtime.clients import Clients
 from tpuq.runtime.service import Context, Service
 from tpuq.runtime.settings import Settings
@@ -324,6 +327,7 @@ class Janitor:
         known = self.known_among(listed)
         first_seen = {e["name"]: e["seen"] for e in doc.get("orphan_first_seen") or []}
         decision = d.decide_orphans(listed, known, first_seen, self.fleet, now)
+        leaked.tell(self.ctx, self.fleet, decision.deletes)  # before the delete: a rescan tells the same id again
         self.delete(decision.deletes)
         self.db.collection(JANITOR).document(self.fleet.name).update(
             {"orphan_first_seen": [{"name": n, "seen": s} for n, s in decision.first_seen.items()]})
@@ -355,6 +359,7 @@ class JanitorState:
     orphan_scan_seconds: float  # Settings.orphan_scan_seconds: at most one orphan scan per fleet this often
     sweep_every: timedelta = timedelta(minutes=5)  # Settings.backstop_every: the full sweep's cadence
     adapter_factory: AdapterFactory = default_adapter  # the simulator passes its in-process TPU API
+    notifier: notify.Notifier | None = None  # /push/notifications: Secret Manager, the URL cache, the POST
 
 
 def janitor_for(ctx: Context, fleet: FleetFile) -> Janitor:
@@ -407,17 +412,26 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
     janitor.settle(janitor.read_all(names), {}, set())
 
 
+def on_notification(notification: Notification, ctx: Context) -> None:
+    """Deliver to each destination once (tpuq.janitor.notify); Retryable while one is to be tried again."""
+    state: JanitorState = ctx.state
+    notify.deliver(notification, ctx, state.notifier or notify.Notifier.from_settings(ctx.settings))
+
+
 ROUTES = {
     "/push/fleet-events": on_fleet_event,
     "/push/ticks": on_tick,
     "/push/attempt-events": on_attempt_event,
+    "/push/notifications": on_notification,
 }
 
 
 def build_service(settings: Settings, clients: Clients | None = None, *,
-                  adapter_factory: AdapterFactory | None = None) -> Service:
-    """`adapter_factory(ctx, fleet)`: the door to the Cloud TPU API (default: a DeleteAdapter on ctx.clients.tpu)."""
+                  adapter_factory: AdapterFactory | None = None, notifier: notify.Notifier | None = None) -> Service:
+    """`adapter_factory(ctx, fleet)`: the door to the Cloud TPU API (default: a DeleteAdapter on ctx.clients.tpu);
+    `notifier`: how notifications are sent (default: from the settings, tpuq.janitor.notify)."""
     state = JanitorState(orphan_scan_seconds=settings.orphan_scan_seconds, sweep_every=settings.backstop_every,
-                         adapter_factory=adapter_factory or default_adapter)
+                         adapter_factory=adapter_factory or default_adapter,
+                         notifier=notifier or notify.Notifier.from_settings(settings))
     return Service(name="janitor", routes=ROUTES, settings=settings,
                    clients=clients if clients is not None else Clients(settings), state=state)

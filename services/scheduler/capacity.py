@@ -20,6 +20,7 @@ from datetime import datetime
 from tpuq.contracts.fleet import FleetEntry, FleetFile
 from tpuq.contracts.messages import CapacityAction, CapacityRequest
 from tpuq.scheduler.plan import PendingJob, eligible_entries
+from tpuq.scheduler.multislice_fit import unholdable_reason
 
 _REQUEST_ID_MAX = 41
 _REQUEST_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
@@ -76,8 +77,10 @@ def unrunnable_reason(job: PendingJob, fleet: FleetFile | None) -> str | None:
     """Why no entry of `fleet` could ever run `job` (its types, zone and regions), naming what the fleet offers;
     None when one could (or no fleet is stored: nothing is known). `tpuq submit` refuses such a job; the
     scheduler's intake stores it pending and blocked with this reason (a later `fleet apply` may lift it)."""
-    if fleet is None or eligible_entries(job, fleet):
+    if fleet is None:
         return None
+    if eligible_entries(job, fleet):
+        return unholdable_reason(job, fleet)  # a multislice job: some entry must hold its gang (None otherwise)
     return f"{no_entry_reason(job)}; {fleet_offers(fleet)}"
 
 
@@ -97,6 +100,20 @@ def existing_reason(entries: list[FleetEntry]) -> str:
 def full_reason(entries: list[FleetEntry]) -> str:
     limits = ", ".join(f"{e.id} ({e.type}) max {e.max_slices}" for e in entries)
     return f"waiting for a TPU: the fleet holds or has requested its maximum of every fitting entry: {limits}"
+
+
+def gang_wait_reason(job: PendingJob) -> str:
+    """A multislice job left unmatched waits for its gang of idle slices; no request is made for it (issue 37)."""
+    counts = " or ".join(str(n) for n in job.slices)
+    return (f"waiting for {counts} idle {job.types[0]} slices in one zone: tpuq does not claim multislice queued "
+            "resources yet (issue 37)")
+
+
+def slices_to_ask(job: PendingJob, room: int) -> int | None:
+    """How many slices one request for `job` may charge to an entry with `room` slices left: its largest count that
+    fits (an elastic job settles for less), or None. What `ask_for_capacity` will charge once the claimer claims
+    multislice queued resources: an entry's `count` counts slices, not requests."""
+    return next((n for n in job.slices if n <= room), None)
 
 
 def ask_for_capacity(
@@ -121,6 +138,9 @@ def ask_for_capacity(
             # Only existing nodes fit: it waits for one of them to be idle (`tpuq status` says which ails).
             blocked[job.job_id] = (existing_reason(eligible) if eligible
                                    else unrunnable_reason(job, fleet) or no_entry_reason(job))
+            continue
+        if job.multislice:  # one multislice queued resource of N slices: the claimer does not claim those yet
+            blocked[job.job_id] = gang_wait_reason(job)
             continue
         best = max(entries, key=lambda e: room.get(e.id, 0))  # max() keeps the first of equals: fleet order
         if room.get(best.id, 0) <= 0:

@@ -143,8 +143,12 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
     result = plan([q.pending for q in jobs.values()], [idle_tpu(doc) for doc in tpus.values()], fleet, now)
 
     open_requests = dict(snapshot.open_requests)
+    gangs: dict[str, str] = {}  # job id -> why its matched gang is not assigned
     for match in result.matches:
         job = jobs[match.job_id]
+        if match.tpu_names:  # a multislice gang: assigning one is not built (issue 37); intake refuses such jobs
+            gangs[match.job_id] = f"{len(match.tpu_names)} idle slices fit, but tpuq does not run multislice jobs yet"
+            continue
         try:
             writes = lifecycle.assignment(job.stored, tpus[match.tpu_name], match, runner_bucket, now)
         except ValueError as e:
@@ -167,6 +171,7 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
     waiting = [q for q in unmatched if may_ask(q)]
     blocked = {q.pending.job_id: capacity.named_tpu_reason(q.pending) for q in unmatched
                if q.pending.tpu_name is not None and not q.view.capacity_request}
+    blocked |= gangs
     if fleet is None:  # without a fleet there is nothing to claim from
         blocked |= {q.pending.job_id: capacity.NO_FLEET_REASON for q in waiting}
     elif waiting:

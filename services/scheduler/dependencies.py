@@ -21,9 +21,9 @@ Where it acts:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from google.cloud.firestore import FieldFilter
@@ -42,6 +42,10 @@ NEVER_MET_STATES = frozenset({JobState.failed, JobState.cancelled, JobState.reje
 MAX_NAMES_PER_PASS = 500
 MAX_CASCADE = 1_000
 _READ_CHUNK = 100  # refs per batched read
+# How long after a cascade cancelled a waiter a later look at its dependencies tells of it again (a crash between
+# the cancel and its notification; tpuq.scheduler.notices): the sender dedups the event id.
+RETELL_WINDOW = timedelta(minutes=10)
+Told = Callable[[Mapping[str, Any]], None]
 
 Found = Mapping[str, list[tuple[str, str]]]  # name -> [(job id, state)]; empty: nothing stored under it
 
@@ -180,7 +184,7 @@ def _needs_of_snap(snap) -> Needs | None:
         return None
 
 
-def hold_waiting(db, job_snaps: list, now: datetime) -> list:
+def hold_waiting(db, job_snaps: list, now: datetime, told: Told | None = None) -> list:
     """The pass's filter: the pending jobs whose dependencies are met (or who have none). A waiting job's
     `waiting` reason is written when it changes; one that can never be met is cancelled (and its waiters after
     it: `look_at_waiters`); a met one with a stale reason has it cleared and is read again (its guarded writes are
@@ -205,7 +209,7 @@ def hold_waiting(db, job_snaps: list, now: datetime) -> list:
             continue  # beyond this pass's bound: held, judged by a later pass
         verdict = judge(n, found)
         if verdict.never:
-            if _cancel_pending(db, snap.reference, cancel_reason(verdict.never), now):
+            if _cancel_pending(db, snap.reference, cancel_reason(verdict.never), now, told):
                 ended.append(snap.id)
         elif verdict.waiting:
             if _stored_waiting(snap) != verdict.waiting:
@@ -217,21 +221,22 @@ def hold_waiting(db, job_snaps: list, now: datetime) -> list:
         else:
             out.append(snap)
     if ended:  # their waiters: cancelled down the chain, or (`{any: ...}`) met now and planned in this pass
-        released = [r for r in dict.fromkeys(_cascade(db, ended, now)) if r not in {o.id for o in out}]
+        released = [r for r in dict.fromkeys(_cascade(db, ended, now, told)) if r not in {o.id for o in out}]
         refs = [_jobs(db).document(r) for r in released]
         out += hold_waiting(db, [s for s in (db.get_all(refs) if refs else []) if s.exists
-                                 and (s.to_dict() or {}).get("state") == JobState.pending], now)
+                                 and (s.to_dict() or {}).get("state") == JobState.pending], now, told)
     return out
 
 
-def look_at_waiters(db, job_id: str, now: datetime) -> list[str]:
+def look_at_waiters(db, job_id: str, now: datetime, told: Told | None = None) -> list[str]:
     """`job_id` ended (or started): look at once at the jobs waiting on it or its group. Those now met are
     returned (for a pass to run them); those never to be met are cancelled, naming the job, and so on down the
-    chain; the others' `waiting` reason is brought up to date ("waiting for train-3 (running)")."""
-    return _cascade(db, [job_id], now)
+    chain; the others' `waiting` reason is brought up to date ("waiting for train-3 (running)"). `told`: called
+    with each cancelled job's document (tpuq.scheduler.notices)."""
+    return _cascade(db, [job_id], now, told)
 
 
-def _cascade(db, ended: list[str], now: datetime) -> list[str]:
+def _cascade(db, ended: list[str], now: datetime, told: Told | None = None) -> list[str]:
     queue = list(ended)
     asked: set[str] = set()
     released: list[str] = []
@@ -247,6 +252,8 @@ def _cascade(db, ended: list[str], now: datetime) -> list[str]:
             for w in q.limit(MAX_CASCADE).stream():
                 if (w.to_dict() or {}).get("state") == JobState.pending:
                     waiters[w.id] = w
+                elif told is not None and _lately_cancelled_here(w.to_dict() or {}, now):
+                    told(w.to_dict() or {})  # a crash may have come between its cancel and the telling
         if not waiters:
             continue
         visited += len(waiters)
@@ -258,7 +265,7 @@ def _cascade(db, ended: list[str], now: datetime) -> list[str]:
                 continue
             verdict = judge(n, found)
             if verdict.never:
-                if _cancel_pending(db, w.reference, cancel_reason(verdict.never), now):
+                if _cancel_pending(db, w.reference, cancel_reason(verdict.never), now, told):
                     log.info("job %s %s", w.id, cancel_reason(verdict.never))
                     queue.append(w.id)
             elif verdict.met:
@@ -271,9 +278,16 @@ def _cascade(db, ended: list[str], now: datetime) -> list[str]:
     return released
 
 
-def _cancel_pending(db, ref, reason: str, now: datetime) -> bool:
+def _lately_cancelled_here(doc: Mapping[str, Any], now: datetime) -> bool:
+    """A waiter a cascade cancelled lately (a redelivery's window): told of again, under the same event id."""
+    finished = doc.get(JobDoc.field("finished_at"))
+    return (doc.get("state") == JobState.cancelled and str(doc.get("reason") or "").startswith(cancel_reason(""))
+            and isinstance(finished, datetime) and now - finished <= RETELL_WINDOW)
+
+
+def _cancel_pending(db, ref, reason: str, now: datetime, told: Told | None = None) -> bool:
     """Cancel a job still pending (guarded on it as read); True when this write cancelled it. A waiting job holds
-    no TPU and no capacity request, so nothing else is to be told."""
+    no TPU and no capacity request; only its notification is told (`told`, after the commit)."""
 
     def decide(snap):
         stored = snap.to_dict() or {}
@@ -281,6 +295,9 @@ def _cancel_pending(db, ref, reason: str, now: datetime) -> bool:
             return WriteSet(), False
         fields = JobDoc.fields(state=transition(JobState.pending, JobEvent.cancel), reason=reason, waiting=None, capacity_request=None,
                                finished_at=now, updated_at=now)
-        return WriteSet().update(snap, fields), True
+        return WriteSet().update(snap, fields), {**stored, **fields}
 
-    return read_decide_commit(db, [ref], decide)
+    cancelled = read_decide_commit(db, [ref], decide)
+    if cancelled and told is not None:
+        told(cancelled)
+    return bool(cancelled)

@@ -30,7 +30,7 @@ from tpuq.contracts.messages import (
     FleetEventKind,
     Tick,
 )
-from tpuq.scheduler import capacity, dependencies, intake, lifecycle
+from tpuq.scheduler import capacity, dependencies, intake, lifecycle, notices
 from tpuq.scheduler.backstops import STATE_DOC, Backstop, claimed, decide_backstops
 from tpuq.scheduler.gcs_submit import on_object_finalized
 from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
@@ -138,10 +138,12 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
         refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else [])
         recorded = _recorded_end(db, holder, ctx) if holder else {}
         quarantined: list[bool] = []
+        held: list = []  # the holder's job as read, and its attempt (for its notices)
 
-        def decide(tpu_snap, job_snap=None, holder=holder, recorded=recorded, quarantined=quarantined):
+        def decide(tpu_snap, job_snap=None, holder=holder, recorded=recorded, quarantined=quarantined, held=held):
             quarantined[:] = [bool((tpu_snap.to_dict() or {}).get(TpuDoc.field("quarantined")))]
             job = job_snap.to_dict() if job_snap else None
+            held[:] = [job]
             lost = lifecycle.node_lost(tpu_snap.to_dict(), holder, job, event, _budgets(fleet), ctx.now(), ctx.rng,
                                        recorded)
             writes = WriteSet().update(tpu_snap, lost.tpu)
@@ -153,9 +155,12 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
 
         lost = read_decide_commit(db, refs, decide)
         if not lost.job_moved:
+            teller = notices.Teller(ctx, fleet)
+            if lost.end is not None and held and held[0]:
+                teller.attempt_ended(held[0], lost.end.job, JobDoc.from_doc(held[0], holder).attempt)
             requeued = bool(lost.end and lost.end.job and _requeued(lost.end.job))
             # Out of retries, it ended: its waiters move on (the pass runs them) or are cancelled naming it.
-            released = (dependencies.look_at_waiters(db, holder, ctx.now())
+            released = (dependencies.look_at_waiters(db, holder, ctx.now(), teller)
                         if holder and lost.end and lost.end.job and _ended(lost.end.job) else [])
             return requeued or bool(released) or bool(lost.tpu and quarantined and quarantined[0])
     raise Retryable(f"TPU {event.node} keeps changing hands")
@@ -208,19 +213,22 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
 
     def decide_ended(job, tpu):
         now = ctx.now()
-        end = lifecycle.attempt_ended(job.to_dict(), event.attempt, event.outcome, event.detail, _budgets(fleet), now,
+        stored = job.to_dict()
+        end = lifecycle.attempt_ended(stored, event.attempt, event.outcome, event.detail, _budgets(fleet), now,
                                       ctx.rng)
         suspect = lifecycle.suspect_reason(event.attempt_id, event.outcome, event.detail)
         freed = lifecycle.tpu_freed(tpu.to_dict(), event.attempt_id, now, suspect)
         writes = WriteSet().update(job, end.job).merge(attempt_ref, end.attempt).update(tpu, freed)
-        return writes, (end, freed)
+        return writes, (end, freed, stored)
 
-    end, freed = read_decide_commit(db, [job_ref, tpu_ref], decide_ended)
+    end, freed, stored = read_decide_commit(db, [job_ref, tpu_ref], decide_ended)
+    teller = notices.Teller(ctx, fleet)
+    teller.attempt_ended(stored, end.job, event.attempt)  # (again on a redelivery: the same event ids)
     log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,
              end.job[JobDoc.field("state")] if end.job else "unchanged", "freed" if freed else "unchanged")
     # The jobs waiting on this one are looked at at once (tpuq.scheduler.dependencies): met ones are planned now,
     # never-met ones cancelled naming it.
-    released = dependencies.look_at_waiters(db, event.job_id, ctx.now()) if end.job and _ended(end.job) else []
+    released = dependencies.look_at_waiters(db, event.job_id, ctx.now(), teller) if end.job and _ended(end.job) else []
     if freed or (end.job and _requeued(end.job)) or released:
         scheduling_pass(ctx, fleet, trigger_job_ids=released, full=bool(freed or (end.job and _requeued(end.job))))
 
@@ -241,11 +249,13 @@ def on_cancel(request: CancelRequest, ctx: Context) -> None:
 
     decision, job = read_decide_commit(db, [job_ref], decide)
     fleet = fleet_in_force(ctx) if decision.withdraw_request_id else None
+    teller = notices.Teller(ctx, fleet) if fleet is not None else notices.Teller(ctx)
+    teller.ended({**job, **(decision.job or {})})  # cancelled now, or (a redelivery) as it ended
     if decision.withdraw_request_id and fleet is not None:
         ctx.publish("capacity", capacity.withdrawal(decision.withdraw_request_id, fleet.name, ctx.now()))
     # A pending job cancelled (or, on a redelivery, already ended): its waiters move on or are cancelled.
     if (decision.job and _ended(decision.job)) or JobDoc.from_doc(job, request.job_id).terminal:
-        released = dependencies.look_at_waiters(db, request.job_id, ctx.now())
+        released = dependencies.look_at_waiters(db, request.job_id, ctx.now(), teller)
         if released:
             scheduling_pass(ctx, fleet_in_force(ctx), trigger_job_ids=released)
     if decision.stop_attempt:

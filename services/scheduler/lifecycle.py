@@ -361,6 +361,7 @@ def attempt_ended(
             pinned_region=job.pinned_region or job.region,
             reason=f"{decision.reason}: {detail}" if detail else decision.reason,
             tpu=None,
+            pending_since=now,  # a new pending spell (tpuq.scheduler.notices: `pending`)
         )
     else:
         reason = detail if outcome in (AttemptOutcome.failed, AttemptOutcome.failed_setup) and detail else None

@@ -28,6 +28,12 @@ near-linear: a search that fails marks every class and signature it visited
 dead (from them no free TPU can ever be reached again in this pass: augmenting
 elsewhere never adds a residual edge out of that closed set), and once every
 idle TPU is taken the remaining jobs are unmatched without a search.
+
+Multislice jobs (`slices: N`, or elastic `[4, 2]`) need N idle TPUs of one class
+(type, zone, region) at once: `tpuq.scheduler.plan_gangs` places such a gang in
+its turn, moving earlier single jobs elsewhere when that frees enough, and pins
+it. Its Match lists every node (`tpu_names`). A queue without multislice jobs
+never enters that code, and its plan is the one described above.
 """
 
 from __future__ import annotations
@@ -35,12 +41,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Iterable
+from typing import Iterable
 
 from tpuq.contracts.documents import short_node_name
 from tpuq.contracts.fleet import FleetEntry, FleetFile
 from tpuq.contracts.jobspec import ANY_TPU, JobSpec, Priority
 from tpuq.contracts.tputypes import canonical_name, zone_region
+from tpuq.scheduler.plan_gangs import place_gang
+from tpuq.scheduler.residual import Residual, shortest_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +64,12 @@ class PendingJob:
     regions: frozenset[str] = frozenset()  # regions of the job's buckets; empty: any region
     pinned_region: str | None = None  # set once an attempt started: retries stay in that region
     not_before: datetime | None = None  # retry back-off: not schedulable before this time
+    slices: tuple[int, ...] = (1,)  # the slice counts to try at once, largest first (tpuq.contracts.multislice)
 
     def __post_init__(self) -> None:
         # Accept lists/sets and friendly type names, but store one canonical, hashable form.
         object.__setattr__(self, "priority", Priority(self.priority))
+        object.__setattr__(self, "slices", tuple(self.slices))
         object.__setattr__(self, "types", tuple(dict.fromkeys(canonical_name(t) for t in self.types)))
         object.__setattr__(self, "regions", frozenset(self.regions))
         if self.tpu_name is not None:
@@ -89,7 +99,12 @@ class PendingJob:
             regions=frozenset(spec.regions),
             pinned_region=pinned_region,
             not_before=not_before,
+            slices=spec.slice_counts,
         )
+
+    @property
+    def multislice(self) -> bool:
+        return self.slices[0] > 1
 
     @property
     def any_type(self) -> bool:
@@ -132,6 +147,14 @@ class Match:
     zone: str
     region: str  # the caller picks the job's bucket for this region (JobSpec.bucket_for_region)
     entry_id: str | None = None
+    # A multislice job's gang: every node, in slice order (slice 0 is `tpu_name`), all of one type in one zone.
+    # Empty for a single slice, so callers that read `tpu_name` alone keep working for single-slice jobs.
+    tpu_names: tuple[str, ...] = ()
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node the job runs on: its gang, or its one node."""
+        return self.tpu_names or (self.tpu_name,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +215,7 @@ def scheduling_order(jobs: Iterable[PendingJob], fleet: FleetFile | None) -> lis
 
 def _signature(job: PendingJob) -> tuple:
     """Jobs with equal signatures can run on exactly the same TPUs."""
-    return (job.types, job.zone, job.tpu_name, job.regions, job.pinned_region)
+    return (job.types, job.zone, job.tpu_name, job.regions, job.pinned_region, job.slices)
 
 
 def _ordered(
@@ -278,8 +301,11 @@ def plan(
     flow: list[dict[int, int]] = [{} for _ in class_tpus]
     class_dead = [False] * len(class_tpus)
     sig_dead = [False] * len(signatures)
+    residual = Residual(compat, compatible_classes, free, flow, class_dead, sig_dead)
+    named_classes = set(class_by_name.values())
 
     matched: list[tuple[int, PendingJob]] = []
+    gangs: dict[str, tuple[int, int]] = {}  # job id -> (class, slices taken): a multislice job's pinned gang
     unmatched: list[str] = []
     deferred: list[str] = []
     for s, job in ordered:
@@ -289,7 +315,17 @@ def plan(
         if free_total == 0 or sig_dead[s]:
             unmatched.append(job.job_id)
             continue
-        if _augment(s, compat, compatible_classes, free, flow, class_dead, sig_dead):
+        if job.multislice:
+            gang = _place_gang(s, job, residual, named_classes)
+            if gang is not None:
+                gangs[job.job_id] = gang
+                free_total -= gang[1]
+                matched.append((s, job))
+                continue
+            if job.slices[-1] > 1:
+                unmatched.append(job.job_id)
+                continue  # (an elastic list ending in 1 may still run on one slice: below)
+        if _augment(s, residual):
             free_total -= 1
             matched.append((s, job))
         else:
@@ -300,6 +336,14 @@ def plan(
     next_tpu = [0] * len(class_tpus)
     matches = []
     for s, job in matched:
+        if job.job_id in gangs:
+            c, n = gangs[job.job_id]
+            gang = class_tpus[c][next_tpu[c]:next_tpu[c] + n]
+            next_tpu[c] += n
+            first = gang[0]
+            matches.append(Match(job.job_id, first.name, first.type, first.zone, first.region, first.entry_id,
+                                 tuple(t.name for t in gang)))
+            continue
         c = next(c for c in compat[s] or () if flow[c].get(s, 0) > 0)  # compat[s] is set once matched
         flow[c][s] -= 1
         tpu = class_tpus[c][next_tpu[c]]
@@ -308,56 +352,34 @@ def plan(
     return Plan(tuple(matches), tuple(unmatched), tuple(deferred), options_by_job)
 
 
-def _augment(
-    start: int,
-    compat: list[list[int] | None],
-    compatible_classes: Callable[[int], list[int]],
-    free: list[int],
-    flow: list[dict[int, int]],
-    class_dead: list[bool],
-    sig_dead: list[bool],
-) -> bool:
+def _place_gang(s: int, job: PendingJob, r: Residual, named: set[int]) -> tuple[int, int] | None:
+    """(class, slices) for a multislice job, its counts above one tried largest first (tpuq.scheduler.plan_gangs).
+    A class of TPUs some job names (`named`) is never a gang's."""
+    classes = [c for c in r.classes_of(s) if c not in named and not r.class_dead[c]]
+    return place_gang(tuple(n for n in job.slices if n > 1), classes, r)
+
+
+def _augment(start: int, r: Residual) -> bool:
     """Find and apply a shortest augmenting path from signature `start`; False if none exists.
 
-    Edges: signature -> each compatible class (a job may take it); class ->
-    signature with flow there (that job may move away). The path ends at a class
-    with a free TPU. Shortest paths move as few already-matched jobs as possible.
+    The path (tpuq.scheduler.residual) ends at a class with a free TPU. Shortest paths move as few
+    already-matched jobs as possible.
     """
-    if compat[start] is None:
-        compat[start] = compatible_classes(start)
-    for c in compat[start]:  # the common case: a compatible TPU is simply free
+    free, flow = r.free, r.flow
+    for c in r.classes_of(start):  # the common case: a compatible TPU is simply free
         if free[c] > 0:
             free[c] -= 1
             flow[c][start] = flow[c].get(start, 0) + 1
             return True
 
-    reached_from_sig: dict[int, int] = {}  # class -> signature whose job would move into it
     reached_from_class: dict[int, int] = {start: -1}  # signature -> class its moved job leaves
-    queue = deque([start])
-    end = -1
-    while queue and end < 0:
-        s = queue.popleft()
-        classes = compat[s]
-        if classes is None:
-            classes = compat[s] = compatible_classes(s)
-        for c in classes:
-            if class_dead[c] or c in reached_from_sig:
-                continue
-            reached_from_sig[c] = s
-            if free[c] > 0:
-                end = c
-                break
-            for holder, count in flow[c].items():
-                if count > 0 and holder not in reached_from_class and not sig_dead[holder]:
-                    reached_from_class[holder] = c
-                    queue.append(holder)
-
+    end, reached_from_sig = shortest_path(r, deque([start]), reached_from_class)
     if end < 0:
         # Nothing reachable from here can reach a free TPU, now or after later augmentations.
         for c in reached_from_sig:
-            class_dead[c] = True
+            r.class_dead[c] = True
         for s in reached_from_class:
-            sig_dead[s] = True
+            r.sig_dead[s] = True
         return False
 
     free[end] -= 1

@@ -54,7 +54,7 @@ from tpuq.contracts.messages import (AssignmentAction, AttemptEvent, AttemptEven
                                      FleetEventKind, WorkerEndpoint)
 from tpuq.contracts.jobspec import ANY_TPU
 from tpuq.contracts.tputypes import canonical_name, parse_accelerator_type
-from tpuq.scheduler import capacity, dependencies, grouplimit, lifecycle
+from tpuq.scheduler import capacity, dependencies, grouplimit, lifecycle, notices
 from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_from, queued
 from tpuq.scheduler.passdue import FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, lower_dues, next_pass_due
 from tpuq.runtime.versioned import versioned
@@ -165,7 +165,7 @@ def open_requests_of(db, entry_id: str) -> int:
 
 
 def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
-                  full: bool, now: datetime | None = None) -> tuple[PassSnapshot, dict, dict]:
+                  full: bool, now: datetime | None = None, told=None) -> tuple[PassSnapshot, dict, dict]:
     """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against.
     Each document is copied out of its snapshot once (`to_dict` copies the whole document, every time)."""
     paused = paused_fleets(db)  # `tpuq fleet pause`: its idle TPUs take no new job (the janitor deletes them)
@@ -179,7 +179,7 @@ def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
         read = {s.id for s in job_snaps}
         job_snaps += [s for s in triggered if s.id not in read]
     if now is not None:  # a job waiting for its dependencies takes no TPU and asks for none (its reason is written)
-        job_snaps = dependencies.hold_waiting(db, job_snaps, now)
+        job_snaps = dependencies.hold_waiting(db, job_snaps, now, told)
     kept = versioned(db, "queued job", queued)  # each stored version copied and parsed once (module docstring)
     jobs = sorted(((s, *kept.get(s)) for s in job_snaps), key=_queue_order)
     # A group's tasks past its limit (`%K`) take no TPU and ask for none (their reason is written).
@@ -239,9 +239,10 @@ def scheduling_pass(
     trigger_job_ids = list(trigger_job_ids)
     runner_bucket = ctx.clients.settings.runner_bucket or (fleet.runner_bucket if fleet else None)
     rounds = MAX_ROUNDS
+    teller = notices.Teller(ctx, fleet)
     while report.rounds < rounds:
         report.rounds += 1
-        snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full, ctx.now())
+        snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full, ctx.now(), teller)
         report.jobs_read += len(job_snaps)
         report.tpus_read += len(tpu_snaps)
         now = ctx.now()
@@ -255,6 +256,10 @@ def scheduling_pass(
             rounds += 1  # a round planned again, not one lost to another instance
             continue
         lost = _apply(ctx, fleet, decision, job_snaps, tpu_snaps, now, report)
+        if full:  # the pending jobs it read, past a destination's `pending_after` (no read of its own)
+            placed = {a.job_id for a in decision.assignments} | {j for j, _, _ in decision.unassignable}
+            report.next_due = notices.sooner(report.next_due, teller.pending(job_snaps.values(), placed,
+                                                                             decision.blocked))
         if not lost or not _unresolved(db, lost):
             break
         full = True  # a pair was lost and its job or TPU is still free: plan again on fresh reads
@@ -291,7 +296,8 @@ def _apply(ctx: Context, fleet: FleetFile | None, decision: PassDecision, job_sn
     for job_id, tpu_name, fields in decision.unassignable:
         if fields:
             log.warning("job %s cannot be assigned: %s", job_id, fields.get("reason"))
-            commit_if_unchanged(db, WriteSet().update(job_snaps[job_id], fields))  # (built by decide_pass)
+            if commit_if_unchanged(db, WriteSet().update(job_snaps[job_id], fields)):  # (built by decide_pass)
+                notices.Teller(ctx, fleet).ended({**(job_snaps[job_id].to_dict() or {}), **fields})
         report.lost += 1
         lost.append((job_snaps[job_id], tpu_snaps[tpu_name]))
     for planned in decision.assignments:
@@ -531,6 +537,7 @@ def follow_up_unstarted_assignments(ctx: Context, budgets: Callable[[], RetryBud
         if decision.end is not None:
             log.warning("job %s: %s; its TPU %s is freed and quarantined", job.id, decision.detail,
                         short_node_name(job.tpu))
+            notices.Teller(ctx).attempt_ended(stored, decision.end.job, job.attempt)
             ended += 1
         elif decision.republish is not None:
             # A job whose cancel was asked gets its cancel again (that message may have been lost too), not its run.

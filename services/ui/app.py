@@ -118,6 +118,20 @@ def create_app(clients_factory: Callable[[], Any], now: Callable[[], datetime], 
             abort(404, f"no job {job_id!r}")
         return view
 
+    @app.get("/groups/<group>")
+    def group(group: str):
+        return render_template("group.html", **_group_or_404(group), poll=JOB_POLL_SECONDS)
+
+    @app.get("/groups/<group>/live")
+    def group_live(group: str):
+        return render_template("_group_live.html", **_group_or_404(group), poll=JOB_POLL_SECONDS)
+
+    def _group_or_404(group: str) -> dict[str, Any]:
+        view = pages.group_page(clients(), group)
+        if view is None:
+            abort(404, f"no group {group!r}")
+        return view
+
     @app.get("/jobs/<job_id>/cancel")
     def confirm_cancel(job_id: str):
         view = _job_or_404(job_id)
@@ -145,12 +159,12 @@ def create_app(clients_factory: Callable[[], Any], now: Callable[[], datetime], 
     @app.get("/fleet")
     def fleet():
         return render_template("fleet.html", fleets=pages.fleet_page(clients(), now(), tz, prechecks()),
-                               poll=FLEET_POLL_SECONDS)
+                               notify=pages.notify_failing(clients(), now()), poll=FLEET_POLL_SECONDS)
 
     @app.get("/fleet/live")
     def fleet_live():
         return render_template("_fleet_live.html", fleets=pages.fleet_page(clients(), now(), tz, prechecks()),
-                               poll=FLEET_POLL_SECONDS)
+                               notify=pages.notify_failing(clients(), now()), poll=FLEET_POLL_SECONDS)
 
     @app.get("/dead-letters")
     def dead_letters():

@@ -2,7 +2,9 @@
 
 The reads are the CLI's: `tpuq.operations.queries.list_jobs` and `tpuq.operations.fleetreport.annotate_waiting` (`tpuq list`),
 `tpuq.operations.jobreader.JobReader` and `tpuq.operations.jobwatch` (`tpuq watch`, `tpuq logs`),
-`tpuq.operations.fleetreport.all_fleet_views` (`tpuq fleet`), `tpuq.operations.deadletters` (`tpuq dead-letters`), `tpuq.ui.cost`.
+`tpuq.operations.fleetreport.all_fleet_views` (`tpuq fleet`), `tpuq.operations.deadletters` (`tpuq dead-letters`), `tpuq.ui.cost`,
+`tpuq.operations.groups` (`tpuq status GROUP`, `tpuq list`'s folding), `tpuq.operations.notifyhealth` (`tpuq fleet`'s
+failing notification destinations).
 The changes are `tpuq cancel`'s and `tpuq set-priority`'s, from the client layer (`tpuq.operations.jobs`:
 `request_cancel`, `cancel_refusal`, `change_priority`); the dashboard imports no CLI module. The filtering and
 row shaping is pure (`job_rows`, `filter_jobs`) and tested without a backend.
@@ -52,9 +54,10 @@ def job_row(stored: Mapping[str, Any], now: datetime) -> dict[str, Any]:
                 "owner": "", "attempts": "", "type": "", "zone": "", "age": "", "reason": str(e)}
     reason = (waiting_shown(stored["waiting"]) if stored.get("waiting")
               else (shown_reason(job) or job.blocked or ""))
+    group = is_group_row(stored)  # a task's own attempts and zone are not the group's
     return {"id": job.id, "name": (job.spec or {}).get("name") or "", "state": job.state.value,
-            "priority": job.priority or "", "owner": job.owner or "", "attempts": attempts_cell(job),
-            "type": ", ".join(job.spec_tpu), "zone": job.zone or "",
+            "priority": job.priority or "", "owner": job.owner or "", "attempts": "" if group else attempts_cell(job),
+            "type": ", ".join(job.spec_tpu), "zone": "" if group else job.zone or "", "group_row": group,
             "age": age(job.submit_time, now), "reason": reason.strip().splitlines()[0] if reason.strip() else ""}
 
 
@@ -75,12 +78,49 @@ def jobs_page(clients, now: datetime, tz: tzinfo, args: Mapping[str, str]) -> di
     search = args.get("q") or ""
     filters = {"state": state if state in STATES else None, "priority": priority if priority in PRIORITIES else None,
                "q": search}
+    filters["tasks"] = "1" if args.get("tasks") else None
     rows = list_jobs(clients.firestore, limit=JOBS_READ, state=filters["state"])
     rows = filter_jobs(rows, filters["priority"], search)
-    annotate_waiting(clients.firestore, rows, now, tz)
+    if not filters["tasks"]:  # as `tpuq list`: a group is one row (its counts), linking to its page
+        from tpuq.operations.groups import fold_groups, group_tasks, summary
+
+        groups = sorted({r["group"] for r in rows if r.get("group")})
+        rows = fold_groups(rows, {g: summary(g, group_tasks(clients.firestore, g)) for g in groups})
+    annotate_waiting(clients.firestore, [r for r in rows if not is_group_row(r)], now, tz)
     query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
     return {"rows": [job_row(r, now) for r in rows], "filters": filters, "states": STATES,
             "priorities": PRIORITIES, "query": query}
+
+
+def is_group_row(row: Mapping[str, Any]) -> bool:
+    """A row `fold_groups` made to stand for a group: its id is the group's."""
+    return bool(row.get("group")) and row.get("group") == row.get("id")
+
+
+# ------------------------------------------------------------------------------------------------ one group
+def group_page(clients, group: str) -> dict[str, Any] | None:
+    """`tpuq status GROUP` as a page: counts by state, progress, the failed tasks, and a row per task (index, sweep
+    values, state, attempts, reason); None when `group` names no group (or names a job)."""
+    from tpuq.operations.groups import group_exit_code, summary, sweep_keys, tasks_if_group
+    from tpuq.operations.jobs import shown_reason
+
+    tasks = tasks_if_group(clients.firestore, group)
+    if not tasks:
+        return None
+    found = summary(group, tasks)
+    keys = sweep_keys(tasks)
+    rows = []
+    for stored in tasks:
+        job = JobDoc.from_doc(stored)
+        env = (job.spec or {}).get("env") or {}
+        reason = (shown_reason(job) or job.blocked or "").strip()
+        rows.append({"index": "" if job.array_index is None else job.array_index, "id": job.id,
+                     "sweep": [env.get(k, "") for k in keys], "state": job.state.value,
+                     "attempts": attempts_cell(job), "reason": reason.splitlines()[0] if reason else ""})
+    return {"group": {"id": group, "size": found.size, "stored": found.stored, "limit": found.limit,
+                      "ended": found.ended, "counts": found.counts, "failed": found.failed,
+                      "terminal": group_exit_code(found) is not None},
+            "sweep_keys": keys, "tasks": rows}
 
 
 # ------------------------------------------------------------------------------------------------ one job
@@ -151,6 +191,7 @@ def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None
     shown_doc = next((a for a in map(AttemptDoc.from_doc, stored_attempts) if a.attempt == shown_attempt), None)
     return {
         "job": {"id": job.id, "name": spec.get("name") or "", "state": job.state.value, "priority": job.priority or "",
+                "group": job.group or "", "array_index": job.array_index,
                 "owner": job.owner or "", "type": ", ".join(job.spec_tpu), "command": spec.get("command") or "",
                 "zone": job.zone or "", "reason": job.reason or "", "blocked": job.blocked or "",
                 "terminal": job.state in TERMINAL_JOB_STATES, "pending": job.state is JobState.pending,
@@ -250,6 +291,13 @@ def fleet_page(clients, now: datetime, tz: tzinfo, prechecks: CachedPrechecks | 
         view["blocks"] = [(reason, details[i] if i < len(details) else "") for i, reason in enumerate(view["blocked"])]
         views.append(view)
     return views
+
+
+def notify_failing(clients, now: datetime) -> list[dict[str, Any]]:
+    """The notification destinations failing (`tpuq fleet`'s `notify:` lines), project-wide: above every fleet."""
+    from tpuq.operations.notifyhealth import failing_view
+
+    return failing_view(clients.firestore, now)
 
 
 # ------------------------------------------------------------------------------------------------ dead letters

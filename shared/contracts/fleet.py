@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tpuq.contracts.jobspec import StrictModel, split_gs_uri
+from tpuq.contracts.notify import NotifyList
 from tpuq.contracts.tputypes import (AcceleratorType, ProvisioningModel, UnknownAcceleratorType, families, family, family_named,
                                      parse_accelerator_type, zone_region)
 
@@ -287,6 +288,10 @@ class FleetFile(StrictModel):
         default_factory=list,
         description="gs:// buckets jobs list under `buckets:`; deploy lets the workers' account read bundles from "
         "and write logs to them (roles/storage.objectAdmin on each bucket)",
+    )
+    notify: NotifyList = Field(
+        default_factory=list, description="Destinations told of every job's events and of the fleet's own (blocked, "
+        "budget, grant_end, leaked): Secret Manager secrets holding webhook URLs (tpuq.contracts.notify)",
     )
     retry: RetryBudgets = Field(default_factory=RetryBudgets)
     claim: ClaimPolicy = Field(default_factory=ClaimPolicy)

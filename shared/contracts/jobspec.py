@@ -15,18 +15,19 @@ from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     StrictBool,
     Field,
     field_validator,
     model_validator,
 )
 
-from tpuq.contracts import arrays
+from tpuq.contracts import arrays, multislice
+from tpuq.contracts.basics import (MAX_DURATION_LIMIT_SECONDS, StrictModel, format_duration,  # noqa: F401 (re-exported)
+                                   parse_duration)
 from tpuq.contracts.dependencies import (DependsOnAny, check_depends_on, dependency_names,  # noqa: F401 (re-exported)
                                          refuse_dependency_cycles)
+from tpuq.contracts.notify import NotifyList, refuse_inline_urls
 from tpuq.contracts.runtime_failures import MAX_PATTERNS, check_pattern
 from tpuq.contracts.tputypes import UnknownAcceleratorType, parse_accelerator_type, zone_region
 
@@ -87,12 +88,6 @@ class Priority(str, Enum):
     def rank(self) -> int:
         """Higher runs first."""
         return {"low": 0, "normal": 1, "high": 2}[self.value]
-
-
-class StrictModel(BaseModel):
-    """Base for every user-facing model: unknown fields are an error, not ignored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def split_gs_uri(uri: str) -> tuple[str, str]:
@@ -167,45 +162,6 @@ class CacheSpec(StrictModel):
 
 # `max_duration` (dstack's name for it): the longest one attempt may run. A number of seconds, or a duration such as
 # 90m, 2h, 1h30m, 1d. Bounded by a year so that a typo like 2000d is caught rather than stored.
-MAX_DURATION_LIMIT_SECONDS = 366 * 24 * 3600
-_DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-
-def parse_duration(value: Any) -> int:
-    """Seconds from 3600, "3600", "3600s", "90m", "2h", "1h30m" or "1d". Raises ValueError saying what is accepted
-    (pydantic names the field: `jobs[0].max_duration: '2 hours' is not ...`)."""
-    example = "a number of seconds or a duration like 90m, 2h, 1h30m"
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"{value!r} is not {example}")
-    if isinstance(value, int):
-        seconds = value
-    else:
-        text = value.strip().lower().replace(" ", "")
-        m = _DURATION_RE.match(text)
-        if text.isdigit():
-            seconds = int(text)
-        elif text and m:
-            seconds = sum(int(n) * unit for n, unit in zip(m.groups(), _DURATION_UNITS.values()) if n)
-        else:
-            raise ValueError(f"{value!r} is not {example}")
-    if not 1 <= seconds <= MAX_DURATION_LIMIT_SECONDS:
-        raise ValueError(f"{value!r} must be between 1 second and "
-                         f"{format_duration(MAX_DURATION_LIMIT_SECONDS)}")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """7200 -> "2h", 5400 -> "1h30m", 90 -> "1m30s", 86400 -> "1d": how a reason says a duration."""
-    left = max(0, int(round(seconds)))
-    parts = []
-    for unit, size in _DURATION_UNITS.items():
-        if left >= size or (unit == "s" and not parts):
-            parts.append(f"{left // size}{unit}")
-            left %= size
-    return "".join(parts)
-
-
 def _utf8_bytes(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
@@ -270,6 +226,14 @@ class JobSpec(StrictModel):
     max_running: int | None = Field(
         default=None, ge=1, le=arrays.MAX_ARRAY_TASKS, description="A group's: at most this many of its tasks assigned "
         "or running at once (what array's %K says)",
+    )
+    notify: NotifyList | None = Field(
+        default=None, description="Destinations told of this job's events (a group's: of the group's end, and of "
+        "each task's preemptions and long waits); with the fleet file's (tpuq.contracts.notify)",
+    )
+    slices: Annotated[int | list[int] | None, BeforeValidator(multislice.parse_slices)] = Field(
+        default=None, description="Multislice: run on this many slices of the type at once (2..64), or the largest "
+        "count it can get of a descending list such as [4, 2]; absent or 1: one slice (tpuq.contracts.multislice)",
     )
     depends_on: list[str] | DependsOnAny | None = Field(
         default=None, description="Job or group ids this job waits for: a list waits until each has succeeded "
@@ -406,6 +370,16 @@ class JobSpec(StrictModel):
                                  f"{room} characters here (task ids are <id>-<index>, at most 63)")
         return self
 
+    @model_validator(mode="after")
+    def _slices(self) -> "JobSpec":
+        multislice.refuse_with(self.slices, self.tpu, self.any_tpu, self.tpu_name)
+        return self
+
+    @property
+    def slice_counts(self) -> tuple[int, ...]:
+        """The slice counts to try, largest first: (1,) for one slice."""
+        return multislice.slice_counts(self.slices)
+
     @property
     def is_group(self) -> bool:
         return self.array is not None or self.sweep is not None
@@ -473,7 +447,18 @@ class JobSpec(StrictModel):
 
 
 class PublishedJob(JobSpec):
-    """A job on the `jobs` topic: the bundle, if any, is already in a bucket."""
+    """A job on the `jobs` topic: the bundle, if any, is already in a bucket, and `notify` names secrets only."""
+
+    @field_validator("notify")
+    @classmethod
+    def _notify_secrets_only(cls, notify):
+        refuse_inline_urls(notify, "notify")
+        return notify
+
+    @model_validator(mode="after")
+    def _multislice_not_run_yet(self) -> "PublishedJob":
+        multislice.refuse_until_runnable(self.slices)  # (it would wait for ever: claiming and running come later)
+        return self
 
     @field_validator("bundle")
     @classmethod

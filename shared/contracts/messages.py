@@ -17,6 +17,7 @@ from tpuq.contracts import store
 from tpuq.contracts.documents import ClaimerQrState, NodeHealth, QueuedResourceState, WorkerEndpoint, short_node_name
 from tpuq.contracts.errors import Permanent
 from tpuq.contracts.jobspec import PublishedJob, PublishedJobFile, StrictModel
+from tpuq.contracts.notify import Notification  # noqa: F401 (the `notifications` topic's message, kept there)
 
 
 class JobSubmission:

@@ -20,6 +20,8 @@ Documents are small and per-entity so that none is hot (the emulator stalls
 - executor_ticks/state               when ticks judge running attempts again       (executor)
 - dead_letters/{id}                  messages that could never be processed        (every service)
 - deliveries/{id}                    failed-delivery counters (so nothing loops forever) (every service)
+- notifications/{hash}               one event to one destination: sent, tries, next try (janitor)
+- notify_destinations/{secret}       a destination's last success and failure        (janitor; tpuq fleet reads)
 """
 
 from __future__ import annotations
@@ -43,9 +45,12 @@ FLEETS = "fleets"
 FLEET_CONTROL = "fleet_control"
 DEAD_LETTERS = "dead_letters"
 DELIVERIES = "deliveries"
+NOTIFICATIONS = "notifications"
+NOTIFY_DESTINATIONS = "notify_destinations"
 
 ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, EXISTING_TPUS, FLEETS, FLEET_CONTROL, EXECUTIONS, JANITOR,
-                   SCHEDULER_BACKSTOPS, EXECUTOR_TICKS, CLAIMER_TICKS, DEAD_LETTERS, DELIVERIES)
+                   SCHEDULER_BACKSTOPS, EXECUTOR_TICKS, CLAIMER_TICKS, DEAD_LETTERS, DELIVERIES,
+                   NOTIFICATIONS, NOTIFY_DESTINATIONS)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 _RESERVED_ID = re.compile(r"^__.*__$")

@@ -46,6 +46,7 @@ TOPICS: tuple[Topic, ...] = (
     Topic("ticks", messages.Tick, "Periodic tick (Cloud Scheduler / local tick source)"),
     Topic("cancels", messages.CancelRequest, "Users cancel jobs"),
     Topic("gcs-events", messages.GcsObjectEvent, "Object finalize notifications from the runner bucket"),
+    Topic("notifications", messages.Notification, "Events people asked to be told of, for the janitor to deliver"),
     Topic("dead-letters", None, "Messages Pub/Sub gave up on"),
 )
 
@@ -65,6 +66,12 @@ SUBSCRIPTIONS: tuple[Subscription, ...] = (
     Subscription("janitor-fleet-events", "fleet-events", "janitor", "/push/fleet-events"),
     Subscription("janitor-attempt-events", "attempt-events", "janitor", "/push/attempt-events"),
     Subscription("janitor-ticks", "ticks", "janitor", "/push/ticks"),
+    # A webhook that answers 429 or 5xx is tried again by Pub/Sub's redelivery, 10 s to 10 min apart (the
+    # sender also waits out a Retry-After: tpuq.janitor.notify); 60 deliveries span about 9 hours before the
+    # message is dead-lettered. Each delivery waits at most 10 s per destination, 10 destinations at most.
+    Subscription("janitor-notifications", "notifications", "janitor", "/push/notifications",
+                 ack_deadline_seconds=120, max_delivery_attempts=60, min_backoff_seconds=10,
+                 max_backoff_seconds=600),
 )
 
 DEAD_LETTER_TOPIC = "dead-letters"

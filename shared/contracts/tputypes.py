@@ -73,6 +73,9 @@ class Family:
     serving_quota: Mapping[ProvisioningModel, QuotaIds] = field(default_factory=dict)  # single-host slices' quota
     topology_3d: bool = False  # acceleratorConfig.topology is a 3-D torus of 2x2x1 hosts (else a 2-D grid)
     single_slot: bool = False  # the quickstart's rule: claim one request at a time (`FleetEntry.single_slot`)
+    # Multislice (several slices over the data-centre network, one queued resource): v4 and later; v2 and v3 take no
+    # part (cloud.google.com/tpu/docs/multislice-introduction, "Accelerator type").
+    multislice: bool = True
     example_size: int | None = None  # a size the "unknown TPU type" message shows as an example
 
     @property
@@ -92,12 +95,12 @@ _UBUNTU = "tpu-ubuntu2204-base"
 
 # The catalogue: one row per family, in the order messages list them.
 FAMILIES: tuple[Family, ...] = (
-    Family("v2", "V2", _CORES, _UBUNTU, quota={
+    Family("v2", "V2", _CORES, _UBUNTU, multislice=False, quota={
         _SPOT: QuotaIds("TPUV2sPreemptiblePodPerProjectPerZoneForTPUAPI",
                         "TPUV2sPreemptiblePodPerProjectPerRegionForTPUAPI", on_record=False),
         _ON_DEMAND: QuotaIds("TPUV2sPodPerProjectPerZoneForTPUAPI", "TPUV2sPodPerProjectPerRegionForTPUAPI",
                              on_record=False)}),
-    Family("v3", "V3", _CORES, _UBUNTU, quota={
+    Family("v3", "V3", _CORES, _UBUNTU, multislice=False, quota={
         _SPOT: QuotaIds("TPUV3sPreemptiblePodPerProjectPerZoneForTPUAPI",
                         "TPUV3sPreemptiblePodPerProjectPerRegionForTPUAPI", on_record=False),
         _ON_DEMAND: QuotaIds("TPUV3sPodPerProjectPerZoneForTPUAPI", "TPUV3sPodPerProjectPerRegionForTPUAPI",

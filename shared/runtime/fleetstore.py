@@ -20,9 +20,13 @@ from tpuq.contracts import store
 from tpuq.contracts.errors import Permanent, Retryable
 from tpuq.runtime.guarded import LOST_RACE
 from tpuq.contracts.fleet import FleetFile
+from tpuq.contracts.notify import refuse_inline_urls
 from tpuq.runtime.settings import ENV_FLEET
 
 def save_fleet(db, fleet: FleetFile, now: datetime) -> str:
+    """Store the fleet in force. Its `notify` must name secrets only (`tpuq fleet apply` stores inline URLs in
+    Secret Manager first): a webhook URL is a credential and never lands in Firestore."""
+    refuse_inline_urls(fleet.notify, "notify")
     db.collection(store.FLEETS).document(fleet.name).set(
         {"name": fleet.name, "fleet": fleet.model_dump(mode="json"), "version": fleet.version, "updated_at": now}
     )

@@ -17,6 +17,7 @@ ENV_PROJECT = "GOOGLE_CLOUD_PROJECT"
 ENV_TPU_ENDPOINT = "TPUQ_TPU_API_ENDPOINT"
 ENV_CLOUDQUOTAS_ENDPOINT = "TPUQ_CLOUDQUOTAS_API_ENDPOINT"  # the quota pre-check's Cloud Quotas API (tpuq.capacity.cloudchecks)
 ENV_CLOUDBILLING_ENDPOINT = "TPUQ_CLOUDBILLING_API_ENDPOINT"  # ... and Cloud Billing API
+ENV_SECRETMANAGER_ENDPOINT = "TPUQ_SECRETMANAGER_API_ENDPOINT"  # Secret Manager (tpuq.runtime.secretmanager)
 ENV_TOPIC_PREFIX = "TPUQ_TOPIC_PREFIX"  # tests isolate themselves with a prefix
 ENV_RUNNER_BUCKET = "TPUQ_RUNNER_BUCKET"
 ENV_FLEET = "TPUQ_FLEET"  # which stored fleet a process serves when several are stored
@@ -58,6 +59,7 @@ class Settings:
     tpu_endpoint: str | None = None
     quotas_endpoint: str | None = None
     billing_endpoint: str | None = None
+    secretmanager_endpoint: str | None = None  # None: https://secretmanager.googleapis.com
     topic_prefix: str = ""
     runner_bucket: str | None = None
     storage_emulator: str | None = None
@@ -85,6 +87,7 @@ class Settings:
             tpu_endpoint=env.get(ENV_TPU_ENDPOINT) or None,
             quotas_endpoint=env.get(ENV_CLOUDQUOTAS_ENDPOINT) or None,
             billing_endpoint=env.get(ENV_CLOUDBILLING_ENDPOINT) or None,
+            secretmanager_endpoint=env.get(ENV_SECRETMANAGER_ENDPOINT) or None,
             topic_prefix=env.get(ENV_TOPIC_PREFIX, ""),
             runner_bucket=env.get(ENV_RUNNER_BUCKET) or None,
             storage_emulator=env.get("STORAGE_EMULATOR_HOST") or None,

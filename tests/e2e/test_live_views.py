@@ -112,6 +112,34 @@ def test_watch_a_4_host_job_in_a_terminal_and_piped(system, system_clients, tmp_
     assert len(settled) == len(set(settled)), f"a state printed twice: {out}"  # one line per change
 
 
+def test_watch_a_group_in_a_terminal_until_every_task_ended(system, system_clients, tmp_path, tmux):
+    """`tpuq watch GROUP` (issue 36 §1) right after the submit: the group's counts by state and progress bar,
+    redrawn while its tasks run, the failed task named, and exit 1 (one task failed) once every task ended."""
+    gate = GATES / f"tpuq-live-gate-{uuid.uuid4().hex[:8]}"
+    group, job_file = write_job(tmp_path, "live-arr", tpu="v4-8", array=3, command=(
+        f'i=0; while [ ! -e {gate} ] && [ $i -lt 1800 ]; do i=$((i+1)); sleep 0.1; done; '
+        'if [ "$TPUQ_ARRAY_INDEX" = 1 ]; then echo "task 1 gives up" >&2; exit 4; fi; echo ok'))
+    try:
+        submitted = tpuq(system, "submit", str(job_file))
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        tmux.type(f"tpuq watch {group} --interval 0.3; echo watch-exit=$?")
+        running = wait_until(lambda: (s := tmux.screen()) and re.search(r"\b[12] running\b", s) and s,
+                             timeout=DEADLINE, what="the group's running tasks in the watch view")
+        assert f"group {group}: 3 tasks" in running and "0/3 ended" in running, running
+        gate.touch()
+        try:
+            final = wait_until(lambda: re.search(r"watch-exit=\d", s := tmux.screen()) and s, timeout=DEADLINE,
+                               what="the watch to end")
+        except AssertionError:
+            raise AssertionError(f"{tmux.screen()}\n{[job_state(system_clients, f'{group}-{i}') for i in range(3)]}")
+    finally:
+        gate.unlink(missing_ok=True)
+    assert "[" + "#" * 30 + "] 3/3 ended" in final and "1 failed, 2 succeeded" in final, final
+    assert f"failed: {group}-1" in final, final
+    assert "watch-exit=1" in final, final
+    assert [job_state(system_clients, f"{group}-{i}") for i in range(3)] == ["succeeded", "failed", "succeeded"]
+
+
 def test_submit_follow_prints_every_workers_logs_and_exits_with_the_jobs_status(system, tmp_path):
     # The job holds at a gate until --follow has said where it runs: on a fast machine a job this short used to
     # end between two of its reads, and the state line the test looks for never came.

@@ -342,13 +342,14 @@ def test_queued_resource_ids_within_the_api_rules_are_accepted(qr_id):
     assert w.create_queued_resource(P, Z, qr_id, body(), None).done
 
 
-def test_multislice_is_unimplemented_not_invalid():
+def test_multislice_params_with_a_node_id_are_invalid():
+    """multisliceParams is given "instead of node_id" (tpu_v2 MultisliceParams); more in test_multislice.py."""
     w, _ = world()
     b = body()
     b["tpu"]["nodeSpec"][0]["multisliceParams"] = {"nodeCount": 2}
     with pytest.raises(ApiError) as e:
         w.create_queued_resource(P, Z, "qr1", b, None)
-    assert (e.value.rpc.status, e.value.http_status) == ("UNIMPLEMENTED", 501)
+    assert (e.value.rpc.status, e.value.http_status) == ("INVALID_ARGUMENT", 400)
 
 
 @pytest.mark.parametrize(

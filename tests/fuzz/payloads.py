@@ -97,6 +97,9 @@ BASES: dict[str, list[dict]] = {
                         "outcome": "failed", "detail": "exit 1", "exit_codes": {"0": 1}, "at": AT}],
     "ticks": [{"seq": 1, "at": AT, "source": "tick"}],
     "cancels": [{"job_id": "fz-job", "reason": "no", "if_pending": True, "expected_attempt": 0}],
+    "notifications": [{"event_id": "failed:fz-job", "event": "failed", "subject": "fz-job", "title": "fz-job failed",
+                       "text": "exit 1", "lines": ["boom"], "fields": {"state": "failed"},
+                       "destinations": [{"secret": "fz-hook", "format": "json"}], "at": AT}],
     "gcs-events": [{"bucket": "tpuq-runner", "name": "tpuq/attempts/fz-job/1/status-0.json", "generation": "1"},
                    {"bucket": "tpuq-runner", "name": "submit/x.yaml", "size": 10}],
 }
@@ -106,6 +109,7 @@ NESTED_STRING_PLACES = {
     "jobs": [("env", None), ("caches", "key"), ("caches", "path"), ("buckets", None)],
     "fleet-events": [("endpoints", "ip")],
     "assignments": [("endpoints", "ip"), ("job", "command"), ("job", "id")],
+    "notifications": [("destinations", "secret"), ("fields", None)],
 }
 
 

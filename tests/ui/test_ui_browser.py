@@ -6,7 +6,8 @@ What a person sees, checked in the DOM (never pixels), with the page never reloa
 a job published on the jobs topic appears on the Jobs page; on its page the workers go from running to succeeded
 and its log lines stream in; a `<script>` in its name and in a log line shows as text and never runs; a job pinned
 to the stocked-out zone waits while the Fleet page shows that zone's back-off; cancelling it through the
-confirmation cancels it (Firestore says so); refused messages show on Dead letters; the Cost page draws its chart.
+confirmation cancels it (Firestore says so); a sweep is one row of the Jobs page, opening its group page (issue 36);
+refused messages show on Dead letters; the Cost page draws its chart.
 
 Screenshots go to the test's tmp folder; with TPUQ_UI_README_SHOTS=1 also to docs/images/ui-*.png (docs/USING.md's).
 The running job waits at a gate the test opens (a file in /var/tmp, which the fake TPU's hosts share), so "while
@@ -213,6 +214,32 @@ def test_a_waiting_job_the_stocked_out_zones_backoff_priority_and_cancel_through
     wait_until(lambda: job_state(clients, job_id) == "cancelled", timeout=DEADLINE, what="the job cancelled")
     page.click("#back")
     assert page.inner_text("#job-state") == "cancelled"
+
+
+def test_a_sweep_folds_into_one_jobs_row_whose_group_page_follows_its_tasks_live(page, clients):
+    """Issue 36 §1: a 2-task sweep is one row of the Jobs page; its link opens the group page, whose progress,
+    counts and task rows (with each task's sweep value) update without a reload until every task ended."""
+    group = f"ui-sweep-{uuid.uuid4().hex[:6]}"
+    clients.publish("jobs", {"id": group, "tpu": "v4-8", "sweep": {"LR": ["1e-3", "3e-4"]},
+                             "command": "echo lr=$LR index=$TPUQ_ARRAY_INDEX"}, owner="ui-tester")
+    page.goto(f"{page.base}/jobs")
+    row = page.wait_for_selector(f'tr[data-group="{group}"]', timeout=DOM_WAIT_MS)  # one row, polled in
+    assert "group of 2 tasks" in row.query_selector(".reason").inner_text()
+    assert page.query_selector(f'tr[data-job="{group}-0"]') is None
+    row.query_selector("a").click()
+    page.wait_for_selector("#group-id")
+    page.evaluate("window.__notReloaded = true")
+    assert page.inner_text("#group-id") == group
+    page.wait_for_selector('#group-live[data-ended="2"]', timeout=DOM_WAIT_MS)
+    assert page.evaluate("window.__notReloaded") is True
+    assert page.inner_text("#group-ended") == "2/2 ended"
+    assert page.inner_text('#group-counts .count[data-state="succeeded"]').startswith("2 ")
+    cells = [page.inner_text(f'#tasks tr[data-job="{group}-{i}"] td.sweep') for i in range(2)]
+    assert cells == ["1e-3", "3e-4"]
+    shoot(page, "group")
+    page.click(f'#tasks tr[data-job="{group}-1"] a')  # a task's row opens its job page, which links back
+    page.wait_for_selector("#job-id")
+    assert page.inner_text("#job-id") == f"{group}-1" and page.inner_text("#job-group") == group
 
 
 def test_dead_letters_and_cost(page, clients):

@@ -128,6 +128,9 @@ ALLOWED = {
     ("dev/tpuq_dev/capacitymodel/model.py", "v2"): "the TPU API's version (tpu.googleapis.com/v2), not the v2 family",
     ("dev/tpuq_dev/simulate/cloud.py", "v2"): "the TPU API's version",
     ("dev/tpuq_dev/faketpu/api.py", "v2"): "the TPU API's versions the fake serves",
+    ("dev/tpuq_dev/capacitymodel/multislice.py", "v2"): "the TPU API's version, whose message is multisliceParams",
+    ("dev/tpuq_dev/capacitymodel/render.py", "v2"): "the TPU API's version a queued resource is rendered for",
+    ("dev/tpuq_dev/capacitymodel/validation.py", "v2"): "the TPU API's version a create body is parsed for",
     ("dev/tpuq_dev/capacitymodel/render.py", "V2"): "a node's apiVersion, not the V2 generation",
     ("dev/tpuq_dev/capacitymodel/model.py", "v4"): "a synchronous refusal injected on a zone is about no type: the "
                                                "fake names v4 spot's quota in it",

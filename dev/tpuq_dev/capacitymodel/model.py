@@ -34,7 +34,7 @@ import random
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from tpuq.contracts.documents import MaintenanceStatus, MaintenanceType, QueuedResourceState, SymptomType, TpuHealth, TpuNodeState
@@ -55,6 +55,7 @@ from .errors import (
     region_quota_error,
 )
 from .scenario import Scenario, Stockout
+from .multislice import capacity_short, zone_capacity
 from .subnets import Subnets
 from .validation import check_queued_resource_id, parse_create_body
 
@@ -224,16 +225,33 @@ class QueuedResourceRecord:
     initiator: str = "USER"
     failed_error: RpcStatus | None = None
     holds_quota: bool = False
-    node: NodeRecord | None = None
+    # Its nodes, slice order (multislice: <prefix>-0 first); all are made at once (gang) and live until deleted.
+    nodes: list[NodeRecord] = field(default_factory=list)
     delete_done_at: float | None = None
     # Drawn once per request at create from its own seeded RNG (Scenario.waiting_delay, provisioning_delay), kept
     # across resets.
     waiting_delay: float = 0.0
     provisioning_delay: float = 0.0
+    node_ids: tuple[str, ...] = ()  # one per slice; () reads as (node_id,)
+    multislice: dict | None = None  # multisliceParams / multiNodeParams as sent; None for a single node
 
     @property
     def name(self) -> str:
         return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.qr_id}"
+
+    @property
+    def node(self) -> NodeRecord | None:
+        """The first slice's node (the only one of a single-node request)."""
+        return self.nodes[0] if self.nodes else None
+
+    @property
+    def slice_ids(self) -> tuple[str, ...]:
+        return self.node_ids or (self.node_id,)
+
+    @property
+    def chips(self) -> int:
+        """What quota and capacity count: every slice's chips (gang: nodeCount x the type)."""
+        return self.accelerator.chips * len(self.slice_ids)
 
     @property
     def tier(self) -> str:
@@ -316,6 +334,7 @@ class FakeTpuWorld:
         self._incarnations: dict[str, int] = {}  # node name -> times a node of that name turned READY
         self._dirty: dict[str, None] = {}  # (an ordered set) records whose due time must be recomputed
         self._pending_deletes: dict[str, list[Operation]] = {}  # target -> its delete operations not done yet
+        self._capacity_freed_at: dict[tuple[str, str], float] = {}  # (zone, family) -> when capacity last freed
         # Health rules need a scan of READY nodes; skip it when nothing can change a node's health by itself.
         self._health_scan = bool(scenario.health.events or scenario.health.maintenance)
 
@@ -363,16 +382,16 @@ class FakeTpuWorld:
                 # Idempotent retry: the same operation, not a second resource.
                 return self.operations[self._request_ids[(parent, request_id)]]
             check_queued_resource_id(qr_id)
-            parsed = parse_create_body(parent, body)
+            parsed = parse_create_body(parent, body, qr_id or "", api_version)
             name = f"{parent}/queuedResources/{qr_id}"
             if name in self.queued_resources:
                 raise ApiError("ALREADY_EXISTS", f"Resource '{name}' already exists")
-            node_name = f"{parent}/nodes/{parsed.node_id}"
-            if node_name in self.nodes or any(
-                q.node_id == parsed.node_id and q.project == project and q.zone == zone
-                for q in self.queued_resources.values()
-            ):
-                raise ApiError("ALREADY_EXISTS", f"Resource '{node_name}' already exists")
+            taken = {q_id for q in self.queued_resources.values() if q.project == project and q.zone == zone
+                     for q_id in q.slice_ids}
+            for node_id in parsed.node_ids:
+                node_name = f"{parent}/nodes/{node_id}"
+                if node_name in self.nodes or node_id in taken:
+                    raise ApiError("ALREADY_EXISTS", f"Resource '{node_name}' already exists")
             self.subnets.check_create(project, zone, parsed.node_spec)  # subnets are regional
             now = self.clock.now()
             valid_until = None
@@ -395,6 +414,8 @@ class FakeTpuWorld:
                 state_since=now,
                 waiting_delay=self.scenario.waiting_delay(zone, parsed.accelerator.family, name),
                 provisioning_delay=self.scenario.provisioning_delay(zone, parsed.accelerator.family, name),
+                node_ids=parsed.node_ids,
+                multislice=copy.deepcopy(parsed.multislice),
             )
             self.queued_resources[name] = qr
             self._dirty.setdefault(name)
@@ -437,7 +458,7 @@ class FakeTpuWorld:
                 raise ApiError(
                     "FAILED_PRECONDITION", "DeleteQueuedResource is not supported when state is PROVISIONING"
                 )
-            has_nodes = qr.node is not None
+            has_nodes = bool(qr.nodes)
             if has_nodes and not force and qr.state not in DELETABLE_WITHOUT_FORCE + (QrState.DELETING,):
                 raise ApiError(
                     "FAILED_PRECONDITION",
@@ -449,8 +470,8 @@ class FakeTpuWorld:
             if qr.state != QrState.DELETING:
                 self._set_qr_state(qr, QrState.DELETING, now, "USER")
                 qr.delete_done_at = now + self.scenario.delays.deleting
-                if qr.node is not None:
-                    self._start_node_delete(qr.node, now)
+                for node in qr.nodes:  # force: every slice's node
+                    self._start_node_delete(node, now)
             self.advance()  # a zero deleting delay completes the operation in this very call
             return op
 
@@ -463,9 +484,8 @@ class FakeTpuWorld:
                     "FAILED_PRECONDITION", f"ResetQueuedResource is not supported when state is {qr.state.value}"
                 )
             now = self.clock.now()
-            if qr.node is not None:
-                self._remove_node(qr.node, now)
-                qr.node = None
+            for node in list(qr.nodes):
+                self._remove_node(node, now)
             # Back in the queue; the quota check runs again on leaving ACCEPTED.
             self._hold_quota(qr, False)
             qr.failed_error = None
@@ -549,9 +569,10 @@ class FakeTpuWorld:
             self._emit_node(node, None, at)
         self._dirty.setdefault(node.name)
         qr = self.queued_resources.get(node.queued_resource)
-        if qr is not None and qr.node is node:
-            qr.node = None
+        if qr is not None and node in qr.nodes:
+            qr.nodes.remove(node)
         self._complete_deletes(node.name)
+        self._capacity_freed(node, at)
 
     # -- the transition record ---------------------------------------------------------
 
@@ -569,11 +590,13 @@ class FakeTpuWorld:
         self._dirty.setdefault(node.queued_resource)
         if changed:
             self._emit_node(node, state, at)
+            if state not in (NodeState.CREATING, NodeState.READY):
+                self._capacity_freed(node, at)
 
     def _emit_qr(self, qr: QueuedResourceRecord, at: float, removed: bool = False) -> None:
         if self.on_transition is not None:
             self.on_transition(Transition("queued_resource", qr.name, None if removed else qr.state, at,
-                                          qr.accelerator.name, qr.zone, qr.project, qr.spot, qr.accelerator.chips))
+                                          qr.accelerator.name, qr.zone, qr.project, qr.spot, qr.chips))
 
     def _emit_node(self, node: NodeRecord, state: NodeState | None, at: float) -> None:
         if self.on_transition is not None:
@@ -686,9 +709,11 @@ class FakeTpuWorld:
                 return qr.valid_until
             return at
         if state == QrState.PROVISIONING:
-            return None if qr.node is None or qr.node.awaiting_hosts else since + qr.provisioning_delay
-        if state == QrState.ACTIVE and qr.node is not None and qr.node.state == NodeState.READY:
-            return self._preemption_time(qr.node)
+            started = not qr.nodes or any(n.awaiting_hosts or n.state == NodeState.READY for n in qr.nodes)
+            return None if started else since + qr.provisioning_delay
+        if state == QrState.ACTIVE:
+            times = [t for n in qr.nodes if n.state == NodeState.READY and (t := self._preemption_time(n)) is not None]
+            return min(times) if times else None
         if state == QrState.SUSPENDING:
             return since + self.scenario.delays.suspending
         if state == QrState.DELETING:
@@ -704,7 +729,11 @@ class FakeTpuWorld:
         at = start
         while True:
             stockout = self.scenario.stockout_at(zone, family, at, self.stockout_overrides)
-            if stockout is None or stockout.effect == "fail":
+            if stockout is None:
+                if capacity_short(self, qr):
+                    return None  # until a node of the zone frees capacity (_capacity_freed)
+                return max(at, self._capacity_freed_at.get((zone, family), at))
+            if stockout.effect == "fail":
                 return at
             if stockout.end is None:
                 return None
@@ -754,27 +783,29 @@ class FakeTpuWorld:
                 return True
             return False
         if state == QrState.PROVISIONING and since + qr.provisioning_delay <= now:
-            node = qr.node
-            assert node is not None
-            if node.awaiting_hosts:
+            if not qr.nodes or any(n.awaiting_hosts or n.state == NodeState.READY for n in qr.nodes):
                 return False  # the server is starting them
             if self.hosts_required:
-                node.awaiting_hosts = True
+                for node in qr.nodes:
+                    node.awaiting_hosts = True
                 return False
-            self._activate(qr, self._synthetic_endpoints(node), since + qr.provisioning_delay)
+            for node in qr.nodes:
+                self._activate(qr, node, self._synthetic_endpoints(node), since + qr.provisioning_delay)
             return True
-        if state == QrState.ACTIVE and qr.node is not None and qr.node.state == NodeState.READY:
-            at = self._preemption_due(qr.node, now)
-            if at is not None:
-                self._preempt(qr, at)
+        if state == QrState.ACTIVE:
+            due = [(t, i) for i, n in enumerate(qr.nodes)
+                   if n.state == NodeState.READY and (t := self._preemption_due(n, now)) is not None]
+            if due:
+                at, first = min(due)
+                self._preempt(qr, at, qr.nodes[first])
                 return True
             return False
         if state == QrState.SUSPENDING and since + delays.suspending <= now:
             self._set_qr_state(qr, QrState.SUSPENDED, since + delays.suspending, qr.initiator)
             return True
         if state == QrState.DELETING and qr.delete_done_at is not None and qr.delete_done_at <= now:
-            if qr.node is not None:
-                self._remove_node(qr.node, qr.delete_done_at)
+            for node in list(qr.nodes):
+                self._remove_node(node, qr.delete_done_at)
             del self.queued_resources[qr.name]
             self._hold_quota(qr, False)
             self._emit_qr(qr, qr.delete_done_at, removed=True)
@@ -784,7 +815,7 @@ class FakeTpuWorld:
 
     def _quota_check(self, qr: QueuedResourceRecord, at: float) -> None:
         """The zone's own quota, then its region's (shared by the region's zones): both are enforced."""
-        family, chips = qr.accelerator.family, qr.accelerator.chips
+        family, chips = qr.accelerator.family, qr.chips  # multislice: nodeCount x the type's chips
         limit = self.scenario.quota_limit(qr.zone, family, qr.tier)  # None: no limit of the zone's own
         if limit is not None and self._quota_used(qr.project, qr.zone, family, qr.tier) + chips > limit:
             self._fail(qr, quota_error(qr.zone, family, qr.spot, limit), at)
@@ -813,26 +844,42 @@ class FakeTpuWorld:
             if stockout.end is None or stockout.end > horizon:
                 return False
             at = stockout.end  # the window closed while nobody looked: provisioning began then
+        if capacity_short(self, qr):
+            return False  # gang: every slice's chips at once or none; re-checked when capacity is freed
+        at = max(at, self._capacity_freed_at.get((qr.zone, qr.accelerator.family), at))
         if self._external_ips_short(qr):
             region = zone_region(qr.zone)
             self._fail(qr, external_ip_error(region, self.scenario.external_ip_limit(region) or 0), at)
             return True
         self._set_qr_state(qr, QrState.PROVISIONING, at)
-        node = NodeRecord(
-            project=qr.project,
-            zone=qr.zone,
-            node_id=qr.node_id,
-            accelerator=qr.accelerator,
-            runtime_version=qr.node_spec["runtimeVersion"],
-            spot=qr.spot,
-            spec=qr.node_spec,
-            queued_resource=qr.name,
-            create_time=at,
-        )
-        qr.node = node
-        self.nodes[node.name] = node
-        self._emit_node(node, node.state, at)
+        for node_id in qr.slice_ids:  # gang provisioning: every slice's node in the same instant
+            node = NodeRecord(
+                project=qr.project,
+                zone=qr.zone,
+                node_id=node_id,
+                accelerator=qr.accelerator,
+                runtime_version=qr.node_spec["runtimeVersion"],
+                spot=qr.spot,
+                spec=qr.node_spec,
+                queued_resource=qr.name,
+                create_time=at,
+            )
+            qr.nodes.append(node)
+            self.nodes[node.name] = node
+            self._emit_node(node, node.state, at)
         return True
+
+    def _capacity_freed(self, node: NodeRecord, at: float | None = None) -> None:
+        """A node left CREATING/READY or was removed: in a zone with finite capacity (scenario `capacity`), the
+        requests waiting there are checked again, from then on."""
+        if zone_capacity(self.scenario, node.zone, node.accelerator.family) is None:
+            return
+        key = (node.zone, node.accelerator.family)
+        if at is not None:
+            self._capacity_freed_at[key] = max(at, self._capacity_freed_at.get(key, at))
+        for qr in self.queued_resources.values():
+            if qr.state == QrState.WAITING_FOR_RESOURCES and qr.zone == node.zone:
+                self._dirty.setdefault(qr.name)
 
     def _external_ips_short(self, qr: QueuedResourceRecord) -> bool:
         """Would this request's node pass its region's in-use external IP quota (one address per host)?"""
@@ -844,7 +891,7 @@ class FakeTpuWorld:
             return False
         held = sum(n.accelerator.hosts for n in self.nodes.values()
                    if n.project == qr.project and zone_region(n.zone) == region and n.enable_external_ips)
-        return held + qr.accelerator.hosts > limit
+        return held + qr.accelerator.hosts * len(qr.slice_ids) > limit
 
     def _error_of_class(self, qr: QueuedResourceRecord, error_class: str, at: float) -> RpcStatus:
         return failure_for_class(
@@ -855,18 +902,18 @@ class FakeTpuWorld:
     def _fail(self, qr: QueuedResourceRecord, error: RpcStatus, at: float) -> None:
         qr.failed_error = error
         self._set_qr_state(qr, QrState.FAILED, at, "SERVICE")
-        if qr.node is not None:
-            self._start_node_delete(qr.node, at)
+        for node in qr.nodes:
+            self._start_node_delete(node, at)
 
-    def _activate(self, qr: QueuedResourceRecord, endpoints: tuple[Endpoint, ...], at: float) -> None:
-        node = qr.node
-        assert node is not None
+    def _activate(self, qr: QueuedResourceRecord, node: NodeRecord, endpoints: tuple[Endpoint, ...], at: float) -> None:
+        """One slice's node READY; the request ACTIVE once every slice's node is (gang)."""
         node.endpoints = endpoints
         node.awaiting_hosts = False
         node.active_since = at
         node.preempt_at = self._draw_preemption(node, at)
         self._set_node_state(node, NodeState.READY, at)
-        self._set_qr_state(qr, QrState.ACTIVE, at)
+        if all(n.state == NodeState.READY for n in qr.nodes):
+            self._set_qr_state(qr, QrState.ACTIVE, at)
 
     def _draw_preemption(self, node: NodeRecord, active_since: float) -> float | None:
         if not node.spot:
@@ -906,11 +953,13 @@ class FakeTpuWorld:
                     due.append(rule.at)
         return min(due) if due else None
 
-    def _preempt(self, qr: QueuedResourceRecord, at: float) -> None:
-        node = qr.node
-        assert node is not None
-        node.preempt_at = None
-        self._set_node_state(node, NodeState.PREEMPTED, at)
+    def _preempt(self, qr: QueuedResourceRecord, at: float, node: NodeRecord | None = None) -> None:
+        """A slice is preempted: the whole request is SUSPENDING, and with it every slice of a multislice request
+        (the fake shows them all PREEMPTED: MULTISLICE.md)."""
+        for each in qr.nodes:
+            if each is node or node is None or each.state == NodeState.READY:
+                each.preempt_at = None
+                self._set_node_state(each, NodeState.PREEMPTED, at)
         self._set_qr_state(qr, QrState.SUSPENDING, at, "SERVICE")
 
     def _complete_deletes(self, target: str) -> None:
@@ -948,7 +997,7 @@ class FakeTpuWorld:
             return
         qr.holds_quota = hold
         key = (qr.project, qr.zone, qr.accelerator.family, qr.tier)
-        self._chips_held[key] = self._chips_held.get(key, 0) + (qr.accelerator.chips if hold else -qr.accelerator.chips)
+        self._chips_held[key] = self._chips_held.get(key, 0) + (qr.chips if hold else -qr.chips)
 
     # -- host hand-off (server) ---------------------------------------------------------
 
@@ -974,7 +1023,7 @@ class FakeTpuWorld:
             if qr is None or qr.state != QrState.PROVISIONING:
                 return False
             now = self.clock.now()
-            self._activate(qr, endpoints, now)
+            self._activate(qr, node, endpoints, now)
             node.guest_attributes = guest_attributes
             node.guest_attributes_at = now + self.scenario.delays.host_keys
             return True
@@ -998,7 +1047,7 @@ class FakeTpuWorld:
             qr = self.queued_resources.get(node.queued_resource)
             if node.state != NodeState.READY or qr is None or qr.state != QrState.ACTIVE:
                 raise ApiError("FAILED_PRECONDITION", f"node {node.name} is {node.state.value}, not READY")
-            self._preempt(qr, self.clock.now())
+            self._preempt(qr, self.clock.now(), node)
             return node
 
     def set_node_health(self, project: str, zone: str, node_id: str, health: TpuHealth,

@@ -16,6 +16,7 @@ from tpuq.contracts.tputypes import family as family_row
 
 from .clock import rfc3339
 from .errors import quota_id, region_quota_id
+from .multislice import render_node_spec
 from .model import FakeTpuWorld, NodeRecord, NodeState, Operation, QrState, QueuedResourceRecord
 from .scenario import UNLIMITED
 
@@ -46,12 +47,12 @@ def topology(chips: int, family: str) -> str:
     return "x".join(str(d) for d in dims)
 
 
-def render_queued_resource(world: FakeTpuWorld, qr: QueuedResourceRecord) -> dict:
+def render_queued_resource(world: FakeTpuWorld, qr: QueuedResourceRecord, api_version: str = "v2") -> dict:
     parent = f"projects/{qr.project}/locations/{qr.zone}"
     out: dict[str, Any] = {
         "name": qr.name,
         "createTime": rfc3339(world.clock.wall(qr.create_time)),
-        "tpu": {"nodeSpec": [{"parent": parent, "nodeId": qr.node_id, "node": qr.node_spec}]},
+        "tpu": {"nodeSpec": [render_node_spec(parent, qr.slice_ids, qr.multislice, qr.node_spec, api_version)]},
     }
     for key in _ECHOED_QR_FIELDS:
         if key in qr.body:
@@ -143,7 +144,7 @@ def render_operation(world: FakeTpuWorld, op: Operation, api_version: str) -> di
         elif op.response is not None:
             out["response"] = {
                 "@type": f"type.googleapis.com/google.cloud.tpu.{api_version}.QueuedResource",
-                **render_queued_resource(world, op.response),
+                **render_queued_resource(world, op.response, api_version),
             }
         else:
             out["response"] = {"@type": "type.googleapis.com/google.protobuf.Empty"}

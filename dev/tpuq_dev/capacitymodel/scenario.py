@@ -189,8 +189,11 @@ class ZoneScenario(_Strict):
     # Per family: this zone's own delay distributions, in place of delays.waiting / delays.provisioning.
     waiting: dict[str, Delay] = Field(default_factory=dict)
     provisioning: dict[str, Delay] = Field(default_factory=dict)
+    # Per family: chips the zone has for every project together (nodes CREATING or READY hold theirs); a request
+    # that would pass it waits (WAITING_FOR_RESOURCES) until enough is freed. Absent: unlimited.
+    capacity: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
 
-    _families = field_validator("quota", "stockout_model", "waiting", "provisioning")(
+    _families = field_validator("quota", "stockout_model", "waiting", "provisioning", "capacity")(
         lambda value: _check_families(value))
 
 

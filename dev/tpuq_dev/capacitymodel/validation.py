@@ -12,6 +12,7 @@ from typing import Any
 from tpuq.contracts.tputypes import AcceleratorType, UnknownAcceleratorType, parse_accelerator_type
 
 from .errors import ApiError, invalid
+from .multislice import multislice_params, slice_node_ids
 
 _ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -24,6 +25,8 @@ class ParsedCreate:
     spot: bool
     valid_until_offset: float | None
     valid_until_abs: datetime | None
+    node_ids: tuple[str, ...] = ()  # one per slice: (node_id,) for a single node, <prefix>-0.. for multislice
+    multislice: dict | None = None  # the multislice message as sent (multisliceParams / multiNodeParams)
 
 
 def check_queued_resource_id(qr_id: str | None) -> None:
@@ -38,7 +41,7 @@ def check_queued_resource_id(qr_id: str | None) -> None:
         )
 
 
-def parse_create_body(parent: str, body: dict) -> ParsedCreate:
+def parse_create_body(parent: str, body: dict, qr_id: str = "", api_version: str = "v2") -> ParsedCreate:
     """The parts of a CreateQueuedResource body the model keeps; raises ApiError for what the API refuses."""
     if not isinstance(body, dict):
         raise invalid("Invalid JSON payload received: the body must be a QueuedResource object")
@@ -50,11 +53,10 @@ def parse_create_body(parent: str, body: dict) -> ParsedCreate:
     spec = tpu["nodeSpec"][0]
     if not isinstance(spec, dict):
         raise invalid("nodeSpec entries must be objects", "queued_resource.tpu.node_spec")
-    if spec.get("multisliceParams"):
-        raise ApiError("UNIMPLEMENTED", "multisliceParams is not supported by the fake Cloud TPU")
     if spec.get("parent") not in (None, parent):
         raise invalid(f"nodeSpec.parent '{spec.get('parent')}' does not match '{parent}'", "node_spec.parent")
-    node_id = spec.get("nodeId")
+    node_ids = slice_node_ids(spec, qr_id, api_version)  # multislice: instead of nodeId (multislice.py)
+    node_id = node_ids[0] if node_ids else spec.get("nodeId")
     if not isinstance(node_id, str) or not _ID_RE.match(node_id):
         raise invalid(f"Invalid nodeId {node_id!r}", "queued_resource.tpu.node_spec.node_id")
     node = spec.get("node")
@@ -96,7 +98,8 @@ def parse_create_body(parent: str, body: dict) -> ParsedCreate:
             raise invalid("validUntilTime must be an RFC 3339 timestamp", "queueing_policy.valid_until_time") from None
         if until.tzinfo is None:
             raise invalid("validUntilTime must carry a time zone", "queueing_policy.valid_until_time")
-    return ParsedCreate(node_id, node, accelerator, spot, offset, until)
+    return ParsedCreate(node_id, node, accelerator, spot, offset, until, node_ids or (node_id,),
+                        multislice_params(spec, api_version) if node_ids else None)
 
 
 def _parse_duration(value: Any, field_name: str) -> float:

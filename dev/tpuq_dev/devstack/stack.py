@@ -29,8 +29,8 @@ import requests
 import yaml
 
 from tpuq.contracts import topology
-from tpuq.runtime.settings import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT
-from tpuq_dev.devstack import processes
+from tpuq.runtime.settings import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_SECRETMANAGER_ENDPOINT
+from tpuq_dev.devstack import notifystack, processes
 from tpuq_dev.devstack.processes import ProcRecord
 from tpuq_dev.devstack.workerenv import host_env_args, worker_host_env
 from tpuq_dev.iam import recording
@@ -197,6 +197,7 @@ class DevStack:
             if self.fleet_file is not None:
                 self._store_fleet()
             self._assign_service_urls()
+            notifystack.start(self)  # the webhook receiver, and the secret tpuq-dev-webhook naming it
             for name in self.services:
                 self._start_service(name)
             self._start_front()
@@ -303,6 +304,8 @@ class DevStack:
         self.env[ENV_CLOUDQUOTAS_ENDPOINT] = google_url
         self.env[ENV_CLOUDBILLING_ENDPOINT] = google_url
         self.env["TPUQ_COMPUTE_API_ENDPOINT"] = google_url  # its compute firewalls.list, which `tpuq ssh` reads
+        self.env[ENV_SECRETMANAGER_ENDPOINT] = google_url  # its Secret Manager: webhook URLs (tpuq.janitor.notify)
+        self.env["CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER"] = google_url + "/"  # `gcloud secrets ...` too
 
     def _store_fleet(self) -> None:
         from google.cloud import firestore
@@ -495,6 +498,7 @@ class DevStack:
         records = self.records
         if not records and self.state_file.exists():
             records, _ = processes.load_records(self.state_file)
+        notifystack.save_secret_grants(self)  # for the IAM check after (tpuq_dev.iam.calls.stack_project)
         processes.stop_all(list(reversed(records)))
         stopped = [rec.name for rec in reversed(records)]
         self.records = []

@@ -137,13 +137,14 @@ class RestApi:
         return _json_response(render_operation(self.world, op, version))
 
     def get_queued_resource(self, version, project, zone, id):
-        return _json_response(render_queued_resource(self.world, self.world.get_queued_resource(project, zone, id)))
+        return _json_response(render_queued_resource(self.world, self.world.get_queued_resource(project, zone, id),
+                                                     version))
 
     def list_queued_resources(self, version, project, zone):
         items, token = self.world.list_queued_resources(
             project, zone, _page_size(), request.args.get("pageToken", "")
         )
-        body: dict[str, Any] = {"queuedResources": [render_queued_resource(self.world, q) for q in items]}
+        body: dict[str, Any] = {"queuedResources": [render_queued_resource(self.world, q, version) for q in items]}
         if token:
             body["nextPageToken"] = token
         return _json_response(body)

@@ -27,6 +27,7 @@ what the TPU API enforces.
   Subnetwork, from the world's layout (tpuq_dev.capacitymodel.subnets: the scenario's `network.auto_mode_networks` and
   `network.subnetworks`, or what `POST /_fake/subnetworks {"project", "auto_mode_networks", "subnetworks",
   "permission_denied"}` set for a project), the same one the TPU API's create enforces. Writes are refused (405).
+- Secret Manager `v1` (tpuq_dev.faketpu.secretmanager): secrets, versions, access, IAM policies.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from tpuq_dev.capacitymodel.scenario import FirewallRule
 from tpuq_dev.capacitymodel.subnets import Subnetwork
 
 from .api import CallLog, add_log_routes, record_call
+from .secretmanager import FakeSecretStore, add_secret_manager_routes
 from tpuq_dev.capacitymodel.errors import ApiError
 from tpuq_dev.capacitymodel.model import FakeTpuWorld
 from tpuq_dev.capacitymodel.render import TPU_SERVICE, quota_ids, render_billing_info, render_quota_info
@@ -252,6 +254,9 @@ def create_google_apis_app(world: FakeTpuWorld, call_log: CallLog) -> Flask:
             rules = list(firewalls.get(project, world.scenario.network.firewalls))
         return _json({"project": project, "firewalls": [render_firewall(world, project, r) for r in rules]})
 
+    # Secret Manager (tpuq_dev.faketpu.secretmanager): webhook URLs the janitor reads, `gcloud secrets ...`.
+    app.config["secrets"] = FakeSecretStore(lambda: world.clock.real_wall(world.clock.now()))
+    add_secret_manager_routes(app, app.config["secrets"])
     add_log_routes(app, world, call_log)
     return app
 

@@ -52,6 +52,11 @@ class InstanceMetadata:
             self.preempted = True
             self.maintenance_event = TERMINATE_ON_HOST_MAINTENANCE
 
+    def set_attribute(self, key: str, value: str) -> None:
+        """An attribute the TPU runtime writes after boot (a multislice worker's `tpu-env`: slices.py)."""
+        with self._lock:
+            self.attributes[key] = value
+
     def values(self) -> dict[str, str]:
         """path under /computeMetadata/v1/ -> answer."""
         with self._lock:

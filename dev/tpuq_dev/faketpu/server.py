@@ -37,6 +37,7 @@ from .googleapis import create_google_apis_app
 from .hosts import WorkerHost, WorkerHostError, WorkerHostManager, parse_ssh_keys_metadata
 from .holders import DEFAULT_DEVICE, hold_device
 from .metadata import InstanceMetadata
+from .slices import publish_tpu_env
 from tpuq_dev.capacitymodel.model import TPU_RUNTIME_PORT, Endpoint, FakeTpuWorld, GuestAttribute, NodeRecord
 from tpuq_dev.capacitymodel.scenario import Scenario, load_scenario, parse_scenario
 
@@ -239,6 +240,7 @@ class FakeTpuServer:
         with self._hosts_lock:
             self._starting.discard(node.name)
             self._hosts[node.name] = hosts
+        publish_tpu_env(self.world, self.hosts_of, node)  # multislice: once every slice's hosts run, before ACTIVE
         if self._stop.is_set() or not self.world.hosts_started(node.name, endpoints, published):
             self.stop_unwanted_hosts()
 

@@ -7,7 +7,8 @@ Here (pure but for `read` and `stack_project`):
   is found by its full name (`methods.find_grpc`): both land on the same method table as deploy's requests;
 - `refusals(calls, project, endpoints)` runs the model (`model.refusals_of_match`) on each call, as its account,
   against the project deploy's own grants make (`stack_project`: `Project.after_grants` over deploy's plan for this
-  stack's fleet and buckets, as tests/deploy/test_iam_model.py builds it), and returns each distinct refusal once,
+  stack's fleet and buckets, as tests/deploy/test_iam_model.py builds it, plus the grants made in the fake Secret
+  Manager by people and `tpuq submit`: `fake_secret_grants`), and returns each distinct refusal once,
   naming the method, the permission, the resource and the account. A call no row describes is a refusal too;
 - `LIBRARY_BACKGROUND`: refusals the client library itself absorbs (marked advisory, never blocking).
 
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuq_dev.iam import methods
-from tpuq_dev.iam.model import Project, Refusal, refusals_of_match
+from tpuq_dev.iam.model import Project, Refusal, Resource, refusals_of_match
 
 STORAGE_URL = "https://storage.googleapis.com"
 TPU_URL = "https://tpu.googleapis.com"
@@ -67,24 +68,38 @@ def read(path: Path) -> list[dict]:
 
 def stack_endpoints(env: dict[str, str]) -> dict[str, tuple[str, ...]]:
     """Each stand-in's base URL in the stack's environment -> the Google base URLs it stands for."""
-    from tpuq.runtime.settings import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_TPU_ENDPOINT
+    from tpuq.runtime.settings import (ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_SECRETMANAGER_ENDPOINT,
+                                       ENV_TPU_ENDPOINT)
     from tpuq.capacity.cloudchecks import CLOUDBILLING_URL, CLOUDQUOTAS_URL
+    from tpuq.runtime.secretmanager import SECRETMANAGER_URL
 
     out: dict[str, tuple[str, ...]] = {}
     stand_ins = (("STORAGE_EMULATOR_HOST", STORAGE_URL), (ENV_TPU_ENDPOINT, TPU_URL),
-                 (ENV_CLOUDQUOTAS_ENDPOINT, CLOUDQUOTAS_URL), (ENV_CLOUDBILLING_ENDPOINT, CLOUDBILLING_URL))
+                 (ENV_CLOUDQUOTAS_ENDPOINT, CLOUDQUOTAS_URL), (ENV_CLOUDBILLING_ENDPOINT, CLOUDBILLING_URL),
+                 (ENV_SECRETMANAGER_ENDPOINT, SECRETMANAGER_URL))
     for variable, google in stand_ins:
         local = (env.get(variable) or "").rstrip("/")
         if local:
             out[local] = (*out.get(local, ()), google.rstrip("/"))
+    # The local webhook receiver (tpuq_dev.webhooks) stands for people's own webhooks: no Google API, no IAM.
+    receiver = (env.get("TPUQ_DEV_WEBHOOK_URL") or "").rstrip("/")
+    if receiver:
+        out[receiver] = ()
     return out
+
+
+def is_not_google(call: dict, endpoints: dict[str, tuple[str, ...]]) -> bool:
+    """A call to a stand-in that stands for no Google API (the webhook receiver a notification is POSTed to)."""
+    url = str(call.get("url") or "")
+    return call.get("kind") != "grpc" and any(url.startswith(local + "/") for local, googles in endpoints.items()
+                                              if not googles)
 
 
 def google_url(method: str, url: str, endpoints: dict[str, tuple[str, ...]]) -> str:
     """The Google URL a stand-in's URL stands for: of the Google bases its stand-in serves, the one a row knows
     (Cloud Quotas and Cloud Billing share one stand-in); the URL as it was when no stand-in serves it."""
     for local, googles in endpoints.items():
-        if url.startswith(local + "/"):
+        if googles and url.startswith(local + "/"):
             candidates = [g + url[len(local):] for g in googles]
             return next((c for c in candidates if methods.find(method, c)), candidates[0])
     return url
@@ -111,7 +126,7 @@ def row_of(call: dict, endpoints: dict[str, tuple[str, ...]]) -> tuple[methods.M
 def call_refusals(call: dict, project: Project, endpoints: dict[str, tuple[str, ...]]) -> list[Refusal]:
     """What one recorded call needs that its account lacks (a call no row describes, or unreadable: a refusal)."""
     caller = f"serviceAccount:{call.get('account')}"
-    if is_metadata_server(call):
+    if is_metadata_server(call) or is_not_google(call, endpoints):
         return []
     if call.get("error"):
         return [Refusal(_label(call), "", caller, why=f"the recorder could not read the call ({call['error']})")]
@@ -171,5 +186,24 @@ def stack_project(stack: Any) -> Project:
                                       "job_buckets": job_buckets})
     target = replace(target, fleet=fleet)
     infra = load_infra(target.variables())
-    return Project(target.project, storage_agent=target.agent_email("storage")).after_grants(
+    project = Project(target.project, storage_agent=target.agent_email("storage")).after_grants(
         plan(target, infra, ProjectState()))
+    for secret, role, member in fake_secret_grants(stack):
+        project.grant(Resource("secret", secret), role, member)
+    return project
+
+
+def fake_secret_grants(stack: Any) -> list[tuple[str, str, str]]:
+    """(secret, role, member) of every grant made in the fake Secret Manager: not deploy's, but those a person or
+    `tpuq submit` / `tpuq fleet apply` made on a secret they stored (the stack's own `tpuq-dev-webhook` too)."""
+    from tpuq_dev.devstack import notifystack
+
+    saved = notifystack.grants_file(stack.state_dir)  # kept by DevStack.down (the check runs after it)
+    if not saved.exists():
+        notifystack.save_secret_grants(stack)
+    try:
+        listed = json.loads(saved.read_text())
+    except (OSError, ValueError):
+        return []  # no fake Secret Manager: no grant is known, and a call that needed one is refused
+    return [(s["name"].rsplit("/", 1)[-1], b["role"], m) for s in listed for b in s.get("bindings") or []
+            for m in b.get("members") or []]

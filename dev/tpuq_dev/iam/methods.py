@@ -145,6 +145,9 @@ SCHEDULER = ("https://cloud.google.com/scheduler/docs/access-control; cloudsched
 FIRESTORE = ("https://firebase.google.com/docs/firestore/security/iam (\"The datastore.schemas.* permissions were "
              "previously named datastore.indexes.*\"; gcloud's role definitions of 2026-02 carry only schemas.*)")
 SECRETS = "https://cloud.google.com/secret-manager/docs/access-control"
+SECRET_ACCESS = ("https://cloud.google.com/secret-manager/docs/reference/rest/v1/projects.secrets.versions/access "
+                 "(\"Authorization requires the following IAM permission on the specified resource name: "
+                 "secretmanager.versions.access\")")
 SECRET_WRITES = ("https://cloud.google.com/secret-manager/docs/reference/rest/v1/projects.secrets (create, addVersion; "
                  "versions/list): \"Authorization requires the following IAM permission on the specified resource "
                  "parent\": secretmanager.secrets.create, secretmanager.versions.add, secretmanager.versions.list")
@@ -416,6 +419,10 @@ METHODS: tuple[Method, ...] = (
     Method("secretmanager.projects.secrets.versions.list", "GET",
            "https://secretmanager.googleapis.com/v1/projects/{project}/secrets/{secret}/versions",
            _p("secretmanager.versions.list"), SECRET_WRITES),
+    # The janitor reads a notification destination's webhook URL (tpuq.janitor.notify, tpuq.runtime.secretmanager).
+    Method("secretmanager.projects.secrets.versions.access", "GET",
+           "https://secretmanager.googleapis.com/v1/projects/{project}/secrets/{secret}/versions/{version}:access",
+           _p("secretmanager.versions.access"), SECRET_ACCESS),
     Method("secretmanager.projects.secrets.getIamPolicy", "GET",
            "https://secretmanager.googleapis.com/v1/projects/{project}/secrets/{secret}:getIamPolicy",
            _p("secretmanager.secrets.getIamPolicy"), SECRETS),

@@ -97,6 +97,11 @@ class JobDoc(_View):
     array_index: int | None = None
     array_size: int | None = None
     array_limit: int | None = None
+    # Notifications (tpuq.scheduler.notices): when the job last went back to the queue (an attempt retried; None:
+    # pending since `submit_time`), and the `pending` notice sent in that spell: {attempt, after} (`after`: the
+    # longest `pending_after` of a destination told).
+    pending_since: datetime | None = None
+    pending_notice: Mapping[str, Any] | None = None
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], doc_id: str | None = None) -> "JobDoc":
@@ -120,6 +125,15 @@ class JobDoc(_View):
     def spec_tpu(self) -> list[str]:
         """The TPU types the job asked for, as stored in its spec."""
         return list((self.spec or {}).get("tpu") or [])
+
+    @property
+    def spec_slice_counts(self) -> tuple[int, ...]:
+        """The slice counts the job asked for, largest first ((1,): one slice). Read from the stored spec, so a job
+        stored before `slices:` existed reads as one slice, and no field was added to migrate
+        (tpuq.contracts.multislice)."""
+        from tpuq.contracts.multislice import slice_counts
+
+        return slice_counts((self.spec or {}).get("slices"))
 
 
 @dataclass(frozen=True)
