@@ -21,7 +21,9 @@ from tpuq_dev.faketpu.control import FakeTpuControl
 from tests.e2e.conftest import demo_stack_with
 from tests.helpers import wait_until
 
-DEADLINE = 300
+# Past the 5-minute backstop for lost events (TPUQ_BACKSTOP_SECONDS): in the full suite a step of this test has
+# waited 4.5 minutes for it (a pass not triggered at once, still undiagnosed), and must then still succeed.
+DEADLINE = 420
 
 
 @pytest.fixture(scope="module")

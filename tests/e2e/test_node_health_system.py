@@ -13,7 +13,9 @@ from tpuq.contracts.documents import NodeHealth, TpuHealth, short_node_name
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 
-DEADLINE = 300
+# Past the 5-minute backstop for lost events (TPUQ_BACKSTOP_SECONDS): in the full suite a step of this test has
+# waited 4.5 minutes for it (a pass not triggered at once, still undiagnosed), and must then still succeed.
+DEADLINE = 420
 LONG = "i=0; while [ $i -lt 1200 ]; do i=$((i+1)); sleep 0.5; done"
 
 

@@ -33,7 +33,9 @@ from tpuq_dev.faketpu.control import FakeTpuControl
 
 from tests.e2e.conftest import demo_stack_with
 
-DEADLINE = 300
+# Past the 5-minute backstop for lost events (TPUQ_BACKSTOP_SECONDS): in the full suite a step of this test has
+# waited 4.5 minutes for it (a pass not triggered at once, still undiagnosed), and must then still succeed.
+DEADLINE = 420
 BUCKET = "gs://tpuq-demo-us-central2"
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,20 +16,24 @@ from tpuq.contracts.notify import DestinationHealth
 from tpuq.operations.notifyhealth import failing_destinations, failing_line, health_of
 from tests.ui.test_ui_routes import FakeClients
 
-NOW = datetime.now(timezone.utc)
+def utcnow() -> datetime:
+    """Read when a test runs, not when the module is collected: `tpuq fleet` ages from its own clock, and the
+    suite may reach this test many minutes after collecting it."""
+    return datetime.now(timezone.utc)
 
 
-def failing(label="slack-alerts", minutes=12, **over) -> dict:
+def failing(label="slack-alerts", minutes=12, now: datetime | None = None, **over) -> dict:
     fields = {"last_error": "HTTP 500", "failed_event_id": "failed:train-3"} | over
-    return DestinationHealth(label=label, failing=True, last_failure_at=NOW - timedelta(minutes=minutes),
-                             **fields).model_dump()
+    at = (now or utcnow()) - timedelta(minutes=minutes)
+    return DestinationHealth(label=label, failing=True, last_failure_at=at, **fields).model_dump()
 
 
 def test_the_line_names_the_destination_since_when_the_error_and_the_event():
-    assert failing_line(health_of("x", failing()), NOW) == \
+    now = utcnow()
+    assert failing_line(health_of("x", failing(now=now)), now) == \
         "notify: slack-alerts failing since 12m ago: HTTP 500 (event failed:train-3)"
     bare = health_of("chat", {"label": "chat", "failing": True})
-    assert failing_line(bare, NOW) == "notify: chat failing"
+    assert failing_line(bare, now) == "notify: chat failing"
 
 
 def test_a_field_this_reader_does_not_know_is_left_out_and_an_unreadable_document_skipped():
@@ -46,7 +50,7 @@ def cli(monkeypatch):
     from tpuq.runtime.fleetstore import save_fleet
 
     clients = FakeClients()
-    save_fleet(clients.firestore, FleetFile.model_validate(yaml.safe_load(EXAMPLE_FLEET)), NOW)
+    save_fleet(clients.firestore, FleetFile.model_validate(yaml.safe_load(EXAMPLE_FLEET)), utcnow())
     monkeypatch.setattr(connecting, "CURRENT", None)
     monkeypatch.setattr(fleet, "cli_clients", lambda: clients)
     monkeypatch.setattr(fleet, "local_zone", lambda: timezone.utc)
@@ -65,7 +69,7 @@ def test_tpuq_fleet_prints_a_line_per_failing_destination_and_none_for_a_healthy
     assert "notify:" not in quiet.stdout
     col.document("slack-alerts").set(failing())
     col.document("discord").set(failing("discord", minutes=3, last_error="no answer in 10s", failed_event_id=None))
-    col.document("chat-ok").set(DestinationHealth(label="chat-ok", last_ok_at=NOW).model_dump())
+    col.document("chat-ok").set(DestinationHealth(label="chat-ok", last_ok_at=utcnow()).model_dump())
     shown = cli("fleet")
     assert shown.exit_code == 0, shown.output
     lines = [line for line in shown.stdout.splitlines() if line.startswith("notify:")]
