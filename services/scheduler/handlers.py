@@ -162,7 +162,9 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
             # Out of retries, it ended: its waiters move on (the pass runs them) or are cancelled naming it.
             released = (dependencies.look_at_waiters(db, holder, ctx.now(), teller)
                         if holder and lost.end and lost.end.job and _ended(lost.end.job) else [])
-            return requeued or bool(released) or bool(lost.tpu and quarantined and quarantined[0])
+            # A quarantined TPU gone frees its place whether this event recorded it or the janitor's delete did
+            # first (`mark_gone`, which may land before this event is handled): either way the pass runs now.
+            return requeued or bool(released) or bool(quarantined and quarantined[0])
     raise Retryable(f"TPU {event.node} keeps changing hands")
 
 

@@ -62,3 +62,21 @@ def test_the_quarantined_slice_s_deletion_asks_for_a_fresh_one_at_once(sched):
     assert [r["job_ids"] for r in requests] == [["j1"]]
     sched.deliver("fleet-events", active("n1", kind=FleetEventKind.gone))  # redelivered: nothing more
     assert [m for m in sched.drain("capacity") if m.get("action", "request") == "request"] == []
+
+
+def test_the_deletion_asks_at_once_even_when_the_janitor_recorded_it_gone_first(sched):
+    """The janitor writes `gone` when its delete returns; the claimer's GONE event may be handled after that. The
+    event must still run the pass (it found nothing left to write, and ran none: the retry waited for the 5-minute
+    backstop, 4.5 minutes in the suite's dirty-slice and node-health stack tests)."""
+    save_fleet(sched.db, fleet_file(tpus=[{"id": "v4", "type": "v4-8", "zones": ["us-central2-b"], "count": 1}]),
+               utc(2026, 1, 1))
+    running_job(sched)
+    sched.drain("capacity")
+    sched.deliver("attempt-events", ended("infra_failed", detail=PREFLIGHT))
+    sched.db.collection("tpus").document("n1").set({"state": "gone", "gone_reason": "deleted by the janitor"},
+                                                   merge=True)  # as tpuq.janitor.handlers' mark_gone writes it
+    assert [m for m in sched.drain("capacity") if m.get("action", "request") == "request"] == []
+
+    sched.deliver("fleet-events", active("n1", kind=FleetEventKind.gone))
+    requests = [m for m in sched.drain("capacity") if m.get("action", "request") == "request"]
+    assert [r["job_ids"] for r in requests] == [["j1"]]
