@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from tpuq.contracts.errors import Retryable
 from tpuq.contracts.fleet import FleetFile
-from tpuq.runtime.fleetstore import load_fleet
+from tpuq.runtime.fleetstore import fleet_or_none
 from tpuq.contracts.jobspec import PublishedJob
 from tpuq.contracts.messages import message_owner
 from tpuq.scheduler import arrays, capacity, dependencies, intake
@@ -22,11 +21,7 @@ log = logging.getLogger("tpuq.scheduler")
 
 def fleet_in_force(ctx: Context) -> FleetFile | None:
     """The stored fleet; None before any is stored: jobs are still queued and matched, nothing is claimed."""
-    try:
-        return load_fleet(ctx.clients.firestore, ctx.settings.fleet)
-    except Retryable as e:
-        log.warning("%s", e)
-        return None
+    return fleet_or_none(ctx.clients.firestore, ctx.settings.fleet)
 
 
 def submit_jobs(ctx: Context, jobs: list[PublishedJob], source: str, fleet: FleetFile | None = None,

@@ -29,8 +29,8 @@ from google.cloud.firestore import FieldFilter
 from tpuq.contracts import store
 from tpuq.contracts.basics import format_duration
 from tpuq.contracts.documents import TERMINAL_JOB_STATES, JobDoc, JobState
-from tpuq.contracts.errors import Permanent, Retryable
-from tpuq.runtime.fleetstore import load_fleet
+from tpuq.contracts.errors import Permanent
+from tpuq.runtime.fleetstore import fleet_or_none
 from tpuq.contracts.notify import (ENDED_EVENTS, LAST_LINES, MAX_TEXT, Destination, Notification, NotifyEvent,
                                    destinations_for, event_id)
 from tpuq.scheduler import grouplimit
@@ -245,11 +245,7 @@ class Teller:
 
     def fleet_notify(self) -> list[Destination]:
         if self._fleet is _UNREAD:
-            try:
-                self._fleet = load_fleet(self.ctx.clients.firestore, self.ctx.settings.fleet)
-            except Retryable as e:  # as the pass does: no fleet stored yet, its destinations none
-                log.warning("%s", e)
-                self._fleet = None
+            self._fleet = fleet_or_none(self.ctx.clients.firestore, self.ctx.settings.fleet)
         return list(self._fleet.notify) if self._fleet is not None else []
 
     def publish(self, notice: Notification | None) -> None:

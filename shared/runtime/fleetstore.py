@@ -12,6 +12,7 @@ record of the drain it finished. It is a separate document so that `tpuq fleet a
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -60,6 +61,16 @@ def _field(snap, name: str):
     try:
         return snap.get(name)
     except KeyError:
+        return None
+
+
+def fleet_or_none(db, name: str | None = None) -> FleetFile | None:
+    """`load_fleet`, or None before any fleet is stored (said in the log): jobs are still queued and matched,
+    nothing is claimed, nobody is notified."""
+    try:
+        return load_fleet(db, name)
+    except Retryable as e:
+        logging.getLogger("tpuq.fleetstore").warning("%s", e)
         return None
 
 
