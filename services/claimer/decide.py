@@ -50,11 +50,11 @@ claimer (once claimed a slice belongs to the scheduler and the janitor).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from tpuq.capacity.brakes import claim_stop_reason, hosts_of
+from tpuq.claimer import room
+from tpuq.claimer.room import claim_gate
 from tpuq.claimer.classify import (BlockKind, block_kind, classify, describe_failure, project_block_reason, subnet_reason,
                                    zone_quota_reason)
 from tpuq.claimer.model import (
@@ -73,13 +73,14 @@ from tpuq.claimer.model import (
     QrRecord,
     RequestReceived,
     RequestRecord,
+    SliceNode,
     TargetRecord,
     queued_resource_id,
 )
 from tpuq.contracts.documents import QueuedResourceState as Qr
 from tpuq.contracts.fleet import FleetEntry
 from tpuq.contracts.messages import CapacityAction, CapacityRequest, FailureClass, FleetEvent, FleetEventKind
-from tpuq.capacity.quota import BILLING_OFF_MESSAGE, billing_block_reason, declared_quota, quota_pool
+from tpuq.capacity.quota import BILLING_OFF_MESSAGE, billing_block_reason, declared_quota
 from tpuq.contracts.racing import HELD_STATES, RaceStage, race_verdict
 from tpuq.contracts.tputypes import canonical_name, zone_region
 
@@ -118,24 +119,6 @@ def decide_observed(state: ClaimState, event: Observed, now: datetime, rng: rand
     return decision.effects
 
 
-def claim_gate(state: ClaimState, request_id: str, types: tuple[str, ...], qrs: Iterable[QrRecord],
-               now: datetime) -> str | None:
-    """The brakes, as one gate before creates: why request `request_id` may not create now, or None.
-
-    Paused, past `grant_expires`, or over `budget.vm_hours_per_day`. Against the budget the request counts as one
-    slice of the smallest of its types, and so does every other request still racing (one of its racers may
-    win), on top of the slices alive."""
-    def hosts(tpu_types) -> int:
-        return min((hosts_of(t) for t in tpu_types), default=1)
-
-    racing: dict[str, set[str]] = {}
-    for q in qrs:
-        if q.pending and q.request_id != request_id:
-            racing.setdefault(q.request_id, set()).add(q.type)
-    new_hosts = hosts(types) + sum(hosts(t) for t in racing.values())
-    return claim_stop_reason(state.fleet, state.paused, state.day_use, now, new_hosts)
-
-
 def fast_watch_targets(state: ClaimState, request_id: str) -> list[QrRecord]:
     """The request's queued resources still worth a quick re-read right after its creates: not yet ACTIVE."""
     return [q for q in state.qrs.values() if q.request_id == request_id and q.state != Qr.ACTIVE]
@@ -155,6 +138,7 @@ def request_record(request: CapacityRequest, now: datetime, existing: RequestRec
         regions=tuple(request.regions),
         zones=tuple(request.zones),
         count=request.count,
+        slices=tuple(request.slices),
         status=REQUEST_OPEN,
         job_ids=tuple(request.job_ids),
         generations=dict(existing.generations) if existing else {},
@@ -205,29 +189,41 @@ class _Decision:
         self.effects.requests[request.request_id] = request
 
     def announce(self, qr: QrRecord, kind: FleetEventKind, failure: FailureClass | None = None,
-                 message: str | None = None) -> None:
+                 message: str | None = None, only_slice: int | None = None) -> None:
         entry = self.fleet.entry(qr.entry_id)
         accel = entry.accelerator if entry else None
-        self.effects.events.append(
-            FleetEvent(
-                kind=kind,
-                fleet=qr.fleet,
-                queued_resource=qr.name,
-                request_id=qr.request_id,
-                zone=qr.zone,
-                type=qr.type,
-                node=qr.node,
-                entry_id=qr.entry_id,
-                chips=accel.chips if accel else 0,
-                hosts=accel.hosts if accel else 0,
-                spot=qr.spot,
-                endpoints=list(qr.endpoints),
-                failure_class=failure,
-                failure_message=message,
-                node_health=qr.node_health if kind in (FleetEventKind.active, FleetEventKind.node_health) else None,
-                at=self.now,
+        with_health = kind in (FleetEventKind.active, FleetEventKind.node_health)
+        if qr.slices == 1:
+            slices = [(None, qr.node, qr.endpoints, qr.node_health)]
+        else:
+            # A multislice request: one event per slice, each naming its node (known once it was ACTIVE).
+            nodes = qr.slice_nodes
+            slices = [(i, nodes[i].name if i < len(nodes) else (name if qr.node else None),
+                       nodes[i].endpoints if i < len(nodes) else (), nodes[i].health if i < len(nodes) else None)
+                      for i, name in enumerate(qr.node_names) if only_slice is None or i == only_slice]
+        for index, node, endpoints, health in slices:
+            self.effects.events.append(
+                FleetEvent(
+                    kind=kind,
+                    fleet=qr.fleet,
+                    queued_resource=qr.name,
+                    request_id=qr.request_id,
+                    zone=qr.zone,
+                    type=qr.type,
+                    node=node,
+                    entry_id=qr.entry_id,
+                    chips=accel.chips if accel else 0,
+                    hosts=accel.hosts if accel else 0,
+                    spot=qr.spot,
+                    endpoints=list(endpoints),
+                    failure_class=failure,
+                    failure_message=message,
+                    node_health=health if with_health else None,
+                    slice_index=index,
+                    slice_count=qr.slices,
+                    at=self.now,
+                )
             )
-        )
 
     def request_delete(self, qr: QrRecord, force: bool, reason: str, resource=None) -> QrRecord:
         """Mark for deletion; send the delete now only in a state the API accepts it in."""
@@ -296,7 +292,8 @@ class _Decision:
         # An entry removed from the fleet since this create was recorded can never be built again.
         return (request is not None and request.open and not self.blocked and not target.dropped(self.version)
                 and not target.backed_off(self.now) and self.fleet.entry(qr.entry_id) is not None
-                and claim_gate(self.state, qr.request_id, (qr.type,), self.qrs.values(), self.now) is None)
+                and claim_gate(self.state, qr.request_id, (qr.type,), self.qrs.values(), self.now,
+                               qr.slices) is None)
 
     def on_found(self, qr: QrRecord, obs: Observation) -> None:
         state = obs.state
@@ -306,13 +303,14 @@ class _Decision:
             if state == Qr.ACTIVE:
                 self.on_node_read(qr, obs)
             return
-        if state == Qr.ACTIVE and (obs.node is None or not obs.node.endpoints):
-            return  # no endpoints yet (the node read failed, or none listed): announce on a later pass
+        if state == Qr.ACTIVE and not self.nodes_complete(qr, obs):
+            return  # no endpoints yet (a node read failed, or none listed): announce on a later pass
         qr = replace(qr, state=state, updated_at=self.now)
         kind = _ANNOUNCED.get(state)
         if state == Qr.ACTIVE:
+            slice_nodes = tuple(SliceNode(n.name, n.endpoints, n.health) for n in obs.nodes) if qr.slices > 1 else ()
             qr = self.put_qr(replace(qr, node=obs.node.name, endpoints=obs.node.endpoints,
-                                     node_health=obs.node.health))
+                                     node_health=obs.node.health, slice_nodes=slice_nodes))
             self.announce(qr, FleetEventKind.active)
             target = self.target(qr.zone, qr.type)
             if target.capacity_failures or target.unknown_failures:
@@ -335,9 +333,30 @@ class _Decision:
             if qr.delete_requested and state in DELETABLE_STATES:
                 self.request_delete(qr, force=False, reason="delete requested earlier", resource=obs.resource)
 
+    @staticmethod
+    def nodes_complete(qr: QrRecord, obs: Observation) -> bool:
+        """Whether an ACTIVE read brought every node with its workers (a multislice request: all its slices)."""
+        if qr.slices > 1:
+            return len(obs.nodes) == qr.slices and all(n.endpoints for n in obs.nodes)
+        return obs.node is not None and bool(obs.node.endpoints)
+
     def on_node_read(self, qr: QrRecord, obs: Observation) -> None:
         """An ACTIVE slice's node, read again: a change of its health or upcoming maintenance is announced once
-        (NODE_HEALTH, with what the API now says) and kept. A failed read concludes nothing."""
+        (NODE_HEALTH, with what the API now says) and kept. A failed read concludes nothing. A multislice request's
+        slices each so, one event for the slice whose health changed."""
+        if qr.slices > 1:
+            if len(obs.nodes) != qr.slices or len(qr.slice_nodes) != qr.slices:
+                return
+            changed = [i for i, (was, read) in enumerate(zip(qr.slice_nodes, obs.nodes))
+                       if read.health is not None and read.health != was.health]
+            if not changed:
+                return
+            nodes = tuple(replace(was, health=read.health) if i in changed else was
+                          for i, (was, read) in enumerate(zip(qr.slice_nodes, obs.nodes)))
+            qr = self.put_qr(replace(qr, slice_nodes=nodes, node_health=nodes[0].health, updated_at=self.now))
+            for i in changed:
+                self.announce(qr, FleetEventKind.node_health, only_slice=i)
+            return
         health = obs.node.health if obs.node is not None else None
         if health is None or health == qr.node_health:
             return
@@ -456,7 +475,7 @@ class _Decision:
             return
         held = sum(1 for q in mine if q.state in HELD_STATES)
         if self.blocked or claim_gate(self.state, request.request_id, request.types, self.qrs.values(),
-                                        self.now) is not None:
+                                        self.now, min(request.slices, default=1)) is not None:
             return
         racing = [q for q in mine if q.pending]
         if any(self.single_slot(q) for q in racing):
@@ -469,17 +488,17 @@ class _Decision:
                 break
             if zone in racing_zones:
                 continue
-            entry = self.pick_entry(request, zone, single_slot=False)
-            if entry is not None:
-                request = self.create(request, zone, entry)
+            picked = self.pick_entry(request, zone, single_slot=False)
+            if picked is not None:
+                request = self.create(request, zone, *picked)
                 racing_zones.add(zone)
                 new_racers -= 1
         if racing_zones:
             return  # other types race for this request: no single-slot type alongside them
         for zone in zones:  # nothing races for it: one single-slot racer, in the first zone that takes one
-            entry = self.pick_entry(request, zone, single_slot=True)
-            if entry is not None:
-                self.create(request, zone, entry)
+            picked = self.pick_entry(request, zone, single_slot=True)
+            if picked is not None:
+                self.create(request, zone, *picked)
                 return
 
     def racers_allowed(self, request: RequestRecord, held: int, racing: list[QrRecord]) -> float:
@@ -514,9 +533,9 @@ class _Decision:
                 zones[zone] = None
         return list(zones)
 
-    def pick_entry(self, request: RequestRecord, zone: str, single_slot: bool) -> FleetEntry | None:
+    def pick_entry(self, request: RequestRecord, zone: str, single_slot: bool) -> tuple[FleetEntry, int] | None:
         """The entry of the first of the request's types this zone can race now, among single-slot entries
-        or among the others."""
+        or among the others, and how many slices to ask of it (1; a gang request: `gang_size`)."""
         for tpu_type in request.types:
             target = self.target(zone, tpu_type)
             if target.dropped(self.version) or target.backed_off(self.now):
@@ -530,43 +549,31 @@ class _Decision:
                     continue
                 if single_slot and any(q.pending and q.type == tpu_type for q in self.qrs.values()):
                     continue  # one request at a time for a single-slot type, in the whole fleet
-                if self.slices_of(entry) >= entry.max_slices:
-                    continue
-                if not self.quota_allows(zone, entry):
-                    continue
-                return entry
+                size = self.gang_size(request, zone, entry)
+                if size is not None:
+                    return entry, size
         return None
 
+    def gang_size(self, request: RequestRecord, zone: str, entry: FleetEntry) -> int | None:
+        """How many slices of `entry` the request asks for in `zone`: 1 for a single-slice request, else the
+        largest of its gang sizes the entry's `count` and the zone's quota leave room for, one size smaller for
+        each capacity failure in a row there (an elastic job takes the largest count it can get). None: none fits."""
+        sizes = request.slices or (1,)
+        if entry.is_single_slot:
+            sizes = tuple(n for n in sizes if n == 1)  # a gang of a single-slot type is never claimed
+        held = self.slices_of(entry)
+        fitting = [n for n in sizes if held + n <= entry.max_slices and self.quota_allows(zone, entry, n)]
+        if not fitting:
+            return None
+        return fitting[min(self.target(zone, entry.type).capacity_failures, len(fitting) - 1)]
+
     def slices_of(self, entry: FleetEntry) -> int:
-        """Slices the entry holds (PROVISIONING or ACTIVE): what `count` caps. Racers still queued hold none."""
-        return sum(1 for q in self.qrs.values() if q.entry_id == entry.id and q.state in HELD_STATES)
+        return room.slices_held(self.qrs.values(), entry)
 
-    def quota_allows(self, zone: str, entry: FleetEntry) -> bool:
-        """Whether `zone` has quota left for one more slice of `entry`: the claimer's one notion of "this zone
-        has quota", from the effective quota (declared in the fleet file, else the Cloud Quotas API's; None: not
-        checked or unlimited, so yes). A per-region quota is shared: every live slice of the pool in the region
-        counts against it."""
-        accel = entry.accelerator
-        quota = self.quota.of(zone, accel, entry.provisioning_model)
-        if quota is None:
-            return True
-        pool, region = quota_pool(accel), zone_region(zone)
-        used_in_zone = used_in_region = 0
-        for q in self.qrs.values():  # every live queued resource holds quota, FAILED and SUSPENDED included
-            other = self.fleet.entry(q.entry_id)
-            if other is None or quota_pool(other.accelerator) != pool \
-                    or other.provisioning_model is not entry.provisioning_model:
-                continue
-            if zone_region(q.zone) == region:
-                used_in_region += other.accelerator.chips
-                if q.zone == zone:
-                    used_in_zone += other.accelerator.chips
-        if quota.chips is not None and quota.chips - used_in_zone < accel.chips:
-            return False
-        shared = quota.region.chips if quota.region is not None else None
-        return shared is None or shared - used_in_region >= accel.chips
+    def quota_allows(self, zone: str, entry: FleetEntry, slices: int = 1) -> bool:
+        return room.quota_allows(self.quota, self.fleet, self.qrs.values(), zone, entry, slices)
 
-    def create(self, request: RequestRecord, zone: str, entry: FleetEntry) -> RequestRecord:
+    def create(self, request: RequestRecord, zone: str, entry: FleetEntry, slices: int = 1) -> RequestRecord:
         generation = request.generations.get(zone, 0)
         qr = QrRecord(
             qr_id=queued_resource_id(self.fleet.owner_prefix, request.request_id, zone, generation),
@@ -579,6 +586,7 @@ class _Decision:
             spot=entry.spot,
             generation=generation,
             state=REQUESTED,
+            slices=slices,
             created_at=self.now,
             updated_at=self.now,
         )

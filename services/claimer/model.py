@@ -20,6 +20,7 @@ from tpuq.contracts.documents import (
     ClaimerQrState,
     FleetStatus,
     QrRecord,
+    SliceNode,
     RequestRecord,
     RequestStatus,
     TargetRecord,
@@ -122,6 +123,8 @@ class Observation:
     error_message: str | None = None
     error_info: ErrorInfo | None = None  # the error's google.rpc.ErrorInfo / QuotaFailure, when the API sent one
     node: NodeInfo | None = None
+    # A multislice request's nodes, slice order, all read (one unreadable: none, and nothing is concluded).
+    nodes: tuple[NodeInfo, ...] = ()
     resource: Any = field(default=None, compare=False)  # the API object, for the ownership check on delete
 
     @classmethod

@@ -81,11 +81,20 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str, worke
         # that), not as the Compute Engine default account.
         node.service_account = tpu_v2.ServiceAccount(
             email=worker_service_account, scope=["https://www.googleapis.com/auth/cloud-platform"])
+    parent = f"projects/{qr.project}/locations/{qr.zone}"
+    if qr.slices > 1:
+        # One queued resource of `slices` slices (Cloud TPU Multislice: "if you use Multislice, you must use queued
+        # resources"). MultisliceParams replaces node_id; nodes are named <prefix>-0 .. <prefix>-<n-1>, every one
+        # with this node spec, so every node carries the ownership labels (QueuedResource.Tpu.NodeSpec,
+        # https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources).
+        spec = tpu_v2.QueuedResource.Tpu.NodeSpec(
+            parent=parent, node=node,
+            multislice_params=tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(
+                node_count=qr.slices, node_id_prefix=qr.qr_id))
+    else:
+        spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node_id=qr.qr_id, node=node)
     resource = tpu_v2.QueuedResource(
-        tpu=tpu_v2.QueuedResource.Tpu(
-            node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
-                parent=f"projects/{qr.project}/locations/{qr.zone}", node_id=qr.qr_id, node=node)]
-        ),
+        tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]),
         queueing_policy=tpu_v2.QueuedResource.QueueingPolicy(
             valid_until_duration=duration_pb2.Duration(seconds=fleet.claim.valid_until_seconds)
         ),
@@ -206,12 +215,17 @@ class TpuApi:
             error = resource.state.failed_data.error
             return Observation.found(state, error_code=error.code, error_message=error.message,
                                      error_info=status_error_info(error), resource=resource)
-        node = None
-        if state == Qr.ACTIVE:
+        node, nodes = None, ()
+        if state == Qr.ACTIVE and qr.slices > 1:
+            # A multislice request: every slice's node (one exact GET each); one unreadable concludes nothing.
+            read = [self._read_node_info(name, qr) for name in qr.node_names]
+            if all(read):
+                node, nodes = read[0], tuple(read)
+        elif state == Qr.ACTIVE:
             # Every watch pass of an ACTIVE slice also reads its node (one more exact GET): its health and
             # upcoming maintenance change with no other sign, and the Cloud TPU API sends no notification.
             node = self._node_info(resource, qr)
-        return Observation.found(state, node=node, resource=resource)
+        return Observation.found(state, node=node, nodes=nodes, resource=resource)
 
     def get_node(self, name: str):
         """(the typed node, its health): one exact GET, raising the taxonomy's errors."""
@@ -225,7 +239,10 @@ class TpuApi:
 
     def _node_info(self, resource, qr: QrRecord) -> NodeInfo | None:
         specs = (raw_message(resource) or resource).tpu.node_spec
-        name = f"{specs[0].parent}/nodes/{specs[0].node_id}" if specs else qr.node_name
+        name = f"{specs[0].parent}/nodes/{specs[0].node_id}" if specs and specs[0].node_id else qr.node_name
+        return self._read_node_info(name, qr)
+
+    def _read_node_info(self, name: str, qr: QrRecord) -> NodeInfo | None:
         try:
             node, health = self.get_node(name)
         except TpuqError as e:

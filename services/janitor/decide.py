@@ -256,7 +256,20 @@ def decide_idle(tpus: Iterable[TpuDoc], fleet: FleetFile, now: datetime, paused:
                          key=lambda t: (t.idle_since, t.id))
         room = max(len(healthy) - keep, 0)
         chosen.extend(expired[:room])
-    return quarantined + chosen
+    return whole_gangs(quarantined + chosen, tpus)
+
+
+def whole_gangs(chosen: list[TpuDoc], tpus: Iterable[TpuDoc]) -> list[TpuDoc]:
+    """The chosen TPUs, less any slice of a multislice queued resource whose siblings are not all chosen: deleting
+    the queued resource deletes every slice (issue 37: "the janitor deletes the whole request, never a single
+    slice"), so a gang goes only once every slice it holds may go."""
+    picked = {t.id for t in chosen}
+    siblings: dict[str, list[str]] = defaultdict(list)
+    for t in tpus:
+        if t.slice_count > 1 and t.queued_resource and t.state in TPU_STATES_IN_SERVICE:
+            siblings[t.queued_resource].append(t.id)
+    return [t for t in chosen
+            if t.slice_count == 1 or not t.queued_resource or set(siblings[t.queued_resource]) <= picked]
 
 
 def idle_delete_reason(tpu: TpuDoc, fleet: FleetFile, paused: bool) -> str:
@@ -440,6 +453,18 @@ def _node_ids_of(qr: Any) -> list[str]:
         node_id = s.get("nodeId") or s.get("node_id") if isinstance(s, Mapping) else getattr(s, "node_id", "")
         if node_id:
             out.append(node_id)
+            continue
+        # A multislice request: nodes `<prefix>-0 .. <prefix>-<n-1>`, the prefix defaulting to the request's id
+        # (QueuedResource.Tpu.NodeSpec.MultisliceParams).
+        params = (s.get("multisliceParams") or s.get("multislice_params") or {}) if isinstance(s, Mapping) \
+            else getattr(s, "multislice_params", None)
+        count = (params.get("nodeCount") or params.get("node_count")) if isinstance(params, Mapping) \
+            else getattr(params, "node_count", 0)
+        if count:
+            prefix = (params.get("nodeIdPrefix") or params.get("node_id_prefix")) if isinstance(params, Mapping) \
+                else getattr(params, "node_id_prefix", "")
+            prefix = prefix or short_node_name(resource_name(qr))
+            out.extend(f"{prefix}-{i}" for i in range(int(count)))
     return out
 
 

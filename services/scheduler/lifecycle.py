@@ -79,6 +79,8 @@ def _node_identity(event: FleetEvent, entry_id: str | None) -> Doc:
         "entry_id": entry_id,
         "request_id": event.request_id,
         "queued_resource": event.queued_resource,
+        **({"slice_index": event.slice_index, "slice_count": event.slice_count} if event.slice_index is not None
+           else {}),
     }
 
 

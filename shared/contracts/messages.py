@@ -11,12 +11,13 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, field_validator
 
 from tpuq.contracts import store
 from tpuq.contracts.documents import ClaimerQrState, NodeHealth, QueuedResourceState, WorkerEndpoint, short_node_name
 from tpuq.contracts.errors import Permanent
 from tpuq.contracts.jobspec import PublishedJob, PublishedJobFile, StrictModel
+from tpuq.contracts.multislice import MAX_SLICES
 from tpuq.contracts.notify import Notification  # noqa: F401 (the `notifications` topic's message, kept there)
 
 
@@ -83,8 +84,20 @@ class CapacityRequest(StrictModel):
     regions: list[str] = Field(default_factory=list, description="Empty: any region")
     zones: list[str] = Field(default_factory=list, description="Empty: any zone of the fleet")
     count: int = Field(default=1, ge=0, le=1000)
+    # A gang (Cloud TPU Multislice): one queued resource of this many slices (`multisliceParams.nodeCount`), the
+    # counts to try largest first (an elastic job's `slices: [4, 2]`). Empty: single slices, `count` of them. A gang
+    # request holds one gang (`count` 1); the fleet's `count`, quota and budgets count its slices.
+    slices: list[int] = Field(default_factory=list, max_length=MAX_SLICES)
     job_ids: list[str] = Field(default_factory=list, description="The jobs that asked, for status")
     at: datetime | None = None
+
+    @field_validator("slices")
+    @classmethod
+    def _gang_sizes(cls, value: list[int]) -> list[int]:
+        if value and (any(n < 1 or n > MAX_SLICES for n in value) or value != sorted(set(value), reverse=True)
+                      or value[0] < 2):
+            raise ValueError(f"{value}: gang sizes from 2 to {MAX_SLICES}, largest first, each once")
+        return value
 
 
 class FleetEventKind(str, Enum):
@@ -131,12 +144,23 @@ class FleetEvent(StrictModel):
     failure_message: str | None = None
     # The node's health, symptoms and upcoming maintenance as the claimer last read them (ACTIVE, NODE_HEALTH).
     node_health: NodeHealth | None = None
+    # A slice of a multislice queued resource: its index (the node `<prefix>-<index>`) and the gang's size. Every
+    # event of such a request is sent once per slice, each naming its node.
+    slice_index: int | None = Field(default=None, ge=0)
+    slice_count: int = Field(default=1, ge=1, le=MAX_SLICES)
     at: datetime
 
 
 class AssignmentAction(str, Enum):
     assign = "assign"
     cancel = "cancel"
+
+
+class AssignedSlice(StrictModel):
+    """One slice of a multislice attempt: its node and workers."""
+
+    node: NodeName
+    endpoints: list[WorkerEndpoint] = Field(default_factory=list)
 
 
 class Assignment(StrictModel):
@@ -161,6 +185,11 @@ class Assignment(StrictModel):
     # A group's task (jobspec.ARRAY_ENV): its index and the group's number of tasks; None on a job of no group.
     array_index: int | None = Field(default=None, ge=0)
     array_size: int | None = Field(default=None, ge=1)
+    # A multislice attempt (Cloud TPU Multislice): every slice in slice order, slice 0 being `node` and `endpoints`;
+    # the job runs on every worker of every slice. Empty: one slice. `slices_wanted` is the largest count the job
+    # asked for (an elastic job may run on fewer: TPUQ_SLICES_WANTED).
+    slices: list[AssignedSlice] = Field(default_factory=list, max_length=MAX_SLICES)
+    slices_wanted: int | None = Field(default=None, ge=1, le=MAX_SLICES)
     at: datetime
 
 

@@ -410,11 +410,11 @@ def test_claimer_documents_are_what_asdict_made_and_share_nothing_mutable_with_t
     qr = D.QrRecord("tq-r-z", "f", "p", "r", "e", "z", "v4-8", True, 2, "ACTIVE", now, now, node="n",
                     endpoints=(D.WorkerEndpoint(worker_id=0, ip="10.0.0.2"),), node_health=health)
     expected = asdict(qr) | {"endpoints": [e.model_dump() for e in qr.endpoints], "node_health": health.to_doc(),
-                             "name": qr.name, "live": True}
+                             "slice_nodes": [], "name": qr.name, "live": True}
     assert D.qr_to_doc(qr) == expected
     request = D.RequestRecord("r", "f", ("v4-8", "v5litepod-8"), zones=("z",), job_ids=("j",), generations={"z": 1})
     doc = D.request_to_doc(request)
     assert doc == {**asdict(request), "types": ["v4-8", "v5litepod-8"], "regions": [], "zones": ["z"],
-                   "job_ids": ["j"]}
+                   "job_ids": ["j"], "slices": []}
     doc["generations"]["z"] = 5
     assert request.generations == {"z": 1}

@@ -34,6 +34,7 @@ class RequestRecord:
     regions: tuple[str, ...] = ()
     zones: tuple[str, ...] = ()
     count: int = 1
+    slices: tuple[int, ...] = ()  # a gang request's sizes to try, largest first (CapacityRequest.slices); () single
     status: str = RequestStatus.open.value
     job_ids: tuple[str, ...] = ()
     generations: dict[str, int] = field(default_factory=dict)  # zone -> queued resources created there so far
@@ -44,6 +45,24 @@ class RequestRecord:
     @property
     def open(self) -> bool:
         return self.status == RequestStatus.open
+
+
+@dataclass(frozen=True)
+class SliceNode:
+    """One slice of a multislice queued resource, as the claimer last read its node."""
+
+    name: str
+    endpoints: tuple[WorkerEndpoint, ...] = ()
+    health: NodeHealth | None = None
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"name": self.name, "endpoints": [e.model_dump() for e in self.endpoints],
+                "node_health": self.health.to_doc() if self.health else None}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> "SliceNode":
+        return cls(doc["name"], tuple(WorkerEndpoint.model_validate(e) for e in doc.get("endpoints") or ()),
+                   NodeHealth.from_doc(doc))
 
 
 @dataclass(frozen=True)
@@ -68,6 +87,11 @@ class QrRecord:
     node: str | None = None
     endpoints: tuple[WorkerEndpoint, ...] = ()
     node_health: NodeHealth | None = None  # the node's health as last announced (ACTIVE, NODE_HEALTH)
+    # A multislice queued resource (`multisliceParams.nodeCount`): its size, and each slice's node once ACTIVE (slice
+    # 0 is also `node`, `endpoints`, `node_health`). Its nodes are `<qr_id>-<i>`: the claimer sets nodeIdPrefix to
+    # the queued resource's id.
+    slices: int = 1
+    slice_nodes: tuple[SliceNode, ...] = ()
 
     @property
     def live(self) -> bool:
@@ -83,7 +107,14 @@ class QrRecord:
 
     @property
     def node_name(self) -> str:
-        return f"projects/{self.project}/locations/{self.zone}/nodes/{self.qr_id}"
+        return self.node_names[0]
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """Its nodes' full names: one named as itself, or a multislice request's `<id>-0 .. <id>-<n-1>`
+        (MultisliceParams.node_id_prefix: "node ids of nodes created will be "np-0", "np-1"")."""
+        base = f"projects/{self.project}/locations/{self.zone}/nodes/{self.qr_id}"
+        return (base,) if self.slices == 1 else tuple(f"{base}-{i}" for i in range(self.slices))
 
 
 @dataclass(frozen=True)
@@ -139,6 +170,7 @@ def qr_to_doc(qr: QrRecord) -> dict[str, Any]:
     doc = _fields_of(qr)
     doc["endpoints"] = [e.model_dump() for e in qr.endpoints]
     doc["node_health"] = qr.node_health.to_doc() if qr.node_health else None
+    doc["slice_nodes"] = [n.to_doc() for n in qr.slice_nodes]
     doc["name"] = qr.name
     doc["live"] = qr.live
     return doc
@@ -148,12 +180,13 @@ def qr_from_doc(doc: Mapping[str, Any]) -> QrRecord:
     fields = {k: v for k, v in doc.items() if k in QrRecord.__dataclass_fields__}
     fields["endpoints"] = tuple(WorkerEndpoint.model_validate(e) for e in doc.get("endpoints") or ())
     fields["node_health"] = NodeHealth.from_doc(doc)
+    fields["slice_nodes"] = tuple(SliceNode.from_doc(n) for n in doc.get("slice_nodes") or ())
     return QrRecord(**fields)
 
 
 def request_to_doc(request: RequestRecord) -> dict[str, Any]:
     doc = _fields_of(request)
-    for key in ("types", "regions", "zones", "job_ids"):
+    for key in ("types", "regions", "zones", "job_ids", "slices"):
         doc[key] = list(doc[key])
     doc["generations"] = dict(request.generations)
     return doc
@@ -161,7 +194,7 @@ def request_to_doc(request: RequestRecord) -> dict[str, Any]:
 
 def request_from_doc(doc: Mapping[str, Any]) -> RequestRecord:
     fields = {k: v for k, v in doc.items() if k in RequestRecord.__dataclass_fields__}
-    for key in ("types", "regions", "zones", "job_ids"):
+    for key in ("types", "regions", "zones", "job_ids", "slices"):
         fields[key] = tuple(fields.get(key) or ())
     fields["generations"] = dict(fields.get("generations") or {})
     return RequestRecord(**fields)

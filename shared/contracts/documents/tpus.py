@@ -83,6 +83,10 @@ class TpuDoc(_View):
     region: str | None = None
     type: str | None = None  # the canonical TPU type
     request_id: str | None = None  # the capacity request it served
+    # A slice of a multislice queued resource (its node `<id>-<slice_index>`): deleted only with all its siblings,
+    # as deleting the queued resource deletes every slice.
+    slice_index: int | None = None
+    slice_count: int = 1
     endpoints: tuple[Mapping[str, Any], ...] = ()  # WorkerEndpoint dumps
     chips: int | None = None
     hosts: int | None = None
