@@ -139,7 +139,8 @@ def decide_outcome(
     stopped the job at its max_duration: terminal, whatever the exit codes); succeeded (every worker
     exited 0 — even if the node went away afterwards — and none was stopped by a preemption notice, since a job
     that checkpoints on SIGTERM and exits 0 has not finished); failed_setup (any worker's
-    setup failed: nothing was launched); preempted (node preempted or gone, a worker
+    setup failed: nothing was launched, or its command could not be started, and the workers still running are
+    stopped); preempted (node preempted or gone, a worker
     saw the preemption notice, or a host lost its supervisor without a status);
     failed (every worker ended and one exited non-zero, or the first failure is
     `failure_grace` old: one host failing kills a slice, so the others are given a
@@ -205,7 +206,10 @@ def _decide(
         return Decided(AttemptOutcome.succeeded, f"{all_workers(worker_count)} exited 0", exit_codes)
     setup_failures = [s for s in ended if s.is_setup_failure]
     if setup_failures:
-        return Decided(AttemptOutcome.failed_setup, _setup_detail(setup_failures), exit_codes)
+        # A worker whose supervisor could not start the command (its fork failed, say) never started, while the
+        # others may run theirs, waiting for it in a collective: they are stopped, the slice freed (issue 35 §3).
+        return Decided(AttemptOutcome.failed_setup, _setup_detail(setup_failures), exit_codes,
+                       stop_workers=not all_ended)
     if node_state in (NodeState.preempted, NodeState.gone):
         return Decided(AttemptOutcome.preempted, f"node {node_state.value}", exit_codes)
     if any(s.preempted for s in ended):

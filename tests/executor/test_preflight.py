@@ -118,9 +118,10 @@ def test_the_lock_file_locked_in_a_fake_proc_names_the_holder(tmp_path):
     st = os.stat(lock)
     proc = tmp_path / "proc"
     fake_proc(proc, 4711, b"python3\x00train.py\x00", {})
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    (proc / "locks").write_text(f"1: POSIX  ADVISORY  WRITE 4711 {where} 0 EOF\n"
-                                f"2: POSIX  ADVISORY  WRITE 4712 {where[:-1]}0 0 EOF\n")  # another file
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    # (the other file's inode is never the lock file's: changing its last digit to 0 was, for an inode ending in 0)
+    (proc / "locks").write_text(f"1: POSIX  ADVISORY  WRITE 4711 {device}:{st.st_ino} 0 EOF\n"
+                                f"2: POSIX  ADVISORY  WRITE 4712 {device}:{st.st_ino + 1} 0 EOF\n")  # another file
     assert findings(proc, (), lock) == [f"libtpu's lock file {lock} is locked by pid 4711 (python3 train.py) (POSIX)"]
 
 
