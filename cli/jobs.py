@@ -45,7 +45,6 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         jobs = select_jobs(jobs, job_ids or [])
     except ValueError as e:
         raise CliError(str(e)) from None
-    _refuse_multislice(jobs)
     clients = cli_clients()
     try:
         prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random())
@@ -74,17 +73,6 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
                   for t in (group_tasks(job_id, p.spec.array, p.spec.sweep) if p.spec.is_group else [])] + \
                  [job_id for p, job_id in zip(prepared, ids) if not p.spec.is_group]
         raise typer.Exit(wait_for_jobs(clients, waited, timeout, follow=follow))
-
-
-def _refuse_multislice(jobs) -> None:
-    """Before anything is uploaded: a multislice job is refused until tpuq runs them (the intake refuses it too)."""
-    from tpuq.contracts.multislice import refuse_until_runnable
-
-    for i, spec in enumerate(jobs.jobs):
-        try:
-            refuse_until_runnable(spec.slices)
-        except ValueError as e:
-            raise CliError(f"jobs[{i}].{e}; nothing was submitted") from None
 
 
 def _store_webhook_urls(clients, prepared) -> None:
@@ -421,10 +409,12 @@ def logs(job_id: str = typer.Argument(...),
     when the output is piped, so that the log itself stays clean)."""
     import time
 
+    from tpuq.contracts.workers import job_worker_labels
     from tpuq.operations.queries import worker_log_chunks
 
     clients = cli_clients()
     first = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
+    label = job_worker_labels(first.spec_tpu, first.spec_slice_counts)  # [w3], or [s1/w0] on several slices
     if attempt is not None and attempt > max(first.attempts, first.attempt):
         made = max(first.attempts, first.attempt)
         raise CliError(f"job {job_id} has no attempt {attempt}: " +
@@ -438,7 +428,7 @@ def logs(job_id: str = typer.Argument(...),
         job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
         n = attempt or job.attempt
         if n and n != shown:  # the first read, or (following the latest) a retry began: its own header, from its start
-            _flush_partial(partial)
+            _flush_partial(partial, label)
             seen, partial, shown = {}, {}, n
             _log_header(clients.firestore, job, n)
         for chunk in worker_log_chunks(clients.storage, job, n, worker, after=seen):
@@ -447,19 +437,19 @@ def logs(job_id: str = typer.Argument(...),
             lines = text.split("\n")
             partial[chunk.worker] = lines.pop()  # an unfinished line waits for the next chunk
             for line in lines:
-                print(f"[w{chunk.worker}] {line}", flush=True)
+                print(f"[{label(chunk.worker)}] {line}", flush=True)
         if not follow or job.terminal:
             break
         time.sleep(1.0)
-    _flush_partial(partial)
+    _flush_partial(partial, label)
     if not seen and not follow:
         err.print(f"no logs yet for {job_id} (state {job.state})")
 
 
-def _flush_partial(partial: dict[int, str]) -> None:
+def _flush_partial(partial: dict[int, str], label) -> None:
     for w, rest in sorted(partial.items()):
         if rest:
-            print(f"[w{w}] {rest}", flush=True)
+            print(f"[{label(w)}] {rest}", flush=True)
 
 
 def _log_header(db, job: JobDoc, n: int) -> None:
@@ -494,6 +484,7 @@ def _check_log_worker(db, job: JobDoc, worker: int, attempt: Optional[int]) -> N
     count = len(tpu.get("endpoints") or [])
     if not count and tpu.get("type"):
         count = parse_accelerator_type(tpu["type"]).hosts
+    count *= max(job.spec_slice_counts)  # a multislice job's workers, numbered across its slices (contracts.workers)
     try:
         check_worker(job.id, worker, count)
     except SshRefused as e:

@@ -140,6 +140,18 @@ def watch_group(clients, group: str, interval: float) -> int:
         return EXIT_DETACHED
 
 
+def _worker_labels(clients, job_id: str) -> Callable[[int], str]:
+    """`w3`, or `s1/w0` for a job that asked for several slices (tpuq.contracts.workers)."""
+    from tpuq.contracts.documents import JobDoc
+    from tpuq.contracts.workers import job_worker_labels
+
+    snap = clients.firestore.collection(store.JOBS).document(job_id).get()
+    if not snap.exists:
+        return job_worker_labels([], [])
+    job = JobDoc.from_doc(snap.to_dict() or {}, job_id)
+    return job_worker_labels(job.spec_tpu, job.spec_slice_counts)
+
+
 def wait_for_jobs(clients, ids: list[str], timeout: float, follow: bool = False, interval: float = 1.0) -> int:
     """`submit --wait` (`follow`: `submit --follow`): until every job ended. Each change of a job's state (pending
     and why, running where, how it ended) is one line on stderr; an ended job's line on stdout. With `follow`, the
@@ -150,7 +162,14 @@ def wait_for_jobs(clients, ids: list[str], timeout: float, follow: bool = False,
     tz = _local_zone()
 
     def printer(job_id: str) -> Callable[[int, str], None]:
-        tag = (lambda w: f"[w{w}]") if len(ids) == 1 else (lambda w: f"[{job_id} w{w}]")
+        labels: list[Callable[[int], str]] = []  # the job's worker labels, read with its first line (stored by then)
+
+        def label(w: int) -> str:
+            if not labels:
+                labels.append(_worker_labels(clients, job_id))
+            return labels[0](w)
+
+        tag = (lambda w: f"[{label(w)}]") if len(ids) == 1 else (lambda w: f"[{job_id} {label(w)}]")
         return lambda worker, line: print(f"{tag(worker)} {line}", flush=True)
 
     readers = {j: JobReader(clients, j, tz, details=follow, on_line=printer(j) if follow else None) for j in ids}

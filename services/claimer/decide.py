@@ -558,9 +558,7 @@ class _Decision:
         """How many slices of `entry` the request asks for in `zone`: 1 for a single-slice request, else the
         largest of its gang sizes the entry's `count` and the zone's quota leave room for, one size smaller for
         each capacity failure in a row there (an elastic job takes the largest count it can get). None: none fits."""
-        sizes = request.slices or (1,)
-        if entry.is_single_slot:
-            sizes = tuple(n for n in sizes if n == 1)  # a gang of a single-slot type is never claimed
+        sizes = request.slices or (1,)  # (a single-slot type's gang races alone, as its single slices do)
         held = self.slices_of(entry)
         fitting = [n for n in sizes if held + n <= entry.max_slices and self.quota_allows(zone, entry, n)]
         if not fitting:

@@ -142,6 +142,19 @@ def node_problem(tpu: Doc | None) -> str | None:
     return health.unhealthy() if health is not None else None
 
 
+def slices_state(tpus: list[Doc | None], nodes: list[str]) -> tuple[NodeState, str | None]:
+    """`node_state` and `node_problem` of an attempt on these nodes (a multislice attempt's slices, in slice order;
+    one node otherwise). A preemption, a loss or a problem on any slice is the attempt's: the slices run one job,
+    and Multislice cannot go on without one of them."""
+    if len(tpus) == 1:
+        return node_state(tpus[0]), node_problem(tpus[0])
+    states = {node_state(t) for t in tpus}
+    state = next((s for s in (NodeState.preempted, NodeState.gone, NodeState.unknown) if s in states), NodeState.ready)
+    problems = [f"slice {i} ({short_node_name(n)}): {p}" for i, (t, n) in enumerate(zip(tpus, nodes))
+                if (p := node_problem(t)) is not None]
+    return state, problems[0] if problems else None
+
+
 def start_failure(decided: Decided, node: NodeState) -> Decided:
     """Unreachable because the node was preempted (or deleted) meanwhile: that is a preemption, with its own
     budget."""

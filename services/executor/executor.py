@@ -16,6 +16,10 @@
 Every call is idempotent for one attempt, as Pub/Sub redelivers: a second
 start_attempt of a running attempt changes nothing on the workers and returns
 `already=True`.
+
+A multislice attempt (Assignment.slices) is started, probed, cancelled and judged on every worker of every slice:
+one pool over all of them, each worker known by its global id (tpuq.contracts.workers), which is also the id of its
+status object and its exit code, so `decide_outcome` judges the N slices' workers as one attempt.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from tpuq.executor.pins import HostKeyPinStore, HostKeySource
 from tpuq.executor.ssh import ConnectionCache, ConnectPolicy, SshLogin, WorkerConnection, WorkerPool, WorkerResult
 from tpuq.executor.supervisor_bundle import build_supervisor_script
 from tpuq.executor.worker.control import BOOTSTRAP
-from tpuq.executor.workerspec import AttemptPlan, WorkerSettings
+from tpuq.executor.workerspec import AttemptPlan, WorkerSettings, attempt_workers
 from tpuq.contracts.messages import Assignment, AttemptOutcome, WorkerEndpoint
 
 DETAIL_PER_WORKER = 600  # characters of one worker's error in a detail
@@ -56,9 +60,11 @@ class AttemptRef:
     attempt_id: str
     node: str
     bucket: str | None  # job bucket name; None when a cancel message names none
-    endpoints: tuple[WorkerEndpoint, ...]
+    endpoints: tuple[WorkerEndpoint, ...]  # every slice's workers, by the attempt's (global) worker id
     # What counts as a TPU runtime failure in this job's exits (its infra_failure_patterns, the built-in table).
     runtime_failures: RuntimeFailures = RuntimeFailures()
+    # A multislice attempt: each worker's (node, id within it); None on one slice (tpuq.executor.ssh.WorkerPool).
+    slots: Mapping[int, tuple[str, int]] | None = None
 
     @classmethod
     def from_assignment(cls, assignment: Assignment) -> "AttemptRef":
@@ -67,14 +73,16 @@ class AttemptRef:
             bucket = AttemptPlan.from_assignment(assignment).bucket
         elif assignment.job_bucket:
             bucket = gcslayout.bucket_name(assignment.job_bucket)
+        workers = attempt_workers(assignment)
         return cls(
             job_id=assignment.job_id,
             attempt=assignment.attempt,
             attempt_id=assignment.attempt_id,
             node=assignment.node,
             bucket=bucket,
-            endpoints=tuple(sorted(assignment.endpoints, key=lambda e: e.worker_id)),
+            endpoints=workers.endpoints,
             runtime_failures=_runtime_failures(assignment),
+            slots=workers.slots,
         )
 
     @property
@@ -159,13 +167,15 @@ class Executor:
 
     # -- SSH plumbing ---------------------------------------------------------
 
-    def _pool(self, node: str, endpoints, deadline: Deadline | None = None) -> WorkerPool:
+    def _pool(self, attempt: "AttemptPlan | AttemptRef", deadline: Deadline | None = None) -> WorkerPool:
+        """Connections to every worker of the attempt: its node's, or every slice's."""
         login = self.ssh_login()
         return WorkerPool(
-            endpoints,
+            attempt.endpoints,
             user=login.user,
             pkey=self._ssh_key(),
-            node=node,
+            node=attempt.node,
+            slots=attempt.slots,
             pin_store=self.pin_store,
             host_keys=self.host_keys,
             transport=login.transport,
@@ -213,7 +223,7 @@ class Executor:
         """
         plan = AttemptPlan.from_assignment(assignment)
         deadline = Deadline.after(self.start_budget, self._monotonic)
-        with self._pool(plan.node, plan.endpoints, deadline) as pool:
+        with self._pool(plan, deadline) as pool:
             unreachable = pool.connect()
             if unreachable:
                 return StartResult(False, outcome=_infra("could not reach", unreachable, deadline))
@@ -299,7 +309,7 @@ class Executor:
             args += ["--grace", str(grace_seconds)]
         problems: dict[int, object] = {}
         if ref.endpoints:
-            with self._pool(ref.node, ref.endpoints) as pool:
+            with self._pool(ref) as pool:
                 problems.update(pool.connect())
                 problems.update(_failures(pool.run(lambda c: self._supervisor(c, *args))))
         detail = reason
@@ -362,7 +372,7 @@ class Executor:
         """Ask every worker what it runs (for ticks: finds hosts that restarted and lost the job)."""
         ref = attempt if isinstance(attempt, AttemptRef) else AttemptRef.from_assignment(attempt)
         probes: dict[int, WorkerProbe] = {}
-        with self._pool(ref.node, ref.endpoints) as pool:
+        with self._pool(ref) as pool:
             for w, e in pool.connect().items():
                 probes[w] = WorkerProbe(w, reachable=False, error=_short(e))
             for w, r in pool.run(lambda c: self._supervisor(c, "status", "--attempt-id", ref.attempt_id)).items():

@@ -103,7 +103,7 @@ def on_assignment(assignment: Assignment, ctx: Context) -> None:
         raise
     if result.outcome is not None:
         if not _started_meanwhile(ref):
-            _publish_end(ctx, assignment, decide.start_failure(result.outcome, _node_state(db, assignment.node)))
+            _publish_end(ctx, assignment, decide.start_failure(result.outcome, _nodes(db, assignment)[0]))
         return
     ref.set(decide.started_record(ctx.now()), merge=True)
     # Also when the workers already ran it (`result.already`): the delivery that launched it may have died
@@ -202,8 +202,10 @@ def _tpu_doc(db, node: str) -> dict | None:
     return db.collection(store.TPUS).document(short_node_name(node)).get().to_dict()
 
 
-def _node_state(db, node: str) -> NodeState:
-    return decide.node_state(_tpu_doc(db, node))
+def _nodes(db, assignment: Assignment) -> tuple[NodeState, str | None]:
+    """The state and problem of the attempt's node, or of all its slices' (a multislice attempt)."""
+    nodes = [one.node for one in assignment.slices] or [assignment.node]
+    return decide.slices_state([_tpu_doc(db, node) for node in nodes], nodes)
 
 
 def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed(),
@@ -212,10 +214,9 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed(),
     (recorded for the ticks, `tickstate`, unless the caller records it)."""
     assignment = Assignment.model_validate(stored["assignment"])
     executor = _state(ctx).executor
-    tpu = _tpu_doc(ctx.clients.firestore, assignment.node)
-    problem = decide.node_problem(tpu) or probed.problem
-    decision = executor.read_outcome(assignment, decide.node_state(tpu), probed.lost, probed.unwritable,
-                                     node_problem=problem)
+    state, problem = _nodes(ctx.clients.firestore, assignment)
+    problem = problem or probed.problem
+    decision = executor.read_outcome(assignment, state, probed.lost, probed.unwritable, node_problem=problem)
     if not isinstance(decision, Decided):
         until = getattr(decision, "until", None)
         if record_deferral:

@@ -10,6 +10,10 @@ host presenting the ed25519 key its guest attributes publish (`tpuq.executor.pin
 
 or in one call: `run_on_workers(endpoints, user, pkey, fn, node=..., pin_store=..., host_keys=...)`.
 
+A multislice attempt's pool spans every slice: its endpoints carry the attempt's worker ids (slice * hosts + w,
+tpuq.contracts.workers) and `slots` maps each to its node and id within that node, which is what host keys, pins
+and kept connections are looked up by.
+
 With a `ConnectionCache`, a pool takes authenticated connections left by an earlier pool of the same worker
 (same node, address, user and pinned host key) and leaves its own there when it closes, so the attempts that
 follow one another on a slice skip the handshake (`Executor` keeps one cache for as long as it lives).
@@ -329,7 +333,8 @@ def _close_quietly(conn: WorkerConnection) -> None:
 
 
 class WorkerPool:
-    """Connections to the workers of one node. Use as a context manager; `connect()` first."""
+    """Connections to the workers of one node, or of several slices (`slots`). Use as a context manager;
+    `connect()` first."""
 
     def __init__(
         self,
@@ -347,8 +352,11 @@ class WorkerPool:
         monotonic: Callable[[], float] = time.monotonic,
         cache: ConnectionCache | None = None,
         deadline: Deadline | None = None,
+        slots: Mapping[int, tuple[str, int]] | None = None,
     ):
         self.endpoints = {e.worker_id: e for e in endpoints}
+        # Each worker's (node, id within the node); one node by default, the endpoints' own ids.
+        self.slots = dict(slots) if slots is not None else {w: (node, w) for w in self.endpoints}
         self.user = user
         self.pkey = pkey
         self.node = node
@@ -391,17 +399,26 @@ class WorkerPool:
                 addresses[w] = ssh_address(self.endpoints[w], self.transport)
             except NoSshAddress as e:
                 errors[w] = e
-        wait = self.policy.host_key_wait_seconds
-        if self.deadline is not None:
-            wait = min(wait, self.deadline.remaining())
-        pins, unpinned = pins_for(
-            self.node, list(addresses), self.pin_store, self.host_keys,
-            wait_seconds=wait, poll_seconds=self.policy.host_key_poll_seconds,
-            max_poll_seconds=self.policy.host_key_max_poll_seconds, sleep=self._sleep, monotonic=self._monotonic)
+        by_node: dict[str, dict[int, int]] = {}  # node -> {id within the node: the pool's id}
+        for w in addresses:
+            node, own = self.slots[w]
+            by_node.setdefault(node, {})[own] = w
+        pins: dict[int, str] = {}
+        unpinned: dict[int, BaseException] = {}
+        for node, ids in by_node.items():  # host keys and pins are per node, by the node's own worker ids
+            wait = self.policy.host_key_wait_seconds
+            if self.deadline is not None:
+                wait = min(wait, self.deadline.remaining())
+            got, missing = pins_for(
+                node, list(ids), self.pin_store, self.host_keys,
+                wait_seconds=wait, poll_seconds=self.policy.host_key_poll_seconds,
+                max_poll_seconds=self.policy.host_key_max_poll_seconds, sleep=self._sleep, monotonic=self._monotonic)
+            pins.update({ids[own]: key for own, key in got.items() if own in ids})
+            unpinned.update({ids[own]: e for own, e in missing.items()})
         errors.update(unpinned)
         for w, address in addresses.items():
             if w not in unpinned:
-                self._keys[w] = (self.node, w, address, self.user, pins[w])
+                self._keys[w] = (*self.slots[w], address, self.user, pins[w])
         futures = {w: logs.submit_in_context(self._executor, self._connect_or_reuse, w, address, pins[w])
                    for w, address in addresses.items() if w not in unpinned}
         for w, fut in futures.items():
@@ -413,7 +430,10 @@ class WorkerPool:
 
     def _connect_or_reuse(self, worker_id: int, address: str, pinned: str) -> WorkerConnection:
         kept = self.cache.take(self._keys[worker_id]) if self.cache is not None else None
-        return kept or self._connect_with_retries(self.endpoints[worker_id], address, pinned)
+        if kept is not None:
+            kept.endpoint = self.endpoints[worker_id]  # this pool's id for it (another pool may number it otherwise)
+            return kept
+        return self._connect_with_retries(self.endpoints[worker_id], address, pinned)
 
     def _connect_with_retries(self, endpoint: WorkerEndpoint, address: str, pinned: str) -> WorkerConnection:
         attempt = 0
@@ -463,9 +483,9 @@ class WorkerPool:
             )
         except paramiko.BadHostKeyException:
             client.close()
+            node, own = self.slots[endpoint.worker_id]
             raise HostKeyMismatch(
-                f"worker {endpoint.worker_id} of {self.node} at {address}: host key differs from the one its "
-                "guest attributes publish"
+                f"worker {own} of {node} at {address}: host key differs from the one its guest attributes publish"
             ) from None
         except (paramiko.SSHException, socket.error, EOFError):
             client.close()

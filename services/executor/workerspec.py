@@ -4,6 +4,12 @@
 directories; `plan.worker_spec(worker_id, home, settings)` is the JSON object sent
 to the worker supervisor's `prepare` on stdin. Environment values travel inside
 that JSON and reach the job through `execve`: nothing is spliced into shell text.
+
+A multislice assignment (`Assignment.slices`, issue 37) becomes one flat list of workers, slice after slice, each
+known by its global id g = slice * hosts_per_slice + w (tpuq.contracts.workers): the plan's `endpoints` carry those
+ids, and `slots` says which node and which worker of it each one is (for SSH and host keys). Each worker's
+TPU_WORKER_* describe its own slice (what JAX expects within a slice); MEGASCALE_* and TPUQ_SLICE_* tie the slices
+together (`SliceEnv`). A single-slice assignment's plan and environment are exactly those of before.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tpuq.contracts.errors import Permanent
-from tpuq.contracts.jobspec import ARRAY_ENV, ATTEMPT_ENV, RESERVED_ENV_PREFIX, RUNNER_ENV, CacheSpec, split_gs_uri
+from tpuq.contracts.jobspec import (ARRAY_ENV, ATTEMPT_ENV, MEGASCALE_ENV_PREFIX, MULTISLICE_ENV, RESERVED_ENV_PREFIX,
+                                    RUNNER_ENV, CacheSpec, split_gs_uri)
 from tpuq.contracts.messages import Assignment, AssignmentAction, WorkerEndpoint
 from tpuq.contracts.tputypes import zone_region
+from tpuq.contracts.workers import global_worker_id, split_worker_id
 
 from tpuq.contracts import gcslayout
 
@@ -34,6 +42,14 @@ METADATA_MAINTENANCE_EVENT_URL = "http://metadata.google.internal/computeMetadat
 # them to checkpoint after its SIGTERM; the last 5 are the supervisor's, to upload the logs and the status object.
 PREEMPTION_GRACE_SECONDS = 25.0
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The port the Multislice coordinator (worker 0 of slice 0) listens on, in MEGASCALE_PORT and after the address in
+# MEGASCALE_COORDINATOR_ADDRESS. Google documents no default for runners that set these variables themselves; public
+# runners use 8081: levanter's `run_on_pod_multislice` (stanford-crfm/levanter, src/levanter/infra/ray_tpu.py:
+# `port = 8081`) and marin's copy of it (marin-community/marin, same path: `port=8081,  # default port for megascale`).
+# JAX itself strips any `:port` from the address (jax/_src/clusters/cloud_tpu_cluster.py).
+MEGASCALE_PORT = 8081
+MEGASCALE_ENV = frozenset({"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+                           "MEGASCALE_PORT"})
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,42 @@ class WorkerSettings:
 
 
 @dataclass(frozen=True)
+class SliceEnv:
+    """Where a worker stands among the slices of a job that asked for several (jobspec.MULTISLICE_ENV).
+
+    TPUQ_SLICE_ID, TPUQ_SLICE_COUNT, TPUQ_SLICES_WANTED and TPUQ_WORKER_GLOBAL_ID are set on every such attempt, also
+    on an elastic job's attempt that got one slice (then TPUQ_SLICE_COUNT=1 < TPUQ_SLICES_WANTED says so). The
+    MEGASCALE_* variables JAX reads (its process environment first, then the `tpu-env` metadata: jax/_src/clusters/
+    cloud_tpu_cluster.py; dev/tpuq_dev/faketpu/MULTISLICE.md, section b) are set only when the attempt has several
+    slices: JAX takes MEGASCALE_COORDINATOR_ADDRESS's presence to mean Multislice. The coordinator is worker 0 of
+    slice 0 ("the Megascale coordinator address is set as the host with process id = 0", same file)."""
+
+    slice_id: int
+    slice_count: int
+    slices_wanted: int
+    global_worker_id: int
+    coordinator_ip: str
+    port: int = MEGASCALE_PORT
+
+    def as_env(self) -> dict[str, str]:
+        env = {
+            "TPUQ_SLICE_ID": str(self.slice_id),
+            "TPUQ_SLICE_COUNT": str(self.slice_count),
+            "TPUQ_SLICES_WANTED": str(self.slices_wanted),
+            "TPUQ_WORKER_GLOBAL_ID": str(self.global_worker_id),
+        }
+        assert set(env) == MULTISLICE_ENV, "SliceEnv and jobspec.MULTISLICE_ENV disagree"
+        if self.slice_count > 1:
+            env |= {
+                "MEGASCALE_COORDINATOR_ADDRESS": f"{self.coordinator_ip}:{self.port}",
+                "MEGASCALE_NUM_SLICES": str(self.slice_count),
+                "MEGASCALE_SLICE_ID": str(self.slice_id),
+                "MEGASCALE_PORT": str(self.port),
+            }
+        return env
+
+
+@dataclass(frozen=True)
 class RunnerEnv:
     """The variables the runner sets on every worker (jobspec.RUNNER_ENV)."""
 
@@ -90,6 +142,9 @@ class RunnerEnv:
     resuming: bool = False  # an earlier attempt of the job started
     array_index: int | None = None  # a group's task: its index and the group's size (jobspec.ARRAY_ENV)
     array_size: int | None = None
+    # A job that asked for several slices: where this worker stands among them. None: one slice, as asked (the
+    # environment is then exactly a single-slice job's). `worker_id` and `worker_hosts` are always its own slice's.
+    slices: SliceEnv | None = None
 
     def as_env(self) -> dict[str, str]:
         env = {
@@ -114,7 +169,7 @@ class RunnerEnv:
         if self.array_index is not None and self.array_size is not None:
             task = {"TPUQ_ARRAY_INDEX": str(self.array_index), "TPUQ_ARRAY_SIZE": str(self.array_size)}
         assert set(task) <= ARRAY_ENV, "RunnerEnv and jobspec.ARRAY_ENV disagree"
-        return env | standing | task
+        return env | standing | task | (self.slices.as_env() if self.slices is not None else {})
 
 
 def build_worker_env(job_env: Mapping[str, str], runner: RunnerEnv) -> dict[str, str]:
@@ -131,11 +186,71 @@ def build_worker_env(job_env: Mapping[str, str], runner: RunnerEnv) -> dict[str,
             raise Permanent(f"{name!r} is reserved: the runner sets it", field=where)
         if name.startswith(RESERVED_ENV_PREFIX):
             raise Permanent(f"{name!r} is reserved: names starting with {RESERVED_ENV_PREFIX} belong to tpuq", field=where)
+        if name.startswith(MEGASCALE_ENV_PREFIX):
+            raise Permanent(f"{name!r} is reserved: tpuq sets the {MEGASCALE_ENV_PREFIX}* variables on a multislice "
+                            "job", field=where)
         if not isinstance(value, str) or "\x00" in value:
             raise Permanent(f"{name!r} must be a string without NUL bytes", field=where)
     env = dict(job_env)
     env.update(runner.as_env())
     return env
+
+
+@dataclass(frozen=True)
+class AttemptWorkers:
+    """Every worker of an attempt by the attempt's worker id (tpuq.contracts.workers), and where each one is."""
+
+    endpoints: tuple[WorkerEndpoint, ...]  # in id order; `worker_id` is the attempt's (global) id
+    slice_nodes: tuple[str, ...] = ()  # a multislice attempt's nodes in slice order; (): one slice
+    hosts_per_slice: int = 0
+
+    @property
+    def slice_count(self) -> int:
+        return max(1, len(self.slice_nodes))
+
+    @property
+    def slots(self) -> dict[int, tuple[str, int]] | None:
+        """Each worker's (node, id within the node), for a pool over several slices; None on one slice."""
+        if not self.slice_nodes:
+            return None
+        return {e.worker_id: (self.slice_nodes[s], w)
+                for e in self.endpoints for s, w in [split_worker_id(e.worker_id, self.hosts_per_slice)]}
+
+
+def attempt_workers(assignment: Assignment) -> AttemptWorkers:
+    """The assignment's workers, checked: each node's ids 0..hosts-1, each once; on several slices, the same number
+    of hosts on each, distinct nodes, and slice 0 being the assignment's node and endpoints. Raises Permanent."""
+    endpoints = _in_order(assignment.endpoints, "endpoints")
+    if len(assignment.slices) <= 1:
+        if assignment.slices:
+            _same_as_node(assignment, _in_order(assignment.slices[0].endpoints, "slices[0].endpoints"))
+        return AttemptWorkers(endpoints, (), len(endpoints))
+    hosts = len(endpoints)
+    flat: list[WorkerEndpoint] = []
+    for s, one in enumerate(assignment.slices):
+        own = _in_order(one.endpoints, f"slices[{s}].endpoints")
+        if len(own) != hosts:
+            raise Permanent(f"slice {s} ({one.node}) has {len(own)} workers and slice 0 has {hosts}: every slice of a "
+                            "multislice attempt is of one TPU type", field=f"slices[{s}].endpoints")
+        flat += [e.model_copy(update={"worker_id": global_worker_id(s, e.worker_id, hosts)}) for e in own]
+    _same_as_node(assignment, _in_order(assignment.slices[0].endpoints, "slices[0].endpoints"))
+    nodes = tuple(one.node for one in assignment.slices)
+    if len(set(nodes)) != len(nodes):
+        raise Permanent(f"a node is listed twice among the slices: {', '.join(nodes)}", field="slices")
+    return AttemptWorkers(tuple(flat), nodes, hosts)
+
+
+def _in_order(endpoints, where: str) -> tuple[WorkerEndpoint, ...]:
+    ordered = tuple(sorted(endpoints, key=lambda e: e.worker_id))
+    if [e.worker_id for e in ordered] != list(range(len(ordered))):
+        raise Permanent("worker ids must be 0..N-1, each once", field=where)
+    return ordered
+
+
+def _same_as_node(assignment: Assignment, first: tuple[WorkerEndpoint, ...]) -> None:
+    if assignment.slices[0].node != assignment.node or first != _in_order(assignment.endpoints, "endpoints"):
+        raise Permanent(f"slice 0 must be the assignment's node and endpoints ({assignment.node}), not "
+                        f"{assignment.slices[0].node}", field="slices[0]")
 
 
 @dataclass(frozen=True)
@@ -160,6 +275,10 @@ class AttemptPlan:
     array_index: int | None = None
     array_size: int | None = None
     max_duration_seconds: int | None = None  # the job's max_duration: the longest one attempt may run
+    # A multislice attempt (AttemptWorkers): `endpoints` and `worker_hosts` hold every slice's workers, by global id.
+    slice_nodes: tuple[str, ...] = ()
+    hosts_per_slice: int = 0  # 0: all of `endpoints` (one slice)
+    slices_wanted: int | None = None  # the most the job asked for (Assignment.slices_wanted); None or 1: one
 
     @classmethod
     def from_assignment(cls, assignment: Assignment) -> "AttemptPlan":
@@ -170,9 +289,8 @@ class AttemptPlan:
             raise Permanent("an assign message must carry the job", field="job")
         if not assignment.endpoints:
             raise Permanent("an assign message must list the node's worker endpoints", field="endpoints")
-        endpoints = tuple(sorted(assignment.endpoints, key=lambda e: e.worker_id))
-        if [e.worker_id for e in endpoints] != list(range(len(endpoints))):
-            raise Permanent("worker ids must be 0..N-1, each once", field="endpoints")
+        workers = attempt_workers(assignment)
+        endpoints = workers.endpoints
         bucket = _job_bucket(assignment)
         bundle = split_gs_uri(job.bundle) if job.bundle else None
         return cls(
@@ -190,25 +308,45 @@ class AttemptPlan:
             or gcslayout.default_attempt_gcs_dir(bucket, assignment.job_id, assignment.attempt),
             checkpoint_gcs_dir=assignment.checkpoint_gcs_dir
             or gcslayout.default_checkpoint_gcs_dir(bucket, assignment.job_id),
-            # Internal addresses in worker order: libtpu reads TPU_WORKER_HOSTNAMES to find its peers.
+            # Internal addresses in worker order: libtpu reads TPU_WORKER_HOSTNAMES (its slice's) to find its peers.
             worker_hosts=tuple(e.ip for e in endpoints),
             preemptions=assignment.preemptions,
             resuming=assignment.resuming,
             array_index=assignment.array_index,
             array_size=assignment.array_size,
             max_duration_seconds=job.max_duration,
+            slice_nodes=workers.slice_nodes,
+            hosts_per_slice=workers.hosts_per_slice,
+            slices_wanted=assignment.slices_wanted,
         )
 
     @property
     def worker_count(self) -> int:
         return len(self.endpoints)
 
+    @property
+    def slice_count(self) -> int:
+        return max(1, len(self.slice_nodes))
+
+    @property
+    def slots(self) -> dict[int, tuple[str, int]] | None:
+        """Each worker's (node, id within it) on several slices (tpuq.executor.ssh.WorkerPool); None on one."""
+        return AttemptWorkers(self.endpoints, self.slice_nodes, self.hosts_per_slice).slots
+
     def runner_env(self, worker_id: int, job_dir: str) -> RunnerEnv:
+        """The runner's variables of the attempt's worker `worker_id` (its global id on several slices)."""
+        hosts = self.hosts_per_slice or self.worker_count
+        s, w = split_worker_id(worker_id, hosts)
+        wanted = max(self.slices_wanted or 1, self.slice_count)
+        slices = None
+        if wanted > 1:  # a job that asked for several slices, also when it got one
+            slices = SliceEnv(slice_id=s, slice_count=self.slice_count, slices_wanted=wanted,
+                              global_worker_id=worker_id, coordinator_ip=self.worker_hosts[0])
         return RunnerEnv(
             job_id=self.job_id,
             attempt_id=self.attempt_id,
-            worker_id=worker_id,
-            worker_hosts=self.worker_hosts,
+            worker_id=w,
+            worker_hosts=self.worker_hosts[s * hosts:(s + 1) * hosts],
             job_dir=job_dir,
             job_bucket=f"gs://{self.bucket}",
             attempt_gcs_dir=self.attempt_gcs_dir,
@@ -218,10 +356,12 @@ class AttemptPlan:
             resuming=self.resuming,
             array_index=self.array_index,
             array_size=self.array_size,
+            slices=slices,
         )
 
     def worker_spec(self, worker_id: int, home: str, settings: WorkerSettings) -> dict:
-        """The JSON object for the supervisor's `prepare` on worker `worker_id`."""
+        """The JSON object for the supervisor's `prepare` on worker `worker_id` (the attempt's id: its status object,
+        log prefix and exit code are under it)."""
         job_dir = gcslayout.worker_job_dir(home)
         return {
             "version": WORKER_SPEC_VERSION,

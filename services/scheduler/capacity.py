@@ -48,7 +48,11 @@ class Ask:
 
     @property
     def record(self) -> dict:
-        return {"id": self.message.request_id, "n": self.n, "entry_id": self.entry_id, "at": self.message.at}
+        record = {"id": self.message.request_id, "n": self.n, "entry_id": self.entry_id, "at": self.message.at}
+        if self.message.slices:
+            # A gang's request holds room for its largest size: `open_requests_of` adds slices - 1 for it.
+            record |= {"gang_entry_id": self.entry_id, "slices": self.message.slices[0]}
+        return record
 
 
 def withdrawal(request_id: str, fleet: str, now: datetime) -> CapacityRequest:
@@ -102,18 +106,10 @@ def full_reason(entries: list[FleetEntry]) -> str:
     return f"waiting for a TPU: the fleet holds or has requested its maximum of every fitting entry: {limits}"
 
 
-def gang_wait_reason(job: PendingJob) -> str:
-    """A multislice job left unmatched waits for its gang of idle slices; no request is made for it (issue 37)."""
-    counts = " or ".join(str(n) for n in job.slices)
-    return (f"waiting for {counts} idle {job.types[0]} slices in one zone: tpuq does not claim multislice queued "
-            "resources yet (issue 37)")
-
-
-def slices_to_ask(job: PendingJob, room: int) -> int | None:
-    """How many slices one request for `job` may charge to an entry with `room` slices left: its largest count that
-    fits (an elastic job settles for less), or None. What `ask_for_capacity` will charge once the claimer claims
-    multislice queued resources: an entry's `count` counts slices, not requests."""
-    return next((n for n in job.slices if n <= room), None)
+def slices_to_ask(job: PendingJob, room: int) -> tuple[int, ...]:
+    """The gang sizes one request for `job` may ask of an entry with `room` slices left, largest first: its counts
+    that fit (an elastic job settles for less); () when none does. An entry's `count` counts slices, not requests."""
+    return tuple(n for n in job.slices if n <= room)
 
 
 def ask_for_capacity(
@@ -139,14 +135,14 @@ def ask_for_capacity(
             blocked[job.job_id] = (existing_reason(eligible) if eligible
                                    else unrunnable_reason(job, fleet) or no_entry_reason(job))
             continue
-        if job.multislice:  # one multislice queued resource of N slices: the claimer does not claim those yet
-            blocked[job.job_id] = gang_wait_reason(job)
-            continue
         best = max(entries, key=lambda e: room.get(e.id, 0))  # max() keeps the first of equals: fleet order
-        if room.get(best.id, 0) <= 0:
+        sizes = slices_to_ask(job, room.get(best.id, 0))
+        if not sizes:
             blocked[job.job_id] = full_reason(entries)
             continue
-        room[best.id] -= 1
+        # A multislice job asks for one queued resource of N slices (an elastic job: the sizes that fit, largest
+        # first), charged as its largest; a single-slice job for one slice.
+        room[best.id] -= sizes[0]
         n = made + 1
         regions = [job.pinned_region] if job.pinned_region else sorted(job.regions)
         asks.append(
@@ -161,6 +157,7 @@ def ask_for_capacity(
                     regions=regions,
                     zones=[job.zone] if job.zone else [],
                     count=1,
+                    slices=list(sizes) if sizes[0] > 1 else [],
                     job_ids=[job.job_id],
                     at=now,
                 ),

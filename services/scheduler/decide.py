@@ -23,7 +23,7 @@ from tpuq.contracts.documents import JobDoc, NodeHealth, TpuDoc
 from tpuq.contracts.fleet import FleetFile
 from tpuq.contracts.jobspec import JobSpec
 from tpuq.contracts.jobstate import JobEvent, transition
-from tpuq.scheduler import capacity, lifecycle
+from tpuq.scheduler import capacity, gangs, lifecycle
 from tpuq.scheduler.plan import IdleTpu, PendingJob, eligible_entries, plan
 
 Doc = dict[str, Any]
@@ -143,14 +143,14 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
     result = plan([q.pending for q in jobs.values()], [idle_tpu(doc) for doc in tpus.values()], fleet, now)
 
     open_requests = dict(snapshot.open_requests)
-    gangs: dict[str, str] = {}  # job id -> why its matched gang is not assigned
     for match in result.matches:
         job = jobs[match.job_id]
-        if match.tpu_names:  # a multislice gang: assigning one is not built (issue 37); intake refuses such jobs
-            gangs[match.job_id] = f"{len(match.tpu_names)} idle slices fit, but tpuq does not run multislice jobs yet"
-            continue
         try:
-            writes = lifecycle.assignment(job.stored, tpus[match.tpu_name], match, runner_bucket, now)
+            if match.tpu_names:  # a multislice job's gang: one attempt on every slice (tpuq.scheduler.gangs)
+                writes = gangs.gang_assignment(job.stored, [tpus[n] for n in match.tpu_names], match,
+                                               job.pending.slices[0], runner_bucket, now)
+            else:
+                writes = lifecycle.assignment(job.stored, tpus[match.tpu_name], match, runner_bucket, now)
         except ValueError as e:
             # This job can never be assigned (e.g. no bucket and no runner bucket): the table's
             # pending --reject--> rejected edge, and the pass goes on for the others.
@@ -171,7 +171,6 @@ def decide_pass(snapshot: PassSnapshot, fleet: FleetFile | None, runner_bucket: 
     waiting = [q for q in unmatched if may_ask(q)]
     blocked = {q.pending.job_id: capacity.named_tpu_reason(q.pending) for q in unmatched
                if q.pending.tpu_name is not None and not q.view.capacity_request}
-    blocked |= gangs
     if fleet is None:  # without a fleet there is nothing to claim from
         blocked |= {q.pending.job_id: capacity.NO_FLEET_REASON for q in waiting}
     elif waiting:

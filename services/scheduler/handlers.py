@@ -33,6 +33,7 @@ from tpuq.contracts.messages import (
 from tpuq.scheduler import capacity, dependencies, intake, lifecycle, notices
 from tpuq.scheduler.backstops import STATE_DOC, Backstop, claimed, decide_backstops
 from tpuq.scheduler.gcs_submit import on_object_finalized
+from tpuq.scheduler.counts import slices_recorded
 from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
 from tpuq.scheduler.passdue import FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, followup_due, pass_due, replace_due
 from tpuq.scheduler.scheduling import (
@@ -88,6 +89,8 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
         if not event.node:
             raise Permanent("an ACTIVE fleet event must name its node", field="node")
         _record_active(event, fleet, ctx)
+        if event.slice_count > 1 and not _gang_recorded(event, ctx):
+            return  # a slice of a multislice request: the event of its last slice recorded releases and plans
         if event.request_id:
             release_request(ctx, event.request_id)
             # The request is served: close it at the claimer too, so that when this slice is later
@@ -115,6 +118,13 @@ def _record_active(event: FleetEvent, fleet, ctx: Context) -> None:
     read_decide_commit(ctx.clients.firestore, [ref], decide)
 
 
+def _gang_recorded(event: FleetEvent, ctx: Context) -> bool:
+    """Whether every slice of the event's multislice queued resource is recorded. Until then a pass could give a
+    part of the gang to an elastic job (or to single-slice jobs) and its request would look served. Each slice's
+    handler counts after its own write, so the last of them (or both of two at once) sees them all."""
+    return slices_recorded(ctx.clients.firestore, event.queued_resource) >= event.slice_count
+
+
 def _record_health(event: FleetEvent, ctx: Context) -> bool:
     """tpus/{node}.node_health; True when an idle TPU's record changed (a pass may now use it)."""
     ref = _tpus(ctx).document(short_node_name(event.node))
@@ -135,22 +145,31 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
     tpu_ref = _tpus(ctx).document(short_node_name(event.node))
     for _ in range(3):
         holder = (tpu_ref.get().to_dict() or {}).get("job_id")
-        refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else [])
+        others = _other_slices(ctx, holder, event.node) if holder else []
+        refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else []) + others
         recorded = _recorded_end(db, holder, ctx) if holder else {}
         quarantined: list[bool] = []
         held: list = []  # the holder's job as read, and its attempt (for its notices)
 
-        def decide(tpu_snap, job_snap=None, holder=holder, recorded=recorded, quarantined=quarantined, held=held):
+        def decide(tpu_snap, job_snap=None, *other_snaps, holder=holder, recorded=recorded, quarantined=quarantined,
+                   held=held):
             quarantined[:] = [bool((tpu_snap.to_dict() or {}).get(TpuDoc.field("quarantined")))]
             job = job_snap.to_dict() if job_snap else None
             held[:] = [job]
-            lost = lifecycle.node_lost(tpu_snap.to_dict(), holder, job, event, _budgets(fleet), ctx.now(), ctx.rng,
-                                       recorded)
+            tpu = tpu_snap.to_dict()
+            lost = lifecycle.node_lost(tpu, holder, job, event, _budgets(fleet), ctx.now(), ctx.rng, recorded)
             writes = WriteSet().update(tpu_snap, lost.tpu)
             if lost.end:
                 attempt = JobDoc.from_doc(job, job_snap.id).attempt
                 attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(attempt))
                 writes.update(job_snap, lost.end.job).merge(attempt_ref, lost.end.attempt)
+                # A multislice attempt ends on every slice with the one lost. Its queued resource is lost as a whole
+                # (one state for all its slices: SUSPENDED, FAILED, gone), so the others are freed quarantined: their
+                # own events are on the way, and a retry placed on them meanwhile would be preempted again.
+                why = f"another slice of its queued resource was lost ({event.kind.value})"
+                for other in other_snaps:
+                    writes.update(other, lifecycle.tpu_freed(other.to_dict(), (tpu or {}).get("attempt_id") or "",
+                                                             ctx.now(), why))
             return writes, lost
 
         lost = read_decide_commit(db, refs, decide)
@@ -166,6 +185,16 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
             # first (`mark_gone`, which may land before this event is handled): either way the pass runs now.
             return requeued or bool(released) or bool(quarantined and quarantined[0])
     raise Retryable(f"TPU {event.node} keeps changing hands")
+
+
+def _other_slices(ctx: Context, job_id: str, node: str) -> list:
+    """The TPU documents of the job's current multislice attempt other than `node`'s ([] on one slice): its gang,
+    read from the job (a gang does not change within an attempt; each free checks the attempt id)."""
+    stored = _jobs(ctx).document(job_id).get().to_dict()
+    if not stored:
+        return []
+    return [_tpus(ctx).document(short_node_name(name)) for name in JobDoc.from_doc(stored, job_id).gang
+            if short_node_name(name) != short_node_name(node)]
 
 
 def _recorded_end(db, job_id: str, ctx: Context) -> dict[int, ExecutionEnd]:
@@ -212,8 +241,9 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
         raise Permanent("an ended attempt event needs an outcome", field="outcome")
     fleet = fleet_in_force(ctx)
     tpu_ref = _tpus(ctx).document(short_node_name(event.node))
+    others = _other_slices(ctx, event.job_id, event.node)
 
-    def decide_ended(job, tpu):
+    def decide_ended(job, tpu, *other_tpus):
         now = ctx.now()
         stored = job.to_dict()
         end = lifecycle.attempt_ended(stored, event.attempt, event.outcome, event.detail, _budgets(fleet), now,
@@ -221,9 +251,11 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
         suspect = lifecycle.suspect_reason(event.attempt_id, event.outcome, event.detail)
         freed = lifecycle.tpu_freed(tpu.to_dict(), event.attempt_id, now, suspect)
         writes = WriteSet().update(job, end.job).merge(attempt_ref, end.attempt).update(tpu, freed)
+        for other in other_tpus:  # a multislice attempt: every slice of it, alike
+            writes.update(other, lifecycle.tpu_freed(other.to_dict(), event.attempt_id, now, suspect))
         return writes, (end, freed, stored)
 
-    end, freed, stored = read_decide_commit(db, [job_ref, tpu_ref], decide_ended)
+    end, freed, stored = read_decide_commit(db, [job_ref, tpu_ref, *others], decide_ended)
     teller = notices.Teller(ctx, fleet)
     teller.attempt_ended(stored, end.job, event.attempt)  # (again on a redelivery: the same event ids)
     log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,

@@ -169,6 +169,7 @@ class AssignmentWrites:
     attempt: Doc
     message: Assignment
     withdraw_request_id: str | None  # the job's capacity request, now unneeded
+    gang_tpus: tuple[str, ...] = ()  # a multislice attempt's other slices' TPUs, given the same fields as `tpu`
 
 
 def assignment(stored: Doc, tpu: Doc, match: Match, runner_bucket: str | None,
@@ -363,6 +364,7 @@ def attempt_ended(
             pinned_region=job.pinned_region or job.region,
             reason=f"{decision.reason}: {detail}" if detail else decision.reason,
             tpu=None,
+            gang=[],
             pending_since=now,  # a new pending spell (tpuq.scheduler.notices: `pending`)
         )
     else:

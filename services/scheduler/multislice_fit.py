@@ -4,7 +4,6 @@ The matcher places a gang of N slices of one type in one zone; the claimer will 
 of N slices from one entry in one zone. So the fleet can serve `slices: N` only if some entry of the job's type has a
 zone it may use where all of these hold:
 - the entry may hold N slices at once: `max_slices` (its `count`, capped by `chip_limit`) is at least N;
-- it is not `single_slot` (claimed one request at a time: tpuq does not claim a gang of such a type yet);
 - the zone's declared quota (the fleet file's `quota:`, chips of the family and tier) is at least N x chips of one
   slice; a zone with no declared quota is not judged here (the claimer reads the Cloud Quotas API);
 or that zone has N `existing` nodes of the type (the matcher may gang idle existing nodes; nothing is claimed).
@@ -27,9 +26,6 @@ def entry_refusal(job: PendingJob, entry: FleetEntry, fleet: FleetFile, n: int) 
     """Why `entry` can never hold `n` slices of `job` at once, or None if it can."""
     if entry.existing:
         return f"entry {entry.id} is one existing node ({entry.existing})"
-    if entry.is_single_slot:
-        return (f"entry {entry.id} is single_slot (claimed one request at a time), and tpuq does not claim a "
-                "multislice request of such an entry yet")
     if entry.max_slices < n:
         capped = f", chip_limit {entry.chip_limit}" if entry.max_slices < entry.count else ""
         return f"entry {entry.id} holds at most {entry.max_slices} slice(s) (count {entry.count}{capped}), below {n}"
@@ -96,9 +92,7 @@ def fit_notes(job: PendingJob, fleet: FleetFile | None) -> list[str]:
 
 def validate_lines(fleet: FleetFile | None, jobs, now) -> list[str]:
     """`tpuq validate`'s lines for the multislice jobs of a job file (`JobFile`), with a fleet or without: whether
-    the fleet can hold each, and that multislice jobs are refused at submit until they are run (issue 37)."""
-    from tpuq.contracts.multislice import MULTISLICE_RUNS, NOT_YET
-
+    the fleet can hold each."""
     lines = []
     for i, spec in enumerate(jobs.jobs):
         if spec.slice_counts[0] <= 1:
@@ -106,6 +100,4 @@ def validate_lines(fleet: FleetFile | None, jobs, now) -> list[str]:
         name = spec.name or spec.id or f"jobs[{i}]"
         job = PendingJob.from_spec(spec, now, job_id=spec.id or f"jobs-{i}")
         lines += [f"job {name}: {note}" for note in fit_notes(job, fleet)]
-        if not MULTISLICE_RUNS:
-            lines.append(f"job {name}: slices: {spec.slices}: {NOT_YET}")
     return lines

@@ -35,7 +35,6 @@ from google.cloud.firestore import FieldFilter, Query
 from tpuq.contracts import store
 from tpuq.contracts.documents import (
     JOB_STATES_ON_A_TPU,
-    TPU_STATES_HOLDING_A_SLICE,
     TPU_STATES_IN_SERVICE,
     ExecutionEnd,
     JobDoc,
@@ -54,7 +53,8 @@ from tpuq.contracts.messages import (AssignmentAction, AttemptEvent, AttemptEven
                                      FleetEventKind, WorkerEndpoint)
 from tpuq.contracts.jobspec import ANY_TPU
 from tpuq.contracts.tputypes import canonical_name, parse_accelerator_type
-from tpuq.scheduler import capacity, dependencies, grouplimit, lifecycle, notices
+from tpuq.scheduler import capacity, dependencies, gangs, grouplimit, lifecycle, notices
+from tpuq.scheduler.counts import live_tpus_of, open_requests_of
 from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_from, queued
 from tpuq.scheduler.passdue import FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, lower_dues, next_pass_due
 from tpuq.runtime.versioned import versioned
@@ -145,23 +145,6 @@ def _job_view(snap) -> JobDoc:
 
 def _parsed_view(job_id: str, doc: dict) -> JobDoc:
     return JobDoc.from_doc(doc, job_id)
-
-
-def _count(query) -> int:
-    return int(query.count().get()[0][0].value)
-
-
-def live_tpus_of(db, entry_id: str) -> int:
-    tpus = db.collection(store.TPUS)
-    return _count(
-        tpus.where(filter=FieldFilter("entry_id", "==", entry_id))
-        .where(filter=FieldFilter("state", "in", sorted(TPU_STATES_HOLDING_A_SLICE)))
-    )
-
-
-def open_requests_of(db, entry_id: str) -> int:
-    return _count(db.collection(store.JOBS).where(
-        filter=FieldFilter(JobDoc.field("capacity_request", "entry_id"), "==", entry_id)))
 
 
 def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
@@ -302,7 +285,8 @@ def _apply(ctx: Context, fleet: FleetFile | None, decision: PassDecision, job_sn
         lost.append((job_snaps[job_id], tpu_snaps[tpu_name]))
     for planned in decision.assignments:
         job_snap, tpu_snap = job_snaps[planned.job_id], tpu_snaps[planned.tpu_name]
-        if _assign(ctx, fleet, job_snap, tpu_snap, planned.writes, report):
+        if _assign(ctx, fleet, job_snap, [tpu_snap, *(tpu_snaps[n] for n in planned.writes.gang_tpus)],
+                   planned.writes, report):
             report.assigned += 1
         else:
             report.lost += 1
@@ -314,10 +298,13 @@ def _apply(ctx: Context, fleet: FleetFile | None, decision: PassDecision, job_sn
     return lost
 
 
-def _assign(ctx: Context, fleet: FleetFile | None, job_snap, tpu_snap, writes: lifecycle.AssignmentWrites,
+def _assign(ctx: Context, fleet: FleetFile | None, job_snap, tpu_snaps: list, writes: lifecycle.AssignmentWrites,
             report: PassReport) -> bool:
+    """One guarded commit: the job, its attempt and every TPU it takes (a multislice job's gang: all or none)."""
     attempt_ref = job_snap.reference.collection(store.ATTEMPTS).document(str(writes.message.attempt))
-    batch = WriteSet().update(job_snap, writes.job).update(tpu_snap, writes.tpu).merge(attempt_ref, writes.attempt)
+    batch = WriteSet().update(job_snap, writes.job).merge(attempt_ref, writes.attempt)
+    for tpu_snap in tpu_snaps:
+        batch.update(tpu_snap, writes.tpu)
     if not commit_if_unchanged(ctx.clients.firestore, batch):
         return False
     # Published after the commit: only the winner tells the executor. If this publish is lost,
@@ -544,7 +531,14 @@ def follow_up_unstarted_assignments(ctx: Context, budgets: Callable[[], RetryBud
             cancel = JobDoc.from_doc(stored, job.id).cancel_requested
             action = AssignmentAction.cancel if cancel else AssignmentAction.assign
             endpoints = (tpu or {}).get("endpoints") or []
-            ctx.publish("assignments", lifecycle.assignment_message(stored, endpoints, now, action))
+            message = lifecycle.assignment_message(stored, endpoints, now, action)
+            if len(job.gang) > 1:  # a multislice attempt: every slice's node and workers, again
+                slices = [snap.to_dict() or {} for snap in db.get_all(
+                    [db.collection(store.TPUS).document(short_node_name(n)) for n in job.gang])]
+                by_name = {d.get("name"): d for d in slices}
+                message = gangs.with_slices(message, [by_name.get(n) or {"name": n} for n in job.gang],
+                                            gangs.slices_wanted(JobDoc.from_doc(stored, job.id)))
+            ctx.publish("assignments", message)
     return ended
 
 
@@ -566,6 +560,7 @@ def _follow_up(ctx: Context, job_ref, job: JobDoc, after: timedelta, budgets: Re
     db = ctx.clients.firestore
     attempt_id = job.attempt_id or lifecycle.attempt_id_for(job.id, job.attempt)
     tpu_ref = db.collection(store.TPUS).document(short_node_name(job.tpu or ""))
+    other_refs = [db.collection(store.TPUS).document(short_node_name(n)) for n in gangs.other_slices(job)]
     attempt_ref = job_ref.collection(store.ATTEMPTS).document(str(job.attempt))
     # The executor's record of the attempt, read and written under the same guard: an end commits only if the
     # executor has not begun the attempt meanwhile, and it records the attempt as ended there, so a copy of the
@@ -573,7 +568,7 @@ def _follow_up(ctx: Context, job_ref, job: JobDoc, after: timedelta, budgets: Re
     # the retry.
     execution_ref = db.collection(store.EXECUTIONS).document(execution_doc_id(job.id, job.attempt))
 
-    def decide(job_snap, tpu_snap, execution_snap):
+    def decide(job_snap, tpu_snap, execution_snap, *other_snaps):
         stored, tpu, execution = job_snap.to_dict(), tpu_snap.to_dict(), execution_snap.to_dict()
         if stored is None or JobDoc.from_doc(stored, job_snap.id).attempt != job.attempt:
             return WriteSet(), (lifecycle.UnstartedAssignment(), stored, tpu)
@@ -584,7 +579,9 @@ def _follow_up(ctx: Context, job_ref, job: JobDoc, after: timedelta, budgets: Re
             suspect = lifecycle.suspect_reason(attempt_id, AttemptOutcome.infra_failed)
             writes.update(job_snap, decision.end.job).merge(attempt_ref, decision.end.attempt)
             writes.update(tpu_snap, lifecycle.tpu_freed(tpu, attempt_id, now, suspect))
+            for other in other_snaps:  # a multislice attempt: every slice of it
+                writes.update(other, lifecycle.tpu_freed(other.to_dict(), attempt_id, now, suspect))
             writes.update(execution_snap, lifecycle.abandoned_record(stored, decision.detail, now))
         return writes, (decision, stored, tpu)
 
-    return read_decide_commit(db, [job_ref, tpu_ref, execution_ref], decide)
+    return read_decide_commit(db, [job_ref, tpu_ref, execution_ref, *other_refs], decide)

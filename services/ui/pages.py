@@ -162,6 +162,7 @@ def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None
     from tpuq.operations.jobwatch import duration, where
     from tpuq.operations.queries import UnknownJob, attempts, get_job, timed_log_lines
     from tpuq.operations.runview import attempt_choices, log_header, merged_by_time
+    from tpuq.contracts.workers import job_worker_labels
 
     try:
         stored = get_job(clients.firestore, job_id)
@@ -188,6 +189,8 @@ def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None
              (("submitted", job.submit_time), ("started", job.started_at), ("finished", job.finished_at))
              if isinstance(when, datetime)}
     rows = attempt_rows(stored_attempts, tz, now)
+    worker_ids = sorted({w for w, _, _, _ in timed} | {r["worker"] for r in workers})
+    label = job_worker_labels(job.spec_tpu, job.spec_slice_counts)  # w3, or s1/w0 on several slices
     shown_doc = next((a for a in map(AttemptDoc.from_doc, stored_attempts) if a.attempt == shown_attempt), None)
     return {
         "job": {"id": job.id, "name": spec.get("name") or "", "state": job.state.value, "priority": job.priority or "",
@@ -199,7 +202,8 @@ def job_page(clients, job_id: str, now: datetime, tz: tzinfo, worker: str | None
                 "elapsed": duration(watch.elapsed), "exit_code": watch.exit_code},
         "attempts": rows,
         "workers": workers,
-        "worker_ids": sorted({w for w, _, _, _ in timed} | {r["worker"] for r in workers}),
+        "worker_ids": worker_ids,
+        "worker_labels": {w: label(w) for w in worker_ids},
         "worker": chosen,
         "attempt_ids": choices,
         "log_attempt": shown_attempt,

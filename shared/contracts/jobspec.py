@@ -54,6 +54,14 @@ ATTEMPT_ENV = frozenset({"TPUQ_ATTEMPT", "TPUQ_PREEMPTIONS", "TPUQ_RESUMING"})
 # A group's task (`array:` or `sweep:`, tpuq.contracts.arrays), set by the runner on every worker of a task: its index
 # (Slurm's SLURM_ARRAY_TASK_ID) and the group's number of tasks. Absent on a job of no group.
 ARRAY_ENV = frozenset({"TPUQ_ARRAY_INDEX", "TPUQ_ARRAY_SIZE"})
+# A multislice attempt (tpuq.contracts.multislice, numbering in tpuq.contracts.workers), set on every worker of every
+# slice: its slice's index, the attempt's number of slices, the most the job asked for (an elastic job may get fewer),
+# and the worker's id across all slices. Set whenever the job asked for several slices; absent otherwise.
+MULTISLICE_ENV = frozenset({"TPUQ_SLICE_ID", "TPUQ_SLICE_COUNT", "TPUQ_SLICES_WANTED", "TPUQ_WORKER_GLOBAL_ID"})
+# The variables JAX and libtpu read for Multislice (jax/_src/clusters/cloud_tpu_cluster.py), set by the runner on a
+# multislice attempt only. A job may set none of this prefix: a stray MEGASCALE_COORDINATOR_ADDRESS on one slice
+# would make JAX wait for slices that do not exist.
+MEGASCALE_ENV_PREFIX = "MEGASCALE_"
 # `tpu: any` (tpu-runner's): any TPU type the fleet offers. Stored as the one-element list ["any"].
 ANY_TPU = "any"
 
@@ -162,6 +170,12 @@ class CacheSpec(StrictModel):
 
 # `max_duration` (dstack's name for it): the longest one attempt may run. A number of seconds, or a duration such as
 # 90m, 2h, 1h30m, 1d. Bounded by a year so that a typo like 2000d is caught rather than stored.
+def _refuse_megascale(name: str) -> None:
+    if name.startswith(MEGASCALE_ENV_PREFIX):
+        raise ValueError(f"{name!r} is reserved: tpuq sets the {MEGASCALE_ENV_PREFIX}* variables on a multislice job "
+                         "(slices: N) and never on one slice")
+
+
 def _utf8_bytes(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
@@ -304,6 +318,7 @@ class JobSpec(StrictModel):
                 raise ValueError(f"{name!r} is reserved: the runner sets it")
             if name.startswith(RESERVED_ENV_PREFIX):
                 raise ValueError(f"{name!r} is reserved: names starting with {RESERVED_ENV_PREFIX} belong to tpuq")
+            _refuse_megascale(name)
         stored_in_one_document = ("(the job is stored in one Firestore document, at most 1 MiB): put large values "
                                   "in the bundle or a bucket and pass their path")
         for name, value in env.items():
@@ -350,6 +365,8 @@ class JobSpec(StrictModel):
                              "to repeat each, add a variable to the sweep (e.g. SEED: [0, 1, 2])")
         if self.sweep is not None:
             try:
+                for name in self.sweep:
+                    _refuse_megascale(name)
                 checked = arrays.check_sweep(self.sweep, self.env, RUNNER_ENV, RESERVED_ENV_PREFIX, _ENV_NAME_RE,
                                              MAX_ENV_VALUE_BYTES, MAX_ENV_BYTES)
             except ValueError as e:
@@ -454,11 +471,6 @@ class PublishedJob(JobSpec):
     def _notify_secrets_only(cls, notify):
         refuse_inline_urls(notify, "notify")
         return notify
-
-    @model_validator(mode="after")
-    def _multislice_not_run_yet(self) -> "PublishedJob":
-        multislice.refuse_until_runnable(self.slices)  # (it would wait for ever: claiming and running come later)
-        return self
 
     @field_validator("bundle")
     @classmethod

@@ -16,9 +16,8 @@ The rules, each refusal naming the field:
   type, and racing type x count would make the elastic form two-dimensional: refused until someone needs it.
   `tpu: any` is refused for the same reason;
 - v4 or later: the page above defines the accelerator type of a multislice as "TPU type (v4 or later)";
-- not a `single_slot` family (tpuq.contracts.tputypes.Family.single_slot, v6e): tpuq claims such a type one request
-  at a time, and a gang of N slices in one request is a case the quickstart's rule was never measured for. Lifted
-  when the claimer's multislice race is built and measured (issue 37, "single_slot types still race alone");
+- a `single_slot` family (tpuq.contracts.tputypes.Family.single_slot, v6e) is allowed: its gang is one queued
+  resource, raced alone like any request of that type (one racer in the whole fleet: tpuq.claimer.decide);
 - not with `tpu_name`: one named node is one slice.
 """
 
@@ -31,14 +30,6 @@ from tpuq.contracts.tputypes import UnknownAcceleratorType, family, parse_accele
 # tpuq's own bound, not Google's (the API only says nodeCount "needs to be > 1"): a grant's zone seldom holds more
 # than a few dozen slices of one type, and a typo such as 400 should be caught at submit, not wait for ever.
 MAX_SLICES = 64
-
-# Until claiming and running multislice are built (issue 37, "Claiming" and "Running"), a multislice job is refused
-# at submit (tpuq.contracts.jobspec.PublishedJob), so that none waits for ever for slices nothing would claim or run.
-MULTISLICE_RUNS = False
-NOT_YET = ("multislice jobs are not run yet: tpuq matches them to idle slices, but claiming a multislice queued "
-           "resource and starting the job on every slice are not built (issue 37); submit with slices: 1 (or "
-           "without slices) for now")
-
 
 def parse_slices(value: Any) -> int | list[int] | None:
     """The stored form of `slices:`: None (one slice), an int >= 2, or an elastic descending list. Raises ValueError
@@ -107,12 +98,4 @@ def refuse_with(stored: int | list[int] | None, types: list[str], any_type: bool
         return  # the `tpu` field says what is wrong with the type
     if not row.multislice:
         raise ValueError(f"{shown}: Cloud TPU Multislice needs TPU v4 or later, not {types[0]}")
-    if row.single_slot:
-        raise ValueError(f"{shown}: {row.short_name} is claimed one request at a time (a single_slot type), and "
-                         "tpuq does not claim multislice requests of such a type yet")
 
-
-def refuse_until_runnable(stored: int | list[int] | None) -> None:
-    """At submit: a multislice job is refused while MULTISLICE_RUNS is off (it would wait for ever)."""
-    if is_multislice(stored) and not MULTISLICE_RUNS:
-        raise ValueError(f"slices: {stored}: {NOT_YET}")

@@ -1,17 +1,35 @@
-"""A multislice job (issue 37) published past `tpuq submit` is refused at intake, once, with the field and the reason,
-until tpuq claims and runs multislice jobs: stored pending, it would wait for ever (nothing claims or runs a gang).
-Delivered twice and concurrently: one rejection, nothing asked, nothing assigned."""
+"""A multislice job's life in the scheduler (issue 37), on the in-memory store through the real handler: stored once
+(delivered twice and concurrently), one gang request (one queued resource of N slices), one assignment naming every
+slice when the gang's slices turn ACTIVE, and one lost slice ending the attempt on every slice."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import threading
+from datetime import datetime, timezone
 
-from tpuq.contracts import store
+from tpuq.contracts.messages import AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent, FleetEventKind, WorkerEndpoint
+from tpuq.runtime.fleetstore import save_fleet
+
+from .conftest import PROJECT_ZONE, fleet_file
+
+QR = f"projects/tpuq-local/locations/{PROJECT_ZONE}/queuedResources/tq-gang"
 
 
-def test_a_multislice_job_is_stored_rejected_with_its_reason_and_asks_nothing(sched):
+def gang_fleet(sched) -> None:
+    fleet = fleet_file(tpus=[{"id": "v4", "type": "v4-32", "zones": [PROJECT_ZONE], "count": 8}])
+    save_fleet(sched.db, fleet, datetime(2026, 1, 2, tzinfo=timezone.utc))
+
+
+def slice_event(i: int, n: int, kind=FleetEventKind.active, request_id: str | None = None) -> FleetEvent:
+    return FleetEvent(kind=kind, fleet="test", queued_resource=QR, request_id=request_id, zone=PROJECT_ZONE,
+                      type="v4-32", node=f"projects/tpuq-local/locations/{PROJECT_ZONE}/nodes/tq-gang-{i}",
+                      entry_id="v4", chips=16, hosts=4,
+                      endpoints=[WorkerEndpoint(worker_id=w, ip=f"10.0.{i}.{w}") for w in range(4)],
+                      slice_index=i, slice_count=n, at=datetime(2026, 1, 3, tzinfo=timezone.utc))
+
+
+def test_a_multislice_job_asks_one_gang_and_runs_on_every_slice(sched):
+    gang_fleet(sched)
     message = {"id": "gang", "tpu": "v4-32", "slices": [4, 2], "command": "train"}
     threads = [threading.Thread(target=sched.deliver, args=("jobs", message), kwargs={"message_id": "9"})
                for _ in range(2)]
@@ -19,26 +37,60 @@ def test_a_multislice_job_is_stored_rejected_with_its_reason_and_asks_nothing(sc
         t.start()
     for t in threads:
         t.join()
-    sched.deliver("jobs", message, message_id="9")
     job = sched.job("gang")
-    assert job["state"] == "rejected" and "multislice jobs are not run yet" in job["reason"]
-    letters = list(sched.all(store.DEAD_LETTERS).values())
-    assert letters and all(letter["field"] == "slices" for letter in letters)
-    assert sched.drain("capacity") == [] and sched.drain("assignments") == []
+    assert job["state"] == "pending" and job["spec"]["slices"] == [4, 2]
+    asks = sched.drain("capacity")
+    assert [(a["count"], a["slices"]) for a in asks] == [(1, [4, 2])]
+    request_id = asks[0]["request_id"]
+    assert job["capacity_request"]["gang_entry_id"] == "v4" and job["capacity_request"]["slices"] == 4
+    # Three of the four slices ACTIVE: no assignment yet (never a part of a gang).
+    for i in range(3):
+        sched.deliver("fleet-events", slice_event(i, 4, request_id=request_id))
+    assert sched.drain("assignments") == []
+    sched.deliver("fleet-events", slice_event(3, 4, request_id=request_id))
+    [assignment] = sched.drain("assignments")
+    nodes = [s["node"] for s in assignment["slices"]]
+    assert [n.rsplit("/", 1)[1] for n in nodes] == [f"tq-gang-{i}" for i in range(4)]
+    assert assignment["node"] == nodes[0] and assignment["slices_wanted"] == 4
+    assert all(len(s["endpoints"]) == 4 for s in assignment["slices"])
+    job = sched.job("gang")
+    assert job["state"] == "assigned" and job["gang"] == nodes
+    assert {sched.tpu(f"tq-gang-{i}")["state"] for i in range(4)} == {"busy"}
+    assert {sched.tpu(f"tq-gang-{i}")["attempt_id"] for i in range(4)} == {"gang-1"}
+    # One slice preempted: the attempt ends on all of them, the job goes back to the queue in its region.
+    sched.deliver("attempt-events", AttemptEvent(kind=AttemptEventKind.started, job_id="gang", attempt=1,
+                                                 attempt_id="gang-1", node=nodes[0],
+                                                 at=datetime(2026, 1, 3, 0, 1, tzinfo=timezone.utc)))
+    sched.deliver("fleet-events", slice_event(2, 4, kind=FleetEventKind.suspended, request_id=request_id))
+    job = sched.job("gang")
+    assert job["state"] == "pending" and job["preemptions"] == 1 and job["gang"] == []
+    assert sched.tpu("tq-gang-2")["state"] == "gone"
+    # The others are free but quarantined (their queued resource is lost as a whole): the retry asks for a new gang
+    # in the attempt's region instead of running on slices about to go.
+    assert {sched.tpu(f"tq-gang-{i}")["state"] for i in (0, 1, 3)} == {"idle"}
+    assert all(sched.tpu(f"tq-gang-{i}")["quarantined"] for i in (0, 1, 3))
+    assert sched.attempts("gang")["1"]["outcome"] == AttemptOutcome.preempted.value
+    assert sched.drain("assignments") == []
+    [retry] = [a for a in sched.drain("capacity") if a["action"] == "request"]
+    assert retry["slices"] == [4, 2] and retry["regions"] == ["us-central2"] and retry["request_id"] != request_id
+
+
+def test_the_attempts_end_frees_every_slice(sched):
+    gang_fleet(sched)
+    sched.deliver("jobs", {"id": "g2", "tpu": "v4-32", "slices": 2, "command": "train"}, message_id="1")
+    for i in range(2):
+        sched.deliver("fleet-events", slice_event(i, 2))
+    [assignment] = sched.drain("assignments")
+    nodes = [s["node"] for s in assignment["slices"]]
+    sched.deliver("attempt-events", AttemptEvent(kind=AttemptEventKind.ended, job_id="g2", attempt=1,
+                                                 attempt_id="g2-1", node=nodes[0], outcome=AttemptOutcome.succeeded,
+                                                 exit_codes={str(g): 0 for g in range(8)},
+                                                 at=datetime(2026, 1, 3, 0, 5, tzinfo=timezone.utc)))
+    assert sched.job("g2")["state"] == "succeeded"
+    assert {sched.tpu(f"tq-gang-{i}")["state"] for i in range(2)} == {"idle"}
 
 
 def test_a_single_slice_job_with_slices_1_is_stored_as_before(sched):
     sched.deliver("jobs", {"id": "one", "tpu": "v4-32", "slices": 1, "command": "train"}, message_id="10")
     job = sched.job("one")
     assert job["state"] == "pending" and "slices" not in job["spec"]
-
-
-def test_tpuq_submit_refuses_a_multislice_job_before_uploading_anything(tmp_path):
-    (tmp_path / "job.yaml").write_text("jobs:\n  - tpu: v4-32\n    command: x\n  - tpu: v4-32\n    slices: 2\n"
-                                       "    command: x\n")
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
-    r = subprocess.run(["tpuq", "submit", "job.yaml"], capture_output=True, text=True, env=env, cwd=tmp_path,
-                       timeout=60)
-    assert r.returncode == 1
-    assert r.stderr.startswith("error: jobs[1].slices: 2: multislice jobs are not run yet")
-    assert "nothing was submitted" in r.stderr

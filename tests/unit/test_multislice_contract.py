@@ -60,7 +60,6 @@ def test_bad_counts_are_refused_naming_the_field(given, says):
 @pytest.mark.parametrize("fields, says", [
     ({"tpu": "any"}, "every slice of a multislice job is of one TPU type"),
     ({"tpu": ["v4-32", "v4-16"]}, "name one of v4-32, v4-16, not a list"),
-    ({"tpu": "v6e-16"}, "v6e is claimed one request at a time (a single_slot type)"),
     ({"tpu": "v3-32"}, "Cloud TPU Multislice needs TPU v4 or later"),
     ({"tpu_name": "my-node"}, "tpu_name names one node, which is one slice"),
 ])
@@ -74,11 +73,11 @@ def test_one_slice_keeps_every_field_it_had():
     assert spec(tpu="any", tpu_name="n").slices is None
 
 
-def test_a_multislice_job_is_refused_at_submit_until_it_can_run():
-    """PublishedJob is what the CLI publishes and every intake (topic, GCS drop) parses: no multislice job is stored
-    to wait for ever. `tpuq validate` (JobFile) still reads it, to explain it against a fleet."""
-    with pytest.raises(ValidationError, match="multislice jobs are not run yet"):
-        PublishedJob(tpu="v4-32", command="x", slices=2)
+def test_a_multislice_job_is_published_and_a_single_slot_type_may_be_one():
+    """PublishedJob is what the CLI publishes and every intake (topic, GCS drop) parses. A single_slot type's gang
+    is one queued resource, raced alone like its single slices."""
+    assert PublishedJob(tpu="v4-32", command="x", slices=2).slices == 2
+    assert PublishedJob(tpu="v6e-16", command="x", slices=[4, 2]).slices == [4, 2]
     assert PublishedJob(tpu="v4-32", command="x", slices=1).slices is None
     assert JobFile.model_validate({"jobs": [{"tpu": "v4-32", "command": "x", "slices": [4, 2]}]}).jobs[0].slices
 
@@ -112,9 +111,8 @@ def test_an_entry_that_holds_the_gang_or_an_undeclared_quota_is_enough():
     assert unrunnable_reason(pending(), fleet(v4("small", count=1))) is None  # one slice: as before
 
 
-def test_a_single_slot_entry_does_not_hold_a_gang():
-    reason = unholdable_reason(pending(slices=2), fleet(v4("slot", count=4, single_slot=True)))
-    assert "entry slot is single_slot" in reason
+def test_a_single_slot_entry_holds_a_gang():
+    assert unholdable_reason(pending(slices=2), fleet(v4("slot", count=4, single_slot=True))) is None
 
 
 def test_an_elastic_job_is_told_the_largest_count_the_fleet_can_hold():
@@ -142,7 +140,4 @@ def test_tpuq_validate_explains_a_multislice_job_no_entry_can_hold(tmp_path):
     assert warnings == [
         "warning: job.yaml with fleet.yaml: job train: no fleet entry can hold 2 v4-32 slices at once in one zone: "
         "entry small holds at most 1 slice(s) (count 1), below 2",
-        "warning: job.yaml with fleet.yaml: job train: slices: 2: multislice jobs are not run yet: tpuq matches them "
-        "to idle slices, but claiming a multislice queued resource and starting the job on every slice are not "
-        "built (issue 37); submit with slices: 1 (or without slices) for now",
     ]

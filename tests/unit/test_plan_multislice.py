@@ -150,9 +150,9 @@ def idle(name, zone=B):
             "region": "us-central2", "entry_id": "v4", "state": "idle", "endpoints": []}
 
 
-def test_a_pass_assigns_no_gang_asks_nothing_for_it_and_says_why():
-    """A stored multislice job (none is stored while intake refuses them) is neither half-assigned nor asked for:
-    the claimer would claim N separate slices for a request of count N, not one gang."""
+def test_a_pass_assigns_a_gang_in_one_assignment_and_asks_one_gang_request_for_the_rest():
+    """A multislice job on idle slices: one assignment naming every slice (job, attempt, Assignment.slices, every TPU
+    busy). The next gang, with too few idle slices left, asks for one queued resource of its sizes that fit."""
     from tpuq.contracts.fleet import FleetFile
     from tpuq.scheduler.decide import PassSnapshot, decide_pass, queue_of
 
@@ -160,20 +160,30 @@ def test_a_pass_assigns_no_gang_asks_nothing_for_it_and_says_why():
         {"id": "v4", "type": "v4-32", "zones": [B], "count": 8}]})
     jobs = [stored("gang", 2, age=9), stored("waits", [4, 3]), ("single", {**stored("single", None)[1],
                                                                             "id": "single"})]
-    snapshot = PassSnapshot(queue=queue_of(jobs), idle_tpus=[idle("b-1"), idle("b-2"), idle("b-3")],
-                            live_tpus={"v4": 3}, open_requests={"v4": 0})
+    tpus = [{**idle(f"b-{i}"), "endpoints": [{"worker_id": w, "ip": f"10.0.{i}.{w}"} for w in range(4)]}
+            for i in (1, 2, 3)]
+    snapshot = PassSnapshot(queue=queue_of(jobs), idle_tpus=tpus, live_tpus={"v4": 3}, open_requests={"v4": 0})
     d = decide_pass(snapshot, lab, "tpuq-runner", NOW)
-    assert [a.job_id for a in d.assignments] == ["single"]
-    assert d.asks == []
-    assert d.blocked["gang"] == "2 idle slices fit, but tpuq does not run multislice jobs yet"
-    assert d.blocked["waits"] == ("waiting for 4 or 3 idle v4-32 slices in one zone: tpuq does not claim multislice "
-                                  "queued resources yet (issue 37)")
+    assert sorted(a.job_id for a in d.assignments) == ["gang", "single"]
+    gang = next(a for a in d.assignments if a.job_id == "gang")
+    names = [s.node for s in gang.writes.message.slices]
+    assert len(names) == 2 and names[0] == gang.tpu_name == gang.writes.message.node
+    assert gang.writes.gang_tpus == (names[1],) and gang.writes.job["gang"] == names
+    assert gang.writes.attempt["gang"] == names and gang.writes.message.slices_wanted == 2
+    assert [len(s.endpoints) for s in gang.writes.message.slices] == [4, 4]
+    # 8 slices, 3 live: room 5, so "waits" asks for one gang of 4 (or 3), charged as 4.
+    assert [(a.job_id, a.message.count, a.message.slices) for a in d.asks] == [("waits", 1, [4, 3])]
+    assert a_record(d.asks[0]) == {"gang_entry_id": "v4", "slices": 4}
+
+
+def a_record(ask) -> dict:
+    return {k: v for k, v in ask.record.items() if k in ("gang_entry_id", "slices")}
 
 
 def test_slices_to_ask_charges_an_entry_its_room_in_slices():
     from tpuq.scheduler.capacity import slices_to_ask
 
-    assert slices_to_ask(job("e", slices=(4, 2)), 3) == 2
-    assert slices_to_ask(job("e", slices=(4, 2)), 4) == 4
-    assert slices_to_ask(job("e", slices=(4, 2)), 1) is None
-    assert slices_to_ask(job("s"), 1) == 1
+    assert slices_to_ask(job("e", slices=(4, 2)), 3) == (2,)
+    assert slices_to_ask(job("e", slices=(4, 2)), 4) == (4, 2)
+    assert slices_to_ask(job("e", slices=(4, 2)), 1) == ()
+    assert slices_to_ask(job("s"), 1) == (1,)

@@ -66,6 +66,8 @@ class JobDoc(_View):
     attempts: int = 0
     attempt_id: str | None = None
     tpu: str | None = None  # the node's full name while assigned or running
+    # A multislice attempt's nodes, slice order (slice 0 is `tpu`), while assigned or running; () on one slice.
+    gang: tuple[str, ...] = ()
     zone: str | None = None
     region: str | None = None
     job_bucket: str | None = None
@@ -146,6 +148,7 @@ class AttemptDoc(_View):
     state: AttemptState
     attempt_id: str | None = None
     tpu: str | None = None
+    gang: tuple[str, ...] = ()  # a multislice attempt's nodes, slice order (slice 0 is `tpu`)
     zone: str | None = None
     region: str | None = None
     outcome: str | None = None  # a tpuq.contracts.messages.AttemptOutcome value, once ended
