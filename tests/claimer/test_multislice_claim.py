@@ -156,3 +156,6 @@ def test_the_fake_api_gets_one_multislice_create_and_every_slice_is_announced_ac
     assert [(e.node, e.slice_index, e.slice_count, len(e.endpoints)) for e in events] == [
         (f"{prefix}-0", 0, 2, 4), (f"{prefix}-1", 1, 2, 4)]
     assert {e.endpoints[0].ip for e in events} != {events[0].endpoints[0].ip}  # two slices, two sets of hosts
+    # Every node of the request carries tpuq's marks, as the janitor's ownership check reads them.
+    labels = [h.control.node_info(e.node)["node"].get("labels") or {} for e in events]
+    assert labels[0] and labels[0] == labels[1] and labels[0] == spec["node"]["labels"]
