@@ -94,3 +94,25 @@ def test_a_single_slice_job_with_slices_1_is_stored_as_before(sched):
     sched.deliver("jobs", {"id": "one", "tpu": "v4-32", "slices": 1, "command": "train"}, message_id="10")
     job = sched.job("one")
     assert job["state"] == "pending" and "slices" not in job["spec"]
+
+
+def test_an_unstarted_gang_is_sent_again_with_every_slice_and_ended_on_every_slice(sched):
+    from datetime import timedelta
+
+    from tests.scheduler.test_unstarted_assignments import EVERY, tick
+
+    gang_fleet(sched)
+    sched.deliver("jobs", {"id": "g3", "tpu": "v4-32", "slices": 2, "command": "train"}, message_id="1")
+    for i in range(2):
+        sched.deliver("fleet-events", slice_event(i, 2))
+    [first] = sched.drain("assignments")
+    for n in (1, 2, 3):
+        tick(sched, n * EVERY + timedelta(seconds=1), seq=n)
+        [again] = sched.drain("assignments")
+        assert again["slices"] == first["slices"] and again["slices_wanted"] == 2, n
+    tick(sched, timedelta(minutes=20, seconds=1), seq=4)
+    job = sched.job("g3")
+    assert job["state"] == "pending" and job["infra_failures"] == 1 and job["gang"] == []
+    for i in range(2):
+        tpu = sched.tpu(f"tq-gang-{i}")
+        assert tpu["state"] == "idle" and tpu["quarantined"] is True and "g3-1" in tpu["quarantine_reason"]
