@@ -138,9 +138,10 @@ def _record_health(event: FleetEvent, ctx: Context) -> bool:
 
 
 def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
-    """TPU -> gone; an attempt on it counts as preempted (once). True if a job went back to pending, or a
-    quarantined TPU is gone now: its place in the fleet's count is free, and the job whose attempt failed on it (a
-    dirty host, an unhealthy node) may ask for a fresh slice now rather than at the next backstop pass."""
+    """TPU -> gone; an attempt on it counts as preempted (once). True if a job went back to pending, or one of the
+    fleet's TPUs is gone: its place in the fleet's count is free, and a job held back by the count (the job whose
+    attempt failed on it, a dirty host, an unhealthy node) may ask for a fresh slice now rather than at the next
+    backstop pass."""
     db = ctx.clients.firestore
     tpu_ref = _tpus(ctx).document(short_node_name(event.node))
     for _ in range(3):
@@ -148,12 +149,12 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
         others = _other_slices(ctx, holder, event.node) if holder else []
         refs = [tpu_ref] + ([_jobs(ctx).document(holder)] if holder else []) + others
         recorded = _recorded_end(db, holder, ctx) if holder else {}
-        quarantined: list[bool] = []
+        recorded_tpu: list[bool] = []  # the TPU was one of the fleet's (any state): its place is free now
         held: list = []  # the holder's job as read, and its attempt (for its notices)
 
-        def decide(tpu_snap, job_snap=None, *other_snaps, holder=holder, recorded=recorded, quarantined=quarantined,
-                   held=held):
-            quarantined[:] = [bool((tpu_snap.to_dict() or {}).get(TpuDoc.field("quarantined")))]
+        def decide(tpu_snap, job_snap=None, *other_snaps, holder=holder, recorded=recorded,
+                   recorded_tpu=recorded_tpu, held=held):
+            recorded_tpu[:] = [tpu_snap.to_dict() is not None]
             job = job_snap.to_dict() if job_snap else None
             held[:] = [job]
             tpu = tpu_snap.to_dict()
@@ -181,9 +182,10 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
             # Out of retries, it ended: its waiters move on (the pass runs them) or are cancelled naming it.
             released = (dependencies.look_at_waiters(db, holder, ctx.now(), teller)
                         if holder and lost.end and lost.end.job and _ended(lost.end.job) else [])
-            # A quarantined TPU gone frees its place whether this event recorded it or the janitor's delete did
-            # first (`mark_gone`, which may land before this event is handled): either way the pass runs now.
-            return requeued or bool(released) or bool(quarantined and quarantined[0])
+            # A TPU gone frees its place in its entry's count (idle past its timeout, or quarantined), whether this
+            # event recorded it or the janitor's delete did first (`mark_gone`, which may land before this event is
+            # handled): either way the pass runs now, for a job held back by the count.
+            return requeued or bool(released) or bool(recorded_tpu and recorded_tpu[0])
     raise Retryable(f"TPU {event.node} keeps changing hands")
 
 

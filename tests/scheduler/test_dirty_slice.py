@@ -80,3 +80,19 @@ def test_the_deletion_asks_at_once_even_when_the_janitor_recorded_it_gone_first(
     sched.deliver("fleet-events", active("n1", kind=FleetEventKind.gone))
     requests = [m for m in sched.drain("capacity") if m.get("action", "request") == "request"]
     assert [r["job_ids"] for r in requests] == [["j1"]]
+
+
+def test_an_idle_slice_deleted_frees_the_count_for_a_job_held_back_by_it_at_once(sched):
+    """Not only a quarantined slice: an idle one the janitor deleted (its idle timeout) frees its place in the
+    entry's count, and a job the count held back asks at once, not at the backstop pass (issue 34's same gap)."""
+    save_fleet(sched.db, fleet_file(tpus=[{"id": "v4", "type": "v4-8", "zones": ["us-central2-b", "us-central2-c"],
+                                           "count": 1}]), utc(2026, 1, 1))
+    sched.deliver("fleet-events", active("n1"))  # idle in zone b
+    sched.deliver("jobs", {"id": "in-c", "tpu": "v4-8", "zone": "us-central2-c", "command": "x"})
+    assert "maximum" in (sched.job("in-c").get("blocked") or "")
+    assert [m for m in sched.drain("capacity") if m.get("action", "request") == "request"] == []
+    sched.db.collection("tpus").document("n1").set({"state": "gone", "gone_reason": "deleted by the janitor"},
+                                                   merge=True)  # the janitor's record first, as it may land
+    sched.deliver("fleet-events", active("n1", kind=FleetEventKind.gone))
+    requests = [m for m in sched.drain("capacity") if m.get("action", "request") == "request"]
+    assert [(r["job_ids"], r["zones"]) for r in requests] == [(["in-c"], ["us-central2-c"])]
