@@ -1,4 +1,5 @@
-"""`tpuq ssh JOB [--worker N] [-- CMD]`: shell: reads the job, its node and the firewalls, then execs ssh or gcloud.
+"""`tpuq ssh JOB [--slice S] [--worker N] [-- CMD]`: shell: reads the job, its node (on a multislice job, the
+slice's) and the firewalls, then execs ssh or gcloud.
 
 The decisions (which command, which firewall rule admits IAP, which worker) are `tpuq.operations.sshaccess`'s.
 - On the local stack (the environment names the stack's SSH key, `TPUQ_SSH_PRIVATE_KEY_FILE`, which only
@@ -21,7 +22,7 @@ import typer
 
 from tpuq.cli.connecting import cli_clients, fleet_in_use, job_or_fail
 from tpuq.cli.console import CliError, err
-from tpuq.operations.sshaccess import SshRefused
+from tpuq.operations.sshaccess import SshRefused, remote_command
 
 ENV_COMPUTE_ENDPOINT = "TPUQ_COMPUTE_API_ENDPOINT"  # a stand-in of compute.googleapis.com (the fake's Google APIs)
 COMPUTE_URL = "https://compute.googleapis.com/"
@@ -29,20 +30,27 @@ ENV_LOCAL_KEY = "TPUQ_SSH_PRIVATE_KEY_FILE"  # the local stack's executor key (`
 
 
 def ssh(job_id: str = typer.Argument(..., metavar="JOB"),
-        worker: int = typer.Option(0, "--worker", min=0, help="Which worker of the slice (0 first)"),
+        worker: int = typer.Option(0, "--worker", min=0,
+                                   help="Which worker (0 first): of the slice --slice names; on a multislice job "
+                                        "without --slice, the worker's id across the slices, as `tpuq logs --worker` "
+                                        "numbers them (slice × hosts per slice + worker: on 2 slices of 4 hosts, 5 "
+                                        "is s1/w1)"),
+        slice_id: Optional[int] = typer.Option(None, "--slice", min=0,
+                                               help="Which slice of a multislice job (0 first, in the order "
+                                                    "`tpuq status` lists its nodes); --worker is then the "
+                                                    "worker within that slice"),
         command: Optional[list[str]] = typer.Argument(None, metavar="CMD",
                                                       help="Run this command instead of a shell; its exit code is "
                                                            "tpuq's. The words are joined by spaces, as ssh does")) -> None:
     """A shell (or one command) on a worker of a running job: gcloud against a project, ssh on the local stack."""
     from tpuq.contracts.documents import JobDoc
-    from tpuq.operations.sshaccess import check_worker, remote_command, running_node
+    from tpuq.operations.sshaccess import running_node
 
     clients = cli_clients()
     try:
         job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
-        node_name, _ = running_node(job)
-        node = _read_node(clients, node_name)
-        check_worker(job_id, worker, len(node.internal_ips))
+        running_node(job)
+        node, worker = _pick_worker(clients, job, slice_id, worker)
         line = remote_command(command or [])
         local_key = os.environ.get(ENV_LOCAL_KEY)
         if clients.settings.firestore_emulator and local_key:
@@ -52,6 +60,30 @@ def ssh(job_id: str = typer.Argument(..., metavar="JOB"),
     except SshRefused as e:
         raise CliError(str(e)) from None
     _exec(argv)
+
+
+def _pick_worker(clients, job, slice_id: int | None, worker: int):
+    """(the node, the worker within it) that `--slice`/`--worker` name (tpuq.operations.sshaccess: job_slices)."""
+    from tpuq.contracts.workers import worker_label
+    from tpuq.operations.sshaccess import check_worker, global_worker, job_slices, slice_node
+
+    slices = job_slices(job)
+    if slice_id is not None:
+        node = _read_node(clients, slice_node(job.id, slices, slice_id))
+        check_worker(job.id, worker, len(node.internal_ips), slice_id=slice_id if len(slices) > 1 else None)
+    elif len(slices) > 1:  # --worker alone on several slices: the global id
+        first = _read_node(clients, slices[0])
+        slice_id, worker = global_worker(job.id, worker, len(first.internal_ips), len(slices))
+        node = first if slice_id == 0 else _read_node(clients, slices[slice_id])
+        check_worker(job.id, worker, len(node.internal_ips), slice_id=slice_id)
+    else:
+        node = _read_node(clients, slices[0])
+        check_worker(job.id, worker, len(node.internal_ips))
+    if len(slices) > 1:
+        hosts = len(node.internal_ips)
+        err.print(f"[dim]{worker_label(slice_id * hosts + worker, hosts, len(slices))}: slice {slice_id} of "
+                  f"{len(slices)}, its node {node.short}[/dim]", highlight=False)
+    return node, worker
 
 
 def _read_node(clients, name: str):

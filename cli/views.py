@@ -33,8 +33,9 @@ def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] =
     blocks (for a pending job) and every attempt (when it started and ended). A field not set is left out."""
     from datetime import datetime, timezone
 
-    from tpuq.operations.runview import attempt_line, job_head_fields, job_times
     from tpuq.operations.fleetreport import waiting_shown
+    from tpuq.operations.jobwatch import requested_type
+    from tpuq.operations.runview import attempt_line, job_head_fields, job_times
 
     now = now or datetime.now(timezone.utc)
     tz = tz or datetime.now().astimezone().tzinfo
@@ -44,7 +45,9 @@ def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] =
     out.print(f"[bold]{job_id}[/bold]  state: {state_style(job.state)}  {fields}", highlight=False)
     if spec:
         command = f"   command: {spec['command']}" if spec.get("command") else ""
-        out.print(f"  tpu: {', '.join(job.spec_tpu)}{command}", highlight=False, markup=False)
+        counts = job.spec_slice_counts
+        slices = f"   slices: {', '.join(map(str, counts))}" if max(counts, default=1) > 1 else ""
+        out.print(f"  tpu: {', '.join(job.spec_tpu)}{slices}{command}", highlight=False, markup=False)
     times = job_times(job, tz, now)
     if times:
         out.print(f"  {', '.join(times)}", highlight=False, markup=False)
@@ -57,9 +60,11 @@ def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] =
             shown = waiting_shown(value) if key == "waiting" else f"{key}: {value}"
             out.print(f"  {shown}", highlight=False, markup=False)
     print_blocked(blocks, list(details), verbose, indent="  ")
+    wanted = max(job.spec_slice_counts, default=1) if spec else 1  # a multislice job: what each attempt got
     for a in (AttemptDoc.from_doc(doc) for doc in stored.get("attempt_history") or []):
         detail = f" - {a.detail[:200]}" if a.detail else ""
-        out.print(f"  {attempt_line(a, tz, now)}{detail}", highlight=False, markup=False)
+        line = attempt_line(a, tz, now, requested_type(job), wanted)
+        out.print(f"  {line}{detail}", highlight=False, markup=False)
 
 
 JOB_TABLE = ("job", "state", "priority", "tpu", "owner", "age", "reason")
@@ -131,7 +136,8 @@ def _worker_style(state: str) -> str:
 
 def watch_view(watch) -> Group:
     """`tpuq watch` on a terminal: the job's line (state, where it runs, for how long), why a pending job waits,
-    then one row per worker of the slice: state, exit code, elapsed time, last log line. `watch`: a
+    then one row per worker of the slice: state, exit code, elapsed time, last log line (on several slices, every
+    slice's workers grouped by slice, labelled `s1/w0`). `watch`: a
     `tpuq.operations.jobwatch.JobWatch`."""
     from rich.markup import escape
 
@@ -148,16 +154,26 @@ def watch_view(watch) -> Group:
     if watch.state is JobState.pending and not watch.waiting:
         parts.append(Text("  waiting for a TPU", style="yellow"))
     if watch.workers:
+        # A multislice job's rows are grouped by slice: a `slice` column naming the slice's node on its first row,
+        # a rule between slices, and each worker labelled `s1/w0` (tpuq.contracts.workers).
+        by_slice = any(row.slice_id is not None for row in watch.workers)
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        if by_slice:
+            table.add_column("slice")
         table.add_column("worker", justify="right")
         table.add_column("state")
         table.add_column("exit", justify="right")
         table.add_column("elapsed", justify="right")
         table.add_column("last line", overflow="ellipsis", no_wrap=True, max_width=120)
-        for row in watch.workers:
+        rows = watch.workers
+        for i, row in enumerate(rows):
             code = "" if row.exit_code is None else str(row.exit_code) + (f" ({row.signal})" if row.signal else "")
-            table.add_row(str(row.worker), _worker_style(row.state), code, duration(row.elapsed),
-                          Text(row.last_line))
+            cells = [row.name, _worker_style(row.state), code, duration(row.elapsed), Text(row.last_line)]
+            last_of_slice = by_slice and i + 1 < len(rows) and rows[i + 1].slice_id != row.slice_id
+            if by_slice:
+                first_of_slice = i == 0 or rows[i - 1].slice_id != row.slice_id
+                cells.insert(0, _slice_cell(watch, row.slice_id) if first_of_slice else "")
+            table.add_row(*cells, end_section=last_of_slice)
         parts.append(table)
     elif watch.state in JOB_STATES_ON_A_TPU:
         parts.append(Text("  no workers known yet"))
@@ -166,6 +182,13 @@ def watch_view(watch) -> Group:
     if watch.terminal:
         parts.append(Text(f"  exit status {watch.exit_code}"))
     return Group(*parts)
+
+
+def _slice_cell(watch, slice_id: int | None) -> str:
+    """`s1 tpuq-abc-1`: a slice and its node (the node is not known before the attempt has its gang)."""
+    node = watch.nodes[slice_id] if slice_id is not None and slice_id < len(watch.nodes) else (
+        watch.node if slice_id == 0 else None)
+    return f"s{slice_id}" + (f" {node}" if node else "")
 
 
 def print_brakes(brakes: dict) -> None:

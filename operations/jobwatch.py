@@ -3,11 +3,14 @@
 From what the CLI read (the job, its current attempt, the TPU that attempt runs on, the workers' status objects,
 each worker's last log line, and what holds a pending job), `build_watch` makes a `JobWatch`: the job's state, one
 `WorkerRow` per worker of the slice (state, exit code, last log line, elapsed time) and, while the job is pending,
-why it waits. `tpuq.cli.views.watch_view` draws it on a terminal; `facts` and `change_lines` are what a watch prints
-instead when its output is not one; `job_exit_code` is the commands' exit status.
+why it waits. A multislice attempt (its `gang`, issue 37) has a row per worker of every slice, in the attempt's
+numbering (`tpuq.contracts.workers`: g = slice * hosts_per_slice + w), each labelled `s1/w0` and with its slice.
+`tpuq.cli.views.watch_view` draws it on a terminal; `facts` and `change_lines` are what a watch prints instead
+when its output is not one; `job_exit_code` is the commands' exit status.
 
-How many workers: the TPU type of the node the attempt runs on (`tpus/{node}`, `tpuq.contracts.tputypes`), else the
-workers' own status objects (`worker_count`), else the one type the job asked for. The workers write their status
+How many workers: the TPU type of the node the attempt runs on (`tpus/{node}`, `tpuq.contracts.tputypes`; on several
+slices, slice 0's, times the slices), else the workers' own status objects (`worker_count`, every slice's workers),
+else the one type the job asked for (times the most slices it asked for). The workers write their status
 objects (`tpuq.contracts.gcslayout`) only when they end, so a worker without one is as far as its attempt: assigned
 (starting) or running.
 """
@@ -15,7 +18,7 @@ objects (`tpuq.contracts.gcslayout`) only when they end, so a worker without one
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -23,6 +26,7 @@ from tpuq.contracts.documents import AttemptDoc, JobDoc, JobState, parse_timesta
 from tpuq.contracts.jobspec import ANY_TPU
 from tpuq.contracts.messages import AttemptOutcome
 from tpuq.contracts.tputypes import UnknownAcceleratorType, canonical_name, parse_accelerator_type
+from tpuq.contracts.workers import split_worker_id, worker_label
 
 # A worker that never reported, on a job that ended: the executor stopped it (another worker failed, a cancel).
 STOPPED = "stopped"
@@ -42,10 +46,17 @@ class WorkerRow:
     last_line: str = ""
     elapsed: float | None = None  # seconds since the attempt (or this worker) started; to its end once ended
     ended_at: datetime | None = None
+    label: str = ""  # `s1/w0` on a job that asked for several slices; "" on one slice (the row is `worker`)
+    slice_id: int | None = None  # its slice, on a job that asked for several slices
 
     @property
     def ended(self) -> bool:
         return self.ended_at is not None or self.state == STOPPED
+
+    @property
+    def name(self) -> str:
+        """How the row names its worker: `2`, or `s1/w0` on several slices."""
+        return self.label or str(self.worker)
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,9 @@ class JobWatch:
     job_id: str
     state: JobState
     attempt: int = 0
-    node: str | None = None  # the short name of the node the current attempt runs on
+    node: str | None = None  # the short name of the node the current attempt runs on (slice 0's on several)
+    nodes: tuple[str, ...] = ()  # a multislice attempt's nodes (short names), slice order; () on one slice
+    slices_wanted: int = 1  # the most slices the job asked for (`slices:`); 1 for a single-slice job
     zone: str | None = None
     tpu_type: str | None = None
     workers: tuple[WorkerRow, ...] = ()
@@ -65,6 +78,11 @@ class JobWatch:
     @property
     def terminal(self) -> bool:
         return self.state.terminal
+
+    @property
+    def slices(self) -> int:
+        """The slices the current attempt runs on (1 on one slice, or before it has a TPU)."""
+        return max(1, len(self.nodes))
 
 
 def type_hosts(tpu_type: str | None) -> int | None:
@@ -83,15 +101,26 @@ def requested_type(job: JobDoc) -> str | None:
     return asked[0] if len(asked) == 1 and asked[0] != ANY_TPU else None
 
 
-def worker_count(job: JobDoc, tpu: Mapping[str, Any] | None, statuses: Mapping[int, Mapping[str, Any]]) -> int:
-    """The slice's workers: the attempt's node (`tpus/{node}`: hosts, or its type), else the status objects'
-    `worker_count`, else the one type the job asked for; never fewer than the workers that reported."""
+def slice_hosts(job: JobDoc, tpu: Mapping[str, Any] | None) -> int | None:
+    """The workers of one slice: the attempt's node (`tpus/{node}`: hosts, or its type; slice 0's on several
+    slices, which all have one type), else the one type the job asked for; None when neither says."""
+    tpu = tpu or {}
+    hosts = tpu.get("hosts") or type_hosts(tpu.get("type")) or type_hosts(requested_type(job))
+    return int(hosts) if hosts else None
+
+
+def worker_count(job: JobDoc, tpu: Mapping[str, Any] | None, statuses: Mapping[int, Mapping[str, Any]],
+                 slices: int = 1) -> int:
+    """The attempt's workers, on `slices` slices: the attempt's node (`tpus/{node}`: hosts, or its type) times the
+    slices, else the status objects' `worker_count` (every slice's), else the one type the job asked for times the
+    slices; never fewer than the workers that reported."""
     tpu = tpu or {}
     hosts = tpu.get("hosts") or type_hosts(tpu.get("type"))
+    hosts = int(hosts) * slices if hosts else 0
     if not hosts:
         hosts = max((int(s.get("worker_count") or 0) for s in statuses.values()), default=0)
     if not hosts:
-        hosts = type_hosts(requested_type(job)) or 0
+        hosts = (type_hosts(requested_type(job)) or 0) * slices
     return max(int(hosts), max(statuses, default=-1) + 1)
 
 
@@ -128,13 +157,29 @@ def build_watch(job: JobDoc, attempt: AttemptDoc | None, tpu: Mapping[str, Any] 
     `tpu`: the `tpus/{node}` document of that attempt's node; `statuses`: that attempt's status objects by worker;
     `last_lines`: each worker's last log line; `waiting`: what holds a pending job (`fleetreport.waiting_reason`)."""
     pending = job.state is JobState.pending
+    wanted = max(job.spec_slice_counts, default=1)
+    gang = () if pending else ((attempt.gang if attempt else ()) or job.gang)
     if pending:
         # A requeued job's current attempt has ended; the next one may run on another type: only the type it
-        # asked for says how many workers it will have.
-        count = type_hosts(requested_type(job)) or 0
+        # asked for says how many workers it will have (on the most slices it asked for).
+        slices = wanted
+        count = (type_hosts(requested_type(job)) or 0) * wanted
         statuses, tpu, last_lines = {}, None, {}
     else:
-        count = worker_count(job, tpu, statuses) if job.attempt else 0  # rejected, or cancelled before a TPU
+        slices = max(1, len(gang))
+        count = worker_count(job, tpu, statuses, slices) if job.attempt else 0  # rejected, or cancelled before a TPU
+    # A job that asked for several slices names its workers `s1/w0`, also when an elastic one got a single slice
+    # (as `tpuq logs` does: tpuq.contracts.workers.job_worker_labels).
+    hosts = slice_hosts(job, tpu) if not pending else type_hosts(requested_type(job))
+    if not hosts and count and slices > 1:
+        hosts = count // slices
+    multislice = max(slices, wanted) > 1 and bool(hosts)
+
+    def labelled(row: WorkerRow) -> WorkerRow:
+        if not multislice:
+            return row
+        return replace(row, label=worker_label(row.worker, hosts, max(slices, wanted)),
+                       slice_id=split_worker_id(row.worker, hosts)[0])
     started = (attempt.started_at if attempt else None) or job.started_at or (attempt.assigned_at if attempt else None)
     job_end = job.finished_at if job.terminal else now
     rows = []
@@ -143,21 +188,24 @@ def build_watch(job: JobDoc, attempt: AttemptDoc | None, tpu: Mapping[str, Any] 
         if status is not None:
             ended = parse_timestamp(status.get("ended_at"))
             code = status.get("exit_code")
-            rows.append(WorkerRow(w, worker_outcome(status), int(code) if code is not None else None,
-                                  status.get("signal"), last_lines.get(w, ""),
-                                  _seconds(parse_timestamp(status.get("started_at")) or started, ended), ended))
+            rows.append(labelled(WorkerRow(w, worker_outcome(status), int(code) if code is not None else None,
+                                           status.get("signal"), last_lines.get(w, ""),
+                                           _seconds(parse_timestamp(status.get("started_at")) or started, ended),
+                                           ended)))
             continue
         if job.terminal:
             state = job.state.value if job.state in (JobState.succeeded, JobState.cancelled) else STOPPED
         else:
             state = job.state.value
-        rows.append(WorkerRow(w, state, last_line=last_lines.get(w, ""), elapsed=_seconds(started, job_end)))
+        rows.append(labelled(WorkerRow(w, state, last_line=last_lines.get(w, ""), elapsed=_seconds(started, job_end))))
     node = (attempt.tpu if attempt else None) or job.tpu
     watch = JobWatch(
         job_id=job.id,
         state=job.state,
         attempt=job.attempt,
         node=short_node_name(node) if node and not pending else None,
+        nodes=tuple(short_node_name(n) for n in gang) if len(gang) > 1 else (),
+        slices_wanted=wanted,
         zone=((attempt.zone if attempt else None) or job.zone) if not pending else None,
         tpu_type=((tpu or {}).get("type") or requested_type(job)),
         workers=tuple(rows),
@@ -201,14 +249,26 @@ def first_line(text: str | None) -> str:
     return (text or "").strip().split("\n", 1)[0].strip()
 
 
+def slices_text(got: int, tpu_type: str | None, wanted: int = 1) -> str:
+    """`2 slices of v4-32`, with `(asked 4)` when an elastic job got fewer than it asked for; `1 slice of v4-32
+    (asked 4)`; "" on one slice of a single-slice job."""
+    if got <= 1 and wanted <= 1:
+        return ""
+    text = f"{got} slice{'s' if got != 1 else ''}" + (f" of {tpu_type}" if tpu_type else "")
+    return text + (f" (asked {wanted})" if wanted > got else "")
+
+
 def where(watch: JobWatch) -> str:
-    """`tpuq-abc (us-central2-a, v4-32, 4 workers), attempt 1`; "" before the job has a TPU."""
+    """`tpuq-abc (us-central2-a, v4-32, 4 workers), attempt 1`; on several slices `tpuq-abc-0, tpuq-abc-1
+    (us-central2-a, 2 slices of v4-32, 8 workers), attempt 1`; "" before the job has a TPU."""
     if not watch.node:
         return ""
     n = len(watch.workers)
-    details = ", ".join(x for x in (watch.zone, watch.tpu_type, f"{n} worker{'s' if n != 1 else ''}" if n else "")
-                        if x)
-    return f"{watch.node} ({details}), attempt {watch.attempt}"
+    kind = slices_text(watch.slices, watch.tpu_type, watch.slices_wanted) or watch.tpu_type
+    details = ", ".join(x for x in (watch.zone, kind, f"{n} worker{'s' if n != 1 else ''}" if n else "") if x)
+    nodes = watch.nodes or (watch.node,)
+    shown = ", ".join(nodes) if len(nodes) <= 3 else f"{nodes[0]} ... {nodes[-1]}"
+    return f"{shown} ({details}), attempt {watch.attempt}"
 
 
 def job_fact(watch: JobWatch) -> str:
@@ -226,8 +286,9 @@ def job_fact(watch: JobWatch) -> str:
 
 
 def worker_fact(row: WorkerRow) -> str:
-    """One ended worker: "worker 2: failed, exited 3 (SIGTERM); last line: oops"."""
-    text = f"worker {row.worker}: {row.state}"
+    """One ended worker: "worker 2: failed, exited 3 (SIGTERM); last line: oops" (`worker s1/w0: ...` on several
+    slices)."""
+    text = f"worker {row.name}: {row.state}"
     if row.exit_code is not None:
         text += f", exited {row.exit_code}"
     if row.signal:
@@ -243,7 +304,7 @@ def facts(watch: JobWatch, workers: bool = True) -> dict[str, str]:
     job: a line each would only repeat it. In order: the job's line first, except that a job's end comes after
     its workers' (the last line says how it ended). `workers=False`: the job's line only (`submit --wait`)."""
     job = {"job": job_fact(watch)}
-    ended = {f"worker {r.worker}": worker_fact(r) for r in watch.workers if r.ended} if workers else {}
+    ended = {f"worker {r.name}": worker_fact(r) for r in watch.workers if r.ended} if workers else {}
     return {**ended, **job} if watch.terminal else {**job, **ended}
 
 

@@ -37,13 +37,25 @@ def job_head_fields(job: JobDoc) -> list[tuple[str, str]]:
     return fields + [("owner", job.owner or "unknown")]
 
 
-def attempt_line(a: AttemptDoc, tz: tzinfo, now: datetime) -> str:
+def attempt_line(a: AttemptDoc, tz: tzinfo, now: datetime, tpu_type: str | None = None,
+                 slices_wanted: int = 1) -> str:
     """`attempt 2: ended preempted on tpuq-abc, started 14:01:02 CET, ended 14:05:10 CET (ran 4m08s)`: each time
-    is the one its word says (an attempt assigned but never started shows when it was assigned)."""
-    from tpuq.operations.fleetreport import local_time
-    from tpuq.operations.jobwatch import duration
+    is the one its word says (an attempt assigned but never started shows when it was assigned).
 
-    head = f"attempt {a.attempt}: {a.state.value}" + (f" {a.outcome}" if a.outcome else "") + f" on {a.tpu or '?'}"
+    A job that asked for several slices (`slices_wanted`, the most its `slices:` lists; `tpu_type` its one type)
+    says what each attempt got, from the attempt's `gang`: `on 2 slices of v4-32 (asked 4): tpuq-a-0, tpuq-a-1`
+    (`(asked N)` when an elastic job got fewer)."""
+    from tpuq.contracts.documents import short_node_name
+    from tpuq.operations.fleetreport import local_time
+    from tpuq.operations.jobwatch import duration, slices_text
+
+    got = len(a.gang) if len(a.gang) > 1 else 1
+    if a.tpu and (got > 1 or slices_wanted > 1):
+        nodes = ", ".join(short_node_name(n) for n in (a.gang if got > 1 else (a.tpu,)))
+        place = f"{slices_text(got, tpu_type, slices_wanted)}: {nodes}"
+    else:
+        place = a.tpu or "?"
+    head = f"attempt {a.attempt}: {a.state.value}" + (f" {a.outcome}" if a.outcome else "") + f" on {place}"
     times = []
     if a.started_at is None and a.assigned_at is not None:
         times.append(f"assigned {local_time(a.assigned_at, tz, now)}")

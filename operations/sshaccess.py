@@ -5,7 +5,8 @@ command; one without is reached through Identity-Aware Proxy's TCP forwarding, w
 command offers (`--tunnel-through-iap`), and which needs an ingress rule admitting IAP's range
 (35.235.240.0/20) on tcp:22 to the node. The rule belongs to the project's owner: tpuq reads the rules
 (compute v1 `firewalls.list`) and, when none admits IAP, prints the owner's command instead of connecting.
-On the local stack the worker's sshd is reached directly, with the system `ssh`.
+On the local stack the worker's sshd is reached directly, with the system `ssh`. On a multislice job, `--slice S
+--worker W` picks worker W of slice S's node; `--worker G` alone is the worker's id across the slices (`job_slices`).
 
 The shell that reads the job, the node and the firewalls and then execs is `tpuq.cli.ssh`.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuq.contracts.documents import JobDoc, JobState, short_node_name
+from tpuq.contracts.workers import split_worker_id
 
 IAP_RANGE = "35.235.240.0/20"  # where IAP TCP forwarding connects from (Google's IAP documentation)
 SSH_PORT = 22
@@ -82,13 +84,47 @@ def workers_text(count: int) -> str:
     return "0" if count == 1 else f"0-{count - 1}"
 
 
-def check_worker(job_id: str, worker: int, count: int, option: str = "--worker") -> None:
-    """A worker index the job has, or a one-line error naming the workers it has."""
+def check_worker(job_id: str, worker: int, count: int, option: str = "--worker", slice_id: int | None = None) -> None:
+    """A worker index the job has (of its slice `slice_id`, when given), or a one-line error naming the workers it
+    has."""
+    whose = f"job {job_id}" if slice_id is None else f"slice {slice_id} of job {job_id}"
     if count <= 0:
-        raise SshRefused(f"job {job_id}: its TPU reports no workers yet")
+        raise SshRefused(f"{whose}: its TPU reports no workers yet")
     if not 0 <= worker < count:
         noun = "worker" if count == 1 else "workers"
-        raise SshRefused(f"{option} {worker}: job {job_id} has {count} {noun}, {workers_text(count)}")
+        raise SshRefused(f"{option} {worker}: {whose} has {count} {noun}, {workers_text(count)}")
+
+
+# A multislice job (issue 37) runs on a gang of slices, one node each (`job.gang`, slice order; slice 0 is `tpu`).
+# `--slice S --worker W` is worker W of slice S's node. `--worker G` alone is the worker's global id, numbered across
+# the slices as `tpuq logs --worker` and the status objects number them (tpuq.contracts.workers: G = S × hosts + W),
+# so on 2 slices of 4 hosts `--worker 5` is s1/w1. On one slice both read as today's `--worker`.
+def job_slices(job: JobDoc) -> tuple[str, ...]:
+    """The running job's nodes, slice order: its gang on several slices, else its one node (running_node first)."""
+    return tuple(job.gang) if len(job.gang) > 1 else ((job.tpu,) if job.tpu else ())
+
+
+def slice_node(job_id: str, slices: tuple[str, ...], slice_id: int) -> str:
+    """The node of slice `slice_id` (`--slice`), or a one-line error naming the slices the job runs on."""
+    if not 0 <= slice_id < len(slices):
+        runs_on = "one slice, 0" if len(slices) == 1 else f"{len(slices)} slices, {workers_text(len(slices))}"
+        raise SshRefused(f"--slice {slice_id}: job {job_id} runs on {runs_on}")
+    return slices[slice_id]
+
+
+def global_worker(job_id: str, worker: int, hosts_per_slice: int, slice_count: int) -> tuple[int, int]:
+    """`--worker G` without `--slice` on a multislice job: (slice, worker within it) of the global id G, or a
+    one-line error naming both ways to name a worker."""
+    if hosts_per_slice <= 0:
+        raise SshRefused(f"job {job_id}: its TPU reports no workers yet")
+    total = hosts_per_slice * slice_count
+    if not 0 <= worker < total:
+        example = f"{hosts_per_slice + 1} is s1/w1" if hosts_per_slice > 1 else f"{hosts_per_slice} is s1/w0"
+        raise SshRefused(
+            f"--worker {worker}: job {job_id} has {total} workers on {slice_count} slices of {hosts_per_slice}, "
+            f"{workers_text(total)} numbered across the slices ({example}); or name a slice's worker: "
+            f"--slice {workers_text(slice_count)} --worker {workers_text(hosts_per_slice)}")
+    return split_worker_id(worker, hosts_per_slice)
 
 
 def remote_command(words: Sequence[str]) -> str | None:
