@@ -88,6 +88,8 @@ def tpu_refuses_new_job(doc: Doc, now: datetime) -> str | None:
     (`NodeHealth.refuses_new_job`: under way, or its window opens within `MAINTENANCE_HORIZON`)."""
     if doc.get(TpuDoc.field("quarantined")):
         return doc.get(TpuDoc.field("quarantine_reason")) or "quarantined"
+    if doc.get(TpuDoc.field("gang_waiting")):
+        return "waiting for the other slices of its multislice queued resource to be recorded"
     health = NodeHealth.from_doc(doc)
     return health.refuses_new_job(now) if health is not None else None
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from google.cloud.firestore import FieldFilter
+
 from tpuq.contracts import store
 from tpuq.contracts.documents import (ExecutionEnd, JobDoc, JobState, TpuDoc, TpuState, execution_doc_id,
                                       short_node_name)
@@ -91,6 +93,8 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
         _record_active(event, fleet, ctx)
         if event.slice_count > 1 and not _gang_recorded(event, ctx):
             return  # a slice of a multislice request: the event of its last slice recorded releases and plans
+        if event.slice_count > 1:
+            gang_ready(ctx.clients.firestore, event.queued_resource, ctx.now())
         if event.request_id:
             release_request(ctx, event.request_id)
             # The request is served: close it at the claimer too, so that when this slice is later
@@ -123,6 +127,14 @@ def _gang_recorded(event: FleetEvent, ctx: Context) -> bool:
     part of the gang to an elastic job (or to single-slice jobs) and its request would look served. Each slice's
     handler counts after its own write, so the last of them (or both of two at once) sees them all."""
     return slices_recorded(ctx.clients.firestore, event.queued_resource) >= event.slice_count
+
+
+def gang_ready(db, queued_resource: str, now) -> None:
+    """Every slice of the queued resource is recorded: each may be offered to a job now (`gang_waiting` cleared)."""
+    slices = db.collection(store.TPUS).where(filter=FieldFilter("queued_resource", "==", queued_resource))
+    for snap in slices.stream():
+        if (snap.to_dict() or {}).get(TpuDoc.field("gang_waiting")):
+            commit_if_unchanged(db, WriteSet().update(snap, TpuDoc.fields(gang_waiting=False, updated_at=now)))
 
 
 def _record_health(event: FleetEvent, ctx: Context) -> bool:

@@ -110,6 +110,7 @@ def tpu_on_active(existing: Doc | None, event: FleetEvent, fleet: FleetFile | No
             **details,
             **TpuDoc.fields(node_health=health, node_health_at=event.at if health else None, state=TpuState.idle,
                             job_id=None, attempt_id=None, idle_since=now, created_at=now, updated_at=now),
+            **(TpuDoc.fields(gang_waiting=True) if event.slice_count > 1 else {}),
         }
     changed = {k: v for k, v in details.items() if existing.get(k) != v and v is not None}
     if health is not None and existing.get(TpuDoc.field("node_health")) != health and _reading_is_newer(existing, event):

@@ -384,7 +384,8 @@ def active_slices_not_recorded(ctx: Context, limit: int = 200, slices: "LiveSlic
     what `read_live_slices` read for this tick (its TPUs in service are known without reading them again)."""
     db = ctx.clients.firestore
     slices = slices or read_live_slices(db, active_limit=limit, tpus_limit=0)
-    records = [r for r in slices.active_records.values() if r.get("node") and r.get("endpoints")]
+    records = [r for record in slices.active_records.values() for r in _per_slice(record)
+               if r.get("node") and r.get("endpoints")]
     if not records:
         return []
     in_service = {short_node_name(d["name"]) for d in slices.tpus_in_service if d.get("name")}
@@ -402,8 +403,18 @@ def active_slices_not_recorded(ctx: Context, limit: int = 200, slices: "LiveSlic
             zone=r["zone"], type=r["type"], node=r["node"], entry_id=r.get("entry_id"), chips=accel.chips,
             hosts=accel.hosts, spot=bool(r.get("spot", True)),
             endpoints=[WorkerEndpoint.model_validate(e) for e in r["endpoints"]], node_health=NodeHealth.from_doc(r),
-            at=ctx.now()))
+            slice_index=r.get("slice_index"), slice_count=r.get("slice_count") or 1, at=ctx.now()))
     return events
+
+
+def _per_slice(record: dict) -> list[dict]:
+    """A claimer's queued-resource record as one record per slice: itself, or a multislice request's every slice
+    (`slice_nodes`: its node, workers and health), each with its index and the gang's size."""
+    nodes = record.get("slice_nodes") or []
+    if not nodes:
+        return [record]
+    return [{**record, "node": n.get("name"), "endpoints": n.get("endpoints"), "node_health": n.get("node_health"),
+             "slice_index": i, "slice_count": len(nodes)} for i, n in enumerate(nodes)]
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,47 @@ def test_an_unstarted_gang_is_sent_again_with_every_slice_and_ended_on_every_sli
     for i in range(2):
         tpu = sched.tpu(f"tq-gang-{i}")
         assert tpu["state"] == "idle" and tpu["quarantined"] is True and "g3-1" in tpu["quarantine_reason"]
+
+
+def test_a_gangs_first_slices_take_no_job_before_the_last_is_recorded(sched):
+    """A tick's pass between two slices' ACTIVE events must not give the first slice to a single-slice job (or part
+    of the gang to an elastic one): a slice recorded before the others is `gang_waiting` until the last is."""
+    gang_fleet(sched)
+    sched.deliver("fleet-events", slice_event(0, 2))
+    assert sched.tpu("tq-gang-0")["gang_waiting"] is True
+    sched.deliver("jobs", {"id": "single", "tpu": "v4-32", "command": "x"}, message_id="1")
+    sched.deliver("ticks", {"seq": 1})
+    assert sched.drain("assignments") == [] and sched.job("single")["state"] == "pending"
+    sched.deliver("fleet-events", slice_event(1, 2))
+    assert [sched.tpu(f"tq-gang-{i}")["gang_waiting"] for i in range(2)] == [False, False]
+    [assignment] = sched.drain("assignments")
+    assert assignment["job_id"] == "single"
+
+
+def test_a_gang_slice_whose_active_event_was_lost_is_recorded_by_the_backstop(sched):
+    """The tick's backstop for lost ACTIVE events reads a multislice record's every slice (`slice_nodes`)."""
+    from datetime import timedelta
+
+    from tpuq.claimer.model import QrRecord, SliceNode
+    from tpuq.claimer.statestore import qr_to_doc
+    from tpuq.contracts import store
+    from tpuq.contracts.messages import Tick
+    from tpuq.scheduler import handlers
+
+    from tests.scheduler.test_reconcile import tick_context
+
+    gang_fleet(sched)
+    events = [slice_event(i, 2) for i in range(2)]
+    now = datetime.now(timezone.utc)
+    record = QrRecord(qr_id="tq-gang", fleet="test", project="tpuq-local", request_id=None, entry_id="v4",
+                      zone=PROJECT_ZONE, type="v4-32", spot=True, generation=0, state="ACTIVE", created_at=now,
+                      updated_at=now, node=events[0].node, endpoints=tuple(events[0].endpoints), slices=2,
+                      slice_nodes=tuple(SliceNode(e.node, tuple(e.endpoints)) for e in events))
+    sched.db.collection(store.QUEUED_RESOURCES).document(record.qr_id).set(qr_to_doc(record))
+    sched.deliver("fleet-events", events[0])  # slice 1's event was lost
+    sched.deliver("jobs", {"id": "g4", "tpu": "v4-32", "slices": 2, "command": "train"}, message_id="1")
+    assert sched.drain("assignments") == []
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(seconds=1)))
+    assert sched.tpu("tq-gang-1")["slice_index"] == 1
+    [assignment] = sched.drain("assignments")
+    assert [s["node"] for s in assignment["slices"]] == [e.node for e in events]

@@ -87,6 +87,9 @@ class TpuDoc(_View):
     # as deleting the queued resource deletes every slice.
     slice_index: int | None = None
     slice_count: int = 1
+    # Recorded before its gang's other slices: offered to no job until every slice is (a pass in between could give
+    # part of the gang to another job). Cleared on all of them by the last slice's ACTIVE.
+    gang_waiting: bool = False
     endpoints: tuple[Mapping[str, Any], ...] = ()  # WorkerEndpoint dumps
     chips: int | None = None
     hosts: int | None = None
