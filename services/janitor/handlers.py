@@ -170,6 +170,22 @@ class Janitor:
             return False
         return True
 
+    def mark_all_deleting(self, checks: list[tuple[str, Any]], reason: str) -> bool:
+        """`mark_deleting` for several TPUs at once (a gang's slices): one guarded commit over all their documents,
+        each `allowed` on its fresh read; none is marked unless all are."""
+        now = self.ctx.now()
+        snaps = [self.db.collection(store.TPUS).document(tpu_id).get() for tpu_id, _ in checks]
+        if not all(snap.exists and allowed(snap.to_dict()) for snap, (_, allowed) in zip(snaps, checks)):
+            return False
+        fields = TpuDoc.fields(state=TpuState.deleting, deleting_since=now, delete_reason=reason, updated_at=now)
+        writes = guarded.WriteSet()
+        for snap in snaps:
+            writes.update(snap, fields)
+        if not guarded.commit_if_unchanged(self.db, writes):
+            log.info("a slice of %s changed under us (an assignment won): not deleted", [c[0] for c in checks])
+            return False
+        return True
+
     def mark_gone(self, tpu_id: str, reason: str) -> None:
         now = self.ctx.now()
         self.db.collection(store.TPUS).document(tpu_id).set(
@@ -235,17 +251,27 @@ class Janitor:
 
     def reap_idle(self, tpus: list[d.TpuDoc]) -> None:
         now, paused = self.ctx.now(), self.paused
+        still_expired = (lambda t: lambda doc: doc is not None and d.idle_expired(
+            d.TpuDoc.from_doc(doc, t.id), self.fleet, self.ctx.now(), paused))
+        # A multislice queued resource's slices go together (`d.whole_gangs`): all marked deleting in one guarded
+        # commit, or none (an assignment of any of them wins), then one read and one delete of the request.
+        groups: dict[str, list[d.TpuDoc]] = {}
         for t in d.decide_idle(tpus, self.fleet, now, paused):
-            marked = self.mark_deleting(
-                t.id, lambda doc: doc is not None and d.idle_expired(d.TpuDoc.from_doc(doc, t.id), self.fleet,
-                                                                     self.ctx.now(), paused),
-                d.idle_delete_reason(t, self.fleet, paused))
+            key = t.queued_resource if t.slice_count > 1 and t.queued_resource else t.id
+            groups.setdefault(key, []).append(t)
+        for group in groups.values():
+            reason = d.idle_delete_reason(group[0], self.fleet, paused)
+            if len(group) == 1:
+                marked = self.mark_deleting(group[0].id, still_expired(group[0]), reason)
+            else:
+                marked = self.mark_all_deleting([(t.id, still_expired(t)) for t in group], reason)
             if not marked:
                 continue
-            name = t.queued_resource or t.name
+            name = group[0].queued_resource or group[0].name
             decision = d.decide_reap(name, self.api.read(name) if name else None, self.fleet)
             if decision.gone_reason:
-                self.mark_gone(t.id, decision.gone_reason)
+                for t in group:
+                    self.mark_gone(t.id, decision.gone_reason)
             if decision.delete:
                 self.delete([decision.delete])
 

@@ -42,3 +42,59 @@ def test_the_nodes_of_a_multislice_request_are_known_by_their_prefix():
     no_prefix = {"name": GANG, "tpu": {"nodeSpec": [{"multisliceParams": {"nodeCount": 2}}]}}
     assert d._node_ids_of(no_prefix) == ["tq-r1-z-0", "tq-r1-z-1"]
     assert d.node_id_of(listed) == "tq-r1-z-0"
+
+
+def _create_gang(s, request_id: str, zone: str, nodes: int = 2) -> str:
+    """A multislice queued resource as the claimer makes it, on the fake: owner labels on its one node spec."""
+    from google.cloud import tpu_v2
+
+    from tpuq.claimer.model import queued_resource_id
+    from tpuq.runtime.ownership import owner_labels
+
+    qr_id = queued_resource_id(s.fleet.owner_prefix, request_id, zone)
+    parent = f"projects/{s.fleet.project}/locations/{zone}"
+    node = tpu_v2.Node(accelerator_type="v4-8", runtime_version="tpu-ubuntu2204-base",
+                       labels=owner_labels(s.fleet, request_id), scheduling_config=tpu_v2.SchedulingConfig(spot=True))
+    spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node=node, multislice_params=(
+        tpu_v2.QueuedResource.Tpu.NodeSpec.MultisliceParams(node_count=nodes, node_id_prefix=qr_id)))
+    s.tpu.create_queued_resource(request=tpu_v2.CreateQueuedResourceRequest(
+        parent=parent, queued_resource_id=qr_id, queued_resource=tpu_v2.QueuedResource(
+            tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]), spot=tpu_v2.QueuedResource.Spot())))
+    return f"{parent}/queuedResources/{qr_id}"
+
+
+def _record_slices(s, qr: str, states: list[str]) -> list[str]:
+    from datetime import datetime, timezone
+
+    ids = []
+    for i, state in enumerate(states):
+        tpu_id = s.record_tpu(qr, state=state, idle_since=datetime(2020, 1, 1, tzinfo=timezone.utc))
+        slice_id = f"{tpu_id}-{i}"
+        doc = s.tpu_doc(tpu_id)
+        s.db.collection("tpus").document(tpu_id).delete()
+        s.db.collection("tpus").document(slice_id).set({**doc, "short": slice_id,
+                                                        "name": doc["name"] + f"-{i}", "slice_index": i,
+                                                        "slice_count": len(states)})
+        ids.append(slice_id)
+    return ids
+
+
+def test_an_idle_gang_is_deleted_once_as_one_request_and_a_busy_slice_keeps_it(janitor_stack):
+    from tests.janitor.conftest import ACTIVE_AFTER, WIN_ZONE
+
+    s = janitor_stack
+    kept = _create_gang(s, "r30", WIN_ZONE)
+    gone = _create_gang(s, "r31", WIN_ZONE, nodes=4)
+    s.advance(ACTIVE_AFTER + 1)
+    busy_one = _record_slices(s, kept, ["idle", "busy"])
+    idle_four = _record_slices(s, gone, ["idle"] * 4)
+    s.control.clear_calls()
+    s.tick()
+    assert s.deleted_ids() == [gone.rsplit("/", 1)[-1]]  # once, the whole request; never the busy gang's
+    # One read of the request before its delete, not one per slice (3 in all with the tick's delivered twice; one
+    # per slice made 6).
+    reads = [c for c in s.control.calls(method="GET", path_contains=gone.rsplit("/", 1)[-1])
+             if c["path"].endswith("/queuedResources/" + gone.rsplit("/", 1)[-1])]
+    assert len(reads) <= 3, reads
+    assert {s.tpu_doc(t)["state"] for t in idle_four} <= {"deleting", "gone"}
+    assert [s.tpu_doc(t)["state"] for t in busy_one] == ["idle", "busy"]
