@@ -41,6 +41,7 @@ class Inputs:
     fleet: object  # tpuq.contracts.fleet.FleetFile
     scenario: object  # tpuq_dev.capacitymodel.scenario.Scenario
     jobs: list  # list[SimJob]
+    workload_path: Optional[Path] = None
 
 
 # -- reading and checking the files -----------------------------------------------------------------
@@ -161,7 +162,7 @@ def read_inputs(fleet_path: Path, scenario_path: Path, workload_path: Path, seed
     check_fleet_against_scenario(fleet, scenario)
     jobs = _load_jobs(workload_path, seed, horizon)
     check_jobs_against_fleet(jobs, fleet)
-    return Inputs(fleet_path, fleet, scenario, jobs)
+    return Inputs(fleet_path, fleet, scenario, jobs, workload_path)
 
 
 # -- running -------------------------------------------------------------------------------------------
@@ -197,6 +198,9 @@ def run_policy(policy: str, inputs: Inputs, horizon: float, seed: int,
     from tpuq_dev.simulate.metrics import summarize
     from tpuq_dev.simulate.run import simulate
 
+    if policy != "tpuq" and any(getattr(job, "multislice", False) for job in inputs.jobs):
+        # The polling model and the bound place one slice per attempt: a gang's figures would be wrong, not rough.
+        raise PolicyUnavailable(f"{policy}: does not model multislice jobs (slices:); only the tpuq policy runs them")
     if policy == "bound":
         return _bound_metrics(inputs, horizon)
     try:
@@ -411,6 +415,22 @@ def _two_fleets(value: Optional[tuple[Path, Path]]) -> Optional[tuple[Path, Path
     return value
 
 
+def _compare_kind(paths: tuple[Path, Path]) -> str:
+    """"fleet" when both `--compare` files are fleet files, "workload" when both are workload files (a `.jsonl`
+    trace, or YAML without `tpus:`); the files' own problems are reported when they are read."""
+    from tpuq_dev.simulate.workload import TRACE_SUFFIXES
+
+    kinds = []
+    for path in paths:
+        data = None if path.suffix in TRACE_SUFFIXES or not path.is_file() else _read_yaml("--compare", path)
+        kinds.append("fleet" if isinstance(data, dict) and "tpus" in data else
+                     "workload" if path.suffix in TRACE_SUFFIXES or isinstance(data, dict) else "fleet")
+    if kinds[0] != kinds[1]:
+        raise BadInput(f"--compare: give two fleet files or two workload files, not a {kinds[0]} ({paths[0]}) and a "
+                       f"{kinds[1]} ({paths[1]})")
+    return kinds[0]
+
+
 def _check_out(out_dir: Path) -> None:
     """The report's directory can be made, before a run of minutes that would end in a traceback."""
     if out_dir.exists() and not out_dir.is_dir():
@@ -452,8 +472,9 @@ def simulate(
                                            help=f"Where to write report.html and its charts (default: "
                                                 f"./{DEFAULT_OUT}; with --json: none unless given)"),
     compare: Optional[tuple[Path, Path]] = typer.Option(
-        None, "--compare", metavar="FLEET1 FLEET2", callback=_two_fleets,
-        help="Run the same scenario, workload and seed on two fleet files and print the difference"),
+        None, "--compare", metavar="A B", callback=_two_fleets,
+        help="Run the same scenario and seed on two fleet files (one --workload) or on two workload files (one "
+             "--fleet), and print the difference"),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON on stdout"),
 ) -> None:
     """Simulate a TPU grant: the services' own decisions in virtual time, against a polling controller and the
@@ -474,13 +495,19 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
             raise BadInput(f"--policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
     horizon = days * DAY
     chosen = list(dict.fromkeys(policies or (["tpuq"] if compare else DEFAULT_POLICIES)))
-    if compare:
+    kind = _compare_kind(compare) if compare else None
+    if kind == "fleet":
         if fleet is not None:
             raise BadInput("--compare: give the two fleet files there, not --fleet as well")
         fleet = compare[0]
+    elif kind == "workload":
+        if workload is not None:
+            raise BadInput("--compare: give the two workload files there, not --workload as well")
+        workload = compare[0]
     fleet_path, scenario_path, workload_path = _input_paths(example, fleet, scenario, workload)
     first = read_inputs(fleet_path, scenario_path, workload_path, seed, horizon)
-    second = read_inputs(compare[1], scenario_path, workload_path, seed, horizon,
+    second = read_inputs(compare[1] if kind == "fleet" else fleet_path, scenario_path,
+                         compare[1] if kind == "workload" else workload_path, seed, horizon,
                          scenario=_load_scenario(scenario_path)) if compare else None  # a fresh copy of the scenario
     for side in (first, second) if compare else (first,):
         for note in brake_notes(side.fleet, horizon, chosen):
@@ -507,9 +534,11 @@ def _simulate(fleet, scenario, workload, example, days, seed, policies, out_dir,
 
 def _compare(policies: list[str], inputs: tuple[Inputs, Inputs], horizon: float, seed: int, days: float,
              out_dir: Optional[Path], as_json: bool) -> None:
-    names = tuple(i.fleet_path.name for i in inputs)
+    kind = "fleet" if inputs[0].fleet_path != inputs[1].fleet_path else "workload"
+    paths = tuple(getattr(i, f"{kind}_path") for i in inputs)
+    names = tuple(p.name for p in paths)
     if names[0] == names[1]:
-        names = tuple(str(i.fleet_path) for i in inputs)
+        names = tuple(str(p) for p in paths)
     runs, notes = [], []
     for side, name in zip(inputs, names):
         results, missing = run_policies(policies, side, horizon, seed, label=f" ({name})")
@@ -523,7 +552,7 @@ def _compare(policies: list[str], inputs: tuple[Inputs, Inputs], horizon: float,
         report = _write_report(out_dir, labelled, f"tpuq simulate --compare {names[0]} {names[1]}, {_days(days)}, "
                                                   f"seed {seed}")
     if as_json:
-        print(json.dumps({"days": days, "seed": seed, "fleets": list(names), "unavailable": notes, "compare": [
+        print(json.dumps({"days": days, "seed": seed, f"{kind}s": list(names), "unavailable": notes, "compare": [
             {"policy": a.policy, "results": [json.loads(a.to_json(series=False)), json.loads(b.to_json(series=False))],
              "difference": compare_figures(a, b)} for a, b in pairs]}, sort_keys=True))
         return

@@ -17,7 +17,8 @@ falls in exactly one bucket, so useful + the waste causes = billed, in chip-hour
 - idle: READY time of a used slice with no attempt running.
 
 An attempt's time on its slice is cut to the slice's READY window, and two attempts on one slice never count the
-same second twice (the earlier one keeps it). Waits are nearest-rank percentiles, as the bound computes them.
+same second twice (the earlier one keeps it). A multislice attempt counts on each of its slices (`AttemptRun.nodes`),
+so its useful time is counted over every slice's chips. Waits are nearest-rank percentiles, as the bound computes them.
 """
 
 from __future__ import annotations
@@ -225,7 +226,8 @@ def summarize(policy: str, jobs: Sequence[SimJob], runs: Sequence[AttemptRun], s
     runs_by_node: dict[str, list[AttemptRun]] = {}
     for run in runs:
         if run.started_at < horizon:
-            runs_by_node.setdefault(run.node, []).append(run)
+            for node in run.all_nodes:  # a multislice attempt keeps every one of its slices busy
+                runs_by_node.setdefault(node, []).append(run)
     names = {s.name for s in slices}
     seconds = {"useful": 0.0, **{c.value: 0.0 for c in WasteCause}}
     chip_seconds = dict(seconds)
@@ -266,7 +268,7 @@ def summarize(policy: str, jobs: Sequence[SimJob], runs: Sequence[AttemptRun], s
         waste_chip_hours={c: chip_seconds[c] / HOUR for c in causes}, waste_vm_hours=waste_vm,
         wasted_vm_hours=sum(waste_vm.values()), slices=len(slices), slices_never_ready=never_ready,
         slices_never_used=never_used,
-        runs_without_slice=sum(len(rs) for node, rs in runs_by_node.items() if node not in names),
+        runs_without_slice=sum(1 for r in runs if r.started_at < horizon and not names.issuperset(r.all_nodes)),
         jobs=job_metrics(jobs, runs, horizon), api_calls=dict(sorted(calls.items())),
         api_calls_total=sum(calls.values()), creates_per_zone=dict(sorted(creates_per_zone.items())),
         firestore=firestore, series=series)

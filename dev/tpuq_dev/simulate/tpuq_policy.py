@@ -93,13 +93,16 @@ class SimExecutor:
         self.cloud.world.advance()
         if self.workers.running(*key) or key in self.statuses:
             return StartResult(True, already=True)
-        if not self._ready(assignment.node):
+        nodes = _nodes_of(assignment)
+        down = next((node for node in nodes if not self._ready(node)), None)
+        if down is not None:
             return StartResult(False, outcome=Decided(AttemptOutcome.infra_failed,
-                                                      f"could not reach: node {assignment.node} is not READY"))
-        self.worker_counts[key] = max(1, len(assignment.endpoints))
+                                                      f"could not reach: node {down} is not READY"))
+        # Every worker of every slice (a multislice attempt's workers are numbered slice after slice).
+        self.worker_counts[key] = _worker_count(assignment)
         self.attempt_ids[key] = assignment.attempt_id
-        self.workers.start(assignment.job_id, assignment.attempt, assignment.node,
-                           self._node(assignment.node).accelerator.chips)
+        self.workers.start(assignment.job_id, assignment.attempt, nodes,
+                           sum(self._node(node).accelerator.chips for node in nodes))
         return StartResult(True)
 
     def run_ended(self, run: AttemptRun) -> None:
@@ -129,7 +132,7 @@ class SimExecutor:
         key = (attempt.job_id, attempt.attempt)
         self.on_read(False)
         return decide_outcome(
-            worker_count=self.worker_counts.get(key, max(1, len(attempt.endpoints))),
+            worker_count=self.worker_counts.get(key, _worker_count(attempt)),
             statuses=self.statuses.get(key, {}), node_state=node_state, now=self.loop.utcnow(),
             cancel_requested=key in self.cancelled, lost_workers=lost_workers,
             unwritable_statuses=unwritable_statuses, failure_grace=self.failure_grace, node_problem=node_problem)
@@ -137,14 +140,25 @@ class SimExecutor:
     def probe_attempt(self, attempt) -> dict[int, WorkerProbe]:
         key = (attempt.job_id, attempt.attempt)
         self.on_read(False)
-        reachable = self._ready(attempt.node)
+        reachable = all(self._ready(node) for node in _nodes_of(attempt))
         running = self.workers.running(*key) is not None
         return {w: WorkerProbe(w, reachable=reachable, current=True, launched=True, supervisor_alive=running,
                                job_alive=running, has_status=key in self.statuses)
-                for w in range(self.worker_counts.get(key, max(1, len(attempt.endpoints))))}
+                for w in range(self.worker_counts.get(key, _worker_count(attempt)))}
 
     def forget_nodes(self, nodes: set[str]) -> int:
         return 0
+
+
+def _nodes_of(attempt) -> list[str]:
+    """The attempt's nodes: a multislice attempt's slices in slice order (slice 0 is `node`), else its node."""
+    return [one.node for one in getattr(attempt, "slices", None) or ()] or [attempt.node]
+
+
+def _worker_count(attempt) -> int:
+    """Workers over every slice (tpuq.contracts.workers: one flat list, slice after slice), at least one."""
+    slices = getattr(attempt, "slices", None) or ()
+    return max(1, sum(len(one.endpoints) for one in slices) if slices else len(attempt.endpoints))
 
 
 class SimTpuApi(TpuApi):
@@ -283,8 +297,9 @@ class TpuqPolicy:
     def _submit(self, job: SimJob) -> None:
         # A job held to regions names one bucket in each, as a user does (the scheduler runs it where one is).
         buckets = [{"uri": f"gs://tpuq-sim-{region}", "region": region} for region in job.regions or ()]
+        slices = list(job.slices) if isinstance(job.slices, tuple) else job.slices
         published = PublishedJob(id=job.job_id, tpu=list(job.types), priority=job.priority, buckets=buckets,
-                                 command=f"sim-work {job.work_seconds:.0f}")
+                                 command=f"sim-work {job.work_seconds:.0f}", slices=slices)
         self.bus.publish("jobs", published.model_dump_json(exclude_none=True).encode())
 
     def firestore_ops(self, horizon: float) -> FirestoreOps:

@@ -4,6 +4,7 @@ Both policies start and stop attempts here, so useful work and lost work are cou
 An attempt is keyed by (job, attempt number): starting it again is a no-op (Pub/Sub delivers at least once).
 Work ends `setup_seconds + remaining work` after the start; the end is announced through `on_end` unless a stop
 (a preemption, a cancel, the node's deletion) came first. A stop keeps the work up to the last checkpoint.
+A multislice attempt runs on several nodes at once (`AttemptRun.nodes`): any one of them going stops it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ class AttemptRun:
     end: RunEnd | None = None
     kept_seconds: float = 0.0  # work this attempt added to what is kept
     lost_seconds: float = 0.0  # work it did that a stop threw away
+    nodes: tuple[str, ...] = ()  # a multislice attempt's nodes, slice order (`node` is slice 0); (): `node` alone
+
+    @property
+    def all_nodes(self) -> tuple[str, ...]:
+        """Every node the attempt runs on (its chips are `chips`, summed over them)."""
+        return self.nodes or (self.node,)
 
     @property
     def work_start(self) -> float:
@@ -56,18 +63,22 @@ class SimWorkers:
     _running: dict[tuple[str, int], AttemptRun] = field(default_factory=dict)
     _by_node: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
 
-    def start(self, job_id: str, attempt: int, node: str, chips: int) -> AttemptRun:
+    def start(self, job_id: str, attempt: int, node: str | tuple[str, ...], chips: int) -> AttemptRun:
+        """`node`: the node, or a multislice attempt's nodes in slice order; `chips`: over all of them."""
         key = (job_id, attempt)
         if key in self._running:
             return self._running[key]
         job = self.jobs[job_id]
         now = self.loop.now()
         kept = self.progress.get(job_id, 0.0)
-        run = AttemptRun(job_id, attempt, node, chips, now, self.setup_seconds, kept,
-                         ends_at=now + self.setup_seconds + max(0.0, job.work_seconds - kept))
+        nodes = (node,) if isinstance(node, str) else tuple(node)
+        run = AttemptRun(job_id, attempt, nodes[0], chips, now, self.setup_seconds, kept,
+                         ends_at=now + self.setup_seconds + max(0.0, job.work_seconds - kept),
+                         nodes=nodes if len(nodes) > 1 else ())
         self.runs.append(run)
         self._running[key] = run
-        self._by_node.setdefault(node, set()).add(key)
+        for each in nodes:
+            self._by_node.setdefault(each, set()).add(key)
         self.loop.at(run.ends_at, self._finish, key, run)
         return run
 
@@ -112,4 +123,5 @@ class SimWorkers:
     def _close(self, key: tuple[str, int], run: AttemptRun, end: RunEnd, at: float) -> None:
         run.end, run.ended_at = end, at
         del self._running[key]
-        self._by_node.get(run.node, set()).discard(key)
+        for node in run.all_nodes:
+            self._by_node.get(node, set()).discard(key)

@@ -9,13 +9,14 @@ A workload file (YAML) either generates jobs:
     types:
       - {tpu: [v4-8], weight: 0.5, regions: [us-central2]}
       - {tpu: [v4-32], weight: 0.1}    # weight absent: 1
+      - {tpu: [v5litepod-16], slices: 4}   # Multislice: 4 slices at once, one queued resource (one type only)
     checkpoint_every: 1800          # seconds; null (the default): no checkpoints
 
 or reads a trace, one JSON object a line, its path relative to the workload file (a `.jsonl` file given as the
 workload is read as that trace):
 
     trace: jobs.jsonl   # {"id": "a", "submit_at": 0, "tpu": ["v4-8"], "priority": "normal", "work_seconds": 3600,
-                        #  "checkpoint_seconds": 600, "regions": ["us-central2"]}
+                        #  "checkpoint_seconds": 600, "regions": ["us-central2"], "slices": 4}
 
 `load_workload(path)` validates (one line per error, naming the field: `workload.duration.sigma: must be > 0`);
 `generate(spec, seed, horizon_seconds)` makes the jobs, a function of the spec, the seed and the horizon alone.
@@ -38,6 +39,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError,
                       field_validator, model_validator)
 
+from tpuq.contracts import multislice
 from tpuq.contracts.jobspec import JOB_ID_RE, Priority
 from tpuq.contracts.tputypes import UnknownAcceleratorType, parse_accelerator_type
 
@@ -51,6 +53,13 @@ class SimJob:
     work_seconds: float  # the work itself, once the workers have set up
     checkpoint_seconds: float | None = None  # a preempted attempt keeps the work up to its last checkpoint
     regions: tuple[str, ...] | None = None  # None: any region the fleet has
+    # Multislice (issue 37): `slices:` as a job file stores it (tpuq.contracts.multislice): None for one slice, N
+    # slices of its one type, or the elastic counts to try, largest first.
+    slices: int | tuple[int, ...] | None = None
+
+    @property
+    def multislice(self) -> bool:
+        return multislice.is_multislice(list(self.slices) if isinstance(self.slices, tuple) else self.slices)
 
 
 class WorkloadError(ValueError):
@@ -180,10 +189,27 @@ def _region_names(regions: list[str] | None) -> list[str] | None:
     return regions
 
 
-class JobType(_Strict):
+def _stored_slices(value: int | list[int] | None) -> int | tuple[int, ...] | None:
+    return tuple(value) if isinstance(value, list) else value
+
+
+Slices = Annotated[int | list[int] | None, BeforeValidator(multislice.parse_slices)]
+
+
+class _SlicesRule:
+    """`slices:` with the job file's rules tying it to `tpu:` (one type, v4 or later)."""
+
+    @model_validator(mode="after")
+    def _slices_rule(self):
+        multislice.refuse_with(self.slices, list(self.tpu), False, None)
+        return self
+
+
+class JobType(_SlicesRule, _Strict):
     tpu: Annotated[list[str], BeforeValidator(_as_list)] = Field(min_length=1)  # acceptable types, raced
     weight: float = Field(1.0, gt=0)  # relative to the other types' (absent: 1)
     regions: list[str] | None = Field(None, min_length=1)
+    slices: Slices = None  # Multislice: N slices of the one type at once, or [4, 2] (tpuq.contracts.multislice)
 
     _tpu = field_validator("tpu")(lambda value: _accelerator_names(value))
     _regions = field_validator("regions")(lambda value: _region_names(value))
@@ -225,7 +251,7 @@ class GeneratedWorkload(_Strict):
         return self
 
 
-class TraceJob(_Strict):
+class TraceJob(_SlicesRule, _Strict):
     id: str
     submit_at: float = Field(ge=0)
     tpu: Annotated[list[str], BeforeValidator(_as_list)] = Field(min_length=1)
@@ -233,6 +259,7 @@ class TraceJob(_Strict):
     work_seconds: float = Field(gt=0)
     checkpoint_seconds: float | None = Field(None, gt=0)
     regions: list[str] | None = Field(None, min_length=1)
+    slices: Slices = None
 
     _tpu = field_validator("tpu")(lambda value: _accelerator_names(value))
     _regions = field_validator("regions")(lambda value: _region_names(value))
@@ -246,7 +273,8 @@ class TraceJob(_Strict):
 
     def sim_job(self) -> SimJob:
         return SimJob(self.id, self.submit_at, tuple(self.tpu), self.priority.value, self.work_seconds,
-                      self.checkpoint_seconds, tuple(self.regions) if self.regions else None)
+                      self.checkpoint_seconds, tuple(self.regions) if self.regions else None,
+                      _stored_slices(self.slices))
 
 
 class TraceWorkload(_Strict):
@@ -421,5 +449,6 @@ def generate(spec: WorkloadSpec, seed: int, horizon_seconds: float) -> list[SimJ
         jobs.append(SimJob(
             job_id=f"{GENERATED_ID_PREFIX}{i:0{width}d}", submit_at=submit_at, types=tuple(kind.tpu),
             priority=priorities[_pick(rng, priority_weights)], work_seconds=max(1.0, spec.duration.sample(rng)),
-            checkpoint_seconds=spec.checkpoint_every, regions=tuple(kind.regions) if kind.regions else None))
+            checkpoint_seconds=spec.checkpoint_every, regions=tuple(kind.regions) if kind.regions else None,
+            slices=_stored_slices(kind.slices)))
     return jobs
