@@ -159,3 +159,15 @@ def test_the_fake_api_gets_one_multislice_create_and_every_slice_is_announced_ac
     # Every node of the request carries tpuq's marks, as the janitor's ownership check reads them.
     labels = [h.control.node_info(e.node)["node"].get("labels") or {} for e in events]
     assert labels[0] and labels[0] == labels[1] and labels[0] == spec["node"]["labels"]
+
+
+def test_a_single_slot_types_gang_races_alone_one_racer_in_the_fleet():
+    fleet = make_fleet(quota={z: {"v6e": {"spot": 64}} for z in ZONES},
+                       tpus=[{"id": "v6e", "type": "v6e-8", "zones": ZONES, "count": 4}])
+    assert fleet.entry("v6e").is_single_slot
+    req = request("r1", slices=[2]).model_copy(update={"types": ["v6e-8"]})
+    state, eff = run(ClaimState(fleet), RequestReceived(req))
+    assert [(c.qr.zone, c.qr.slices) for c in eff.creates] == [(ZONES[0], 2)]  # one racer, in the first zone
+    other = request("r2").model_copy(update={"types": ["v6e-8"]})
+    _, eff = run(state, RequestReceived(other))
+    assert eff.creates == []  # while the gang races, no other racer of the type
