@@ -474,17 +474,19 @@ def _check_log_worker(db, job: JobDoc, worker: int, attempt: Optional[int]) -> N
     from tpuq.operations.sshaccess import SshRefused, check_worker
     from tpuq.contracts.tputypes import parse_accelerator_type
 
-    node, n = job.tpu, attempt or job.attempt
+    node, n, slices = job.tpu, attempt or job.attempt, max(job.spec_slice_counts)
     if n:  # the attempt's own TPU: a retry may have run elsewhere, and an ended job may no longer name one
         snap = db.collection(store.JOBS).document(job.id).collection(store.ATTEMPTS).document(str(n)).get()
-        node = (AttemptDoc.from_doc(snap.to_dict() or {}, snap.id).tpu if snap.exists else None) or node
+        ran = AttemptDoc.from_doc(snap.to_dict() or {}, snap.id) if snap.exists else None
+        node = (ran.tpu if ran else None) or node
+        slices = len(ran.gang) if ran and ran.gang else slices  # an elastic job: the slices the attempt got
     tpu = db.collection(store.TPUS).document(short_node_name(node)).get().to_dict() if node else None
     if not tpu:
         return  # no TPU known yet: there are no logs to pick from either
     count = len(tpu.get("endpoints") or [])
     if not count and tpu.get("type"):
         count = parse_accelerator_type(tpu["type"]).hosts
-    count *= max(job.spec_slice_counts)  # a multislice job's workers, numbered across its slices (contracts.workers)
+    count *= slices  # a multislice job's workers, numbered across its slices (contracts.workers)
     try:
         check_worker(job.id, worker, count)
     except SshRefused as e:

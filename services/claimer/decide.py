@@ -560,7 +560,9 @@ class _Decision:
         each capacity failure in a row there (an elastic job takes the largest count it can get). None: none fits."""
         sizes = request.slices or (1,)  # (a single-slot type's gang races alone, as its single slices do)
         held = self.slices_of(entry)
-        fitting = [n for n in sizes if held + n <= entry.max_slices and self.quota_allows(zone, entry, n)]
+        fitting = [n for n in sizes if held + n <= entry.max_slices and self.quota_allows(zone, entry, n)
+                   and (n == 1 or claim_gate(self.state, request.request_id, (entry.type,), self.qrs.values(),
+                                             self.now, n) is None)]
         if not fitting:
             return None
         return fitting[min(self.target(zone, entry.type).capacity_failures, len(fitting) - 1)]

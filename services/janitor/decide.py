@@ -475,8 +475,12 @@ def _node_back_reference(node: Any) -> str:
 
 def node_id_of(qr: Any) -> str:
     """The node id a queued resource asks for (the claimer uses the queued resource's own id)."""
-    ids = _node_ids_of(qr)
-    return ids[0] if ids else short_node_name(resource_name(qr))
+    return node_ids_of(qr)[0]
+
+
+def node_ids_of(qr: Any) -> list[str]:
+    """Every node id a queued resource asks for: its one node, or a multislice request's every slice."""
+    return _node_ids_of(qr) or [short_node_name(resource_name(qr))]
 
 
 def dedupe(deletes: Iterable[Delete]) -> list[Delete]:

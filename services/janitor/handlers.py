@@ -170,21 +170,30 @@ class Janitor:
             return False
         return True
 
-    def mark_all_deleting(self, checks: list[tuple[str, Any]], reason: str) -> bool:
+    def mark_all_deleting(self, checks: list[tuple[str, Any]], reason: str, allow_absent: bool = False) -> bool:
         """`mark_deleting` for several TPUs at once (a gang's slices): one guarded commit over all their documents,
-        each `allowed` on its fresh read; none is marked unless all are."""
+        each `allowed` on its fresh read; none is marked unless all are. `allow_absent`: a slice with no record
+        (its ACTIVE not handled yet) is no obstacle and is not written."""
         now = self.ctx.now()
         snaps = [self.db.collection(store.TPUS).document(tpu_id).get() for tpu_id, _ in checks]
-        if not all(snap.exists and allowed(snap.to_dict()) for snap, (_, allowed) in zip(snaps, checks)):
+        if not all((allow_absent and not snap.exists) or (snap.exists and allowed(snap.to_dict()))
+                   for snap, (_, allowed) in zip(snaps, checks)):
             return False
         fields = TpuDoc.fields(state=TpuState.deleting, deleting_since=now, delete_reason=reason, updated_at=now)
         writes = guarded.WriteSet()
         for snap in snaps:
-            writes.update(snap, fields)
+            if snap.exists:
+                writes.update(snap, fields)
         if not guarded.commit_if_unchanged(self.db, writes):
             log.info("a slice of %s changed under us (an assignment won): not deleted", [c[0] for c in checks])
             return False
         return True
+
+    def gang_slices(self, queued_resource: str) -> list[d.TpuDoc]:
+        """The recorded slices of a multislice queued resource that are not gone."""
+        q = self.db.collection(store.TPUS).where(filter=FieldFilter("queued_resource", "==", queued_resource))
+        return [t for t in (d.TpuDoc.from_doc(s.to_dict() or {}, s.id) for s in q.stream())
+                if t.state != TpuState.gone]
 
     def mark_gone(self, tpu_id: str, reason: str) -> None:
         now = self.ctx.now()
@@ -203,22 +212,29 @@ class Janitor:
 
     def settle_race(self, request_id: str, members: dict[str, Any], classified: set[str]) -> list[d.Delete]:
         count, job_ids = self.request_demand(request_id)
-        tpu_ids = {n: d.node_id_of(r) for n, r in members.items() if d.state_of(r) == Qr.ACTIVE}
+        # An ACTIVE member's TPUs: its node, or a multislice request's every slice (`<prefix>-<i>`), judged as one:
+        # busy if any slice is, and taken as a surplus only if every slice may be.
+        tpu_ids = {n: d.node_ids_of(r) for n, r in members.items() if d.state_of(r) == Qr.ACTIVE}
         snaps = {s.id: s for s in self.db.get_all([self.db.collection(store.TPUS).document(i)
-                                                   for i in set(tpu_ids.values())])}
+                                                   for i in {i for ids in tpu_ids.values() for i in ids}])}
         race = []
         for name, resource in members.items():
-            snap = snaps.get(tpu_ids.get(name, ""))
-            doc = snap.to_dict() if snap is not None and snap.exists else {}
-            race.append(d.RaceMember(name, resource, doc.get("state"), doc.get("created_at")))
+            docs = [snap.to_dict() if snap is not None and snap.exists else {}
+                    for snap in (snaps.get(i) for i in tpu_ids.get(name, [""]))]
+            states = [doc.get("state") for doc in docs]
+            state = TpuState.busy if TpuState.busy in states else states[0]
+            race.append(d.RaceMember(name, resource, state, min((doc.get("created_at") for doc in docs
+                                                                 if doc.get("created_at")), default=None)))
         other_jobs_pending = self.jobs_pending(job_ids) if d.surplus_possible(race, count) else False
         decision = d.decide_losers(race, self.fleet, count, other_jobs_pending, classified)
         self.report.waiting += decision.waiting
         deletes = list(decision.deletes)
         for m in decision.surplus:
-            tpu_id = tpu_ids[m.name]
-            if self.mark_deleting(tpu_id, d.may_take_surplus, "surplus: its race was already won",
-                                  {"fleet": self.fleet.name, "queued_resource": m.name, "request_id": request_id}):
+            ids, why = tpu_ids[m.name], "surplus: its race was already won"
+            marked = (self.mark_deleting(ids[0], d.may_take_surplus, why, {
+                "fleet": self.fleet.name, "queued_resource": m.name, "request_id": request_id}) if len(ids) == 1
+                else self.mark_all_deleting([(i, d.may_take_surplus) for i in ids], why, allow_absent=True))
+            if marked:
                 deletes.append(d.Delete(m.resource, m.name, force=True, reason="surplus racer: race already won"))
         return deletes
 
@@ -259,12 +275,16 @@ class Janitor:
         for t in d.decide_idle(tpus, self.fleet, now, paused):
             key = t.queued_resource if t.slice_count > 1 and t.queued_resource else t.id
             groups.setdefault(key, []).append(t)
-        for group in groups.values():
+        for key, group in groups.items():
             reason = d.idle_delete_reason(group[0], self.fleet, paused)
-            if len(group) == 1:
+            if len(group) == 1 and group[0].slice_count == 1:
                 marked = self.mark_deleting(group[0].id, still_expired(group[0]), reason)
             else:
-                marked = self.mark_all_deleting([(t.id, still_expired(t)) for t in group], reason)
+                # Every slice the store knows of this request, whatever the caller read (a quiet pass reads idle
+                # TPUs only: a busy slice, say a single-slice job's, would be unseen and killed with the request).
+                slices = self.gang_slices(key)
+                marked = {t.id for t in slices} <= {t.id for t in group} and self.mark_all_deleting(
+                    [(t.id, still_expired(t)) for t in slices], reason)
             if not marked:
                 continue
             name = group[0].queued_resource or group[0].name

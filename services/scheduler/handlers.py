@@ -132,9 +132,14 @@ def _gang_recorded(event: FleetEvent, ctx: Context) -> bool:
 def gang_ready(db, queued_resource: str, now) -> None:
     """Every slice of the queued resource is recorded: each may be offered to a job now (`gang_waiting` cleared)."""
     slices = db.collection(store.TPUS).where(filter=FieldFilter("queued_resource", "==", queued_resource))
-    for snap in slices.stream():
-        if (snap.to_dict() or {}).get(TpuDoc.field("gang_waiting")):
-            commit_if_unchanged(db, WriteSet().update(snap, TpuDoc.fields(gang_waiting=False, updated_at=now)))
+    for ref in [snap.reference for snap in slices.stream()
+                if (snap.to_dict() or {}).get(TpuDoc.field("gang_waiting"))]:
+
+        def decide(tpu):  # read again and retried on a conflict: a flag left set would keep the slice from any job
+            waiting = (tpu.to_dict() or {}).get(TpuDoc.field("gang_waiting"))
+            return WriteSet().update(tpu, TpuDoc.fields(gang_waiting=False, updated_at=now) if waiting else None), None
+
+        read_decide_commit(db, [ref], decide)
 
 
 def _record_health(event: FleetEvent, ctx: Context) -> bool:

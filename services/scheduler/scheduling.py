@@ -465,8 +465,9 @@ def lost_slices_in_service(ctx: Context, limit: int = IDLE_LIMIT, slices: LiveSl
     events = []
     for tpu in tpus:
         r = records.get(short_node_name(tpu["queued_resource"])) or {}
-        if r.get("name") != tpu["queued_resource"] or (r.get("node") or tpu["name"]) != tpu["name"]:
-            continue  # not this TPU's record: only its own record may end it
+        nodes = {n.get("name") for n in r.get("slice_nodes") or []} or {r.get("node") or tpu["name"]}
+        if r.get("name") != tpu["queued_resource"] or tpu["name"] not in nodes:
+            continue  # not this TPU's record (for a multislice request: not one of its slices): only its own ends it
         kind = _LOST_KIND_OF_STATE.get(r.get("state"))  # the event the claimer announced for that state
         if kind is None or r.get("updated_at") is None or now - r["updated_at"] < RECONCILE_AFTER:
             continue  # live, unknown to the claimer, or recorded so lately that its event may still be on its way

@@ -92,18 +92,20 @@ def cost_rows(tpus: Iterable[Mapping[str, Any]], attempts: Iterable[Mapping[str,
             a = AttemptDoc.from_doc(doc)
         except Exception:  # noqa: BLE001 - one unreadable attempt is left out of the sums, not the page
             continue
-        node = short_node_name(a.tpu) if a.tpu else None
         span = _attempt_span(a, now)
-        if not node or span is None or node not in by_node:
+        if span is None:
             continue
-        tpu = by_node[node]
-        hosts = int(tpu.get("hosts") or hosts_of(tpu.get("type")))
-        for day, hours in split_by_day(*span):
-            add(day, tpu.get("type") or "?", "running", hours * hosts)
-            used.setdefault(node, {}).setdefault(day, 0.0)
-            used[node][day] += hours * hosts
-            if a.outcome == AttemptOutcome.preempted.value:
-                add(day, tpu.get("type") or "?", "lost to preemption", hours * hosts)
+        for node in (short_node_name(n) for n in (a.gang or ((a.tpu,) if a.tpu else ()))):  # a gang: every slice
+            if node not in by_node:
+                continue
+            tpu = by_node[node]
+            hosts = int(tpu.get("hosts") or hosts_of(tpu.get("type")))
+            for day, hours in split_by_day(*span):
+                add(day, tpu.get("type") or "?", "running", hours * hosts)
+                used.setdefault(node, {}).setdefault(day, 0.0)
+                used[node][day] += hours * hosts
+                if a.outcome == AttemptOutcome.preempted.value:
+                    add(day, tpu.get("type") or "?", "lost to preemption", hours * hosts)
     for node, tpu in by_node.items():
         span = _tpu_span(tpu, now)
         if span is None:

@@ -171,3 +171,11 @@ def test_a_single_slot_types_gang_races_alone_one_racer_in_the_fleet():
     other = request("r2").model_copy(update={"types": ["v6e-8"]})
     _, eff = run(state, RequestReceived(other))
     assert eff.creates == []  # while the gang races, no other racer of the type
+
+
+def test_an_elastic_gang_takes_the_size_the_budget_allows():
+    # v4-32: 4 hosts. A budget of 10 VM-hours in the next hour holds a gang of 2 (8 hosts), not of 4 (16).
+    fleet = make_fleet(budget={"vm_hours_per_day": 10}, tpus=[{"id": "v4", "type": "v4-32", "zones": ZONES[:1],
+                                                                "count": 10}])
+    _, eff = run(ClaimState(fleet), RequestReceived(gang([4, 2])))
+    assert [c.qr.slices for c in eff.creates] == [2]

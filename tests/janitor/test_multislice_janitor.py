@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from tpuq.janitor import decide as d
 from tests.janitor.factories import fleet
@@ -80,21 +81,63 @@ def _record_slices(s, qr: str, states: list[str]) -> list[str]:
 
 
 def test_an_idle_gang_is_deleted_once_as_one_request_and_a_busy_slice_keeps_it(janitor_stack):
+    """On a quiet tick, which reads idle TPUs only: the busy slice (a single-slice job on a slice of a gang's
+    request) is read from the store and keeps the request; the all-idle gang is deleted once, read once."""
     from tests.janitor.conftest import ACTIVE_AFTER, WIN_ZONE
+    from tests.janitor.test_quiet_tick import Ticker
 
     s = janitor_stack
+    t = Ticker(s)
     kept = _create_gang(s, "r30", WIN_ZONE)
     gone = _create_gang(s, "r31", WIN_ZONE, nodes=4)
-    s.advance(ACTIVE_AFTER + 1)
-    busy_one = _record_slices(s, kept, ["idle", "busy"])
-    idle_four = _record_slices(s, gone, ["idle"] * 4)
+    t.advance(ACTIVE_AFTER + 1)
+    busy_one = _record_slices(s, kept, ["busy", "busy"])
+    idle_four = _record_slices(s, gone, ["busy"] * 4)
+    t.tick()  # the full sweep: nothing to do
+    for tpu_id in [busy_one[0], *idle_four]:  # then their jobs end, long ago
+        s.db.collection("tpus").document(tpu_id).update({"state": "idle", "idle_since": t.now - timedelta(days=1)})
+    t.advance(60)
     s.control.clear_calls()
-    s.tick()
-    assert s.deleted_ids() == [gone.rsplit("/", 1)[-1]]  # once, the whole request; never the busy gang's
-    # One read of the request before its delete, not one per slice (3 in all with the tick's delivered twice; one
-    # per slice made 6).
-    reads = [c for c in s.control.calls(method="GET", path_contains=gone.rsplit("/", 1)[-1])
+    t.tick()  # a quiet tick
+    assert s.deleted_ids() == [gone.rsplit("/", 1)[-1]]  # once, the whole request; never the busy slice's
+    assert {s.tpu_doc(i)["state"] for i in idle_four} <= {"deleting", "gone"}
+    assert [s.tpu_doc(i)["state"] for i in busy_one] == ["idle", "busy"]
+    # One read of the request before its delete, not one per slice (4).
+    reads = [c for c in s.control.calls(method="GET")
              if c["path"].endswith("/queuedResources/" + gone.rsplit("/", 1)[-1])]
-    assert len(reads) <= 3, reads
-    assert {s.tpu_doc(t)["state"] for t in idle_four} <= {"deleting", "gone"}
-    assert [s.tpu_doc(t)["state"] for t in busy_one] == ["idle", "busy"]
+    assert len(reads) == 1, reads
+
+
+def _owned_gang_record(s, request_id: str, zone: str) -> str:
+    """A 2-slice racer as the claimer makes it: on the fake, and its queued_resources record."""
+    from datetime import datetime, timezone
+
+    from tpuq.claimer.model import QrRecord
+    from tpuq.claimer.statestore import qr_to_doc
+
+    name = _create_gang(s, request_id, zone)
+    qr_id, now = name.rsplit("/", 1)[1], datetime.now(timezone.utc)
+    s.db.collection("queued_resources").document(qr_id).set(qr_to_doc(QrRecord(
+        qr_id=qr_id, fleet=s.fleet.name, project=s.fleet.project, request_id=request_id, entry_id="v4pool", zone=zone,
+        type="v4-8", spot=True, generation=0, state="ACCEPTED", created_at=now, updated_at=now, slices=2)))
+    return name
+
+
+def test_a_surplus_gang_with_a_busy_slice_is_kept_and_an_idle_one_deleted_whole(janitor_stack):
+    """A gang request that won twice: the later winner is surplus (no job pending), deleted whole through every
+    slice's guard, but not while any of its slices runs a job."""
+    from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WIN_ZONE
+
+    s = janitor_stack
+    s.record_request("r40", count=1)
+    winner = _owned_gang_record(s, "r40", WIN_ZONE)
+    late = _owned_gang_record(s, "r40", THIRD_ZONE)
+    s.advance(ACTIVE_AFTER + 1)
+    _record_slices(s, winner, ["busy", "busy"])
+    late_slices = _record_slices(s, late, ["idle", "busy"])  # a single-slice job took its slice 1
+    s.fleet_event("ACTIVE", late, "r40")
+    assert s.deletes() == []
+    s.db.collection("tpus").document(late_slices[1]).update({"state": "idle", "job_id": None})
+    s.fleet_event("ACTIVE", late, "r40")
+    assert s.deleted_ids() == [late.rsplit("/", 1)[-1]]
+    assert {s.tpu_doc(i)["state"] for i in late_slices} <= {"deleting", "gone"}

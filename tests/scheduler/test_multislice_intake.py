@@ -133,13 +133,24 @@ def test_a_gangs_first_slices_take_no_job_before_the_last_is_recorded(sched):
     assert assignment["job_id"] == "single"
 
 
+def claimer_saw(sched, events: list[FleetEvent], state: str) -> None:
+    """The claimer's record of the gang `events` announce, in `state` (its queued_resources document)."""
+    from tpuq.claimer.model import QrRecord, SliceNode
+    from tpuq.claimer.statestore import qr_to_doc
+    from tpuq.contracts import store
+
+    now = datetime.now(timezone.utc)
+    record = QrRecord(qr_id="tq-gang", fleet="test", project="tpuq-local", request_id=None, entry_id="v4",
+                      zone=PROJECT_ZONE, type="v4-32", spot=True, generation=0, state=state, created_at=now,
+                      updated_at=now, node=events[0].node, endpoints=tuple(events[0].endpoints), slices=len(events),
+                      slice_nodes=tuple(SliceNode(e.node, tuple(e.endpoints)) for e in events))
+    sched.db.collection(store.QUEUED_RESOURCES).document(record.qr_id).set(qr_to_doc(record))
+
+
 def test_a_gang_slice_whose_active_event_was_lost_is_recorded_by_the_backstop(sched):
     """The tick's backstop for lost ACTIVE events reads a multislice record's every slice (`slice_nodes`)."""
     from datetime import timedelta
 
-    from tpuq.claimer.model import QrRecord, SliceNode
-    from tpuq.claimer.statestore import qr_to_doc
-    from tpuq.contracts import store
     from tpuq.contracts.messages import Tick
     from tpuq.scheduler import handlers
 
@@ -147,12 +158,7 @@ def test_a_gang_slice_whose_active_event_was_lost_is_recorded_by_the_backstop(sc
 
     gang_fleet(sched)
     events = [slice_event(i, 2) for i in range(2)]
-    now = datetime.now(timezone.utc)
-    record = QrRecord(qr_id="tq-gang", fleet="test", project="tpuq-local", request_id=None, entry_id="v4",
-                      zone=PROJECT_ZONE, type="v4-32", spot=True, generation=0, state="ACTIVE", created_at=now,
-                      updated_at=now, node=events[0].node, endpoints=tuple(events[0].endpoints), slices=2,
-                      slice_nodes=tuple(SliceNode(e.node, tuple(e.endpoints)) for e in events))
-    sched.db.collection(store.QUEUED_RESOURCES).document(record.qr_id).set(qr_to_doc(record))
+    claimer_saw(sched, events, "ACTIVE")
     sched.deliver("fleet-events", events[0])  # slice 1's event was lost
     sched.deliver("jobs", {"id": "g4", "tpu": "v4-32", "slices": 2, "command": "train"}, message_id="1")
     assert sched.drain("assignments") == []
@@ -160,3 +166,21 @@ def test_a_gang_slice_whose_active_event_was_lost_is_recorded_by_the_backstop(sc
     assert sched.tpu("tq-gang-1")["slice_index"] == 1
     [assignment] = sched.drain("assignments")
     assert [s["node"] for s in assignment["slices"]] == [e.node for e in events]
+
+
+def test_a_gang_slice_whose_suspended_event_was_lost_is_ended_by_the_backstop(sched):
+    """The tick's backstop for lost SUSPENDED events knows every slice of a multislice record, not only slice 0."""
+    from datetime import timedelta
+
+    from tpuq.contracts.messages import Tick
+    from tpuq.scheduler import handlers
+
+    from tests.scheduler.test_reconcile import tick_context
+
+    gang_fleet(sched)
+    events = [slice_event(i, 2) for i in range(2)]
+    for e in events:
+        sched.deliver("fleet-events", e)
+    claimer_saw(sched, events, "SUSPENDED")
+    handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=10)))
+    assert [sched.tpu(f"tq-gang-{i}")["state"] for i in range(2)] == ["gone", "gone"]

@@ -76,3 +76,12 @@ def test_the_janitor_still_marks_surplus_racers_so():
     from tpuq.janitor import handlers
 
     assert f'"{SURPLUS_REASON}: its race was already won"' in inspect.getsource(handlers)
+
+
+def test_a_multislice_attempt_runs_on_every_slice_of_its_gang():
+    # two v4-32 slices (4 hosts each) alive 2 h, one 2-slice attempt for 1 h: 8 VM-hours running, 8 idle
+    gang = [f"projects/p/locations/z/nodes/g-{i}" for i in range(2)]
+    run = {**attempt("g-0", T0, T0 + H, "succeeded"), "gang": gang}
+    sums = totals(cost_rows([tpu(f"g-{i}", T0, T0 + 2 * H, "v4-32") for i in range(2)], [run], now=T0 + 3 * H))
+    assert sums["billed"] == pytest.approx(16) and sums["running"] == pytest.approx(8)
+    assert sums["waste"]["idle"] == pytest.approx(8)
