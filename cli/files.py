@@ -95,7 +95,7 @@ def validate(files: list[Path] = typer.Argument(..., metavar="FILE...", help="Fl
 
 
 def _multislice_warnings(fleets, jobs) -> None:
-    """Multislice jobs (issue 37): which fleet entry could hold each, and that submit refuses them for now."""
+    """Multislice jobs (issue 37): whether some fleet entry could hold each one's gang."""
     from datetime import datetime, timezone
 
     from tpuq.scheduler.multislice_fit import validate_lines
