@@ -170,20 +170,19 @@ class Janitor:
             return False
         return True
 
-    def mark_all_deleting(self, checks: list[tuple[str, Any]], reason: str, allow_absent: bool = False) -> bool:
+    def mark_all_deleting(self, checks: list[tuple[str, Any]], reason: str, absent_fields: dict | None = None) -> bool:
         """`mark_deleting` for several TPUs at once (a gang's slices): one guarded commit over all their documents,
-        each `allowed` on its fresh read; none is marked unless all are. `allow_absent`: a slice with no record
-        (its ACTIVE not handled yet) is no obstacle and is not written."""
+        each `allowed` on its fresh read; none is marked unless all are. A slice with no record yet (its ACTIVE not
+        handled) is recorded deleting with `absent_fields`, as `mark_deleting` does: the scheduler's record of it
+        then keeps that state, and no later race verdict ranks it as a fresh idle winner."""
         now = self.ctx.now()
         snaps = [self.db.collection(store.TPUS).document(tpu_id).get() for tpu_id, _ in checks]
-        if not all((allow_absent and not snap.exists) or (snap.exists and allowed(snap.to_dict()))
-                   for snap, (_, allowed) in zip(snaps, checks)):
+        if not all(allowed(snap.to_dict() if snap.exists else None) for snap, (_, allowed) in zip(snaps, checks)):
             return False
         fields = TpuDoc.fields(state=TpuState.deleting, deleting_since=now, delete_reason=reason, updated_at=now)
         writes = guarded.WriteSet()
         for snap in snaps:
-            if snap.exists:
-                writes.update(snap, fields)
+            writes.update(snap, fields if snap.exists else {**(absent_fields or {}), **fields, "created_at": now})
         if not guarded.commit_if_unchanged(self.db, writes):
             log.info("a slice of %s changed under us (an assignment won): not deleted", [c[0] for c in checks])
             return False
@@ -231,9 +230,9 @@ class Janitor:
         deletes = list(decision.deletes)
         for m in decision.surplus:
             ids, why = tpu_ids[m.name], "surplus: its race was already won"
-            marked = (self.mark_deleting(ids[0], d.may_take_surplus, why, {
-                "fleet": self.fleet.name, "queued_resource": m.name, "request_id": request_id}) if len(ids) == 1
-                else self.mark_all_deleting([(i, d.may_take_surplus) for i in ids], why, allow_absent=True))
+            absent = {"fleet": self.fleet.name, "queued_resource": m.name, "request_id": request_id}
+            marked = (self.mark_deleting(ids[0], d.may_take_surplus, why, absent) if len(ids) == 1
+                      else self.mark_all_deleting([(i, d.may_take_surplus) for i in ids], why, absent))
             if marked:
                 deletes.append(d.Delete(m.resource, m.name, force=True, reason="surplus racer: race already won"))
         return deletes

@@ -141,3 +141,25 @@ def test_a_surplus_gang_with_a_busy_slice_is_kept_and_an_idle_one_deleted_whole(
     s.fleet_event("ACTIVE", late, "r40")
     assert s.deleted_ids() == [late.rsplit("/", 1)[-1]]
     assert {s.tpu_doc(i)["state"] for i in late_slices} <= {"deleting", "gone"}
+
+
+def test_a_surplus_gang_not_yet_recorded_is_recorded_deleting_so_no_job_is_put_on_it(janitor_stack):
+    """Both zones granted a gang request and the scheduler has recorded neither: the later one is surplus. Its
+    slices are recorded `deleting` before the delete goes out, so the scheduler's records of them keep that state
+    and assign no job there (one was, and then lost it to the delete; the race's other gang went too)."""
+    from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WIN_ZONE
+
+    s = janitor_stack
+    s.record_request("r41", count=1)
+    first = _owned_gang_record(s, "r41", WIN_ZONE)
+    second = _owned_gang_record(s, "r41", THIRD_ZONE)
+    s.advance(ACTIVE_AFTER + 1)
+    s.fleet_event("ACTIVE", second, "r41")
+    [deleted] = s.deleted_ids()
+    kept = first if deleted == second.rsplit("/", 1)[1] else second
+    slices = [f"{deleted}-{i}" for i in range(2)]
+    assert [s.tpu_doc(i).get("state") for i in slices] == ["deleting", "deleting"]
+    assert {s.tpu_doc(i).get("queued_resource") for i in slices} == {
+        (first if kept == second else second)}
+    s.fleet_event("ACTIVE", kept, "r41")
+    assert s.deleted_ids() == [deleted]  # the other gang stays
