@@ -138,7 +138,8 @@ def ask_for_capacity(
         best = max(entries, key=lambda e: room.get(e.id, 0))  # max() keeps the first of equals: fleet order
         sizes = slices_to_ask(job, room.get(best.id, 0))
         if not sizes:
-            blocked[job.job_id] = full_reason(entries)
+            # A gang no entry could ever hold says so (the intake's reason), not that the fleet is full.
+            blocked[job.job_id] = unholdable_reason(job, fleet) or full_reason(entries)
             continue
         # A multislice job asks for one queued resource of N slices (an elastic job: the sizes that fit, largest
         # first), charged as its largest; a single-slice job for one slice.

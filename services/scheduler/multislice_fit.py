@@ -85,8 +85,11 @@ def fit_notes(job: PendingJob, fleet: FleetFile | None) -> list[str]:
         return [reason]
     n, _ = largest_holdable(job, fleet)
     if n is not None and n < job.slices[0]:
-        return [f"slices {list(job.slices)}: fleet {fleet.name} can hold at most {n} {job.types[0]} slices at once "
-                "in one zone, so the larger counts are never had"]
+        # Why the larger counts are never had, for the smallest of them: each entry's limit (count or quota).
+        larger = min(c for c in job.slices if c > n)
+        why = "; ".join(r for e in eligible_entries(job, fleet) if (r := entry_refusal(job, e, fleet, larger)))
+        return [f"slices {list(job.slices)}: {n} is the largest of these counts fleet {fleet.name} can hold at once "
+                f"in one zone ({larger}: {why}), so the larger counts are never had"]
     return []
 
 

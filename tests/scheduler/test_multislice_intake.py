@@ -184,3 +184,12 @@ def test_a_gang_slice_whose_suspended_event_was_lost_is_ended_by_the_backstop(sc
     claimer_saw(sched, events, "SUSPENDED")
     handlers.on_tick(Tick(seq=1), tick_context(sched, timedelta(minutes=10)))
     assert [sched.tpu(f"tq-gang-{i}")["state"] for i in range(2)] == ["gone", "gone"]
+
+
+def test_a_gang_no_entry_can_hold_says_so_and_not_that_the_fleet_is_full(sched):
+    gang_fleet(sched)  # v4-32, count 8
+    sched.deliver("jobs", {"id": "g9", "tpu": "v4-32", "slices": 9, "command": "train"}, message_id="1")
+    sched.deliver("ticks", {"seq": 1})
+    blocked = sched.job("g9")["blocked"]
+    assert "entry v4 holds at most 8 slice(s) (count 8), below 9" in blocked and "maximum" not in blocked
+    assert [m for m in sched.drain("capacity") if m.get("action", "request") == "request"] == []

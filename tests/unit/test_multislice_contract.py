@@ -119,8 +119,8 @@ def test_an_elastic_job_is_told_the_largest_count_the_fleet_can_hold():
     lab = fleet(v4("two", count=2))
     assert unholdable_reason(pending(slices=[4, 2]), lab) is None
     assert fit_notes(pending(slices=[4, 2]), lab) == [
-        "slices [4, 2]: fleet lab can hold at most 2 v4-32 slices at once in one zone, so the larger counts are never "
-        "had"]
+        "slices [4, 2]: 2 is the largest of these counts fleet lab can hold at once in one zone (4: entry two holds "
+        "at most 2 slice(s) (count 2), below 4), so the larger counts are never had"]
 
 
 def tpuq(*args, cwd):
