@@ -208,6 +208,11 @@ def _nodes(db, assignment: Assignment) -> tuple[NodeState, str | None]:
     return decide.slices_state([_tpu_doc(db, node) for node in nodes], nodes)
 
 
+def _node_problem(ctx: Context, stored: dict) -> str | None:
+    """Why the attempt's node (any of its slices) must not go on running it, from tpus/{node}.node_health."""
+    return _nodes(ctx.clients.firestore, Assignment.model_validate(stored["assignment"]))[1]
+
+
 def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed(),
            record_deferral: bool = True) -> datetime | None:
     """Decide the attempt's outcome and publish its end; or, deferred to a time (`Wait.until`), that time
@@ -233,16 +238,16 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed(),
     return None
 
 
-def _probe(ctx: Context, ref, stored: dict) -> decide.Probed:
+def _probe(ctx: Context, ref, stored: dict) -> decide.Probed | None:
     """Ask the workers, at most once per probe interval per attempt (`Settings.executor_probe_every`, the last
     probe kept in this instance's memory), whether the attempt still runs there: a supervisor killed with its
     host (or by the OOM killer) leaves no status object to wake us, and one whose status object GCS refused
-    leaves only its local copy, which says why."""
+    leaves only its local copy, which says why. None: no probe was due."""
     now = ctx.now()
     state = _state(ctx)
     every = state.probe_every
     if every is None or not decide.probe_due(stored, now, every, state.probed_at(ref.id)):
-        return decide.Probed()
+        return None
     assignment = Assignment.model_validate(stored["assignment"])
     answers = decide.probed(state.executor.probe_attempt(assignment))
     state.record_probe(ref.id, now)
@@ -299,7 +304,10 @@ def _tick_attempts(ctx: Context, judge_all: bool, state: dict, now: datetime | N
             continue
         with attempts.part(f"judging {snap.id}"):
             probed = _probe(ctx, snap.reference, stored)
-            if judge_all or probed != decide.Probed():  # between sweeps, only what a probe found
+            # Between sweeps, only what a probe found: on the workers, or in the node's recorded health (a node
+            # turned unhealthy brings the executor no event; read at the probe's cadence, not the backstop's).
+            if judge_all or probed is not None and (probed != decide.Probed() or _node_problem(ctx, stored)):
+                probed = probed or decide.Probed()
                 until = _judge(ctx, stored, probed, record_deferral=False)
                 if until is not None:
                     deferred.append(until)

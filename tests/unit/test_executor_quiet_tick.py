@@ -82,10 +82,11 @@ def test_a_quiet_tick_writes_nothing_and_reads_a_constant_per_running_attempt():
         spent = db.billed - before
         sweep = minute % 5 == 0  # the lost-event backstop's cadence (5 minutes): its claim is one write
         assert spent.writes == (1 if sweep else 0), f"tick {minute} wrote {spent.writes}"
-        # The tick's state document, and the running attempts' records to probe them; on the cadence their
-        # nodes' records too, to judge them: whatever the history (HEAD wrote each attempt's record at every
-        # probe: RUNNING writes a minute).
-        assert spent.reads <= (2 * RUNNING + 1 if sweep else RUNNING + 1), spent
+        # The tick's state document, the running attempts' records to probe them, and with each probe its
+        # node's record (a node turned unhealthy brings the executor no event); on the cadence the nodes' records
+        # again, to judge them: whatever the history (HEAD wrote each attempt's record at every probe: RUNNING
+        # writes a minute).
+        assert spent.reads <= (3 * RUNNING + 1 if sweep else 2 * RUNNING + 1), spent
     assert len(workers.probes) == 10 * RUNNING  # each attempt still probed once per interval
     assert _ended(clients) == []
 

@@ -11,6 +11,8 @@ from datetime import timedelta
 from tpuq.contracts import gcslayout, store
 from tpuq.contracts.messages import AttemptOutcome, GcsObjectEvent, Tick
 from tpuq.executor import decide, handlers
+from tpuq.contracts.documents import NodeHealth, TpuDoc, TpuHealth
+from tpuq.executor.executor import WorkerProbe
 from tpuq.executor.outcome import Decided, Wait
 from tpuq.runtime.settings import Settings
 
@@ -42,11 +44,17 @@ class ScriptedWorkers(FakeExecutor):
     def read_outcome(self, attempt, node_state=None, lost_workers=frozenset(), unwritable_statuses={},
                      node_problem=None):
         self.reads.append(attempt.attempt_id)
+        if node_problem:  # as outcome.decide: the node's recorded health ends the attempt
+            return Decided(AttemptOutcome.infra_failed, f"node unhealthy: {node_problem}")
         decide_at = self.script.get(attempt.attempt_id)
         return decide_at(self.clock.now) if decide_at else Wait("1 worker running")
 
 
-def _stack():
+    def probe_attempt(self, attempt):  # every worker answers: still running
+        return {0: WorkerProbe(0, reachable=True, current=True, launched=True, supervisor_alive=True, job_alive=True)}
+
+
+def _stack(probe: bool = False):
     settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner")
     clients = memory_clients(settings)
     db = clients.firestore
@@ -59,7 +67,7 @@ def _stack():
         db.collection(store.TPUS).document(assignment.node.rsplit("/", 1)[1]).set({"state": "busy"})
     clock = Clock()
     workers = ScriptedWorkers(clock)
-    service = handlers.build_service(settings, clients, executor=workers, probe=False)
+    service = handlers.build_service(settings, clients, executor=workers, probe=probe)
     service.now = clock
     return clients, service, workers, clock
 
@@ -116,3 +124,17 @@ def test_a_failures_grace_deferred_by_a_status_event_is_decided_at_the_first_tic
     _tick(service, clients, clock, NOW + 2 * TICK)
     ended = _ended(clients)  # 120 s: the first tick after the grace, not the cadence's (300 s)
     assert [e["attempt_id"] for e in ended] == ["j1-1"] and ended[0]["outcome"] == "failed"
+
+
+def test_a_node_turned_unhealthy_under_an_attempt_ends_it_at_the_next_probe_not_at_the_backstop():
+    """No event tells the executor that a node turned unhealthy (the scheduler records tpus/{node}.node_health):
+    a probe due reads it too, so the attempt ends within a probe interval (60 s), not the backstop's 5 minutes."""
+    clients, service, workers, clock = _stack(probe=True)
+    _tick(service, clients, clock, NOW)  # the cadence's run: the next is 5 minutes away
+    assert _ended(clients) == []
+    sick = ASSIGNMENT.node.replace("j1", "j2").rsplit("/", 1)[1]
+    health = NodeHealth.from_api({"health": TpuHealth.UNHEALTHY_TENSORFLOW.value}).to_doc()
+    clients.firestore.collection(store.TPUS).document(sick).update(TpuDoc.fields(node_health=health))
+    _tick(service, clients, clock, NOW + TICK + timedelta(seconds=1))  # a probe is due: the backstop is not
+    ended = _ended(clients)
+    assert [e["attempt_id"] for e in ended] == ["j2-1"] and ended[0]["outcome"] == "infra_failed"
