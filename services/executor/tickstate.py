@@ -5,11 +5,12 @@ event brings, and reads `executor_ticks/state`, one document, to know whether an
 
 - a decision deferred to a time (`outcome.Wait.until`: a worker failed, the others get a grace): the earliest
   such instant is kept as `judge_at`, lowered by whichever handler deferred it;
-- the lost-event backstop (a status event lost, a node turned unhealthy): every running attempt is judged again
-  on the shared cadence (`tpuq.runtime.cadence.is_due`, $TPUQ_BACKSTOP_SECONDS), claimed by one guarded write of
-  `sweep_at` so that every instance agrees;
+- the lost-event backstop (a status event lost; a node turned unhealthy while probing is off): every running
+  attempt is judged again on the shared cadence (`tpuq.runtime.cadence.is_due`, $TPUQ_BACKSTOP_SECONDS), claimed by
+  one guarded write of `sweep_at` so that every instance agrees;
 - the workers' probes (`Settings.executor_probe_every`), when probing is on: each running attempt's record is
-  read to probe it, and it is judged only when a probe finds something.
+  read to probe it, with its nodes' recorded health (every slice's), and it is judged only when the probe or that
+  health finds something (a node turned unhealthy brings the executor no event).
 
 With none of these, the tick stops at that one read (it read every running attempt and its TPU before: two
 documents an attempt a minute).
