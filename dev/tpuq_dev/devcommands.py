@@ -22,7 +22,20 @@ DEFAULT_NOTICE_SECONDS = 30.0  # a spot VM's: Compute Engine gives ~30 s between
 HEALTH_CHOICES = tuple(h.value for h in TpuHealth if h is not TpuHealth.HEALTHY)  # tpu.v2 Node.Health
 
 
-def _job_slice(job_id: str, command: str):
+def slice_node(job, slice_index: int) -> str:
+    """The node of the job's slice `slice_index` (a multislice job's gang, in slice order; else its one node), or a
+    CliError naming --slice."""
+    nodes = list(job.gang) or [job.tpu]
+    if not 0 <= slice_index < len(nodes):
+        runs = f"runs on {len(nodes)} slices, 0-{len(nodes) - 1}" if len(nodes) > 1 else "runs on one slice, 0"
+        raise CliError(f"--slice {slice_index}: job {job.id} {runs}")
+    return nodes[slice_index]
+
+
+SLICE_HELP = "Which slice of a multislice job (0 first; its node `<request>-<slice>`)"
+
+
+def _job_slice(job_id: str, command: str, slice_index: int = 0):
     """(control, node name, job) of the job's slice on the local stack, or a CliError saying why not."""
     from tpuq.cli.connecting import cli_clients, job_or_fail
     from tpuq.contracts.documents import JobDoc
@@ -36,7 +49,7 @@ def _job_slice(job_id: str, command: str):
     job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
     if not job.tpu:
         raise CliError(f"job {job_id} is {job.state.value}: it is on no TPU slice now")
-    return FakeTpuControl(endpoint), job.tpu, job
+    return FakeTpuControl(endpoint), slice_node(job, slice_index), job
 
 
 def _short(node_name: str) -> str:
@@ -58,9 +71,10 @@ def _control_call(call):
 def dev_preempt(job_id: str = typer.Argument(..., metavar="JOB"),
                 notice: float = typer.Option(DEFAULT_NOTICE_SECONDS, "--notice", min=0.0,
                                              help="Seconds between the notice (the workers' metadata server says "
-                                                  "preempted) and the stop; 0: stop now")) -> None:
+                                                  "preempted) and the stop; 0: stop now"),
+                slice_index: int = typer.Option(0, "--slice", min=0, help=SLICE_HELP)) -> None:
     """Preempt the job's slice on the local stack, as Google preempts a spot TPU: the notice, then the stop."""
-    control, node, _ = _job_slice(job_id, "preempt")
+    control, node, _ = _job_slice(job_id, "preempt", slice_index)
     _control_call(lambda: control.preempt(node, notice=notice))
     if notice:
         stops = datetime.now(timezone.utc) + timedelta(seconds=notice)
@@ -76,11 +90,12 @@ def dev_unhealthy(job_id: str = typer.Argument(..., metavar="JOB"),
                   health: str = typer.Option(TpuHealth.UNHEALTHY_TENSORFLOW.value, "--health",
                                              help=f"The node's health from now on: {', '.join(HEALTH_CHOICES)}"),
                   symptom: str = typer.Option(None, "--symptom",
-                                              help="A symptom on worker 0 too, e.g. HBM_OUT_OF_MEMORY")) -> None:
+                                              help="A symptom on worker 0 too, e.g. HBM_OUT_OF_MEMORY"),
+                  slice_index: int = typer.Option(0, "--slice", min=0, help=SLICE_HELP)) -> None:
     """Make the job's slice report itself unhealthy on the local stack (its hosts keep running)."""
     if health not in HEALTH_CHOICES:
         raise CliError(f"--health {health}: expected one of {', '.join(HEALTH_CHOICES)}")
-    control, node, _ = _job_slice(job_id, "unhealthy")
+    control, node, _ = _job_slice(job_id, "unhealthy", slice_index)
     _control_call(lambda: control.set_health(node, health, description="set by tpuq dev unhealthy", symptom=symptom))
     out.print(f"{_short(node)} (job {job_id}) now reports health {health}" + (f" ({symptom} on worker 0)" if symptom
               else "") + "; its hosts keep running", highlight=False, markup=False)
@@ -88,11 +103,12 @@ def dev_unhealthy(job_id: str = typer.Argument(..., metavar="JOB"),
 
 def dev_dirty(job_id: str = typer.Argument(..., metavar="JOB"),
               worker: int = typer.Option(0, "--worker", min=0, help="Which worker of the slice (0 first)"),
+              slice_index: int = typer.Option(0, "--slice", min=0, help=SLICE_HELP),
               device: str = typer.Option("/dev/vfio/0", "--device", help="The device file to hold open")) -> None:
     """Leave a process holding a TPU device open on one worker of the job's slice, as a stuck earlier job does."""
     from tpuq.operations.sshaccess import SshRefused, check_worker
 
-    control, node, _ = _job_slice(job_id, "dirty")
+    control, node, _ = _job_slice(job_id, "dirty", slice_index)
     hosts = _control_call(lambda: control.node_info(node))["hosts"]
     try:
         check_worker(job_id, worker, len(hosts))

@@ -86,8 +86,11 @@ def test_a_two_slice_job_runs_on_all_eight_workers_and_survives_a_preempted_slic
         checkpoints = {line[8] for line in lines}
         assert len(checkpoints) == 1
 
-        # Slice 1 preempted: the fake suspends the whole request; the job runs again on a new gang.
-        control.preempt(first_gang[1])
+        # Slice 1 preempted, as a user does it on the local stack: the fake suspends the whole request; the job runs
+        # again on a new gang.
+        preempt = subprocess.run(["tpuq", "dev", "preempt", job_id, "--slice", "1", "--notice", "0"], env=env,
+                                 capture_output=True, text=True, timeout=60)
+        assert preempt.returncode == 0 and short_node_name(first_gang[1]) in preempt.stdout, preempt.stderr
         mark("slice 1 preempted")
         done = wait_until(lambda: job() if job().get("state") == JobState.succeeded else None, timeout=DEADLINE,
                           what=f"{job_id} re-run on a new gang and succeeded")
