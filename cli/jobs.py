@@ -443,7 +443,11 @@ def logs(job_id: str = typer.Argument(...),
         time.sleep(1.0)
     _flush_partial(partial, label)
     if not seen and not follow:
-        err.print(f"no logs yet for {job_id} (state {job.state})")
+        # An attempt that ended (an earlier one, or the job's last) will write no more: "yet" only while it may.
+        ended = job.terminal or (attempt is not None and attempt != job.attempt)
+        which = f"attempt {attempt} of {job_id}" if attempt else job_id
+        err.print(f"no logs for {which}: it wrote none (job {job.state})" if ended
+                  else f"no logs yet for {job_id} (state {job.state})")
 
 
 def _flush_partial(partial: dict[int, str], label) -> None:

@@ -187,3 +187,9 @@ def test_set_priority_on_a_rejected_job_names_no_none_priority():
     assert priority_refusal("job-77", {"state": "rejected", "priority": None}) == \
         "job-77 is rejected: set-priority changes only a pending job"
     assert priority_refusal("t", {"state": "running", "priority": "high"}).endswith("(its priority stays high)")
+
+
+def test_an_ended_attempt_without_logs_says_none_were_written_not_none_yet(cli):
+    retried_job(cli.clients)
+    empty = cli("logs", "train-1", "--attempt", "1", "--worker", "3")  # a worker that wrote nothing
+    assert "no logs for attempt 1 of train-1: it wrote none" in empty.stderr and "yet" not in empty.stderr
