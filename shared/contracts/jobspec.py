@@ -168,8 +168,6 @@ class CacheSpec(StrictModel):
         return "/".join(parts)
 
 
-# `max_duration` (dstack's name for it): the longest one attempt may run. A number of seconds, or a duration such as
-# 90m, 2h, 1h30m, 1d. Bounded by a year so that a typo like 2000d is caught rather than stored.
 def _refuse_megascale(name: str) -> None:
     if name.startswith(MEGASCALE_ENV_PREFIX):
         raise ValueError(f"{name!r} is reserved: tpuq sets the {MEGASCALE_ENV_PREFIX}* variables on a multislice job "
@@ -216,6 +214,8 @@ class JobSpec(StrictModel):
     retry_on_infrastructure_failure: StrictBool = Field(
         default=True, description="tpu-runner's: false makes a preemption or infrastructure failure end the job"
     )
+    # `max_duration` (dstack's name for it): the longest one attempt may run. A number of seconds, or a duration
+    # such as 90m, 2h, 1h30m, 1d. Bounded by a year so that a typo like 2000d is caught rather than stored.
     max_duration: Annotated[int | None, BeforeValidator(lambda v: None if v is None else parse_duration(v))] = Field(
         default=None, description="dstack's: the longest one attempt may run (seconds, or 90m, 2h, 1h30m); then "
         "it is stopped (TERM, then KILL after the grace) and ends failed, 'timed out after ...'. None: no limit",
