@@ -75,12 +75,18 @@ def test_a_multislice_job_asks_one_gang_and_runs_on_every_slice(sched):
     assert retry["slices"] == [4, 2] and retry["regions"] == ["us-central2"] and retry["request_id"] != request_id
 
 
-def test_the_attempts_end_frees_every_slice(sched):
+def assigned_gang(sched, job_id: str) -> dict:
+    """A 2-slice job submitted, its gang's slices ACTIVE: its one Assignment."""
     gang_fleet(sched)
-    sched.deliver("jobs", {"id": "g2", "tpu": "v4-32", "slices": 2, "command": "train"}, message_id="1")
+    sched.deliver("jobs", {"id": job_id, "tpu": "v4-32", "slices": 2, "command": "train"}, message_id="1")
     for i in range(2):
         sched.deliver("fleet-events", slice_event(i, 2))
     [assignment] = sched.drain("assignments")
+    return assignment
+
+
+def test_the_attempts_end_frees_every_slice(sched):
+    assignment = assigned_gang(sched, "g2")
     nodes = [s["node"] for s in assignment["slices"]]
     sched.deliver("attempt-events", AttemptEvent(kind=AttemptEventKind.ended, job_id="g2", attempt=1,
                                                  attempt_id="g2-1", node=nodes[0], outcome=AttemptOutcome.succeeded,
@@ -101,11 +107,7 @@ def test_an_unstarted_gang_is_sent_again_with_every_slice_and_ended_on_every_sli
 
     from tests.scheduler.test_unstarted_assignments import EVERY, tick
 
-    gang_fleet(sched)
-    sched.deliver("jobs", {"id": "g3", "tpu": "v4-32", "slices": 2, "command": "train"}, message_id="1")
-    for i in range(2):
-        sched.deliver("fleet-events", slice_event(i, 2))
-    [first] = sched.drain("assignments")
+    first = assigned_gang(sched, "g3")
     for n in (1, 2, 3):
         tick(sched, n * EVERY + timedelta(seconds=1), seq=n)
         [again] = sched.drain("assignments")
