@@ -179,3 +179,12 @@ def test_an_elastic_gang_takes_the_size_the_budget_allows():
                                                                 "count": 10}])
     _, eff = run(ClaimState(fleet), RequestReceived(gang([4, 2])))
     assert [c.qr.slices for c in eff.creates] == [2]
+
+
+def test_an_elastic_gang_down_to_one_slice_is_an_ordinary_request():
+    """nodeCount must be > 1 (MultisliceParams; the fake refuses 1): a size of 1 is sent as a plain nodeId."""
+    fleet = make_fleet(quota={z: {"v4": {"spot": 16}} for z in ZONES})  # room for one v4-32 a zone
+    _, eff = run(ClaimState(fleet), RequestReceived(gang([4, 2, 1])))
+    assert {c.qr.slices for c in eff.creates} == {1}
+    spec = build_queued_resource(eff.creates[0].qr, fleet, "ssh-ed25519 AAAA k").tpu.node_spec[0]
+    assert spec.node_id == eff.creates[0].qr.qr_id and not spec.multislice_params.node_count
