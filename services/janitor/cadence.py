@@ -3,7 +3,7 @@
 The full sweep (an exact GET of every live queued resource and TPU Firestore knows for a fleet) is the backstop
 for lost fleet events: a dead queued resource, a loser that left PROVISIONING, whose event never arrived. Run on
 every tick it reads every live slice each minute to catch events that are rarely lost. It runs on a cadence
-instead (`Settings.backstop_every`, the lost-event cadence the scheduler's backstops use: 5 minutes; the chaos
+instead (`Settings.backstop_every`, the lost-event cadence the scheduler's backstops use: 15 minutes; the chaos
 soak shortens it), recorded in `janitor/{fleet}.sweep_at` beside `orphan_scan_at`, so that every instance agrees:
 a tick reads that one document, `sweep_due` says whether the sweep is due, and the tick claims it (and a due
 orphan scan) with one guarded write. Between sweeps a tick reads only what can need action now: the fleet's TPUs

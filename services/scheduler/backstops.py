@@ -5,7 +5,7 @@ ACTIVE with no `tpus/{node}` record (its ACTIVE event lost), a job still on a TP
 recorded as ended (its `ended` event lost), a TPU still in service whose queued resource the claimer recorded
 SUSPENDED, FAILED or GONE (that event lost). Each reads every live slice or every running job, so run on every
 tick they cost reads in proportion to what exists, to catch events that are rarely lost. They run on a cadence
-instead (`Settings.backstop_every`: $TPUQ_BACKSTOP_SECONDS, 5 minutes; the chaos soak's stack, whose
+instead (`Settings.backstop_every`: $TPUQ_BACKSTOP_SECONDS, 15 minutes; the chaos soak's stack, whose
 ticks come every second, shortens it): a lost event is caught within minutes, not seconds.
 
 The cadence is recorded in one document, `scheduler_backstops/state` (`{backstop}_at`: when it last ran), so

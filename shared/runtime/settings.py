@@ -27,13 +27,16 @@ ENV_EXECUTOR_KEEP_SSH = "TPUQ_EXECUTOR_KEEP_SSH"  # 0: a new SSH connection per 
 ENV_EXECUTOR_PROBE_SECONDS = "TPUQ_EXECUTOR_PROBE_SECONDS"  # how often a running attempt's workers are probed
 ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"  # how often the janitor lists a zone for orphans
 ENV_REPUBLISH_ASSIGNMENT_SECONDS = "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS"  # an unstarted assignment is sent again
-ENV_BACKSTOP_SECONDS = "TPUQ_BACKSTOP_SECONDS"  # how often the scheduler and the janitor look for lost events
+ENV_BACKSTOP_SECONDS = "TPUQ_BACKSTOP_SECONDS"  # how often each service looks for lost events (and reads all again)
 ENV_CLOUD_RUN = "K_SERVICE"  # Cloud Run sets it in every container
 
 DEFAULT_PROBE_SECONDS = 60.0
 DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
 DEFAULT_REPUBLISH_ASSIGNMENT_SECONDS = 300.0
-DEFAULT_BACKSTOP_SECONDS = 300.0  # tpuq.scheduler.backstops: a lost event caught within minutes, not seconds
+# tpuq.scheduler.backstops: a lost event (dead-lettered, or a handler that died between its writes and its
+# publish) caught within a quarter of an hour. Each period costs reads of what is live, so the period sets most of
+# a busy deployment's Firestore bill (issue 34 §1: 5 minutes cost ~15,000 reads a day more on the standard month).
+DEFAULT_BACKSTOP_SECONDS = 900.0
 
 
 class SettingsError(ValueError):

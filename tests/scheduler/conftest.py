@@ -164,7 +164,8 @@ def memory_clients(settings: Settings, **given) -> tuple[Clients, MemoryPublishe
 
 @pytest.fixture
 def sched(monkeypatch) -> Sched:
-    settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner")
+    # The backstops every 5 minutes (production's default is 15): the tests step the clock by that period.
+    settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner", backstop_seconds=300)
     clients, publisher = memory_clients(settings)
     save_fleet(clients.firestore, fleet_file(), utc(2026, 1, 1))
 

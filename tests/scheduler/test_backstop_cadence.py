@@ -24,7 +24,7 @@ from tests.scheduler.test_reconcile import _claimer_record, tick_context
 from tests.scheduler.test_unstarted_assignments import EVERY as REPUBLISH_AFTER, assigned_job
 
 TICK = timedelta(minutes=1)
-EVERY = Settings(project="tpuq-local").backstop_every  # TPUQ_BACKSTOP_SECONDS unset: 5 minutes
+EVERY = timedelta(minutes=5)  # the tests' backstop cadence (Settings.backstop_seconds; production: 15 minutes)
 ENDED = {"job_id": "j1", "attempt": 1, "ended": True, "outcome": "succeeded", "detail": "all 1 workers exited 0"}
 
 

@@ -47,7 +47,7 @@ class Clock:
 
 def _stack(running: int = RUNNING):
     settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner",
-                        executor_probe_seconds=EVERY.total_seconds())
+                        executor_probe_seconds=EVERY.total_seconds(), backstop_seconds=300)
     clients = memory_clients(settings)
     db = clients.firestore
     for i in range(running):
@@ -80,7 +80,7 @@ def test_a_quiet_tick_writes_nothing_and_reads_a_constant_per_running_attempt():
         before = db.billed.copy()
         assert deliver(service, "executor-ticks", Tick(at=clock.now), message_id=f"t{minute}") == 204
         spent = db.billed - before
-        sweep = minute % 5 == 0  # the lost-event backstop's cadence (5 minutes): its claim is one write
+        sweep = minute % 5 == 0  # the lost-event backstop's cadence (5 minutes here): its claim is one write
         assert spent.writes == (1 if sweep else 0), f"tick {minute} wrote {spent.writes}"
         # The tick's state document, the running attempts' records to probe them, and with each probe its
         # node's record (a node turned unhealthy brings the executor no event); on the cadence the nodes' records

@@ -20,7 +20,7 @@ from tests.unit.test_executor_redelivery import ASSIGNMENT, NOW, FakeExecutor
 from tests.unit.test_executor_service import deliver, memory_clients
 
 TICK = timedelta(minutes=1)
-EVERY = Settings(project="tpuq-local").backstop_every  # TPUQ_BACKSTOP_SECONDS unset: 5 minutes
+EVERY = timedelta(minutes=5)  # the tests' backstop cadence (Settings.backstop_seconds; production: 15 minutes)
 RUNNING = 4
 
 
@@ -55,7 +55,7 @@ class ScriptedWorkers(FakeExecutor):
 
 
 def _stack(probe: bool = False):
-    settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner")
+    settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner", backstop_seconds=EVERY.total_seconds())
     clients = memory_clients(settings)
     db = clients.firestore
     for i in range(RUNNING):

@@ -84,7 +84,7 @@ def test_settings_are_read_once_from_the_given_environment():
     assert settings.executor_probe_every == timedelta(seconds=2) and settings.orphan_scan_seconds == 30
     assert settings.republish_assignment_after == timedelta(seconds=45) and settings.on_cloud_run
     assert settings.worker_service_account == "w@p.iam.gserviceaccount.com"
-    assert settings.backstop_every == timedelta(seconds=10) and Settings.from_env({}).backstop_seconds == 300
+    assert settings.backstop_every == timedelta(seconds=10) and Settings.from_env({}).backstop_seconds == 900
     defaults = Settings.from_env({})
     assert (defaults.project, defaults.fleet, defaults.executor_keep_ssh, defaults.orphan_scan_seconds) == \
         ("tpuq-local", None, True, 600.0)
