@@ -139,6 +139,7 @@ def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (def
 
     from tpuq.contracts import store
     from tpuq.contracts.documents import target_from_doc
+    from tpuq.runtime.deltaread import stamped
     from tpuq.runtime.fleetstore import load_fleet
 
     clients = cli_clients()
@@ -150,7 +151,7 @@ def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (def
     for t in dropped:
         # Only the drop's two fields: the claimer may be writing the target's back-off meanwhile.
         db.collection(store.ZONES).document(store.doc_id(t.fleet, t.zone, t.type)).update(
-            {"dropped_version": None, "dropped_reason": None})
+            stamped({"dropped_version": None, "dropped_reason": None}))  # the claimers' views see the change
         out.print(f"zone {t.zone} {t.type} may be claimed again (was: {t.dropped_reason})", highlight=False, markup=False)
     ref = db.collection(store.FLEET_STATUS).document(fleet_name)
     snap = ref.get()

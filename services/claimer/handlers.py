@@ -22,6 +22,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Callable
 
 from tpuq.capacity import existing
@@ -64,13 +65,14 @@ class Claimer:
     # fleet -> what a tick last found here (`ClaimerState.ticks_checked`; `idlemark`)
     ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)
     told: set[str] = field(default_factory=set)  # notifications this instance published (`notices.tell`)
+    views: statestore.FleetViews | None = None  # the instance's views of the fleet's targets and live resources
 
     def __post_init__(self) -> None:
         self.writer = statestore.StateWriter(self.ctx.clients.firestore)
 
     def load(self, *request_ids: str, open_requests: dict[str, RequestRecord] | None = None) -> ClaimState:
         state = statestore.load_state(self.ctx.clients.firestore, self.fleet, tuple(request_ids), self.ctx.now(),
-                                      open_requests)
+                                      open_requests, self.views)
         notices.after_load(self.ctx, self.fleet, state.status, state.day_use, self.told)
         if self.prechecks is None:
             return state
@@ -176,6 +178,8 @@ class Claimer:
         `force` (a nudge: a person changed the fleet or its brakes): the queries and the watch pass run now."""
         db, now, name = self.ctx.clients.firestore, self.ctx.now(), self.fleet.name
         last, mark = self.ticks_checked.get(name), None
+        if force and self.views is not None:
+            self.views.forget()  # a person changed something: read every target and live queued resource again
         if idlemark.read_mark_first(last) and not force:
             mark = idlemark.read_mark(db, name)
             if idlemark.tick_may_stop(mark.to_dict(), now, self.ctx.settings.backstop_every):
@@ -199,7 +203,7 @@ class Claimer:
         """The fleet's open requests; with none, its live queued resources (else not read: `load` reads them)."""
         db = self.ctx.clients.firestore
         requests = statestore.load_open_requests(db, self.fleet)
-        return requests, ({} if requests else statestore.load_live_qrs(db, self.fleet))
+        return requests, ({} if requests else statestore.load_live_qrs(db, self.fleet, self.views, self.ctx.now()))
 
     def watch(self, state: ClaimState, qrs: list[QrRecord] | None = None) -> ClaimState:
         """One watch pass: exact GETs of the given (default: all live) queued resources, then decide."""
@@ -228,6 +232,8 @@ class ClaimerState:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)  # fleet -> a tick's last finding here
     told: set[str] = field(default_factory=set)  # notifications this instance published (`notices.tell`)
+    backstop_every: timedelta = timedelta(minutes=15)  # Settings.backstop_every: the views' whole reads
+    views: dict[str, statestore.FleetViews] = field(default_factory=dict)  # fleet -> its targets and live resources
 
     def prechecks(self, ctx: Context) -> PrecheckCache | None:
         """The instance's one quota and billing cache (None: declared quota only), made on the first message."""
@@ -238,8 +244,12 @@ class ClaimerState:
         return self._prechecks[0]
 
     def claimer(self, ctx: Context, fleet: FleetFile) -> Claimer:
+        with self._lock:
+            views = self.views.get(fleet.name)
+            if views is None:
+                views = self.views[fleet.name] = statestore.FleetViews.of(fleet.name, self.backstop_every)
         return Claimer(ctx, fleet, self.tpu_factory(ctx), self.public_key, self.sleep, self.prechecks(ctx),
-                       ticks_checked=self.ticks_checked, told=self.told)
+                       ticks_checked=self.ticks_checked, told=self.told, views=views)
 
 
 def _state(ctx: Context) -> ClaimerState:
@@ -286,6 +296,7 @@ def build_service(settings: Settings, clients: Clients | None = None, *, public_
         tpu_factory=tpu_factory or real_tpu,
         node_reader=NodeJsonReader(settings.tpu_endpoint) if tpu_factory is None else None,  # connects on first read
         prechecks_factory=prechecks_factory or (lambda ctx: cache_from_settings(ctx.settings)),
+        backstop_every=settings.backstop_every,
     )
     return Service(name="claimer", routes=ROUTES, settings=settings,
                    clients=clients if clients is not None else Clients(settings), state=state)

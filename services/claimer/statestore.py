@@ -4,8 +4,11 @@ The documents' shapes (typed views and their conversions) are `tpuq.contracts.do
 
 Documents (none hot: each is written only when its own entity changes):
 - requests/{request_id}            one capacity request: types, count, status, generations per zone
-- queued_resources/{qr_id}         one queued resource we created, with the last state seen (`live` until GONE)
-- zones/{fleet}:{zone}:{type}      a race target: back-off, drop (keyed on fleet version), unknown-error count
+- queued_resources/{qr_id}         one queued resource we created, with the last state seen (`live` until GONE);
+                                   every write `stamped` (`written_at`): a load reads only those written since
+                                   the instance's last read (`FleetViews`)
+- zones/{fleet}:{zone}:{type}      a race target: back-off, drop (keyed on fleet version), unknown-error count;
+                                   every write `stamped`, read as queued resources are (`FleetViews`)
 - fleet_status/{fleet}             `blocked`: why the fleet may not create anywhere (billing, permission)
 - existing_tpus/{fleet}:{entry}     an `existing:` node's last read: usable, or the problem and its fix
 - fleet_control/{fleet}, tpus/     read only: paused, and the day's VM-hours for the budget (`tpuq.capacity.brakes`)
@@ -13,7 +16,8 @@ Documents (none hot: each is written only when its own entity changes):
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from google.cloud.firestore_v1.base_query import FieldFilter
@@ -39,6 +43,7 @@ from tpuq.contracts.documents import (
 )
 from tpuq.capacity.existing import ExistingStatus
 from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.deltaread import DeltaView, stamped
 from tpuq.runtime.fleetstore import load_control
 from tpuq.runtime.versioned import versioned
 
@@ -53,20 +58,23 @@ def target_doc_id(fleet: str, zone: str, tpu_type: str) -> str:
 # ------------------------------------------------------------ load
 
 def load_state(db, fleet: FleetFile, request_ids: tuple[str, ...] = (), now: datetime | None = None,
-               open_requests: dict[str, RequestRecord] | None = None) -> ClaimState:
+               open_requests: dict[str, RequestRecord] | None = None, views: FleetViews | None = None) -> ClaimState:
     """The fleet's targets, live queued resources, open requests (+ the named ones, whatever their status).
 
     Targets are read before queued resources: a zone claim conditioned on the target's version then
     fails if another handler created a queued resource after this load. `open_requests`: already read (a tick's
-    `load_open_requests`), not read again.
+    `load_open_requests`), not read again. `views`: the instance's views of the fleet's targets and live queued
+    resources (`FleetViews`; None: both queried whole).
     """
     targets = {}
-    for snap in db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet.name)).stream():
+    target_snaps = (views.targets.read(db, now) if views is not None and now is not None
+                    else _fleet_targets(db, fleet.name).stream())
+    for snap in target_snaps:
         t = target_from_doc(snap.to_dict(), snap.update_time)
         targets[(t.zone, t.type)] = t
     qrs = {}
     kept_qrs = versioned(db, "claimer queued resource", _qr_of)  # each stored version parsed once
-    for snap in _live_qrs(db, fleet.name):
+    for snap in _live_qr_snaps(db, fleet.name, views, now):
         q = kept_qrs.get(snap)[1]
         qrs[q.qr_id] = q
     requests = dict(open_requests) if open_requests is not None else load_open_requests(db, fleet)
@@ -88,15 +96,50 @@ def load_open_requests(db, fleet: FleetFile) -> dict[str, RequestRecord]:
     return {r.request_id: r for r in (kept.get(snap)[1] for snap in _open_requests(db, fleet.name))}
 
 
-def load_live_qrs(db, fleet: FleetFile) -> dict[str, QrRecord]:
+def load_live_qrs(db, fleet: FleetFile, views: FleetViews | None = None,
+                  now: datetime | None = None) -> dict[str, QrRecord]:
     """The fleet's live queued resources (none: one read): all a tick with no open request needs to watch them."""
     kept = versioned(db, "claimer queued resource", _qr_of)
-    return {q.qr_id: q for q in (kept.get(snap)[1] for snap in _live_qrs(db, fleet.name))}
+    return {q.qr_id: q for q in (kept.get(snap)[1] for snap in _live_qr_snaps(db, fleet.name, views, now))}
+
+
+@dataclass(frozen=True)
+class FleetViews:
+    """An instance's views of a fleet's race targets and live queued resources (`tpuq.runtime.deltaread`): a
+    load reads those written since the instance's last read (every write of both is `stamped`: here, and
+    `tpuq fleet retry`'s), all of them again on `full_every` and after `forget`."""
+
+    targets: DeltaView
+    qrs: DeltaView
+
+    @classmethod
+    def of(cls, fleet: str, full_every: timedelta) -> "FleetViews":
+        return cls(targets=DeltaView(scope=lambda db: _fleet_targets(db, fleet), keep=lambda doc: True,
+                                     full_every=full_every),
+                   qrs=DeltaView(scope=lambda db: _fleet_qrs(db, fleet), keep=lambda doc: doc.get("live") is True,
+                                 full_every=full_every, whole=lambda db: _live_qrs(db, fleet)))
+
+    def forget(self) -> None:
+        self.targets.forget()
+        self.qrs.forget()
+
+
+def _live_qr_snaps(db, fleet: str, views: FleetViews | None, now: datetime | None):
+    if views is None or now is None:
+        return _live_qrs(db, fleet).stream()
+    return views.qrs.read(db, now)
+
+
+def _fleet_targets(db, fleet: str):
+    return db.collection(store.ZONES).where(filter=FieldFilter("fleet", "==", fleet))
+
+
+def _fleet_qrs(db, fleet: str):
+    return db.collection(QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", fleet))
 
 
 def _live_qrs(db, fleet: str):
-    return (db.collection(QUEUED_RESOURCES).where(filter=FieldFilter("fleet", "==", fleet))
-            .where(filter=FieldFilter("live", "==", True)).stream())
+    return _fleet_qrs(db, fleet).where(filter=FieldFilter("live", "==", True))
 
 
 def _open_requests(db, fleet: str):
@@ -132,7 +175,7 @@ class StateWriter:
         self.opened = False  # an open request or a new queued resource was written: the tick mark must say busy
 
     def put_qr(self, qr: QrRecord) -> None:
-        self.db.collection(QUEUED_RESOURCES).document(qr.qr_id).set(qr_to_doc(qr))
+        self.db.collection(QUEUED_RESOURCES).document(qr.qr_id).set(stamped(qr_to_doc(qr)))
 
     def put_request(self, request: RequestRecord) -> None:
         self.opened = self.opened or request.status == REQUEST_OPEN
@@ -147,7 +190,7 @@ class StateWriter:
 
     def put_target(self, target: TargetRecord) -> None:
         ref = self.db.collection(store.ZONES).document(target_doc_id(target.fleet, target.zone, target.type))
-        result = ref.set(target_to_doc(target), merge=True)
+        result = ref.set(stamped(target_to_doc(target)), merge=True)
         self.target_versions[(target.zone, target.type)] = result.update_time
 
     def claim_and_record(self, state: ClaimState, qr: QrRecord) -> bool:
@@ -157,10 +200,10 @@ class StateWriter:
         target = state.target(qr.zone, qr.type)
         version = self.target_versions.get(key, target.update_time)
         ref = self.db.collection(store.ZONES).document(target_doc_id(qr.fleet, qr.zone, qr.type))
-        claim = {"last_claim": qr.qr_id, "last_claim_at": qr.created_at}
+        claim = stamped({"last_claim": qr.qr_id, "last_claim_at": qr.created_at})
         writes = guarded.WriteSet().update(guarded.Seen(ref, version),
                                            claim if version is not None else {**target_to_doc(target), **claim})
-        writes.replace(self.db.collection(QUEUED_RESOURCES).document(qr.qr_id), qr_to_doc(qr))
+        writes.replace(self.db.collection(QUEUED_RESOURCES).document(qr.qr_id), stamped(qr_to_doc(qr)))
         results = guarded.commit_guarded(self.db, writes)
         if results is None:
             return False

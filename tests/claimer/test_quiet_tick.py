@@ -1,6 +1,6 @@
 """A quiet claimer tick reads almost nothing (issue 34 §1): an idle fleet its tick mark alone whatever its history
 (`tpuq.claimer.idlemark`: two empty queries more when it turns idle), a fleet with live slices and no open request
-the open-request query and one read per live slice, and what the tick exists to catch (a
+the open-request query and one query of what was written since (`tpuq.runtime.deltaread`), and what the tick exists to catch (a
 slice's state or health changing) is still caught by the next tick. Reads are counted as Firestore bills them (the
 in-memory store's `billed`)."""
 
@@ -91,19 +91,28 @@ def test_the_backstop_runs_the_queries_again_on_its_cadence(claimer, monkeypatch
              and FleetEventKind.active in new_events(h), what="the slice ACTIVE, seen by a backstop check")
 
 
-def test_live_slices_cost_one_read_each_and_their_changes_are_still_caught(claimer):
-    h = claimer(scenario_data(ZONES[:1], provisioning=1))
-    h.fleet(fleet_data(ZONES[:1]))
+def test_live_slices_cost_one_read_and_their_changes_are_still_caught(claimer, monkeypatch):
+    """The live queued resources are read whole once, then only those written since the last tick
+    (`tpuq.runtime.deltaread`): one read (an empty query) while nothing changes, however many are live."""
+    from tpuq.runtime import deltaread
+
+    # The history below is written a moment before the ticks, within the overlap every query reads again; a
+    # deployment's history is older than it.
+    monkeypatch.setattr(deltaread, "OVERLAP", timedelta(0))
+    h = claimer(scenario_data(ZONES, provisioning=1))
+    h.fleet(fleet_data(ZONES))
     add_history(h)
-    h.push("/push/capacity", CapacityRequest(request_id="job-1", fleet="race", types=["v4-32"], count=1))
+    h.push("/push/capacity", CapacityRequest(request_id="job-1", fleet="race", types=["v4-32"], count=3))
     seq = iter(range(1, 1000))
     wait_for(lambda: h.push("/push/ticks", Tick(seq=next(seq))) is not None
-             and FleetEventKind.active in new_events(h), what="the slice ACTIVE and announced")
-    # The scheduler no longer wants more: the request is withdrawn; the ACTIVE slice stays (it is the scheduler's).
-    h.push("/push/capacity", CapacityRequest(request_id="job-1", fleet="race", types=["v4-32"], count=1,
+             and new_events(h).count(FleetEventKind.active) == 3, what="three slices ACTIVE and announced")
+    # The scheduler no longer wants more: the request is withdrawn; the ACTIVE slices stay (the scheduler's).
+    h.push("/push/capacity", CapacityRequest(request_id="job-1", fleet="race", types=["v4-32"], count=3,
                                              action=CapacityAction.withdraw))
-    [live] = [d for d in h.qr_docs() if d["live"]]
-    # Nothing changing: the empty open-request query and the slice's own document (before: + 30 targets, ...).
+    live, *others = [d for d in h.qr_docs() if d["live"]]
+    assert len(others) == 2
+    # Nothing changing: the empty open-request query and the empty query of queued resources written since the
+    # last tick (before: the slice's own document, + 30 targets, ...).
     assert [tick_reads(h, next(seq)) for _ in range(3)] == [1 + 1] * 3
     assert new_events(h) == []
 

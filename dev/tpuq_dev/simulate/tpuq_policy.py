@@ -252,7 +252,7 @@ class TpuqPolicy:
                           handling=self.store_ops.handling)
         self.executor = SimExecutor(loop, cloud, workers, self.bus, on_read=self.note_executor_read)
         self.clients = Clients(self.settings, firestore=self.db, tpu=self.tpu_client, publisher=self.bus)
-        services = self._services()
+        self.services = services = self._services()
         self.bus.serve(services)
         self._service_ticks = {sub.name: _ServiceTicks(sub.name, sub.service) for sub in topology.SUBSCRIPTIONS
                                if sub.topic == "ticks" and sub.service in services}
@@ -411,6 +411,14 @@ class TpuqPolicy:
         # The pre-checks are read through their cache, which a repeat of this tick would hit: not counted again.
         replayed = Counter({k: n for k, n in calls.items() if k not in _CACHED_READS})
         ticks.answered(None if changed else reads, replayed, self, self.db.billed - billed_before)
+        if not self._views_settled(ticks.service):
+            ticks.dirty = True  # its next tick reads less (`DeltaView.settled`): run it, to count what it reads
+
+    def _views_settled(self, service: str) -> bool:
+        """Whether the service's views of the store (`tpuq.runtime.deltaread`) would read the same again."""
+        state = self.services[service].state if service in self.services else None
+        views = getattr(state, "views", None) or {}
+        return all(view.settled for fleet in views.values() for view in (fleet.targets, fleet.qrs))
 
     def _dirty_service(self, service: str) -> None:
         """The service may know something its last quiet tick did not (a handler's state kept in process)."""
