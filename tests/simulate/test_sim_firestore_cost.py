@@ -22,7 +22,7 @@ def test_an_idle_deployment_stays_within_firestores_free_tier():
 
 def test_the_reads_are_split_by_subscription_and_an_idle_schedulers_ticks_read_a_few_documents():
     """`firestore.by_subscription` accounts for every billed operation; the scheduler's tick reads its backstops'
-    state, the late-assignment query and whether a job is pending, and its backstops every 5 minutes (issue 34 §1:
+    state, the late-assignment query and whether a job is pending, and its backstops every 15 minutes (issue 34 §1:
     before, about 11 reads a tick, 15,800 a day)."""
     inputs = read_inputs(EXAMPLES / EXAMPLE_FILES["fleet"], EXAMPLES / EXAMPLE_FILES["scenario"],
                          EXAMPLES / EXAMPLE_FILES["workload"], 0, DAY)
