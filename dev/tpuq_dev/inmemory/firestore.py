@@ -1118,8 +1118,11 @@ class MemoryQuery:
             read_time = db._time()
             filters = self._filters
             views = db._views_for(self._parent.path, filters, tuple(orders)) if self._limit is not None else None
+            ranged = None if views is not None else self._lower_bounded(db, filters, orders)
             if views is not None:
                 hits = self._first_matches(db, views)
+            elif ranged is not None:
+                hits = ranged
             else:
                 hits = [(doc_id, stored) for doc_id, stored in db._candidates(self._parent.path, filters)
                         if all(f.matches(stored.data) for f in filters)
@@ -1137,6 +1140,30 @@ class MemoryQuery:
             parts = self._parent._parts
             return [MemorySnapshot(MemoryDocument(db, (*parts, doc_id)), s.data, s.create_time, s.update_time,
                                    read_time, s.containers) for doc_id, s in hits]
+
+    def _lower_bounded(self, db: MemoryFirestore, filters, orders) -> list[tuple[str, "_Stored"]] | None:
+        """A query with equality filters and a lower bound (`>`, `>=`) on the field it is ordered by first,
+        ascending (`written_at > t`: what changed since), answered from the ordered view as Firestore answers it
+        from a composite index: from the bound on, not by scanning every document the equalities match. None:
+        not such a query (the caller scans)."""
+        if not orders or orders[0][1] != ASCENDING:
+            return None
+        bounds = [f for f in filters if f.field == orders[0][0] and f.op in (">", ">=")]
+        if not bounds or any(f.op in _INEQUALITIES and all(f is not b for b in bounds) for f in filters):
+            return None
+        views = db._views_for(self._parent.path, filters, tuple(orders))
+        if views is None or len(views) != 1:
+            return None
+        entries = views[0].entries
+        start = bisect.bisect_left(entries, (max(_order_key(f.value) for f in bounds),))
+        docs = db._collections.get(self._parent.path, {})
+        hits = []
+        for entry in entries[start:]:
+            doc_id = entry[-1].key if isinstance(entry[-1], _Reversed) else entry[-1]
+            stored = docs[doc_id]
+            if all(f.matches(stored.data) for f in filters):
+                hits.append((doc_id, stored))
+        return hits
 
     def _first_matches(self, db: MemoryFirestore, views: list[_OrderedView]) -> list[tuple[str, "_Stored"]]:
         """The first offset + limit documents of the views that match every filter, in the views' order."""
