@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from tpuq.contracts.documents import (ExecutionDoc, ExecutionEnd, ExecutionState, NodeHealth, TpuDoc, TpuState,
                                       short_node_name)
 from tpuq.contracts.documents.tpus import lost_by_preemption
-from tpuq.executor.outcome import Decided, NodeState
+from tpuq.executor.outcome import EXECUTOR_STOP_PREFIX, Decided, NodeState
 from tpuq.contracts.messages import Assignment, AttemptEvent, AttemptEventKind, AttemptOutcome
 
 Doc = dict[str, Any]
@@ -235,7 +235,8 @@ def stop_after_end(decided: Decided, problem: str | None) -> bool:
 
 def stop_reason(decided: Decided, problem: str | None) -> str:
     """The cancel reason the stopped workers record."""
-    return f"stopped: node unhealthy: {problem}" if problem else f"stopped: {decided.detail.splitlines()[0]}"
+    reason = f"node unhealthy: {problem}" if problem else decided.detail.splitlines()[0]
+    return EXECUTOR_STOP_PREFIX + reason
 
 
 def departed_nodes(kept: set[str], in_service: set[str]) -> set[str]:

@@ -36,8 +36,8 @@ from tpuq.contracts import gcslayout
 from tpuq.executor.budget import CLEANUP_SECONDS, Deadline, start_budget_seconds
 from tpuq.executor.objects import ObjectStore
 from tpuq.contracts.runtime_failures import RuntimeFailures
-from tpuq.executor.outcome import (DEFAULT_FAILURE_GRACE, PHASE_PREFLIGHT, Decided, Decision, NodeState, WorkerStatus,
-                                   decide_outcome, preflight_detail)
+from tpuq.executor.outcome import (DEFAULT_FAILURE_GRACE, EXECUTOR_STOP_PREFIX, PHASE_PREFLIGHT, Decided, Decision,
+                                   NodeState, WorkerStatus, decide_outcome, preflight_detail)
 from tpuq.executor.pins import HostKeyPinStore, HostKeySource
 from tpuq.executor.ssh import ConnectionCache, ConnectPolicy, SshLogin, WorkerConnection, WorkerPool, WorkerResult
 from tpuq.executor.supervisor_bundle import build_supervisor_script
@@ -46,6 +46,9 @@ from tpuq.executor.workerspec import AttemptPlan, WorkerSettings, attempt_worker
 from tpuq.contracts.messages import Assignment, AttemptOutcome, WorkerEndpoint
 
 DETAIL_PER_WORKER = 600  # characters of one worker's error in a detail
+# The reason the workers that did start record when another worker's launch failed: not a cancel, so the attempt
+# ends infra_failed whoever judges it first (`outcome.EXECUTOR_STOP_PREFIX`).
+LAUNCH_FAILED_STOP = EXECUTOR_STOP_PREFIX + "another worker failed to launch"
 # Supervisor steps that take the worker's control lock (tpuq.executor.worker.processes.control_lock).
 LOCKING_STEPS = frozenset({"prepare", "start", "launch"})
 LOCK_WAIT_SLACK_SECONDS = 5.0  # the lock wait ends this long before the command's timeout, so the worker answers
@@ -279,7 +282,7 @@ class Executor:
                 started = [w for w, r in launched.items() if r.ok and r.value.get("ok")]
                 # After the budget, if need be: the margin holds CLEANUP_SECONDS for it.
                 pool.run(lambda c: self._supervisor(c, "cancel", "--attempt-id", plan.attempt_id,
-                                                    "--reason", "another worker failed to launch", "--grace", "5",
+                                                    "--reason", LAUNCH_FAILED_STOP, "--grace", "5",
                                                     timeout=CLEANUP_SECONDS),
                          started)
                 return StartResult(False, outcome=_infra("could not launch", failed, deadline), notes=notes)

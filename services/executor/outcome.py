@@ -16,6 +16,7 @@ from enum import Enum
 from tpuq.contracts.jobspec import format_duration
 from tpuq.contracts.messages import AttemptOutcome
 from tpuq.contracts.runtime_failures import TAIL_LINES, RuntimeFailures  # the lines a detail shows, and reads
+from tpuq.executor.worker.status import CANCEL_REASON
 
 DEFAULT_FAILURE_GRACE = timedelta(seconds=30)
 # How long after one worker ended on a preemption notice the others are waited for: a spot VM's notice (~30 s,
@@ -28,6 +29,10 @@ PREFLIGHT_FAILED = "preflight failed"  # the head of an attempt's detail when a 
 PHASE_RUN, PHASE_SETUP, PHASE_PREFLIGHT = "run", "setup", "preflight"
 TIMED_OUT = "timed out after"  # the head of an attempt's detail when the job's max_duration ended it
 DETAIL_LIMIT = 8000  # AttemptEvent.detail max_length
+# How a cancel reason the executor gives its own stops begins (`decide.stop_reason`, a launch that failed on
+# another worker): a worker so stopped was not cancelled by anyone, and its status never makes the attempt
+# cancelled (a person's cancel writes the cancel marker: `cancel_requested`).
+EXECUTOR_STOP_PREFIX = "stopped: "
 
 
 class NodeState(str, Enum):
@@ -50,6 +55,7 @@ class WorkerStatus:
     exit_code: int | None = None
     signal: str | None = None
     cancelled: bool = False
+    cancel_reason: str | None = None  # why it was stopped (the cancel request's reason)
     preempted: bool = False  # the worker saw the preemption (or host maintenance) notice
     preemption_notice: str | None = None
     timed_out: bool = False  # the supervisor stopped the job at the job's max_duration
@@ -74,6 +80,7 @@ class WorkerStatus:
             exit_code=int(exit_code) if exit_code is not None else None,  # type: ignore[arg-type]
             signal=data.get("signal"),  # type: ignore[arg-type]
             cancelled=bool(data.get("cancelled")),
+            cancel_reason=data.get(CANCEL_REASON),  # type: ignore[arg-type]
             preempted=bool(data.get("preempted")),
             preemption_notice=data.get("preemption_notice"),  # type: ignore[arg-type]
             timed_out=bool(data.get("timed_out")),
@@ -85,6 +92,11 @@ class WorkerStatus:
             disk=dict(data.get("disk") or {}),  # type: ignore[arg-type]
             memory=dict(data.get("memory") or {}),  # type: ignore[arg-type]
         )
+
+    @property
+    def stopped_by_executor(self) -> bool:
+        """Stopped by the executor itself (`EXECUTOR_STOP_PREFIX`), not cancelled by a person."""
+        return self.cancelled and (self.cancel_reason or "").startswith(EXECUTOR_STOP_PREFIX)
 
     @property
     def is_setup_failure(self) -> bool:
@@ -135,7 +147,8 @@ def decide_outcome(
 ) -> Decision:
     """Decide how the attempt ended.
 
-    In order: cancelled (asked for, or any worker says so); failed, "timed out after 2h" (a worker's supervisor
+    In order: cancelled (asked for, or a worker says a person cancelled it); infra_failed after the failure grace
+    when the executor itself stopped workers before the end was published (`EXECUTOR_STOP_PREFIX`); failed, "timed out after 2h" (a worker's supervisor
     stopped the job at its max_duration: terminal, whatever the exit codes); succeeded (every worker
     exited 0 — even if the node went away afterwards — and none was stopped by a preemption notice, since a job
     that checkpoints on SIGTERM and exits 0 has not finished); failed_setup (any worker's
@@ -197,8 +210,17 @@ def _decide(
     ended = [statuses[w] for w in range(worker_count) if w in statuses]
     all_ended = len(ended) == worker_count
 
-    if cancel_requested or any(s.cancelled for s in ended):
+    if cancel_requested or any(s.cancelled and not s.stopped_by_executor for s in ended):
         return Decided(AttemptOutcome.cancelled, "cancelled", exit_codes)
+    stopped = sorted((s for s in ended if s.stopped_by_executor), key=lambda s: (s.ended_at, s.worker_id))
+    if stopped:
+        # Stopped before the attempt's end was published: a launch that failed on another worker. The start that
+        # stopped them publishes its own end (infra_failed, naming the worker and its error) at once; only if it
+        # never does (its instance died) is the attempt ended here, after the failure grace, retried elsewhere.
+        first, decide_at = stopped[0], stopped[0].ended_at + failure_grace
+        if now < decide_at:
+            return Wait(f"worker {first.worker_id} {first.cancel_reason}; the start decides", until=decide_at)
+        return Decided(AttemptOutcome.infra_failed, f"worker {first.worker_id} {first.cancel_reason}", exit_codes)
     timed_out = sorted((s for s in ended if s.timed_out), key=lambda s: (s.ended_at, s.worker_id))
     if timed_out:
         return Decided(AttemptOutcome.failed, _timed_out_detail(timed_out), exit_codes)

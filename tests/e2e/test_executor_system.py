@@ -315,7 +315,7 @@ def test_a_worker_that_never_starts_does_not_leave_the_others_running(idle_slice
         if headroom == LAUNCH_FORK_FAILS:
             assert attempt["outcome"] == "infra_failed", attempt
             assert attempt["detail"].startswith("could not launch worker 3: "), attempt["detail"]
-            stop_reason = "another worker failed to launch"
+            stop_reason = "stopped: another worker failed to launch"
             # The others were started; the start stopped them before it returned: once worker 3's launch failed
             # (at the latest when its supervisor had not started the job within launch's wait), within the time
             # the executor keeps for that cleanup.

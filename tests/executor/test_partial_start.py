@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from tpuq.contracts.messages import AttemptOutcome
 from tpuq.executor import decide as executor_decide
-from tpuq.executor.outcome import NodeState, WorkerStatus, decide_outcome
+from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE, Decided, NodeState, WorkerStatus, decide_outcome
 
 from .factories import T0
 
@@ -35,3 +35,26 @@ def test_nothing_is_stopped_when_every_worker_has_ended():
     ended = [WorkerStatus(worker_id=w, attempt_id="a1", ended_at=T0, exit_code=0) for w in range(3)]
     assert not decide(ended + [setup_failed(3)]).stop_workers
     assert not decide([setup_failed(0)], workers=1).stop_workers
+
+
+def test_workers_stopped_after_another_failed_to_launch_are_not_a_cancel():
+    """The start stops the workers that did launch when another's launch failed, then publishes infra_failed. Their
+    statuses may be judged first (a status notification, a tick): that is an infrastructure failure, retried
+    elsewhere, never the job cancelled (on a loaded stack it was, and the job was lost)."""
+    from tpuq.executor.executor import LAUNCH_FAILED_STOP
+
+    stopped = [WorkerStatus(worker_id=w, attempt_id="a1", ended_at=T0, signal="SIGTERM", cancelled=True,
+                            cancel_reason=LAUNCH_FAILED_STOP) for w in range(3)]
+    # The start publishes its own, fuller end at once: a judge of the statuses waits for it, the failure grace.
+    waiting = decide(stopped)
+    assert not isinstance(waiting, Decided) and waiting.until == T0 + DEFAULT_FAILURE_GRACE, waiting
+    # Its instance died before publishing: the attempt is ended here, an infrastructure failure.
+    d = decide_outcome(worker_count=4, statuses={s.worker_id: s for s in stopped}, node_state=NodeState.ready,
+                       now=T0 + DEFAULT_FAILURE_GRACE)
+    assert d.outcome is AttemptOutcome.infra_failed, d
+    assert d.detail == "worker 0 stopped: another worker failed to launch"
+    # A person's cancel is still a cancel, whatever the reason they gave.
+    asked = WorkerStatus(worker_id=3, attempt_id="a1", ended_at=T0, cancelled=True, cancel_reason="test over")
+    assert decide([*stopped, asked]).outcome is AttemptOutcome.cancelled
+    assert decide_outcome(worker_count=4, statuses={s.worker_id: s for s in stopped}, node_state=NodeState.ready,
+                          now=T0, cancel_requested=True).outcome is AttemptOutcome.cancelled

@@ -54,6 +54,9 @@ def tail(path: str) -> str:
     return text
 
 
+CANCEL_REASON = "cancel_reason"  # why the job was stopped: the cancel request's reason (the executor reads it)
+
+
 def build_status(spec: dict, paths: WorkerPaths, **fields) -> dict:
     disk, memory = _disk_and_memory(paths.home)
     status = {
@@ -67,7 +70,7 @@ def build_status(spec: dict, paths: WorkerPaths, **fields) -> dict:
         "exit_code": None,
         "signal": None,
         "cancelled": False,
-        "cancel_reason": None,
+        CANCEL_REASON: None,
         "preempted": False,  # the worker saw the preemption or maintenance notice (`preemption_notice` says which)
         "preemption_notice": None,
         "timed_out": False,  # the supervisor stopped the job at the job's max_duration (`max_duration_seconds`)
