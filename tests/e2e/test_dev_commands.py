@@ -85,12 +85,14 @@ def test_a_job_s_life_on_the_fake_hosts_through_the_dev_commands(system):
         assert any(line.split()[:2] == ["1", "sshd:"] or line.split()[0] == "1" and "sshd" in line
                    for line in on_2.stdout.splitlines())  # pid 1 is the host's sshd
         assert "sleep 900" in on_2.stdout  # the job runs there too
-        # preempt: the notice on every worker's metadata server, then the node PREEMPTED.
-        preempt = tpuq(env, "dev", "preempt", job_id, "--notice", "8")
+        # preempt: the notice on every worker's metadata server, then the node PREEMPTED. The hosts are read
+        # before: once the notice is over the node may be gone already (a loaded machine is slow to look).
+        hosts = control.node_info(first["tpu"])["hosts"]
+        preempt = tpuq(env, "dev", "preempt", job_id, "--notice", "15")
         assert preempt.returncode == 0, preempt.stderr
-        assert "instance/preempted TRUE" in preempt.stdout and "(in 8 s)" in preempt.stdout
+        assert "instance/preempted TRUE" in preempt.stdout and "(in 15 s)" in preempt.stdout
         # (Read from here, at each host's metadata address: the job, told at once, may have ended already.)
-        for host in control.node_info(first["tpu"])["hosts"]:
+        for host in hosts:
             at = f"http://{host['internal_address']}/computeMetadata/v1/instance/"
             assert requests.get(at + "preempted", headers=FLAVOR, timeout=5).text == "TRUE"
             assert requests.get(at + "maintenance-event", headers=FLAVOR, timeout=5).text == "TERMINATE_ON_HOST_MAINTENANCE"

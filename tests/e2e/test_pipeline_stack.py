@@ -53,6 +53,13 @@ def first_attempt(clients, job_id: str) -> dict:
             .get().to_dict() or {})
 
 
+def started_attempt(clients, job_id: str) -> dict:
+    """The job's first attempt once its start is recorded: Pub/Sub does not order, and an attempt's `ended` may be
+    handled before its `started` (which then records `started_at` on the ended attempt)."""
+    return wait_for(lambda: (a := first_attempt(clients, job_id)).get("started_at") and a, timeout=DEADLINE,
+                    what=f"{job_id}'s start recorded")
+
+
 def wait_ended(clients, job_id: str) -> dict:
     return wait_for(lambda: (j := job(clients, job_id)).get("state") in TERMINAL and j, timeout=DEADLINE,
                     what=f"{job_id} ended")
@@ -102,11 +109,11 @@ def test_a_sweep_limited_to_two_then_its_eval(pipeline_stack):
     submit(stack, work, sweep_then_eval(tag, 'echo "lr=$LR seed=$SEED task $TPUQ_ARRAY_INDEX"; sleep 2', notify))
     tasks = [wait_ended(clients, f"train-{tag}-{i}") for i in range(6)]
     assert [t["state"] for t in tasks] == ["succeeded"] * 6, [t.get("reason") for t in tasks]
-    spans = [(a["started_at"], a["ended_at"]) for a in (first_attempt(clients, t["id"]) for t in tasks)]
+    spans = [(a["started_at"], a["ended_at"]) for a in (started_attempt(clients, t["id"]) for t in tasks)]
     assert most_at_once(spans) == 2, spans
     evaluated = wait_ended(clients, f"eval-{tag}")
     assert evaluated["state"] == "succeeded", evaluated.get("reason")
-    assert first_attempt(clients, evaluated["id"])["started_at"] >= max(end for _, end in spans)
+    assert started_attempt(clients, evaluated["id"])["started_at"] >= max(end for _, end in spans)
     notices = told(receiver, path, 2)
     assert set(notices) == {f"succeeded:group:train-{tag}", f"succeeded:eval-{tag}"}, notices
     stored = [job(clients, f"eval-{tag}"), *tasks]
