@@ -435,7 +435,7 @@ class TpuqPolicy:
         if self._reading is not None:
             # A filter against a moving now is left out of what a later change is judged on: a document written
             # afterwards may not match its value as read, yet start to match as now moves on.
-            fixed = tuple(f for f in filters if not isinstance(f.given, TracedNow))
+            fixed = tuple(f for f in filters if not _moving(f.given))
             queries = self._reading.queries.setdefault(collection_path, [])
             if fixed not in queries:
                 queries.append(fixed)
@@ -447,7 +447,7 @@ class TpuqPolicy:
         with the moving value, as the rule's own comparison would, so that the traced clock notes where."""
         for i, f in enumerate(filters):
             mirrored = _MIRRORED.get(f.op)
-            if mirrored is None or not isinstance(f.given, TracedNow):
+            if mirrored is None or not _moving(f.given):
                 continue
             others = filters[:i] + filters[i + 1:]
             for _, stored in self.db._candidates(collection_path, others):
@@ -537,3 +537,9 @@ class _ServiceTicks:
         due = cloud.next_transition()
         self.cloud_due = math.inf if due is None else due
         self.workers_version = policy.workers_version()
+
+
+def _moving(value) -> bool:
+    """A query's value that moves with the clock: a traced now of the handling in progress (or a time computed
+    from it). A traced now kept from an earlier event (`DeltaView`'s last read) is a constant from the past."""
+    return isinstance(value, TracedNow) and value._moves()
