@@ -20,14 +20,18 @@ Why it stays exact whatever wrote what, on whichever instance:
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
+from google.api_core.exceptions import FailedPrecondition
 from google.cloud.firestore import SERVER_TIMESTAMP, FieldFilter
 
 from tpuq.runtime.cadence import is_due
+
+log = logging.getLogger("tpuq.runtime.deltaread")
 
 WRITTEN_AT = "written_at"  # the server's commit time of the document's last write (`stamped`)
 # A query sees every commit stamped up to its read time (Firestore reads are strongly consistent), and this
@@ -65,16 +69,26 @@ class DeltaView:
                 self._docs = {s.id: s for s in query.stream() if self.keep(s.to_dict() or {})}
                 self._full_at, self._settled = now, False
             else:
-                since = self._read_at - OVERLAP
-                self._settled = True
-                for snap in self.scope(db).where(filter=FieldFilter(WRITTEN_AT, ">", since)).stream():
+                try:
+                    self._read_since(db, self._read_at - OVERLAP)
+                except FailedPrecondition as e:
+                    # The composite index (scope's fields + `written_at`) is still being built after a deploy
+                    # (minutes): read the whole set until it serves.
+                    log.warning("a query of what was written since needs its index, not ready yet: %s", e)
+                    query = self.whole(db) if self.whole is not None else self.scope(db)
+                    self._docs = {s.id: s for s in query.stream() if self.keep(s.to_dict() or {})}
                     self._settled = False
-                    if self.keep(snap.to_dict() or {}):
-                        self._docs[snap.id] = snap
-                    else:
-                        self._docs.pop(snap.id, None)
             self._read_at = now
             return list(self._docs.values())
+
+    def _read_since(self, db, since: datetime) -> None:
+        self._settled = True
+        for snap in self.scope(db).where(filter=FieldFilter(WRITTEN_AT, ">", since)).stream():
+            self._settled = False
+            if self.keep(snap.to_dict() or {}):
+                self._docs[snap.id] = snap
+            else:
+                self._docs.pop(snap.id, None)
 
     @property
     def settled(self) -> bool:

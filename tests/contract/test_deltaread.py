@@ -47,3 +47,33 @@ def test_a_write_without_the_stamp_is_seen_at_the_next_whole_read(db, col, monke
     assert [s.to_dict()["n"] for s in view.read(db, utcnow())] == [0]
     view.forget()
     assert [s.to_dict()["n"] for s in view.read(db, utcnow())] == [1]
+
+
+def test_a_missing_index_reads_the_whole_set(monkeypatch):
+    """Right after a deploy Firestore answers FAILED_PRECONDITION ("The query requires an index") until the
+    composite index is built: the view reads the whole set meanwhile."""
+    from google.api_core.exceptions import FailedPrecondition
+
+    from tpuq_dev.inmemory import MemoryFirestore
+
+    monkeypatch.setattr(deltaread, "OVERLAP", timedelta(0))
+    db = MemoryFirestore()
+    col = db.collection("qrs")
+    col.document("q0").set(stamped({"fleet": "f", "live": True, "n": 0}))
+    view = _view(col)
+    view.read(db, utcnow())
+    col.document("q0").set(stamped({"fleet": "f", "live": True, "n": 1}))
+
+    class Unindexed:
+        def __init__(self, query):
+            self.query = query
+
+        def where(self, **_):
+            raise FailedPrecondition("The query requires an index. You can create it here: ...")
+
+        def stream(self):
+            return self.query.stream()
+
+    view.scope = lambda db: Unindexed(col.where(filter=FieldFilter("fleet", "==", "f")))
+    assert [s.to_dict()["n"] for s in view.read(db, utcnow())] == [1]
+    assert not view.settled
