@@ -91,3 +91,15 @@ def test_secret_bindings_follow_the_fleet(infra):
 def test_firestore_indexes_come_from_the_shared_indexes_file(infra):
     assert infra.firestore.indexes_file == "firestore.indexes.json"
     assert infra.firestore.indexes and all(i["collectionGroup"] for i in infra.firestore.indexes)
+
+
+def test_the_claimers_written_since_queries_have_their_composite_indexes(infra):
+    """`fleet == f and written_at > t` (the claimer's views, `tpuq.claimer.statestore.FleetViews`) needs a composite
+    index in Firestore, which neither stand-in asks for (the emulator serves any query): declared here, or
+    production's views fall back to reading everything (`tpuq.runtime.deltaread`)."""
+    from tpuq.contracts import store
+    from tpuq.runtime.deltaread import WRITTEN_AT
+
+    declared = {(i["collectionGroup"], tuple(f["fieldPath"] for f in i["fields"])) for i in infra.firestore.indexes}
+    for collection in (store.QUEUED_RESOURCES, store.ZONES):
+        assert (collection, ("fleet", WRITTEN_AT)) in declared, collection
