@@ -43,7 +43,7 @@ from tpuq.runtime.fleetstore import fleet_of, load_fleet
 from tpuq.runtime.isolation import Isolated
 from tpuq.contracts.messages import CapacityRequest, Tick
 from tpuq.runtime.service import Context, Service
-from tpuq.runtime.settings import Settings
+from tpuq.runtime.settings import DEFAULT_BACKSTOP_SECONDS, Settings
 
 log = logging.getLogger("tpuq.claimer")
 
@@ -232,7 +232,7 @@ class ClaimerState:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)  # fleet -> a tick's last finding here
     told: set[str] = field(default_factory=set)  # notifications this instance published (`notices.tell`)
-    backstop_every: timedelta = timedelta(minutes=15)  # Settings.backstop_every: the views' whole reads
+    backstop_every: timedelta = timedelta(seconds=DEFAULT_BACKSTOP_SECONDS)  # the views' whole reads (Settings')
     views: dict[str, statestore.FleetViews] = field(default_factory=dict)  # fleet -> its targets and live resources
 
     def prechecks(self, ctx: Context) -> PrecheckCache | None:
