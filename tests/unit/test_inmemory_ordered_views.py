@@ -29,6 +29,15 @@ def _random_doc(rng: random.Random) -> dict:
     return doc
 
 
+def _random_jobs(rng: random.Random, count: int = 120) -> tuple[MemoryFirestore, list[str]]:
+    """A store with `count` random jobs, and their ids."""
+    db = MemoryFirestore()
+    ids = [f"j{i:03d}" for i in range(count)]
+    for doc_id in ids:
+        db.collection("jobs").document(doc_id).set(_random_doc(rng))
+    return db, ids
+
+
 def _query(db, orders, limit, types=None, states=None):
     q = db.collection("jobs").where(filter=FieldFilter("state", "in", states) if states
                                     else FieldFilter("state", "==", "pending"))
@@ -42,10 +51,7 @@ def _query(db, orders, limit, types=None, states=None):
 @pytest.mark.parametrize("seed", range(6))
 def test_a_limited_query_answers_as_ordering_every_match_would(seed):
     rng = random.Random(seed)
-    db = MemoryFirestore()
-    ids = [f"j{i:03d}" for i in range(120)]
-    for doc_id in ids:
-        db.collection("jobs").document(doc_id).set(_random_doc(rng))
+    db, ids = _random_jobs(rng)
     for _ in range(40):
         orders, limit, types = rng.choice(ORDERS), rng.choice([1, 5, 30, 500]), rng.choice([None, ["a", "any"]])
         states = rng.choice([None, ["pending", "running"]])
@@ -81,10 +87,7 @@ def test_a_lower_bounded_query_answers_as_a_scan_would(seed):
     """`state == x and at > t` (what changed since t) is answered from the view from the bound on; the answer is
     the scan's: every match, in `at` order, through writes that move documents in and out of it."""
     rng = random.Random(seed)
-    db = MemoryFirestore()
-    ids = [f"q{i:03d}" for i in range(120)]
-    for doc_id in ids:
-        db.collection("jobs").document(doc_id).set(_random_doc(rng))
+    db, ids = _random_jobs(rng)
     for _ in range(40):
         since, op = T0 + timedelta(seconds=rng.randrange(-5, 55)), rng.choice([">", ">="])
         q = (db.collection("jobs").where(filter=FieldFilter("state", "==", "pending"))
