@@ -65,9 +65,8 @@ class DeltaView:
         """The set's snapshots as of now: one query (a whole read when cold or due)."""
         with self._lock:
             if self._read_at is None or is_due(self._full_at, now, self.full_every):
-                query = self.whole(db) if self.whole is not None else self.scope(db)
-                self._docs = {s.id: s for s in query.stream() if self.keep(s.to_dict() or {})}
-                self._full_at, self._settled = now, False
+                self._read_whole(db)
+                self._full_at = now
             else:
                 try:
                     self._read_since(db, self._read_at - OVERLAP)
@@ -75,11 +74,14 @@ class DeltaView:
                     # The composite index (scope's fields + `written_at`) is still being built after a deploy
                     # (minutes): read the whole set until it serves.
                     log.warning("a query of what was written since needs its index, not ready yet: %s", e)
-                    query = self.whole(db) if self.whole is not None else self.scope(db)
-                    self._docs = {s.id: s for s in query.stream() if self.keep(s.to_dict() or {})}
-                    self._settled = False
+                    self._read_whole(db)
             self._read_at = now
             return list(self._docs.values())
+
+    def _read_whole(self, db) -> None:
+        query = self.whole(db) if self.whole is not None else self.scope(db)
+        self._docs = {s.id: s for s in query.stream() if self.keep(s.to_dict() or {})}
+        self._settled = False
 
     def _read_since(self, db, since: datetime) -> None:
         self._settled = True
