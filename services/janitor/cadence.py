@@ -9,15 +9,26 @@ a tick reads that one document, `sweep_due` says whether the sweep is due, and t
 orphan scan) with one guarded write. Between sweeps a tick reads only what can need action now: the fleet's TPUs
 idle or marked deleting (one indexed query), and all its live TPUs only when an idle one has passed its timeout
 (the idle rule's keep-warm count needs them).
+
+A quiet tick (issue 34 §1) reads one document or none: an instance remembers, from its last tick that read every
+fleet's `janitor/{fleet}`, the instant before which neither run is due anywhere (`TickMemory`, `quiet_until`), and
+until then asks only whether any TPU of any fleet is idle or marked deleting (one query: one read when none is).
+With none, that tick has nothing to do: the idle rule and the deletes to finish need such a TPU, a drain pending
+kept the memory empty, and a person's change (`tpuq fleet pause`, `resume`, `drain`, `apply`) comes with a nudge,
+which reads everything. What the memory cannot see (a fleet applied whose nudge was lost) waits at most until
+the instant it remembers, which is never later than the full sweep's next turn.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tpuq.runtime.cadence import is_due
+from tpuq.janitor.decide import orphan_scan_due_at
+from tpuq.runtime.cadence import due_at, is_due
 
 SWEEP_AT = "sweep_at"  # janitor/{fleet}: when the last full sweep was claimed
+ORPHAN_SCAN_AT = "orphan_scan_at"  # janitor/{fleet}: when the last orphan scan was claimed
 
 
 def sweep_due(last: datetime | None, now: datetime, every: timedelta) -> bool:
@@ -32,3 +43,28 @@ def needs_every_live_tpu(expired: list, keep_warm_of, paused: bool) -> bool:
     least the expired count)."""
     return not paused and any(not t.quarantined and keep_warm_of(t.entry_id) > 0 for t in expired)
 
+
+
+def runs_due_at(doc: dict, now: datetime, sweep_every: timedelta, orphan_scan_seconds: float) -> datetime | None:
+    """The first instant at which the full sweep or the orphan scan of the fleet whose `janitor/{fleet}` reads
+    `doc` (as claimed at `now`) is due (None: one is due now)."""
+    sweep = due_at(doc.get(SWEEP_AT), now, sweep_every)
+    orphans = orphan_scan_due_at(doc.get(ORPHAN_SCAN_AT), now, orphan_scan_seconds)
+    return None if sweep is None or orphans is None else min(sweep, orphans)
+
+
+def quiet_until(due: list[datetime | None]) -> datetime | None:
+    """What a tick that ran every fleet remembers: the earliest of the fleets' `runs_due_at` (None, with a fleet
+    due now or not read: the next tick reads every fleet again)."""
+    return None if not due or any(at is None for at in due) else min(due)  # type: ignore[type-var]
+
+
+@dataclass
+class TickMemory:
+    """What one janitor instance remembers between ticks (`JanitorState.remembered`): before `quiet_until`, no
+    run on a cadence is due and no drain is pending in any fleet. Lost with the instance; a new one reads."""
+
+    quiet_until: datetime | None = None
+
+    def quiet_at(self, now: datetime) -> bool:
+        return self.quiet_until is not None and now < self.quiet_until

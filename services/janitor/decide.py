@@ -428,6 +428,14 @@ def orphan_scan_due(last_scan: datetime | None, now: datetime, interval_seconds:
     return last_scan is None or now - last_scan >= timedelta(seconds=interval_seconds)
 
 
+def orphan_scan_due_at(last_scan: datetime | None, now: datetime, interval_seconds: float) -> datetime | None:
+    """The instant from which `orphan_scan_due` says yes (None: due now)."""
+    if orphan_scan_due(last_scan, now, interval_seconds):
+        return None
+    assert last_scan is not None
+    return last_scan + timedelta(seconds=interval_seconds)
+
+
 def listed_owned_ids(listed: Iterable[Any], fleet: FleetFile) -> set[str]:
     """The short ids of the listed resources that are ours: the ones `decide_orphans` asks `known_ids` about."""
     return {short_node_name(resource_name(r)) for r in listed if r is not None and is_ours(r, fleet)}

@@ -334,15 +334,15 @@ class Janitor:
         snap = self.db.collection(JANITOR).document(self.fleet.name).get()
         doc = snap.to_dict() if snap.exists else {}
         sweep = cadence.sweep_due(doc.get(cadence.SWEEP_AT), now, sweep_every)
-        orphans = d.orphan_scan_due(doc.get("orphan_scan_at"), now, orphan_scan_seconds)
+        orphans = d.orphan_scan_due(doc.get(cadence.ORPHAN_SCAN_AT), now, orphan_scan_seconds)
         if not (sweep or orphans):
             return DueRuns(False, False, doc)
-        fields = {**({cadence.SWEEP_AT: now} if sweep else {}), **({"orphan_scan_at": now} if orphans else {})}
+        fields = {**({cadence.SWEEP_AT: now} if sweep else {}), **({cadence.ORPHAN_SCAN_AT: now} if orphans else {})}
         if not snap.exists:
             fields = {"fleet": self.fleet.name, "orphan_first_seen": [], **fields}
         if not guarded.commit_if_unchanged(self.db, guarded.WriteSet().update(snap, fields)):
             return DueRuns(False, False, doc)  # another tick handler claimed them
-        return DueRuns(sweep, orphans, doc)
+        return DueRuns(sweep, orphans, doc, claimed=fields)
 
     def quiet_pass(self) -> None:
         """Between full sweeps: only the TPUs that can need action now, by one indexed query (idle or marked
@@ -385,6 +385,12 @@ class DueRuns:
     sweep: bool
     orphans: bool
     doc: dict
+    claimed: dict = field(default_factory=dict)  # the fields this tick wrote to claim them
+
+    @property
+    def after(self) -> dict:
+        """janitor/{fleet} as it reads after the claim."""
+        return {**self.doc, **self.claimed}
 
 
 # ------------------------------------------------------------------ handlers
@@ -405,6 +411,7 @@ class JanitorState:
     sweep_every: timedelta = timedelta(minutes=5)  # Settings.backstop_every: the full sweep's cadence
     adapter_factory: AdapterFactory = default_adapter  # the simulator passes its in-process TPU API
     notifier: notify.Notifier | None = None  # /push/notifications: Secret Manager, the URL cache, the POST
+    remembered: cadence.TickMemory = field(default_factory=cadence.TickMemory)  # what a quiet tick may skip
 
 
 def janitor_for(ctx: Context, fleet: FleetFile) -> Janitor:
@@ -420,13 +427,21 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
 
 
 def on_tick(tick: Tick, ctx: Context) -> None:
+    """Per fleet: the runs due on their cadence, a drain asked for, and the quiet pass. A quiet tick (nothing due
+    by this instance's memory, no TPU idle or deleting anywhere, no nudge) stops at one query (`cadence`)."""
     state: JanitorState = ctx.state
+    db, now = ctx.clients.firestore, ctx.now()
+    if not tick.nudge and state.remembered.quiet_at(now) and not _any_tpu_waiting(db):
+        return
+    state.remembered.quiet_until = None  # until every fleet below says when its next run is due
+    due: list = []
     fleets = Isolated("janitor tick", log)  # one fleet's trouble never stops the others' pass
-    for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
+    for snap in db.collection(store.FLEETS).stream():
+        due.append(None)  # this fleet's, unless its part below ends
         with fleets.part(f"fleet {snap.id}"):
             fleet = fleet_of(snap)
             janitor = janitor_for(ctx, fleet)
-            control = load_control(ctx.clients.firestore, fleet.name)
+            control = load_control(db, fleet.name)
             janitor.paused = control.paused
             runs = janitor.claim_due_runs(state.orphan_scan_seconds, state.sweep_every)
             if runs.sweep or control.drain_pending:
@@ -440,7 +455,17 @@ def on_tick(tick: Tick, ctx: Context) -> None:
                 janitor.quiet_pass()
             if runs.orphans:
                 janitor.scan_orphans(runs.doc)
+            if not control.drain_pending:
+                due[-1] = cadence.runs_due_at(runs.after, now, state.sweep_every, state.orphan_scan_seconds)
+    state.remembered.quiet_until = cadence.quiet_until(due)
     fleets.raise_if_any()
+
+
+def _any_tpu_waiting(db) -> bool:
+    """Whether any fleet's TPU is idle or marked deleting: what the quiet pass acts on (one read when none is)."""
+    q = (db.collection(store.TPUS)
+         .where(filter=FieldFilter("state", "in", sorted({TpuState.idle, TpuState.deleting}))).limit(1))
+    return any(True for _ in q.stream())
 
 
 def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:

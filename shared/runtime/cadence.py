@@ -15,3 +15,12 @@ def is_due(last: object, now: datetime, every: timedelta) -> bool:
     """Whether a run last made at `last` is due again at `now`: never run (not a time), a period gone (less the
     early share), or recorded further ahead than a period (a clock set wrong)."""
     return not isinstance(last, datetime) or now - last >= every * (1 - EARLY_SHARE) or last - now > every
+
+
+def due_at(last: object, now: datetime, every: timedelta) -> datetime | None:
+    """The instant from which `is_due` says yes for a run last made at `last` (None: due now). A later `now`
+    answers the same until then: what an instance may remember instead of reading `last` again."""
+    if is_due(last, now, every):
+        return None
+    assert isinstance(last, datetime)
+    return last + every * (1 - EARLY_SHARE)

@@ -13,9 +13,11 @@ from tpuq.janitor import handlers
 from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WIN_ZONE
 
 SWEEP_EVERY = timedelta(minutes=5)
-# fleets/ (one fleet), fleet_control/{fleet}, janitor/{fleet}, and the one query for TPUs idle or deleting (none:
-# one read; each one found is one more: a constant per live slice)
-QUIET_TICK_READS = 4
+# The one query for any TPU idle or deleting (none: one read); the instance remembers when a run on a cadence is
+# next due (`cadence.TickMemory`). A tick that reads every fleet reads fleets/, fleet_control/{fleet},
+# janitor/{fleet} and the fleet's TPUs idle or deleting (each one found is one more: a constant per live slice).
+QUIET_TICK_READS = 1
+FLEET_TICK_READS = 4
 
 
 class Ticker:
@@ -144,3 +146,26 @@ def test_a_pause_nudge_deletes_an_idle_tpu_at_once(janitor_stack):
     handlers.on_tick(Tick(source="pause", nudge=True), t.ctx)
     assert s.db.billed.reads - before > QUIET_TICK_READS
     assert s.deleted_ids() == [winner.rsplit("/", 1)[-1]]
+
+
+def test_a_fresh_instance_and_a_due_run_read_every_fleet_and_a_drain_keeps_them_read(janitor_stack):
+    """The memory is the instance's: a new instance reads every fleet; so does a tick at the instant it
+    remembered (the sweep due again); and a drain pending is never remembered as quiet."""
+    from tpuq.runtime.fleetstore import request_drain
+
+    s = janitor_stack
+    t = Ticker(s)
+    _one_busy_slice(s, t)
+    t.advance(60)
+    assert t.tick() == QUIET_TICK_READS
+    t.ctx.state = handlers.JanitorState(orphan_scan_seconds=3600, sweep_every=SWEEP_EVERY)  # a new instance
+    assert t.tick() == FLEET_TICK_READS
+    assert t.tick() == QUIET_TICK_READS
+    t.advance(SWEEP_EVERY.total_seconds())
+    assert t.tick() > FLEET_TICK_READS  # the full sweep, due: every live TPU read
+    assert t.tick() == QUIET_TICK_READS
+    request_drain(s.db, s.fleet.name, "d1", t.now, "someone")
+    t.advance(60)
+    assert t.tick() == QUIET_TICK_READS  # the drain's nudge was lost: this instance cannot know yet
+    handlers.on_tick(Tick(source="drain", nudge=True), t.ctx)  # the drain's nudge: every fleet read
+    assert t.ctx.state.remembered.quiet_until is None, "a tick that met a drain pending remembers nothing"

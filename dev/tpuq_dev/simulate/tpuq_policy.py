@@ -396,13 +396,14 @@ class TpuqPolicy:
         self._reading, self.clock.deadlines = reads, ticks.deadlines
         ticks.deadlines.reset()
         ticks.quiet, ticks.dirty = None, False
-        return ticks, reads, self.activity(), self.cloud.calls.copy(), skip, self.db.billed.copy()
+        return (ticks, reads, self.activity(), self.cloud.calls.copy(), skip, self.db.billed.copy(),
+                self._remembered(ticks.service))
 
     def tick_answered(self, token, status: int) -> None:
         self._reading, self.clock.deadlines = None, self._scratch_deadlines
         if token is None:
             return
-        ticks, reads, before, calls_before, verifying, billed_before = token
+        ticks, reads, before, calls_before, verifying, billed_before, remembered_before = token
         calls = self.cloud.calls - calls_before
         reads.cloud = reads.cloud or bool(calls)
         changed = status >= 500 or self.activity() != before
@@ -411,14 +412,22 @@ class TpuqPolicy:
         # The pre-checks are read through their cache, which a repeat of this tick would hit: not counted again.
         replayed = Counter({k: n for k, n in calls.items() if k not in _CACHED_READS})
         ticks.answered(None if changed else reads, replayed, self, self.db.billed - billed_before)
-        if not self._views_settled(ticks.service):
-            ticks.dirty = True  # its next tick reads less (`DeltaView.settled`): run it, to count what it reads
+        if not self._views_settled(ticks.service) or self._remembered(ticks.service) != remembered_before:
+            # Its next tick reads less (`DeltaView.settled`; the janitor's `TickMemory`): run it, to count
+            # what it reads.
+            ticks.dirty = True
 
     def _views_settled(self, service: str) -> bool:
         """Whether the service's views of the store (`tpuq.runtime.deltaread`) would read the same again."""
         state = self.services[service].state if service in self.services else None
         views = getattr(state, "views", None) or {}
         return all(view.settled for fleet in views.values() for view in (fleet.targets, fleet.qrs))
+
+    def _remembered(self, service: str) -> object:
+        """What the service's instance remembers between ticks in process (the janitor's `TickMemory`)."""
+        state = self.services[service].state if service in self.services else None
+        memory = getattr(state, "remembered", None)
+        return None if memory is None else memory.quiet_until
 
     def _dirty_service(self, service: str) -> None:
         """The service may know something its last quiet tick did not (a handler's state kept in process)."""
