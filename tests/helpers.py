@@ -88,6 +88,7 @@ def fleets_only_context(fleets: dict):
     """A handler context whose Firestore holds only `fleets/{name}`: name -> a FleetFile, or a raw dict stored as
     the fleet file (one that does not validate, say), for a tick's loop over the fleets. Any other document
     reads as absent."""
+    from datetime import datetime, timezone
     from types import SimpleNamespace
 
     docs = {name: {"fleet": f if isinstance(f, dict) else f.model_dump(mode="json")} for name, f in fleets.items()}
@@ -99,7 +100,8 @@ def fleets_only_context(fleets: dict):
         def document(self, _id):  # any other document (fleet_control/, say) does not exist
             return SimpleNamespace(get=lambda: SimpleNamespace(exists=False, to_dict=lambda: None))
 
-    return SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _name: Fleets())))
+    return SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _name: Fleets())),
+                           now=lambda: datetime.now(timezone.utc))
 
 
 class Tmux:

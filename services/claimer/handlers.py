@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Callable
 
 from tpuq.capacity import existing
@@ -38,6 +38,7 @@ from tpuq.claimer.tpuapi import NodeJsonReader, TpuApi
 from tpuq.contracts.documents import RequestRecord
 from tpuq.contracts.errors import Retryable
 from tpuq.contracts.fleet import FleetFile
+from tpuq.runtime.cadence import TickMemory
 from tpuq.runtime.clients import Clients
 from tpuq.runtime.fleetstore import fleet_of, load_fleet
 from tpuq.runtime.isolation import Isolated
@@ -66,6 +67,7 @@ class Claimer:
     ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)
     told: set[str] = field(default_factory=set)  # notifications this instance published (`notices.tell`)
     views: statestore.FleetViews | None = None  # the instance's views of the fleet's targets and live resources
+    quiet_until: datetime | None = None  # after `tick`: until when the fleet's tick may stop at its mark
 
     def __post_init__(self) -> None:
         self.writer = statestore.StateWriter(self.ctx.clients.firestore)
@@ -177,12 +179,15 @@ class Claimer:
         An idle fleet costs its mark (two empty queries and a write when it turns idle or the backstop is due).
         `force` (a nudge: a person changed the fleet or its brakes): the queries and the watch pass run now."""
         db, now, name = self.ctx.clients.firestore, self.ctx.now(), self.fleet.name
+        every = self.ctx.settings.backstop_every
         last, mark = self.ticks_checked.get(name), None
+        self.quiet_until = None
         if force and self.views is not None:
             self.views.forget()  # a person changed something: read every target and live queued resource again
         if idlemark.read_mark_first(last) and not force:
             mark = idlemark.read_mark(db, name)
-            if idlemark.tick_may_stop(mark.to_dict(), now, self.ctx.settings.backstop_every):
+            if idlemark.tick_may_stop(mark.to_dict(), now, every):
+                self.quiet_until = idlemark.quiet_until(mark.to_dict(), now, every)
                 return
         requests, qrs = self._watched()
         if not requests and not qrs and mark is None:
@@ -192,7 +197,8 @@ class Claimer:
         self.ticks_checked[name] = idlemark.TickCheck(idle=not requests and not qrs)
         if not requests:
             if not qrs:
-                idlemark.mark_idle(db, mark, now)
+                if idlemark.mark_idle(db, mark, now):
+                    self.quiet_until = idlemark.quiet_until(idlemark.idle_mark(now), now, every)
                 return
             live = ClaimState(fleet=self.fleet, qrs=qrs)
             if not force and not tick_needs_full_state(live, self.tpu.observe_all(qrs.values()), now):
@@ -234,6 +240,7 @@ class ClaimerState:
     told: set[str] = field(default_factory=set)  # notifications this instance published (`notices.tell`)
     backstop_every: timedelta = timedelta(seconds=DEFAULT_BACKSTOP_SECONDS)  # the views' whole reads (Settings')
     views: dict[str, statestore.FleetViews] = field(default_factory=dict)  # fleet -> its targets and live resources
+    remembered: TickMemory = field(default_factory=TickMemory)  # every fleet idle until (`idlemark`)
 
     def prechecks(self, ctx: Context) -> PrecheckCache | None:
         """The instance's one quota and billing cache (None: declared quota only), made on the first message."""
@@ -272,13 +279,24 @@ def on_capacity(request: CapacityRequest, ctx: Context) -> None:
 
 
 def on_tick(tick: Tick, ctx: Context) -> None:
+    """Per fleet: the watch pass (`Claimer.tick`), the `existing:` nodes, the grant's notices. A quiet tick (every
+    fleet remembered idle by this instance, no mark busy since, no nudge) stops at one query (`idlemark`)."""
+    state, db = _state(ctx), ctx.clients.firestore
+    if not tick.nudge and state.remembered.quiet_at(ctx.now()) and not idlemark.any_fleet_busy(db):
+        return
+    state.remembered.quiet_until = None  # until every fleet below says until when it is idle
+    due: list[datetime | None] = []
     fleets = Isolated("claimer tick", log)  # one fleet's trouble never stops the watch of the others
-    for snap in ctx.clients.firestore.collection(store.FLEETS).stream():
+    for snap in db.collection(store.FLEETS).stream():
+        due.append(None)  # this fleet's, unless its part below ends
         with fleets.part(f"fleet {snap.id}"):
-            claimer = _state(ctx).claimer(ctx, fleet_of(snap))
+            claimer = state.claimer(ctx, fleet_of(snap))
             claimer.tick(force=tick.nudge)
             claimer.existing()
             notices.tell(ctx, notices.grant_notice(claimer.fleet, ctx.now()), claimer.told)
+            if not any(entry.existing for entry in claimer.fleet.tpus):  # those nodes are read on every tick
+                due[-1] = claimer.quiet_until
+    state.remembered.remember(due)
     fleets.raise_if_any()
 
 

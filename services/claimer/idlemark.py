@@ -14,6 +14,12 @@ the two queries that find nothing.
 - While a tick here last found the fleet busy, the next one runs its queries without reading the mark; the tick
   whose queries first find nothing reads the mark and runs them again before marking it idle (the guard must be
   the mark as read before the queries).
+- An instance whose last tick read every fleet's mark and found each idle remembers until when the first may
+  stop (`quiet_until`; `tpuq.runtime.cadence.TickMemory`): until then a tick asks only whether any mark says busy
+  (`any_fleet_busy`, one query: one read for the deployment), not for the fleets and their marks. A fleet with
+  `existing:` entries is never remembered idle (its nodes are read on every tick); a fleet applied comes with a
+  nudge (`tpuq fleet apply`), which reads every fleet; the grant's notices, told by a tick that reads the fleet,
+  wait at most until that instant.
 - The lost-event backstop (a handler that died between its writes and its mark): a tick runs the two queries
   again whatever the mark says once the backstop cadence has passed since they last found the fleet idle
   ($TPUQ_BACKSTOP_SECONDS, `tpuq.runtime.cadence.is_due` on the mark's `at`, which that tick writes again): one
@@ -25,9 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from google.cloud.firestore import FieldFilter
+
 from tpuq.contracts import store
 from tpuq.runtime import guarded
-from tpuq.runtime.cadence import is_due
+from tpuq.runtime.cadence import due_at, is_due
 
 IDLE_FIELD = "quiet"  # no open request and no live queued resource when `at` was written
 AT_FIELD = "at"  # when the mark was last written: idle, when the queries last found nothing (the backstop's)
@@ -53,6 +61,11 @@ def tick_may_stop(mark: dict | None, now: datetime, every: timedelta) -> bool:
     return mark.get(IDLE_FIELD) is True and not is_due(mark.get(AT_FIELD), now, every)
 
 
+def quiet_until(mark: dict | None, now: datetime, every: timedelta) -> datetime | None:
+    """For a fleet whose tick may stop at `mark`: until when it may (None: it may not, now)."""
+    return due_at((mark or {}).get(AT_FIELD), now, every) if tick_may_stop(mark, now, every) else None
+
+
 # ------------------------------------------------------------------ shell
 
 
@@ -67,7 +80,19 @@ def read_mark(db, fleet: str):
 
 def mark_idle(db, seen, now: datetime) -> bool:
     """Mark the fleet idle unless the mark changed since `seen` (its snapshot before the tick's queries)."""
-    return guarded.commit_if_unchanged(db, guarded.WriteSet().update(seen, {IDLE_FIELD: True, AT_FIELD: now}))
+    return guarded.commit_if_unchanged(db, guarded.WriteSet().update(seen, idle_mark(now)))
+
+
+def idle_mark(now: datetime) -> dict:
+    """The mark of a fleet whose queries found nothing at `now`."""
+    return {IDLE_FIELD: True, AT_FIELD: now}
+
+
+def any_fleet_busy(db) -> bool:
+    """Whether any fleet's mark says busy (one read when none does): what a tick of an instance that remembers
+    every fleet idle asks (`tpuq.runtime.cadence.TickMemory`)."""
+    query = db.collection(store.CLAIMER_TICKS).where(filter=FieldFilter(IDLE_FIELD, "==", False)).limit(1)
+    return any(True for _ in query.stream())
 
 
 def mark_busy(db, fleet: str, now: datetime) -> None:

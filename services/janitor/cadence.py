@@ -11,7 +11,8 @@ idle or marked deleting (one indexed query), and all its live TPUs only when an 
 (the idle rule's keep-warm count needs them).
 
 A quiet tick (issue 34 §1) reads one document or none: an instance remembers, from its last tick that read every
-fleet's `janitor/{fleet}`, the instant before which neither run is due anywhere (`TickMemory`, `quiet_until`), and
+fleet's `janitor/{fleet}`, the instant before which neither run is due anywhere
+(`tpuq.runtime.cadence.TickMemory`), and
 until then asks only whether any TPU of any fleet is idle or marked deleting (one query: one read when none is).
 With none, that tick has nothing to do: the idle rule and the deletes to finish need such a TPU, a drain pending
 kept the memory empty, and a person's change (`tpuq fleet pause`, `resume`, `drain`, `apply`) comes with a nudge,
@@ -21,7 +22,6 @@ the instant it remembers, which is never later than the full sweep's next turn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tpuq.janitor.decide import orphan_scan_due_at
@@ -51,20 +51,3 @@ def runs_due_at(doc: dict, now: datetime, sweep_every: timedelta, orphan_scan_se
     sweep = due_at(doc.get(SWEEP_AT), now, sweep_every)
     orphans = orphan_scan_due_at(doc.get(ORPHAN_SCAN_AT), now, orphan_scan_seconds)
     return None if sweep is None or orphans is None else min(sweep, orphans)
-
-
-def quiet_until(due: list[datetime | None]) -> datetime | None:
-    """What a tick that ran every fleet remembers: the earliest of the fleets' `runs_due_at` (None, with a fleet
-    due now or not read: the next tick reads every fleet again)."""
-    return None if not due or any(at is None for at in due) else min(due)  # type: ignore[type-var]
-
-
-@dataclass
-class TickMemory:
-    """What one janitor instance remembers between ticks (`JanitorState.remembered`): before `quiet_until`, no
-    run on a cadence is due and no drain is pending in any fleet. Lost with the instance; a new one reads."""
-
-    quiet_until: datetime | None = None
-
-    def quiet_at(self, now: datetime) -> bool:
-        return self.quiet_until is not None and now < self.quiet_until

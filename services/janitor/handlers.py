@@ -41,6 +41,7 @@ from tpuq.janitor import cadence
 from tpuq.janitor import decide as d
 from tpuq.janitor import leaked
 from tpuq.janitor.deleter import ACCEPTED, DeleteAdapter, DeleteOutcome, NotOurs
+from tpuq.runtime.cadence import TickMemory
 from tpuq.runtime.isolation import Isolated
 from tpuq.contracts.messages import AttemptEvent, FleetEvent, Tick
 from tpuq.contracts.notify import Notification
@@ -411,7 +412,7 @@ class JanitorState:
     sweep_every: timedelta = timedelta(minutes=5)  # Settings.backstop_every: the full sweep's cadence
     adapter_factory: AdapterFactory = default_adapter  # the simulator passes its in-process TPU API
     notifier: notify.Notifier | None = None  # /push/notifications: Secret Manager, the URL cache, the POST
-    remembered: cadence.TickMemory = field(default_factory=cadence.TickMemory)  # what a quiet tick may skip
+    remembered: TickMemory = field(default_factory=TickMemory)  # what a quiet tick may skip (`cadence`)
 
 
 def janitor_for(ctx: Context, fleet: FleetFile) -> Janitor:
@@ -457,7 +458,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
                 janitor.scan_orphans(runs.doc)
             if not control.drain_pending:
                 due[-1] = cadence.runs_due_at(runs.after, now, state.sweep_every, state.orphan_scan_seconds)
-    state.remembered.quiet_until = cadence.quiet_until(due)
+    state.remembered.remember(due)
     fleets.raise_if_any()
 
 

@@ -4,6 +4,7 @@ minutes rather than every tick (the scheduler's, `tpuq.scheduler.backstops`; the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 # Ticks come once a minute, each a little early or late: a run counts as due up to this share of its period
@@ -24,3 +25,20 @@ def due_at(last: object, now: datetime, every: timedelta) -> datetime | None:
         return None
     assert isinstance(last, datetime)
     return last + every * (1 - EARLY_SHARE)
+
+
+@dataclass
+class TickMemory:
+    """What one service instance remembers between ticks (the janitor's and the claimer's `remembered`): before
+    `quiet_until` nothing runs on a cadence in any fleet, so that a tick asks only the one question that can still
+    make it work (one query). Lost with the instance: a new one reads every fleet."""
+
+    quiet_until: datetime | None = None
+
+    def quiet_at(self, now: datetime) -> bool:
+        return self.quiet_until is not None and now < self.quiet_until
+
+    def remember(self, due: list[datetime | None]) -> None:
+        """After a tick that read every fleet: the earliest instant one is due again (`due`, a fleet's; None for a
+        fleet due now, or whose part failed: nothing remembered, the next tick reads every fleet again)."""
+        self.quiet_until = None if not due or any(at is None for at in due) else min(due)  # type: ignore[type-var]
