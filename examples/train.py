@@ -6,6 +6,8 @@ tpuq gives every attempt of a job the same CHECKPOINT_GCS_DIR, and says where th
 TPUQ_ATTEMPT (1, 2, ...), TPUQ_PREEMPTIONS (before this attempt) and TPUQ_RESUMING=1 when an earlier attempt
 started. On a preemption notice the worker's supervisor sends the job SIGTERM at once; a spot VM stops about 30 s
 later, and tpuq sends SIGKILL after 25 s, so a save must fit in that (save often, and small, or asynchronously).
+The signal reaches the whole process group: a periodic save under way when it comes dies with it, and is made
+again.
 
     # job.yaml
     jobs:
@@ -208,7 +210,14 @@ def main(argv: list[str] | None = None) -> int:
         state = train_step(state)
         print(f"step {state['step']} loss {state['loss']:.6f}", flush=True)
         if state["step"] % args.checkpoint_every == 0:
-            save_checkpoint(store, state, worker == 0)
+            try:
+                save_checkpoint(store, state, worker == 0)
+            except Exception:
+                if not stop.is_set():
+                    raise
+                # The notice came during this save, and a VM's shutdown signals every process: the copy died
+                # with it. The stop above saves again, in a copy started after the signal.
+                print(f"the save at step {state['step']} was stopped by SIGTERM; saving again", flush=True)
     save_checkpoint(store, state, worker == 0)
     print(f"done at step {state['step']}: w={state['w']:.3f} b={state['b']:.3f}", flush=True)
     return 0

@@ -106,3 +106,41 @@ def test_checkpoints_reach_fake_gcs_through_gcloud_storage(fake_gcs, bucket, tmp
     assert run.finish(timeout=120) == 0, run.lines
     assert "starting from step 0" in run.lines
     assert fake_gcs.read_json(bucket, f"{prefix}/train-state.json")["step"] == 2
+
+
+def test_a_notice_that_stops_a_periodic_save_midway_saves_again(monkeypatch, capsys):
+    """A preemption's SIGTERM reaches every process of the VM: a periodic save's `gcloud storage cp` under way
+    dies with it (seen on the local stack: "gcloud storage cp failed (-15)"). The trainer saves again and stops."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("example_train", TRAIN)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+
+    class CopyKilledBySignal:
+        def __init__(self):
+            self.saved: list[int] = []
+
+        def read(self, name):
+            return None
+
+        def write(self, name, data):
+            step = json.loads(data)["step"]
+            if step == 5 and not self.saved:
+                os.kill(os.getpid(), signal.SIGTERM)  # the notice, as the copy runs
+                self.saved.append(-1)
+                raise RuntimeError("gcloud storage cp failed (-15)")
+            self.saved.append(step)
+
+    store = CopyKilledBySignal()
+    monkeypatch.setattr(train, "open_store", lambda where, prefer: store)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = train.main(["--steps", "100", "--step-seconds", "0", "--checkpoint-every", "5",
+                           "--checkpoint-dir", "gs://b/ckpt"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    out = capsys.readouterr().out
+    assert code == train.EXIT_STOPPED, out
+    assert store.saved == [-1, 5]  # the killed copy, then the stop's own save of the same step
+    assert "checkpoint saved at step 5\nstopped by SIGTERM at step 5" in out
