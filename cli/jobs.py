@@ -54,6 +54,7 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         raise CliError("--follow prints one job's logs: a group's are its tasks' (tpuq logs TASK-ID); use --wait")
     _store_webhook_urls(clients, prepared)
     _check_runnable(clients, prepared, force)
+    _check_ids_unused(clients, prepared)
     _check_dependencies(clients, prepared)
     _check_job_buckets(clients, prepared)
     ids = submit_prepared(clients, prepared, owner=current_owner())
@@ -111,6 +112,17 @@ def _check_runnable(clients, prepared, force: bool) -> None:
                       highlight=False, markup=True)
     elif lines:
         raise CliError("; ".join(lines) + " (--force submits anyway)")
+
+
+def _check_ids_unused(clients, prepared) -> None:
+    """A job whose `id:` a stored job has is refused before anything is uploaded (the scheduler would refuse the
+    whole file after "submitted"; `--wait` would then report the stored job's end as this one's)."""
+    from tpuq.operations.submit import ids_in_use
+
+    lines = ids_in_use(clients.firestore, prepared)
+    if lines:
+        raise CliError("; ".join(lines) + ". Nothing was submitted: give each job another `id:`, or leave `id:` "
+                       "out for a new one on every submit")
 
 
 def _check_dependencies(clients, prepared) -> None:

@@ -186,6 +186,30 @@ def unknown_dependencies(db, prepared: list[PreparedJob]) -> list[str]:
     return lines
 
 
+def ids_in_use(db, prepared: list[PreparedJob]) -> list[str]:
+    """The jobs whose id (a group's: its name) a stored job already has: one line each, naming the field. The
+    scheduler refuses such a file whole (`dead-letters`, after the CLI has said "submitted"); found here first, it
+    is one line and nothing is sent. One batched read of the jobs' ids, one query per group."""
+    from google.cloud.firestore import FieldFilter
+
+    from tpuq.contracts import store
+    from tpuq.contracts.documents import JobDoc
+
+    jobs = db.collection(store.JOBS)
+    singles = [p.spec.id for p in prepared if not p.spec.is_group]
+    stored = {snap.id: (snap.to_dict() or {}).get("state")
+              for snap in db.get_all([jobs.document(i) for i in singles]) if snap.exists}
+    lines = []
+    for i, p in enumerate(prepared):
+        job_id = p.spec.id
+        if p.spec.is_group:
+            if any(True for _ in jobs.where(filter=FieldFilter(JobDoc.field("group"), "==", job_id)).limit(1).stream()):
+                lines.append(f"jobs[{i}].id: the group {job_id!r} is already stored (`tpuq status {job_id}`)")
+        elif job_id in stored:
+            lines.append(f"jobs[{i}].id: {job_id!r} is already a stored job ({stored[job_id]}: `tpuq status {job_id}`)")
+    return lines
+
+
 def depend_on_each_other(prepared: list[PreparedJob]) -> bool:
     """Some job of the file names another: they travel as one message (one `jobs:` file), so the scheduler stores
     them together, and never sees a job before the one it names (Pub/Sub does not keep the order of messages)."""
