@@ -20,13 +20,13 @@ from tpuq.contracts import store
 from tpuq.deploy.infra import Infra
 from tpuq.deploy.model import Action, ProjectState, Request, Target
 from tpuq.deploy.plan import _bucket_name, _index_key, _with_number, iam_resource
+from tpuq.deploy.subscriptions import owned
 
 KEEP = "keep"
 
 
 def _labelled(resource: dict | None, target: Target) -> bool:
-    labels = (resource or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in target.labels.items())
+    return owned(resource, target)
 
 
 def _described(resource: dict | None, target: Target) -> bool:

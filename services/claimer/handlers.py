@@ -197,7 +197,7 @@ class Claimer:
         self.ticks_checked[name] = idlemark.TickCheck(idle=not requests and not qrs)
         if not requests:
             if not qrs:
-                if idlemark.mark_idle(db, mark, now):
+                if idlemark.mark_idle(db, mark, now, every, watch_always=any(e.existing for e in self.fleet.tpus)):
                     self.quiet_until = idlemark.quiet_until(idlemark.idle_mark(now), now, every)
                 return
             live = ClaimState(fleet=self.fleet, qrs=qrs)

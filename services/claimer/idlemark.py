@@ -1,7 +1,8 @@
 """Whether a claimer tick may stop at one read (issue 34 §1: a tick with nothing due reads ~1 document).
 
 A tick watches a fleet's open requests and live queued resources; with neither there is nothing to watch. That
-answer is kept in `claimer_ticks/{fleet}` (`idle`), so an idle fleet's tick reads that one document instead of
+answer is kept in `tick_due/claimer:{fleet}` (`quiet`, with the `due_at` it makes: `tpuq.runtime.tickdue`, which
+routes a tick to the claimer only when a fleet's is due), so an idle fleet's tick reads that one document instead of
 the two queries that find nothing.
 
 - A tick whose queries find nothing marks the fleet idle, conditioned on the version of the mark it read first:
@@ -34,7 +35,7 @@ from datetime import datetime, timedelta
 from google.cloud.firestore import FieldFilter
 
 from tpuq.contracts import store
-from tpuq.runtime import guarded
+from tpuq.runtime import guarded, tickdue
 from tpuq.runtime.cadence import due_at, is_due
 
 IDLE_FIELD = "quiet"  # no open request and no live queued resource when `at` was written
@@ -70,7 +71,7 @@ def quiet_until(mark: dict | None, now: datetime, every: timedelta) -> datetime 
 
 
 def _ref(db, fleet: str):
-    return db.collection(store.CLAIMER_TICKS).document(fleet)
+    return tickdue.ref(db, tickdue.claimer_doc_id(fleet))
 
 
 def read_mark(db, fleet: str):
@@ -78,9 +79,12 @@ def read_mark(db, fleet: str):
     return _ref(db, fleet).get()
 
 
-def mark_idle(db, seen, now: datetime) -> bool:
-    """Mark the fleet idle unless the mark changed since `seen` (its snapshot before the tick's queries)."""
-    return guarded.commit_if_unchanged(db, guarded.WriteSet().update(seen, idle_mark(now)))
+def mark_idle(db, seen, now: datetime, every: timedelta, watch_always: bool = False) -> bool:
+    """Mark the fleet idle unless the mark changed since `seen` (its snapshot before the tick's queries).
+    `watch_always`: its ticks have work all the same (the fleet's `existing:` nodes are read on every tick)."""
+    mark = idle_mark(now)
+    due = tickdue.ALWAYS if watch_always else quiet_until(mark, now, every)
+    return guarded.commit_if_unchanged(db, guarded.WriteSet().update(seen, {**mark, tickdue.DUE_AT: due}))
 
 
 def idle_mark(now: datetime) -> dict:
@@ -91,10 +95,10 @@ def idle_mark(now: datetime) -> dict:
 def any_fleet_busy(db) -> bool:
     """Whether any fleet's mark says busy (one read when none does): what a tick of an instance that remembers
     every fleet idle asks (`tpuq.runtime.cadence.TickMemory`)."""
-    query = db.collection(store.CLAIMER_TICKS).where(filter=FieldFilter(IDLE_FIELD, "==", False)).limit(1)
+    query = db.collection(store.TICK_DUE).where(filter=FieldFilter(IDLE_FIELD, "==", False)).limit(1)
     return any(True for _ in query.stream())
 
 
 def mark_busy(db, fleet: str, now: datetime) -> None:
     """A request or queued resource may be open or live: the next tick runs its queries."""
-    _ref(db, fleet).set({IDLE_FIELD: False, AT_FIELD: now})
+    _ref(db, fleet).set({IDLE_FIELD: False, AT_FIELD: now, tickdue.DUE_AT: tickdue.ALWAYS})

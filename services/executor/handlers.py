@@ -33,6 +33,7 @@ from tpuq.contracts.documents import TPU_STATES_IN_SERVICE, ExecutionDoc, execut
 from tpuq.contracts.errors import Permanent
 from tpuq.contracts.messages import Assignment, AssignmentAction, GcsObjectEvent, Tick
 from tpuq.executor import budget, decide, tickstate
+from tpuq.runtime import tickdue
 from tpuq.executor.decide import AssignmentStep
 from tpuq.executor.executor import Executor
 from tpuq.executor.outcome import Decided, NodeState
@@ -225,7 +226,7 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed(),
     if not isinstance(decision, Decided):
         until = getattr(decision, "until", None)
         if record_deferral:
-            tickstate.lower_judge_at(ctx.clients.firestore, until)
+            tickstate.lower_judge_at(ctx.clients.firestore, until, _tick_due(ctx), ctx.now())
         return until
     _publish_end(ctx, assignment, decision)
     if decide.stop_after_end(decision, problem):
@@ -273,11 +274,16 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     snap = tickstate.state_ref(db).get()
     stored = snap.to_dict() or {}
     now = ctx.now()
+    due = _tick_due(ctx)
     sweep = tickstate.sweep_due(stored, now, ctx.settings.backstop_every)
-    if sweep and not commit_if_unchanged(db, WriteSet().update(snap, {tickstate.SWEEP_AT: now})):
+    if sweep and not commit_if_unchanged(db, WriteSet().update(snap, due.fields(stored, {tickstate.SWEEP_AT: now},
+                                                                                 now))):
         sweep = False  # another instance claimed it meanwhile: it judges them
+    elif not sweep and stored.get(tickdue.DUE_AT) != due.at(stored, now):
+        # Probing turned on or off since the document was written: its `due_at` says so now (routed ticks).
+        commit_if_unchanged(db, WriteSet().update(snap, due.fields(stored, {}, now)))
     judge_all = sweep or tickstate.judge_due(stored, now)
-    probing = _state(ctx).probe_every is not None
+    probing = due.probing
     if judge_all or probing:
         _tick_attempts(ctx, judge_all, stored, now)
     _forget_departed_nodes_isolated(ctx)
@@ -285,7 +291,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
 
 def _tick_attempts(ctx: Context, judge_all: bool, state: dict, now: datetime | None) -> None:
     """Probe each running attempt when due; judge every one (`judge_all`), or only those a probe found something
-    on. `state`: `executor_ticks/state` as read at `now`."""
+    on. `state`: `tick_due/executor` as read at `now`."""
     from google.cloud import firestore
 
     # Only started attempts: one stuck in `starting` must not take a place in the batch for ever.
@@ -313,7 +319,11 @@ def _tick_attempts(ctx: Context, judge_all: bool, state: dict, now: datetime | N
                     deferred.append(until)
     _state(ctx).keep_probes_of(running)
     if judge_all:
-        tickstate.replace_judge_at(ctx.clients.firestore, state, min(deferred, default=None), now)
+        tickstate.replace_judge_at(ctx.clients.firestore, state, min(deferred, default=None), now, _tick_due(ctx))
+
+
+def _tick_due(ctx: Context) -> tickstate.TickDue:
+    return tickstate.TickDue(ctx.settings.backstop_every, probing=_state(ctx).probe_every is not None)
 
 
 def _forget_departed_nodes_isolated(ctx: Context) -> None:

@@ -10,14 +10,10 @@ orphan scan) with one guarded write. Between sweeps a tick reads only what can n
 idle or marked deleting (one indexed query), and all its live TPUs only when an idle one has passed its timeout
 (the idle rule's keep-warm count needs them).
 
-A quiet tick (issue 34 §1) reads one document or none: an instance remembers, from its last tick that read every
-fleet's `janitor/{fleet}`, the instant before which neither run is due anywhere
-(`tpuq.runtime.cadence.TickMemory`), and
-until then asks only whether any TPU of any fleet is idle or marked deleting (one query: one read when none is).
-With none, that tick has nothing to do: the idle rule and the deletes to finish need such a TPU, a drain pending
-kept the memory empty, and a person's change (`tpuq fleet pause`, `resume`, `drain`, `apply`) comes with a nudge,
-which reads everything. What the memory cannot see (a fleet applied whose nudge was lost) waits at most until
-the instant it remembers, which is never later than the full sweep's next turn.
+The janitor's tick work is due (`tick_due/janitor`, `tpuq.runtime.tickdue`, which the clock's tick reads to route
+itself: issue 34 §1) at every tick while a TPU of any fleet is idle or marked deleting or a drain is pending
+(every commit that writes a TPU idle or deleting sets it so, whoever writes it: `tpuq.runtime.guarded`), else at
+the first fleet's next run on its cadence (`runs_due_at`). A quiet minute costs the router's one query.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from google.cloud.firestore import FieldFilter
 
 from tpuq.runtime import guarded
 
-from tpuq.contracts import store
+from tpuq.contracts import store, topology
 from tpuq.contracts.documents import TPU_STATES_HOLDING_A_SLICE, JobState, TpuDoc, TpuState, short_node_name
 from tpuq.contracts.documents import QueuedResourceState as Qr
 from tpuq.contracts.errors import TpuqError
@@ -41,7 +41,7 @@ from tpuq.janitor import cadence
 from tpuq.janitor import decide as d
 from tpuq.janitor import leaked
 from tpuq.janitor.deleter import ACCEPTED, DeleteAdapter, DeleteOutcome, NotOurs
-from tpuq.runtime.cadence import TickMemory
+from tpuq.runtime import tickdue
 from tpuq.runtime.isolation import Isolated
 from tpuq.contracts.messages import AttemptEvent, FleetEvent, Tick
 from tpuq.contracts.notify import Notification
@@ -345,11 +345,12 @@ class Janitor:
             return DueRuns(False, False, doc)  # another tick handler claimed them
         return DueRuns(sweep, orphans, doc, claimed=fields)
 
-    def quiet_pass(self) -> None:
+    def quiet_pass(self) -> bool:
         """Between full sweeps: only the TPUs that can need action now, by one indexed query (idle or marked
         deleting): a delete finished or to send again, and the idle rule when an idle TPU is past its timeout
-        (every live TPU read then only if its entry keeps some warm: `cadence.needs_every_live_tpu`)."""
-        waiting = self.tpu_docs(states=frozenset({TpuState.idle, TpuState.deleting}))
+        (every live TPU read then only if its entry keeps some warm: `cadence.needs_every_live_tpu`). Whether
+        any was found (the next tick has work)."""
+        waiting = self.tpu_docs(states=tickdue.WAKE_JANITOR_STATES)
         deleting = [t for t in waiting if t.state == TpuState.deleting]
         if deleting:
             tpu_resource = {t.id: t.queued_resource or t.name for t in deleting}
@@ -357,13 +358,14 @@ class Janitor:
         now = self.ctx.now()
         expired = [t for t in waiting if d.idle_expired(t, self.fleet, now, self.paused)]
         if not expired:
-            return
+            return bool(waiting)
         keep_warm_of = lambda entry_id: (self.fleet.entry(entry_id).keep_warm_count  # noqa: E731
                                          if entry_id and self.fleet.entry(entry_id) else 0)
         if cadence.needs_every_live_tpu(expired, keep_warm_of, self.paused):
             self.reap_idle(self.tpu_docs(live_only=True))
         else:
             self.reap_idle([t for t in waiting if t.state == TpuState.idle])
+        return True
 
     def scan_orphans(self, doc: dict) -> None:
         """Once claimed (`claim_due_runs`, at most once per orphan-scan interval per fleet): list every zone of
@@ -412,7 +414,7 @@ class JanitorState:
     sweep_every: timedelta = timedelta(minutes=5)  # Settings.backstop_every: the full sweep's cadence
     adapter_factory: AdapterFactory = default_adapter  # the simulator passes its in-process TPU API
     notifier: notify.Notifier | None = None  # /push/notifications: Secret Manager, the URL cache, the POST
-    remembered: TickMemory = field(default_factory=TickMemory)  # what a quiet tick may skip (`cadence`)
+    router: tickdue.RouterMemory = field(default_factory=tickdue.RouterMemory)  # the clock's tick to the others
 
 
 def janitor_for(ctx: Context, fleet: FleetFile) -> Janitor:
@@ -428,45 +430,58 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
 
 
 def on_tick(tick: Tick, ctx: Context) -> None:
-    """Per fleet: the runs due on their cadence, a drain asked for, and the quiet pass. A quiet tick (nothing due
-    by this instance's memory, no TPU idle or deleting anywhere, no nudge) stops at one query (`cadence`)."""
+    """The clock's tick: first routed to the services whose tick has work (`tpuq.runtime.tickdue`: one query, one
+    read when nothing is due), then the janitor's own when its `tick_due/janitor` is due (a TPU idle or deleting,
+    a run on its cadence), on a nudge, or on this instance's first tick: per fleet, the runs due on their cadence,
+    a drain asked for, and the quiet pass."""
     state: JanitorState = ctx.state
     db, now = ctx.clients.firestore, ctx.now()
-    if not tick.nudge and state.remembered.quiet_at(now) and not _any_tpu_waiting(db):
+    services, due = state.router.route(tick.nudge, lambda: tickdue.due_docs(db, now))
+    for service in services:
+        # Raised on failure: the tick's redelivery routes it again (a tick twice does nothing twice).
+        ctx.publish(topology.tick_topic(service), tick)
+    if due is not None and tickdue.JANITOR not in due:
         return
-    state.remembered.quiet_until = None  # until every fleet below says when its next run is due
-    due: list = []
+    # The guard of the due this tick writes: a TPU made idle meanwhile (its commit sets ALWAYS) wins over it.
+    mine = due[tickdue.JANITOR] if due is not None else tickdue.ref(db, tickdue.JANITOR).get()
+    fleet_dues: list = []
     fleets = Isolated("janitor tick", log)  # one fleet's trouble never stops the others' pass
     for snap in db.collection(store.FLEETS).stream():
-        due.append(None)  # this fleet's, unless its part below ends
+        fleet_dues.append(tickdue.ALWAYS)  # this fleet's, unless its part below ends
         with fleets.part(f"fleet {snap.id}"):
-            fleet = fleet_of(snap)
-            janitor = janitor_for(ctx, fleet)
-            control = load_control(db, fleet.name)
-            janitor.paused = control.paused
-            runs = janitor.claim_due_runs(state.orphan_scan_seconds, state.sweep_every)
-            if runs.sweep or control.drain_pending:
-                tpus = janitor.tpu_docs(live_only=True)
-                if control.drain_pending:
-                    janitor.drain(control, tpus)
-                    tpus = janitor.tpu_docs(live_only=True)
-                janitor.sweep(tpus)
-                janitor.reap_idle(tpus)
-            else:
-                janitor.quiet_pass()
-            if runs.orphans:
-                janitor.scan_orphans(runs.doc)
-            if not control.drain_pending:
-                due[-1] = cadence.runs_due_at(runs.after, now, state.sweep_every, state.orphan_scan_seconds)
-    state.remembered.remember(due)
+            fleet_dues[-1] = _fleet_tick(ctx, state, fleet_of(snap), now)
+    _record_due(db, mine, tickdue.earliest(*fleet_dues) or now + state.sweep_every)
     fleets.raise_if_any()
 
 
-def _any_tpu_waiting(db) -> bool:
-    """Whether any fleet's TPU is idle or marked deleting: what the quiet pass acts on (one read when none is)."""
-    q = (db.collection(store.TPUS)
-         .where(filter=FieldFilter("state", "in", sorted({TpuState.idle, TpuState.deleting}))).limit(1))
-    return any(True for _ in q.stream())
+def _record_due(db, seen, at) -> None:
+    """After a tick that read every fleet: its next tick's work is due `at` (`tick_due/janitor`), unless the
+    document changed since `seen` (its snapshot before the fleets were read: a TPU made idle meanwhile wins)."""
+    if (seen.to_dict() or {}).get(tickdue.DUE_AT) != at:
+        guarded.commit_if_unchanged(db, guarded.WriteSet().update(seen, {tickdue.DUE_AT: at}))
+
+
+def _fleet_tick(ctx: Context, state: "JanitorState", fleet: FleetFile, now) -> Any:
+    """One fleet's part of the janitor's tick; when its next tick has work (`tickdue.ALWAYS`: the next one)."""
+    janitor = janitor_for(ctx, fleet)
+    control = load_control(ctx.clients.firestore, fleet.name)
+    janitor.paused = control.paused
+    runs = janitor.claim_due_runs(state.orphan_scan_seconds, state.sweep_every)
+    if runs.sweep or control.drain_pending:
+        tpus = janitor.tpu_docs(live_only=True)
+        if control.drain_pending:
+            janitor.drain(control, tpus)
+            tpus = janitor.tpu_docs(live_only=True)
+        janitor.sweep(tpus)
+        janitor.reap_idle(tpus)
+        waiting = any(t.state in tickdue.WAKE_JANITOR_STATES for t in tpus)
+    else:
+        waiting = janitor.quiet_pass()
+    if runs.orphans:
+        janitor.scan_orphans(runs.doc)
+    if waiting or control.drain_pending:
+        return tickdue.ALWAYS
+    return cadence.runs_due_at(runs.after, now, state.sweep_every, state.orphan_scan_seconds) or tickdue.ALWAYS
 
 
 def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:

@@ -8,7 +8,7 @@ tick they cost reads in proportion to what exists, to catch events that are rare
 instead (`Settings.backstop_every`: $TPUQ_BACKSTOP_SECONDS, 15 minutes; the chaos soak's stack, whose
 ticks come every second, shortens it): a lost event is caught within minutes, not seconds.
 
-The cadence is recorded in one document, `scheduler_backstops/state` (`{backstop}_at`: when it last ran), so
+The cadence is recorded in one document, `tick_due/scheduler` (`{backstop}_at`: when it last ran), so
 that every scheduler instance agrees: a tick reads it (one read), `decide_backstops` says which are due, and
 the tick claims those with one guarded write of their new times (`tpuq.runtime.guarded`). Of two instances
 handling ticks at once one claim wins and the other runs none of them; an extra tick (the dashboard's "re-plan")
@@ -27,7 +27,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from enum import Enum
 
-from tpuq.runtime.cadence import is_due
+from tpuq.runtime.cadence import due_at, is_due
 
 
 class Backstop(str, Enum):
@@ -43,15 +43,19 @@ class Backstop(str, Enum):
         return f"{self.value}_at"
 
 
-STATE_DOC = "state"  # scheduler_backstops/state
-
-
 def decide_backstops(state: dict | None, now: datetime, every: timedelta) -> list[Backstop]:
     """The backstops due at `now`, each run every `every`, in the order the tick runs them, given the state
     document as read (None: absent, so every one is due). A last run recorded further ahead than a period (a
     clock set wrong) is due."""
     state = state or {}
     return [backstop for backstop in Backstop if is_due(state.get(backstop.field), now, every)]
+
+
+def backstops_due_at(state: dict | None, now: datetime, every: timedelta) -> datetime | None:
+    """The first instant at which one of the backstops is due (None: one is, now)."""
+    state = state or {}
+    dues = [due_at(state.get(backstop.field), now, every) for backstop in Backstop]
+    return None if any(d is None for d in dues) else min(dues)  # type: ignore[type-var]
 
 
 def claimed(due: list[Backstop], now: datetime) -> dict[str, datetime]:

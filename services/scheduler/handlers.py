@@ -33,11 +33,12 @@ from tpuq.contracts.messages import (
     Tick,
 )
 from tpuq.scheduler import capacity, dependencies, intake, lifecycle, notices
-from tpuq.scheduler.backstops import STATE_DOC, Backstop, claimed, decide_backstops
+from tpuq.scheduler.backstops import Backstop, claimed, decide_backstops
 from tpuq.scheduler.gcs_submit import on_object_finalized
 from tpuq.scheduler.counts import slices_recorded
 from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
-from tpuq.scheduler.passdue import FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, followup_due, pass_due, replace_due
+from tpuq.scheduler.passdue import (FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, followup_due, pass_due, replace_due,
+                                    state_ref, with_tick_due)
 from tpuq.scheduler.scheduling import (
     LiveSlices,
     read_live_slices,
@@ -326,7 +327,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
     The backstops for lost events run on their cadence (`backstops`), not on every tick; the follow-up of
     unstarted assignments and the full pass run only when due (`passdue`) or nudged (`Tick.nudge`: a person's
     change, such as a fleet file applied), the pass only with a job pending. A quiet tick reads
-    `scheduler_backstops/state` alone."""
+    `tick_due/scheduler` alone (routed only when it is due: `tpuq.runtime.tickdue`)."""
     parts = Isolated("scheduler tick", log)
     fleets: list[FleetFile | None] = []
 
@@ -348,7 +349,7 @@ def on_tick(tick: Tick, ctx: Context) -> None:
             if state is not None:
                 after = ctx.settings.republish_assignment_after
                 replace_due(ctx.clients.firestore, FOLLOWUP_DUE_FIELD, state,
-                            next_follow_up(ctx.clients.firestore, after), ctx.now())
+                            next_follow_up(ctx.clients.firestore, after), ctx.now(), ctx.settings.backstop_every)
     # In this order: an attempt that ended (say, succeeded) before its slice went counts as it ended, not as
     # preempted by the slice's loss.
     slices: list[LiveSlices | None] = [None]
@@ -370,9 +371,11 @@ def on_tick(tick: Tick, ctx: Context) -> None:
                 and any_job_pending(ctx.clients.firestore):
             report = scheduling_pass(ctx, fleet(), full=True, record_due=False)
             if state is not None:
-                replace_due(ctx.clients.firestore, PASS_DUE_FIELD, state, report.next_due, ctx.now())
+                replace_due(ctx.clients.firestore, PASS_DUE_FIELD, state, report.next_due, ctx.now(),
+                            ctx.settings.backstop_every)
         elif state is not None and pass_due(state, ctx.now()):
-            replace_due(ctx.clients.firestore, PASS_DUE_FIELD, state, None, ctx.now())  # its jobs are gone
+            replace_due(ctx.clients.firestore, PASS_DUE_FIELD, state, None, ctx.now(),  # its jobs are gone
+                        ctx.settings.backstop_every)
     parts.raise_if_any()
 
 
@@ -408,14 +411,14 @@ _BACKSTOP_RUNS = (
 
 def _claim_due_backstops(ctx: Context) -> tuple[list[Backstop], dict]:
     """The backstops this tick runs: those due (`backstops.decide_backstops`), claimed by one guarded write of
-    `scheduler_backstops/state`; none when another instance's claim won. And the state document as read."""
+    `tick_due/scheduler` (with the `due_at` they make); none when another instance's claim won. And the state document as read."""
     db = ctx.clients.firestore
-    ref = db.collection(store.SCHEDULER_BACKSTOPS).document(STATE_DOC)
-    snap = ref.get()
-    now = ctx.now()
+    snap = state_ref(db).get()
+    now, every = ctx.now(), ctx.settings.backstop_every
     state = snap.to_dict() or {}
-    due = decide_backstops(state, now, ctx.settings.backstop_every)
-    if due and not commit_if_unchanged(db, WriteSet().update(snap, claimed(due, now))):
+    due = decide_backstops(state, now, every)
+    if due and not commit_if_unchanged(db, WriteSet().update(snap, with_tick_due(state, claimed(due, now), now,
+                                                                                 every))):
         return [], state  # another instance claimed them meanwhile: it runs them
     return due, state
 

@@ -6,7 +6,7 @@ a job requeued, a node healthy again (`tpuq.scheduler.handlers`). What no event 
 retry back-off ending (`PendingJob.not_before`), an idle TPU's maintenance or health refusal lifting. So the
 tick's full pass, which reads up to `PER_TYPE_EXTRA` pending jobs a type, runs only when
 
-- the last passes left something time-bound: the earliest such instant is kept in `scheduler_backstops/state`
+- the last passes left something time-bound: the earliest such instant is kept in `tick_due/scheduler`
   as `pass_due_at` (the document the tick reads for its backstops anyway: no extra read), or
 - the backstop cadence says so (`Backstop.full_pass`, every $TPUQ_BACKSTOP_SECONDS): the lost-event backstop,
   for a pass an event should have run and did not (its handler failed past its retries).
@@ -23,14 +23,14 @@ with a queue).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from tpuq.contracts import store
 from tpuq.contracts.documents import TpuDoc
-from tpuq.runtime import guarded
+from tpuq.runtime import guarded, tickdue
+from tpuq.scheduler.backstops import backstops_due_at
 from tpuq.scheduler.decide import PassSnapshot, tpu_refuses_new_job
 
-PASS_DUE_FIELD = "pass_due_at"  # in scheduler_backstops/state (tpuq.scheduler.backstops.STATE_DOC)
+PASS_DUE_FIELD = "pass_due_at"  # in tick_due/scheduler (tpuq.runtime.tickdue)
 FOLLOWUP_DUE_FIELD = "followup_due_at"  # ditto: when the follow-up of unstarted assignments is next due
 
 
@@ -62,6 +62,24 @@ def followup_due(state: dict | None, now: datetime) -> bool:
     return isinstance(due, datetime) and due <= now
 
 
+def tick_due_at(state: dict | None, now: datetime, every: timedelta) -> datetime:
+    """The first instant at which a scheduler tick has work, given `tick_due/scheduler` as it will read
+    (`tpuq.runtime.tickdue`): a backstop's turn, the follow-up's or the pass's due instant; `ALWAYS` for one due
+    now."""
+    state = state or {}
+    followup = (tickdue.ALWAYS if FOLLOWUP_DUE_FIELD not in state
+                else state[FOLLOWUP_DUE_FIELD] if isinstance(state[FOLLOWUP_DUE_FIELD], datetime) else None)
+    pass_due_at = state.get(PASS_DUE_FIELD) if isinstance(state.get(PASS_DUE_FIELD), datetime) else None
+    backstops = backstops_due_at(state, now, every)
+    return tickdue.earliest(tickdue.ALWAYS if backstops is None else backstops, followup, pass_due_at) \
+        or tickdue.ALWAYS
+
+
+def with_tick_due(stored: dict | None, fields: dict, now: datetime, every: timedelta) -> dict:
+    """`fields`, written over `stored` (`tick_due/scheduler` as read), with the `due_at` they make."""
+    return {**fields, tickdue.DUE_AT: tick_due_at({**(stored or {}), **fields}, now, every)}
+
+
 def earlier(stored: object, due: datetime | None) -> bool:
     """Whether `due` must be recorded over `stored` by a pass that saw only part of the queue (it may lower the
     instant, never raise or clear it: another pass's jobs are still waiting for theirs)."""
@@ -71,39 +89,39 @@ def earlier(stored: object, due: datetime | None) -> bool:
 # ------------------------------------------------------------------ shell
 
 
-def _state_ref(db):
-    from tpuq.scheduler.backstops import STATE_DOC
-
-    return db.collection(store.SCHEDULER_BACKSTOPS).document(STATE_DOC)
+def state_ref(db):
+    return tickdue.ref(db, tickdue.SCHEDULER)
 
 
-def lower_dues(db, dues: dict[str, datetime | None]) -> None:
+def lower_dues(db, dues: dict[str, datetime | None], now: datetime, every: timedelta) -> None:
     """After an event's pass: record each of `dues` (field -> instant) that is earlier than the one kept (one
     read, and a write only then). A follow-up kept as absent is due already: not lowered."""
     dues = {f: t for f, t in dues.items() if t is not None}
     if not dues:
         return
-    snap = _state_ref(db).get()
+    snap = state_ref(db).get()
     stored = (snap.to_dict() or {}) if snap.exists else {}
     fields = {f: t for f, t in dues.items()
               if earlier(stored.get(f), t) and not (f == FOLLOWUP_DUE_FIELD and f not in stored)}
     if not fields:
         return
-    if not guarded.commit_if_unchanged(db, guarded.WriteSet().update(snap, fields)):
-        lower_dues(db, dues)  # another writer meanwhile: compare with what it wrote
+    if not guarded.commit_if_unchanged(db, guarded.WriteSet().update(snap, with_tick_due(stored, fields, now, every))):
+        lower_dues(db, dues, now, every)  # another writer meanwhile: compare with what it wrote
 
 
-def replace_due(db, field: str, state: dict | None, due: datetime | None, now: datetime) -> None:
+def replace_due(db, field: str, state: dict | None, due: datetime | None, now: datetime, every: timedelta) -> None:
     """After a tick's run that saw all there is (the whole queue; every job still assigned): `due` replaces the
     instant kept, but for one still ahead that a pass recorded meanwhile (kept if earlier). A write only when the
     value changes; guarded, so that a pass's lowering is never written over."""
     state = state or {}
     if field in state and state[field] == due:
         return
-    snap = _state_ref(db).get()
-    current = (snap.to_dict() or {}).get(field) if snap.exists else None
+    snap = state_ref(db).get()
+    stored = (snap.to_dict() or {}) if snap.exists else {}
+    current = stored.get(field)
     candidates = ([due] if due is not None else []) + ([current] if isinstance(current, datetime) and current > now
                                                        else [])
     value = min(candidates, default=None)
-    if not guarded.commit_if_unchanged(db, guarded.WriteSet().update(snap, {field: value})):
-        replace_due(db, field, {}, due, now)
+    if not guarded.commit_if_unchanged(db, guarded.WriteSet().update(snap, with_tick_due(stored, {field: value}, now,
+                                                                                          every))):
+        replace_due(db, field, {}, due, now, every)

@@ -250,7 +250,7 @@ def scheduling_pass(
     # The tick's pass records its own pass due (it saw the whole queue: it replaces the instant).
     lower_dues(db, {PASS_DUE_FIELD: report.next_due if record_due else None,
                     FOLLOWUP_DUE_FIELD: ctx.now() + ctx.settings.republish_assignment_after if report.assigned
-                    else None})
+                    else None}, ctx.now(), ctx.settings.backstop_every)
     log.info("pass: %s", report)
     return report
 

@@ -16,8 +16,10 @@ Documents are small and per-entity so that none is hot (the emulator stalls
 - fleet_control/{name}               paused, and a drain asked for and done        (tpuq fleet pause/resume/drain; janitor)
 - executions/{job}:{attempt}         the assignment an executor runs, and whether its end was published (executor)
 - janitor/{fleet}                    when the last orphan scan ran                 (janitor)
-- scheduler_backstops/state          when each backstop for lost events last ran   (scheduler)
-- executor_ticks/state               when ticks judge running attempts again       (executor)
+- tick_due/{service}                 when a service's tick next has work; the router reads those due
+  tick_due/scheduler                   ... and when each backstop for lost events last ran   (scheduler)
+  tick_due/executor                    ... and when ticks judge running attempts again       (executor)
+  tick_due/claimer:{fleet}             ... and whether the fleet has nothing to watch        (claimer)
 - dead_letters/{id}                  messages that could never be processed        (every service)
 - deliveries/{id}                    failed-delivery counters (so nothing loops forever) (every service)
 - notifications/{hash}               one event to one destination: sent, tries, next try (janitor)
@@ -37,9 +39,9 @@ FLEET_STATUS = "fleet_status"
 EXISTING_TPUS = "existing_tpus"
 EXECUTIONS = "executions"
 JANITOR = "janitor"
-SCHEDULER_BACKSTOPS = "scheduler_backstops"
-EXECUTOR_TICKS = "executor_ticks"
-CLAIMER_TICKS = "claimer_ticks"  # tpuq.claimer.idlemark: whether a fleet has nothing for a tick to watch
+# tpuq.runtime.tickdue: one document a service (the claimer: a fleet), `due_at` its next tick with work; the janitor's
+# tick routes the minute's tick to the services whose document is due (one query).
+TICK_DUE = "tick_due"
 ZONES = "zones"
 FLEETS = "fleets"
 FLEET_CONTROL = "fleet_control"
@@ -49,7 +51,7 @@ NOTIFICATIONS = "notifications"
 NOTIFY_DESTINATIONS = "notify_destinations"
 
 ALL_COLLECTIONS = (JOBS, TPUS, REQUESTS, QUEUED_RESOURCES, ZONES, FLEET_STATUS, EXISTING_TPUS, FLEETS, FLEET_CONTROL, EXECUTIONS, JANITOR,
-                   SCHEDULER_BACKSTOPS, EXECUTOR_TICKS, CLAIMER_TICKS, DEAD_LETTERS, DELIVERIES,
+                   TICK_DUE, DEAD_LETTERS, DELIVERIES,
                    NOTIFICATIONS, NOTIFY_DESTINATIONS)
 
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")

@@ -43,7 +43,12 @@ TOPICS: tuple[Topic, ...] = (
     Topic("fleet-events", messages.FleetEvent, "Claimer reports queued resource state changes"),
     Topic("assignments", messages.Assignment, "Scheduler tells the executor to run or stop an attempt"),
     Topic("attempt-events", messages.AttemptEvent, "Executor reports attempts started and ended"),
-    Topic("ticks", messages.Tick, "Periodic tick (Cloud Scheduler / local tick source)"),
+    Topic("ticks", messages.Tick, "Periodic tick (Cloud Scheduler / local tick source), to the janitor, which routes it"),
+    # The minute's tick, routed to a service when its `tick_due/` document says its tick has work
+    # (tpuq.runtime.tickdue), and every nudge.
+    Topic("ticks-scheduler", messages.Tick, "The tick, routed to the scheduler when it has work"),
+    Topic("ticks-claimer", messages.Tick, "The tick, routed to the claimer when it has work"),
+    Topic("ticks-executor", messages.Tick, "The tick, routed to the executor when it has work"),
     Topic("cancels", messages.CancelRequest, "Users cancel jobs"),
     Topic("gcs-events", messages.GcsObjectEvent, "Object finalize notifications from the runner bucket"),
     Topic("notifications", messages.Notification, "Events people asked to be told of, for the janitor to deliver"),
@@ -54,15 +59,15 @@ SUBSCRIPTIONS: tuple[Subscription, ...] = (
     Subscription("scheduler-jobs", "jobs", "scheduler", "/push/jobs"),
     Subscription("scheduler-fleet-events", "fleet-events", "scheduler", "/push/fleet-events"),
     Subscription("scheduler-attempt-events", "attempt-events", "scheduler", "/push/attempt-events"),
-    Subscription("scheduler-ticks", "ticks", "scheduler", "/push/ticks"),
+    Subscription("scheduler-ticks", "ticks-scheduler", "scheduler", "/push/ticks"),
     Subscription("scheduler-cancels", "cancels", "scheduler", "/push/cancels"),
     Subscription("scheduler-gcs-submit", "gcs-events", "scheduler", "/push/gcs-submit"),
     Subscription("claimer-capacity", "capacity", "claimer", "/push/capacity"),
-    Subscription("claimer-ticks", "ticks", "claimer", "/push/ticks"),
+    Subscription("claimer-ticks", "ticks-claimer", "claimer", "/push/ticks"),
     # A start (bundle download and extract on every worker) can take minutes; 600 s is Pub/Sub's maximum.
     Subscription("executor-assignments", "assignments", "executor", "/push/assignments", ack_deadline_seconds=600),
     Subscription("executor-gcs-status", "gcs-events", "executor", "/push/gcs-status"),
-    Subscription("executor-ticks", "ticks", "executor", "/push/ticks"),
+    Subscription("executor-ticks", "ticks-executor", "executor", "/push/ticks"),
     Subscription("janitor-fleet-events", "fleet-events", "janitor", "/push/fleet-events"),
     Subscription("janitor-attempt-events", "attempt-events", "janitor", "/push/attempt-events"),
     Subscription("janitor-ticks", "ticks", "janitor", "/push/ticks"),
@@ -80,6 +85,18 @@ DEAD_LETTER_TOPIC = "dead-letters"
 # (tpuq.operations.heldletters). Deploy creates it (infra/pubsub.yaml, hold_subscriptions) with a week's retention.
 DEAD_LETTER_HOLD_SUBSCRIPTION = f"{DEAD_LETTER_TOPIC}-hold"
 DEAD_LETTER_HOLD_RETENTION_SECONDS = 7 * 86400
+
+
+CLOCK_TOPIC = "ticks"  # Cloud Scheduler's tick and the nudges; the janitor routes them (tpuq.runtime.tickdue)
+
+
+def tick_topic(service: str) -> str:
+    """The topic of the ticks routed to `service` (the janitor's is the clock's own)."""
+    return CLOCK_TOPIC if service == "janitor" else f"ticks-{service}"
+
+
+def tick_topics() -> frozenset[str]:
+    return frozenset(tick_topic(service) for service in SERVICES)
 
 
 def topic(name: str) -> Topic:

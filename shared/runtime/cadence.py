@@ -29,7 +29,7 @@ def due_at(last: object, now: datetime, every: timedelta) -> datetime | None:
 
 @dataclass
 class TickMemory:
-    """What one service instance remembers between ticks (the janitor's and the claimer's `remembered`): before
+    """What one service instance remembers between ticks (the claimer's `remembered`): before
     `quiet_until` nothing runs on a cadence in any fleet, so that a tick asks only the one question that can still
     make it work (one query). Lost with the instance: a new one reads every fleet."""
 

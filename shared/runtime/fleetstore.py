@@ -135,14 +135,25 @@ def set_paused(db, fleet: str, paused: bool, now: datetime, by: str | None = Non
     fields: dict[str, Any] = {"fleet": fleet, "paused": paused, "updated_at": now}
     if paused:
         fields |= {"paused_at": now, "paused_by": by}
-    control_ref(db, fleet).set(fields, merge=True)
+    _with_janitor_due(db, control_ref(db, fleet), fields)
+
+
+def _with_janitor_due(db, ref, fields: dict[str, Any]) -> None:
+    """A control change, and the janitor's tick work due from now (`tpuq.runtime.tickdue`), in one commit: what
+    the change asks (idle TPUs deleted at once, a drain) is done by the next tick even if its nudge is lost."""
+    from tpuq.runtime import tickdue
+
+    batch = db.batch()
+    batch.set(ref, fields, merge=True)
+    batch.set(tickdue.ref(db, tickdue.JANITOR), {tickdue.DUE_AT: tickdue.ALWAYS}, merge=True)
+    batch.commit()
 
 
 def request_drain(db, fleet: str, drain_id: str, now: datetime, by: str | None = None) -> None:
     """Pause, and ask the janitor to delete everything tpuq owns in the fleet (it records `drain_done_id`)."""
-    control_ref(db, fleet).set({"fleet": fleet, "paused": True, "paused_at": now, "paused_by": by,
-                                "drain_id": drain_id, "drain_requested_at": now, "drain_deleted": [],
-                                "updated_at": now}, merge=True)
+    _with_janitor_due(db, control_ref(db, fleet), {"fleet": fleet, "paused": True, "paused_at": now, "paused_by": by,
+                                                   "drain_id": drain_id, "drain_requested_at": now,
+                                                   "drain_deleted": [], "updated_at": now})
 
 
 def record_drain_progress(db, fleet: str, drain_id: str, deleted: list[str], done: bool, now: datetime) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Callable, TypeVar
 from google.api_core.exceptions import Aborted, AlreadyExists, Conflict, FailedPrecondition, NotFound
 
 from tpuq.contracts.errors import Retryable
+from tpuq.runtime import tickdue
 
 T = TypeVar("T")
 # What a lost race looks like: a precondition failed, the document appeared (create), or it vanished (update).
@@ -103,6 +104,10 @@ def commit_guarded(db, writes: WriteSet) -> list | None:
         batch.set(ref, fields, merge=True)
     for ref, document in writes.replaced:
         batch.set(ref, document)
+    written = [(snap.reference, fields) for snap, fields in writes.guarded] + writes.unguarded + writes.replaced
+    if any(tickdue.wakes_janitor(ref.path, fields) for ref, fields in written):
+        # A TPU idle or deleting: the janitor's tick has work from now (its `due_at`, in the same commit).
+        batch.set(tickdue.ref(db, tickdue.JANITOR), {tickdue.DUE_AT: tickdue.ALWAYS}, merge=True)
     try:
         return list(batch.commit())
     except LOST_RACE:

@@ -28,8 +28,23 @@ def test_a_busy_mark_written_after_the_tick_read_the_mark_wins():
     db = MemoryFirestore(project="p")
     seen = idlemark.read_mark(db, "race")
     idlemark.mark_busy(db, "race", NOW)  # a capacity request opened meanwhile
-    assert not idlemark.mark_idle(db, seen, NOW)
+    assert not idlemark.mark_idle(db, seen, NOW, EVERY)
     assert idlemark.read_mark(db, "race").to_dict()["quiet"] is False
     fresh = idlemark.read_mark(db, "race")
-    assert idlemark.mark_idle(db, fresh, NOW)
+    assert idlemark.mark_idle(db, fresh, NOW, EVERY)
     assert idlemark.tick_may_stop(idlemark.read_mark(db, "race").to_dict(), NOW, EVERY)
+
+
+def test_the_mark_says_when_the_fleets_tick_next_has_work():
+    """`due_at` (what routes the tick here, `tpuq.runtime.tickdue`): every tick while busy or while the fleet
+    has `existing:` nodes to read; the backstop's turn while idle."""
+    from tpuq.runtime import tickdue
+    from tpuq.runtime.cadence import EARLY_SHARE
+
+    db = MemoryFirestore(project="p")
+    idlemark.mark_busy(db, "race", NOW)
+    assert idlemark.read_mark(db, "race").to_dict()[tickdue.DUE_AT] == tickdue.ALWAYS
+    assert idlemark.mark_idle(db, idlemark.read_mark(db, "race"), NOW, EVERY)
+    assert idlemark.read_mark(db, "race").to_dict()[tickdue.DUE_AT] == NOW + EVERY * (1 - EARLY_SHARE)
+    assert idlemark.mark_idle(db, idlemark.read_mark(db, "race"), NOW, EVERY, watch_always=True)
+    assert idlemark.read_mark(db, "race").to_dict()[tickdue.DUE_AT] == tickdue.ALWAYS

@@ -115,6 +115,29 @@ def test_a_subscription_changed_by_hand_is_put_back(deployment):
     assert emulator_subscriptions(base)["executor-assignments"]["ackDeadlineSeconds"] == declared
 
 
+def test_a_tick_subscription_of_an_older_deploy_is_moved_to_its_routed_topic(deployment):
+    """Before the janitor routed the minute's tick (`tpuq.runtime.tickdue`), every service's tick subscription was
+    on `ticks`. A subscription cannot change topic: deploy deletes its own and creates it on the new one; one it did
+    not create (no tpuq labels) is left for its owner, with the command."""
+    target, infra, adapters, base = deployment
+    deploy(target, infra, adapters)
+    for name in ("scheduler-ticks", "executor-ticks"):
+        body = emulator_subscriptions(base)[name]
+        assert requests.delete(f"{base}/subscriptions/{name}", timeout=10).status_code == 200
+        old = {**body, "topic": f"projects/{PROJECT}/topics/ticks"}
+        if name == "executor-ticks":
+            old.pop("labels", None)  # someone else's
+        old.pop("name", None)
+        assert requests.put(f"{base}/subscriptions/{name}", json=old, timeout=10).status_code == 200, name
+    actions = deploy(target, infra, adapters)
+    moved = [f"{a.verb} {a.what}" for a in actions if "ticks" in a.what]
+    assert moved == ["delete subscription scheduler-ticks", "create subscription scheduler-ticks",
+                     "todo subscription executor-ticks"]
+    subs = emulator_subscriptions(base)
+    assert subs["scheduler-ticks"]["topic"] == f"projects/{PROJECT}/topics/ticks-scheduler"
+    assert subs["executor-ticks"]["topic"] == f"projects/{PROJECT}/topics/ticks"  # not ours: untouched
+
+
 def test_what_the_stand_ins_received_never_touches_the_network(deployment):
     target, infra, adapters, _ = deployment
     deploy(target, infra, adapters)

@@ -103,6 +103,8 @@ BASES: dict[str, list[dict]] = {
     "gcs-events": [{"bucket": "tpuq-runner", "name": "tpuq/attempts/fz-job/1/status-0.json", "generation": "1"},
                    {"bucket": "tpuq-runner", "name": "submit/x.yaml", "size": 10}],
 }
+# The ticks the janitor routes to the other services (`tpuq.runtime.tickdue`) are the clock's own `Tick`.
+BASES.update({topic: BASES["ticks"] for topic in topology.tick_topics()})
 
 # Where strings a model may not check go: ids, names, paths, env and caches.
 NESTED_STRING_PLACES = {

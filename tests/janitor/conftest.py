@@ -17,6 +17,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 
 from tpuq.contracts import store, topology
+from tpuq.runtime import guarded
 from tpuq.claimer.model import QrRecord, queued_resource_id
 from tpuq.claimer.statestore import qr_to_doc
 from tpuq.janitor.handlers import build_service
@@ -153,12 +154,19 @@ class Stack:
         qr_id = qr_name.rsplit("/", 1)[-1]
         zone = qr_name.split("/")[3]
         now = datetime.now(timezone.utc)
-        self.db.collection(store.TPUS).document(qr_id).set({
+        self.write_tpu(qr_id, {
             "name": f"projects/{self.fleet.project}/locations/{zone}/nodes/{qr_id}", "short": qr_id,
             "fleet": self.fleet.name, "zone": zone, "type": "v4-8", "entry_id": "v4pool",
             "queued_resource": qr_name, "state": state, "job_id": "j1" if state == "busy" else None,
-            "idle_since": idle_since or now, "created_at": now, "updated_at": now})
+            "idle_since": idle_since or now, "created_at": now, "updated_at": now}, replace=True)
         return qr_id
+
+    def write_tpu(self, tpu_id: str, fields: dict, replace: bool = False) -> None:
+        """A write of tpus/{id} as the scheduler makes it: one commit of `tpuq.runtime.guarded`, which also tells
+        the janitor's tick that it has work when the TPU is written idle or deleting (`tpuq.runtime.tickdue`)."""
+        ref = self.db.collection(store.TPUS).document(tpu_id)
+        doc = fields if replace else {**(ref.get().to_dict() or {}), **fields}
+        assert guarded.commit_if_unchanged(self.db, guarded.WriteSet().replace(ref, doc))
 
     def tpu_doc(self, tpu_id: str) -> dict:
         return self.db.collection(store.TPUS).document(tpu_id).get().to_dict() or {}

@@ -15,7 +15,7 @@ REASON = "attempt j1-1 ended infra_failed: preflight failed: worker 2: /dev/vfio
 def quarantined_idle_tpu(s, qr: str) -> str:
     """The scheduler's record once it freed the slice of an attempt that ended infra_failed (lifecycle.tpu_freed)."""
     tpu_id = s.record_tpu(qr, state="idle", idle_since=datetime.now(timezone.utc))
-    s.db.collection("tpus").document(tpu_id).update({"quarantined": True, "quarantine_reason": REASON})
+    s.write_tpu(tpu_id, {"quarantined": True, "quarantine_reason": REASON})
     return tpu_id
 
 

@@ -110,7 +110,7 @@ def test_assignment_that_commits_first_wins_over_the_idle_delete(janitor_stack):
 
     def assigned_meanwhile(doc):
         # The scheduler's assignment commits between our read and our write.
-        s.db.collection("tpus").document(tpu_id).update({"state": "busy", "job_id": "j9"})
+        s.write_tpu(tpu_id, {"state": "busy", "job_id": "j9"})
         return True
 
     janitor = Janitor(ctx=None, fleet=s.fleet, api=None)  # mark_deleting only needs Firestore and a clock

@@ -95,7 +95,7 @@ def test_an_idle_gang_is_deleted_once_as_one_request_and_a_busy_slice_keeps_it(j
     idle_four = _record_slices(s, gone, ["busy"] * 4)
     t.tick()  # the full sweep: nothing to do
     for tpu_id in [busy_one[0], *idle_four]:  # then their jobs end, long ago
-        s.db.collection("tpus").document(tpu_id).update({"state": "idle", "idle_since": t.now - timedelta(days=1)})
+        s.write_tpu(tpu_id, {"state": "idle", "idle_since": t.now - timedelta(days=1)})
     t.advance(60)
     s.control.clear_calls()
     t.tick()  # a quiet tick
@@ -137,7 +137,7 @@ def test_a_surplus_gang_with_a_busy_slice_is_kept_and_an_idle_one_deleted_whole(
     late_slices = _record_slices(s, late, ["idle", "busy"])  # a single-slice job took its slice 1
     s.fleet_event("ACTIVE", late, "r40")
     assert s.deletes() == []
-    s.db.collection("tpus").document(late_slices[1]).update({"state": "idle", "job_id": None})
+    s.write_tpu(late_slices[1], {"state": "idle", "job_id": None})
     s.fleet_event("ACTIVE", late, "r40")
     assert s.deleted_ids() == [late.rsplit("/", 1)[-1]]
     assert {s.tpu_doc(i)["state"] for i in late_slices} <= {"deleting", "gone"}

@@ -13,11 +13,14 @@ from tpuq.janitor import handlers
 from tests.janitor.conftest import ACTIVE_AFTER, THIRD_ZONE, WIN_ZONE
 
 SWEEP_EVERY = timedelta(minutes=5)
-# The one query for any TPU idle or deleting (none: one read); the instance remembers when a run on a cadence is
-# next due (`cadence.TickMemory`). A tick that reads every fleet reads fleets/, fleet_control/{fleet},
-# janitor/{fleet} and the fleet's TPUs idle or deleting (each one found is one more: a constant per live slice).
-QUIET_TICK_READS = 1
-FLEET_TICK_READS = 4
+# The router's query for the services whose tick has work (`tpuq.runtime.tickdue`; none: one read), the janitor's
+# own among them (`tick_due/janitor`: due while a TPU is idle or deleting, else at its next run on a cadence). A
+# tick whose own work is due reads that document (in the query's answer, or alone on an instance's first tick),
+# then fleets/, fleet_control/{fleet}, janitor/{fleet} and the fleet's TPUs idle or deleting (each one found is
+# one more: a constant per live slice).
+ROUTER_READS = 1
+QUIET_TICK_READS = ROUTER_READS
+FLEET_TICK_READS = 1 + 4
 
 
 class Ticker:
@@ -26,8 +29,11 @@ class Ticker:
 
     def __init__(self, s):
         self.s, self.now = s, datetime.now(timezone.utc)
+        self.published: list[tuple[str, object]] = []  # the ticks routed to the other services
         self.ctx = SimpleNamespace(clients=SimpleNamespace(firestore=s.db, tpu=s.tpu), now=lambda: self.now,
+                                   publish=lambda topic, message, **_: self.published.append((topic, message)),
                                    state=handlers.JanitorState(orphan_scan_seconds=3600, sweep_every=SWEEP_EVERY))
+        handlers.on_tick(Tick(), self.ctx)  # the instance's first tick: routed to every service, read nothing
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
@@ -73,7 +79,7 @@ def test_an_idle_tpu_past_its_timeout_goes_on_a_quiet_tick(janitor_stack):
     s = janitor_stack
     t = Ticker(s)
     winner, tpu_id = _one_busy_slice(s, t)
-    s.db.collection("tpus").document(tpu_id).update({"state": "idle", "idle_since": t.now - timedelta(days=1)})
+    s.write_tpu(tpu_id, {"state": "idle", "idle_since": t.now - timedelta(days=1)})
     t.advance(60)
     t.tick()  # a quiet tick: the idle rule still applies at once
     assert s.deleted_ids() == [winner.rsplit("/", 1)[-1]]
@@ -139,7 +145,7 @@ def test_a_pause_nudge_deletes_an_idle_tpu_at_once(janitor_stack):
     s = janitor_stack
     t = Ticker(s)
     winner, tpu_id = _one_busy_slice(s, t)
-    s.db.collection("tpus").document(tpu_id).update({"state": "idle", "idle_since": t.now})  # just now: within
+    s.write_tpu(tpu_id, {"state": "idle", "idle_since": t.now})  # just now: within
     t.advance(60)                                                                            # its idle timeout
     set_paused(s.db, s.fleet.name, True, t.now, "someone")
     before = s.db.billed.reads
@@ -148,9 +154,10 @@ def test_a_pause_nudge_deletes_an_idle_tpu_at_once(janitor_stack):
     assert s.deleted_ids() == [winner.rsplit("/", 1)[-1]]
 
 
-def test_a_fresh_instance_and_a_due_run_read_every_fleet_and_a_drain_keeps_them_read(janitor_stack):
-    """The memory is the instance's: a new instance reads every fleet; so does a tick at the instant it
-    remembered (the sweep due again); and a drain pending is never remembered as quiet."""
+def test_a_fresh_instance_a_due_run_and_a_lost_drain_nudge_read_every_fleet(janitor_stack):
+    """A new instance's first tick reads every fleet; so does the tick at which a run on a cadence is due; and a
+    drain asked for is done by the next tick even when its nudge is lost (the request marks the janitor's work
+    due, `tpuq.runtime.fleetstore`)."""
     from tpuq.runtime.fleetstore import request_drain
 
     s = janitor_stack
@@ -159,13 +166,12 @@ def test_a_fresh_instance_and_a_due_run_read_every_fleet_and_a_drain_keeps_them_
     t.advance(60)
     assert t.tick() == QUIET_TICK_READS
     t.ctx.state = handlers.JanitorState(orphan_scan_seconds=3600, sweep_every=SWEEP_EVERY)  # a new instance
-    assert t.tick() == FLEET_TICK_READS
+    assert t.tick() == FLEET_TICK_READS  # its first tick goes to every service, unread, and reads every fleet
     assert t.tick() == QUIET_TICK_READS
     t.advance(SWEEP_EVERY.total_seconds())
     assert t.tick() > FLEET_TICK_READS  # the full sweep, due: every live TPU read
     assert t.tick() == QUIET_TICK_READS
     request_drain(s.db, s.fleet.name, "d1", t.now, "someone")
     t.advance(60)
-    assert t.tick() == QUIET_TICK_READS  # the drain's nudge was lost: this instance cannot know yet
-    handlers.on_tick(Tick(source="drain", nudge=True), t.ctx)  # the drain's nudge: every fleet read
-    assert t.ctx.state.remembered.quiet_until is None, "a tick that met a drain pending remembers nothing"
+    assert t.tick() > FLEET_TICK_READS  # no nudge came: the drain is read and done all the same
+    assert s.db.collection("fleet_control").document(s.fleet.name).get().to_dict().get("drain_done_id") == "d1"

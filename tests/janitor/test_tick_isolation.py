@@ -29,7 +29,7 @@ def test_one_fleet_failing_never_stops_the_others(monkeypatch, broken):
     else:
         save_fleet(clients.firestore, fleet("bad"), now)
     save_fleet(clients.firestore, fleet("good"), now)
-    ctx = SimpleNamespace(clients=clients, now=lambda: now,
+    ctx = SimpleNamespace(clients=clients, now=lambda: now, publish=clients.publish,
                           state=handlers.JanitorState(orphan_scan_seconds=600, adapter_factory=lambda ctx, f: None))
     monkeypatch.setattr(handlers.Janitor, "claim_due_runs", lambda self, every, sweep_every: handlers.DueRuns(
         True, True, {"every": every}))

@@ -15,7 +15,8 @@ from tpuq.contracts import store
 from tpuq.contracts.messages import Tick
 from tpuq.scheduler import handlers
 from tpuq.runtime.settings import Settings
-from tpuq.scheduler.backstops import STATE_DOC, Backstop, decide_backstops
+from tpuq.scheduler.backstops import Backstop, decide_backstops
+from tpuq.scheduler.passdue import state_ref
 from tpuq.scheduler.scheduling import RECONCILE_AFTER
 
 from tests.scheduler.conftest import active
@@ -142,8 +143,7 @@ def test_two_instances_never_both_run_the_backstops(sched, monkeypatch):
 
     def claimed_meanwhile(state, now, every):
         due = real(state, now, every)
-        sched.db.collection(store.SCHEDULER_BACKSTOPS).document(STATE_DOC).set(
-            {b.field: now for b in Backstop})
+        state_ref(sched.db).set({b.field: now for b in Backstop})
         return due
 
     monkeypatch.setattr(h, "decide_backstops", claimed_meanwhile)

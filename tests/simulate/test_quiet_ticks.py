@@ -118,7 +118,7 @@ def skipped_and_every_tick():
 
 def test_skipping_changes_no_job_outcome_attempt_count_or_zone(skipped_and_every_tick):
     (skipped, _), (every_tick, _) = skipped_and_every_tick
-    assert skipped.driver.ticks_skipped > 100 and every_tick.driver.ticks_skipped == 0
+    assert skipped.driver.service_ticks_skipped > 100 and every_tick.driver.service_ticks_skipped == 0
     assert _outcomes(skipped) == _outcomes(every_tick)
 
 
@@ -167,12 +167,13 @@ def test_a_quiet_handlings_reads_are_affected_only_by_changes_to_what_it_read():
     assert recorder.changes == [False, True, True, True, False]
 
 
-def test_most_handlings_are_skipped_and_each_service_is_judged_on_its_own():
+def test_each_services_tick_is_judged_on_its_own():
+    """The clock's tick reaches the janitor, which routes it to the services with work (`tpuq.runtime.tickdue`):
+    what skipping still finds quiet is the janitor's minutes with nothing to route or do, and routed handlings whose
+    work another handling did first. Each is judged on its own: a tick reaching one service is run there alone."""
     policy = _run().driver
-    assert policy.service_ticks_skipped > policy.service_ticks_run
-    # A tick often reaches some services and not others (a whole-tick rule would run or skip all four).
-    assert policy.service_ticks_run > 4 * policy.ticks_run * 0.25
-    assert policy.service_ticks_run < 4 * policy.ticks_run
+    assert policy.service_ticks_skipped > 100
+    assert policy.service_ticks_run < 4 * policy.ticks_published  # far from every service every minute
 
 
 def test_a_range_filter_against_a_moving_now_notes_when_a_stored_document_starts_to_match():

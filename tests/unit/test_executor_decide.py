@@ -107,8 +107,10 @@ def test_one_attempt_that_cannot_be_judged_never_stops_the_tick_for_the_others(m
     from tpuq.executor.state import ExecutorState
 
     unbuilt = ExecutorState(lambda: None, probe_every=None)  # this instance never connected anywhere
+    from tpuq.runtime.settings import Settings
+
     ctx = SimpleNamespace(clients=SimpleNamespace(firestore=SimpleNamespace(collection=lambda _: _Query(snaps))),
-                          state=unbuilt)
+                          state=unbuilt, settings=Settings(project="p"))
     judged = []
 
     def judge(ctx, stored, probed, **_):

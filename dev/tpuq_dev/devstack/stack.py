@@ -30,7 +30,7 @@ import yaml
 
 from tpuq.contracts import topology
 from tpuq.runtime.settings import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_SECRETMANAGER_ENDPOINT
-from tpuq_dev.devstack import notifystack, processes
+from tpuq_dev.devstack import notifystack, processes, ticker
 from tpuq_dev.devstack.processes import ProcRecord
 from tpuq_dev.devstack.workerenv import host_env_args, worker_host_env
 from tpuq_dev.iam import recording
@@ -203,8 +203,9 @@ class DevStack:
             self._start_front()
             self._declare_subscriptions()
             if self.tick_period:
-                self._spawn("ticker", [sys.executable, "-m", "tpuq_dev.devstack.ticker", "--period", str(self.tick_period)],
-                            None, None)
+                topics = [arg for topic in ticker.topics_for(tuple(self.services)) for arg in ("--topic", topic)]
+                self._spawn("ticker", [sys.executable, "-m", "tpuq_dev.devstack.ticker", "--period", str(self.tick_period),
+                                       *topics], None, None)
         except BaseException:
             self.down()
             raise

@@ -132,7 +132,7 @@ class SimBus:
         if self.waits is not None and sub.topic in self.waiting_topics:
             self.waits.run(push, lambda answer: self._answered(sub, msg, attempt, answer[1]))
             return
-        if observer is None or sub.topic != "ticks":
+        if observer is None or sub.topic not in topology.tick_topics():
             _, status = push()
         else:
             token = observer.tick_push(sub.name, msg.message_id)

@@ -135,7 +135,8 @@ class TracedNow(DatetimeWithNanoseconds):
         return datetime.__eq__(self, other)
 
     def __ne__(self, other):
-        return not self.__eq__(other)
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal  # `!= None` is True, as for a datetime
 
     __hash__ = datetime.__hash__
 
@@ -243,7 +244,8 @@ class TracedDelta(timedelta):
         return timedelta.__eq__(self, other)
 
     def __ne__(self, other):
-        return not self.__eq__(other)
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal  # `!= None` is True, as for a datetime
 
     __hash__ = timedelta.__hash__
 
@@ -330,7 +332,8 @@ class TracedFloat(float):
         return float.__eq__(self, other)
 
     def __ne__(self, other):
-        return not self.__eq__(other)
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal  # `!= None` is True, as for a datetime
 
     __hash__ = float.__hash__
 

@@ -254,8 +254,11 @@ class TpuqPolicy:
         self.clients = Clients(self.settings, firestore=self.db, tpu=self.tpu_client, publisher=self.bus)
         self.services = services = self._services()
         self.bus.serve(services)
-        self._service_ticks = {sub.name: _ServiceTicks(sub.name, sub.service) for sub in topology.SUBSCRIPTIONS
-                               if sub.topic == "ticks" and sub.service in services}
+        # The clock's tick (the janitor's, which routes it) and the ticks it routes to the other services
+        # (tpuq.runtime.tickdue): each service's handling judged on its own.
+        self._service_ticks = {sub.name: _ServiceTicks(sub.name, sub.service, clock=sub.topic == topology.CLOCK_TOPIC)
+                               for sub in topology.SUBSCRIPTIONS
+                               if sub.topic in topology.tick_topics() and sub.service in services}
         workers.on_end = self.executor.run_ended
 
     def _services(self) -> dict[str, Service]:
@@ -391,7 +394,8 @@ class TpuqPolicy:
             return QUIET
         self.ticks_quiet_checked += skip
         self.service_ticks_run += 1
-        self._ticks_handled.add(message_id)
+        if ticks.clock:
+            self._ticks_handled.add(message_id)
         reads = _ReadSet()
         self._reading, self.clock.deadlines = reads, ticks.deadlines
         ticks.deadlines.reset()
@@ -525,6 +529,7 @@ class _ServiceTicks:
 
     subscription: str
     service: str
+    clock: bool = False  # the clock's own tick (the janitor's), not one routed to a service
     deadlines: Deadlines = field(default_factory=Deadlines)
     quiet: _ReadSet | None = None  # the last tick's reads, if it changed nothing
     dirty: bool = False  # something it read changed since, or the service handled another message
