@@ -660,6 +660,28 @@ class MemoryFirestore:
             return [(doc_id, docs[doc_id]) for doc_id in sorted(docs)]
         return [(doc_id, docs[doc_id]) for doc_id in sorted(best) if doc_id in docs]
 
+    def _candidates_from(self, collection_path: str, filters, field: str,
+                         lower: datetime) -> list[tuple[str, _Stored]]:
+        """The documents that can match `filters` and may hold a timestamp at or after `lower` in `field`, in no
+        promised order: from the ordered view of the filters' equalities by `field`, from `lower` on, as a
+        composite index answers a range (`_views_for`); without an equality filter, `_candidates`' (every
+        document they allow). A superset of those matching `filters` whose `field` is a time >= `lower`."""
+        views = self._views_for(collection_path, filters, ((field, ASCENDING),))
+        if views is None:
+            return self._candidates(collection_path, filters)
+        docs = self._collections.get(collection_path, {})
+        start = (_order_key(lower),)
+        seen: set[str] = set()
+        out = []
+        for view in views:
+            entries = view.entries
+            for entry in entries[bisect.bisect_left(entries, start):]:
+                doc_id = entry[-1]
+                if doc_id not in seen:
+                    seen.add(doc_id)
+                    out.append((doc_id, docs[doc_id]))
+        return out
+
     def _views_for(self, collection_path: str, filters, orders: tuple) -> list[_OrderedView] | None:
         """Ordered views whose union holds every document an ordered query's equality filters can match (its
         `==` and `array_contains` filters in each, and one per value of its first `in` or `array_contains_any`);

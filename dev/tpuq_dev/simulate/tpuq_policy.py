@@ -49,7 +49,7 @@ from .events import EventLoop
 from .inprocess import SimGoogleApisSession, SimTpuClient
 from .metrics import FirestoreOps
 from .workers import AttemptRun, SimWorkers
-from .quiet import Deadlines, TracedClock, TracedNow
+from .quiet import Deadlines, TracedClock, TracedNow, flips_from
 from .storeops import OpsBySubscription
 from .waits import Waits
 from .workload import SimJob
@@ -450,7 +450,7 @@ class TpuqPolicy:
             if mirrored is None or not _moving(f.given):
                 continue
             others = filters[:i] + filters[i + 1:]
-            for _, stored in self.db._candidates(collection_path, others):
+            for _, stored in self.db._candidates_from(collection_path, others, f.field, flips_from(f.given)):
                 data = stored.data
                 if all(g.matches(data) for g in others):
                     value = _lookup(data, f.field)
