@@ -652,7 +652,13 @@ class MemoryFirestore:
                 if any(k is None for k in keys):
                     continue
                 index = self._index_for(collection_path, f.field, f.op.startswith("array"))
-                ids = set().union(*(index.get(k, ()) for k in keys)) if keys else set()
+                # One value's ids are the index's own set (not copied: only read here, before any write); a
+                # union is made only when it can be the smallest (an equality on a collection's whole history,
+                # `fleet == x`, is then never copied when another filter narrows it).
+                buckets = [index.get(k, ()) for k in keys]
+                if best is not None and sum(map(len, buckets)) >= len(best):
+                    continue
+                ids = buckets[0] if len(buckets) == 1 else set().union(*buckets)
                 if best is None or len(ids) < len(best):
                     best = ids
         docs = self._collections.get(collection_path, {})
