@@ -109,6 +109,8 @@ def _encode(value: Any, in_array: bool = False) -> Any:
 
 def _string_size(text: str) -> int:
     """Firestore's "Storage size calculations" (cloud.google.com/firestore/docs/storage-size): UTF-8 bytes + 1."""
+    if text.isascii():  # most names and values: one byte a character, without encoding
+        return len(text) + 1
     return len(text.encode("utf-8", errors="surrogatepass")) + 1
 
 
@@ -409,8 +411,15 @@ def _build(data: dict, commit_time: datetime) -> dict:
     """A whole new document (set without merge, create)."""
     out = {}
     for key, value in data.items():
-        out[key] = _build(value, commit_time) if isinstance(value, dict) else _transformed(_MISSING, value, commit_time)
+        if type(value) in _STORED_AS_IS:
+            out[key] = value  # what `_transformed` would answer for it: itself
+        else:
+            out[key] = (_build(value, commit_time) if isinstance(value, dict)
+                        else _transformed(_MISSING, value, commit_time))
     return out
+
+
+_STORED_AS_IS = frozenset({str, int, float, bool, bytes, type(None)})  # exact types `_encode` hands back unchanged
 
 
 def _merge_into(target: dict, data: dict, commit_time: datetime) -> None:
