@@ -108,11 +108,24 @@ def build_queued_resource(qr: QrRecord, fleet: FleetFile, public_key: str, worke
 
 def _endpoints(node) -> tuple[WorkerEndpoint, ...]:
     node = raw_message(node) or node  # read through the protobuf: one pass a tick over every ACTIVE node
-    return tuple(
-        WorkerEndpoint(worker_id=i, ip=ep.ip_address, external_ip=ep.access_config.external_ip or None,
-                       port=ep.port or None)
-        for i, ep in enumerate(node.network_endpoints)
-    )
+    return tuple(_endpoint(i, ep.ip_address, ep.access_config.external_ip or None, ep.port or None)
+                 for i, ep in enumerate(node.network_endpoints))
+
+
+# (worker id, ip, external ip, port) -> its WorkerEndpoint: the watch reads the same endpoints of every ACTIVE node
+# each pass, and a (frozen) endpoint validated once serves them all
+_ENDPOINTS: dict[tuple, WorkerEndpoint] = {}
+
+
+def _endpoint(worker_id: int, ip: str, external_ip: str | None, port: int | None) -> WorkerEndpoint:
+    key = (worker_id, ip, external_ip, port)
+    endpoint = _ENDPOINTS.get(key)
+    if endpoint is None:
+        endpoint = WorkerEndpoint(worker_id=worker_id, ip=ip, external_ip=external_ip, port=port)
+        if len(_ENDPOINTS) >= 4096:
+            _ENDPOINTS.clear()
+        _ENDPOINTS[key] = endpoint
+    return endpoint
 
 
 class NodeJsonReader:

@@ -22,6 +22,8 @@ from tpuq.contracts.notify import NotifyList
 from tpuq.contracts.tputypes import (AcceleratorType, ProvisioningModel, UnknownAcceleratorType, families, family, family_named,
                                      parse_accelerator_type, zone_region)
 
+# id(fleet file) -> (the fleet file, its `version`): the content hash, computed once per (frozen) object
+_VERSIONS: dict[int, tuple[Any, str]] = {}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
 _NETWORK_RE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")  # Compute Engine resource names and TPU node ids (RFC 1035)
@@ -504,7 +506,15 @@ class FleetFile(StrictModel):
 
     @property
     def version(self) -> str:
-        """A content hash: decisions tied to one fleet file (dropped zones) reset when it changes."""
+        """A content hash: decisions tied to one fleet file (dropped zones) reset when it changes. A handler asks
+        for it again and again: kept per object (frozen; a copy with changes is another object)."""
+        kept = _VERSIONS.get(id(self))
+        if kept is not None and kept[0] is self:
+            return kept[1]
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        version = hashlib.sha256(blob).hexdigest()[:16]
+        if len(_VERSIONS) >= 256:
+            _VERSIONS.clear()
+        _VERSIONS[id(self)] = (self, version)  # the object is held, so its id is not another's meanwhile
+        return version
 

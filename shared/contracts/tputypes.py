@@ -201,7 +201,25 @@ def _one_of(sizes: tuple[int, ...]) -> str:
     return f"{', '.join(map(str, most))} or {last}" if most else str(last)
 
 
+_PARSED: dict[str, AcceleratorType] = {}  # name -> its parse (AcceleratorType is frozen: one serves every caller)
+_PARSED_FROM: list = [None]  # the FAMILIES the parses were made from (a test may swap it: then parsed again)
+
+
 def parse_accelerator_type(name: str) -> AcceleratorType:
+    """`v5e-8` -> its AcceleratorType, or UnknownAcceleratorType. Every handler parses the same few names again
+    and again: each is parsed once (refusals are not kept)."""
+    if _PARSED_FROM[0] is not FAMILIES:
+        _PARSED.clear()
+        _PARSED_FROM[0] = FAMILIES
+    parsed = _PARSED.get(name)
+    if parsed is None:
+        parsed = _parse_accelerator_type(name)
+        if len(_PARSED) < 10_000:
+            _PARSED[name] = parsed
+    return parsed
+
+
+def _parse_accelerator_type(name: str) -> AcceleratorType:
     canon = canonical_name(name)
     m = re.fullmatch(r"(.+)-(\d+)", canon)
     row = next((f for f in FAMILIES if f.name == m.group(1)), None) if m else None

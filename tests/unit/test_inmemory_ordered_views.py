@@ -38,6 +38,16 @@ def _random_jobs(rng: random.Random, count: int = 120) -> tuple[MemoryFirestore,
     return db, ids
 
 
+def _rewrite_some(db, ids: list[str], rng: random.Random) -> None:
+    """Eight writes between queries (a delete or a new version each): the views must follow them."""
+    for _ in range(8):
+        doc_id = rng.choice(ids)
+        if rng.random() < 0.15:
+            db.collection("jobs").document(doc_id).delete()
+        else:
+            db.collection("jobs").document(doc_id).set(_random_doc(rng))
+
+
 def _query(db, orders, limit, types=None, states=None):
     q = db.collection("jobs").where(filter=FieldFilter("state", "in", states) if states
                                     else FieldFilter("state", "==", "pending"))
@@ -96,9 +106,25 @@ def test_a_lower_bounded_query_answers_as_a_scan_would(seed):
                           if s.to_dict()["state"] == "pending"
                           and (s.to_dict()["at"] > since if op == ">" else s.to_dict()["at"] >= since)))
         assert [s.id for s in q.stream()] == [doc_id for _, doc_id in scanned]
-        for _ in range(8):
-            doc_id = rng.choice(ids)
-            if rng.random() < 0.15:
-                db.collection("jobs").document(doc_id).delete()
-            else:
-                db.collection("jobs").document(doc_id).set(_random_doc(rng))
+        _rewrite_some(db, ids, rng)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_candidates_from_a_time_hold_every_match_at_or_after_it(seed):
+    """`_candidates_from` (the simulator's moving range filters, `TpuqPolicy._note_moving_filters`): among the
+    documents it gives, every one the filters match whose time is at or after the bound, through writes."""
+    from tpuq_dev.inmemory.firestore import _Filter
+
+    rng = random.Random(seed)
+    db, ids = _random_jobs(rng)
+    for _ in range(40):
+        lower = T0 + timedelta(seconds=rng.randrange(-5, 55))
+        states = rng.choice([["pending"], ["pending", "running"]])
+        filters = ((_Filter("state", "==", states[0]),) if len(states) == 1
+                   else (_Filter("state", "in", states),))
+        wanted = {s.id for s in db.collection("jobs").stream()
+                  if s.to_dict()["state"] in states and s.to_dict()["at"] >= lower}
+        given = [doc_id for doc_id, _ in db._candidates_from("jobs", filters, "at", lower)]
+        assert len(given) == len(set(given))
+        assert wanted <= set(given)
+        _rewrite_some(db, ids, rng)

@@ -109,6 +109,8 @@ def _encode(value: Any, in_array: bool = False) -> Any:
 
 def _string_size(text: str) -> int:
     """Firestore's "Storage size calculations" (cloud.google.com/firestore/docs/storage-size): UTF-8 bytes + 1."""
+    if text.isascii():  # most names and values: one byte a character, without encoding
+        return len(text) + 1
     return len(text.encode("utf-8", errors="surrogatepass")) + 1
 
 
@@ -409,8 +411,15 @@ def _build(data: dict, commit_time: datetime) -> dict:
     """A whole new document (set without merge, create)."""
     out = {}
     for key, value in data.items():
-        out[key] = _build(value, commit_time) if isinstance(value, dict) else _transformed(_MISSING, value, commit_time)
+        if type(value) in _STORED_AS_IS:
+            out[key] = value  # what `_transformed` would answer for it: itself
+        else:
+            out[key] = (_build(value, commit_time) if isinstance(value, dict)
+                        else _transformed(_MISSING, value, commit_time))
     return out
+
+
+_STORED_AS_IS = frozenset({str, int, float, bool, bytes, type(None)})  # exact types `_encode` hands back unchanged
 
 
 def _merge_into(target: dict, data: dict, commit_time: datetime) -> None:
@@ -652,13 +661,41 @@ class MemoryFirestore:
                 if any(k is None for k in keys):
                     continue
                 index = self._index_for(collection_path, f.field, f.op.startswith("array"))
-                ids = set().union(*(index.get(k, ()) for k in keys)) if keys else set()
+                # One value's ids are the index's own set (not copied: only read here, before any write); a
+                # union is made only when it can be the smallest (an equality on a collection's whole history,
+                # `fleet == x`, is then never copied when another filter narrows it).
+                buckets = [index.get(k, ()) for k in keys]
+                if best is not None and sum(map(len, buckets)) >= len(best):
+                    continue
+                ids = buckets[0] if len(buckets) == 1 else set().union(*buckets)
                 if best is None or len(ids) < len(best):
                     best = ids
         docs = self._collections.get(collection_path, {})
         if best is None:
             return [(doc_id, docs[doc_id]) for doc_id in sorted(docs)]
         return [(doc_id, docs[doc_id]) for doc_id in sorted(best) if doc_id in docs]
+
+    def _candidates_from(self, collection_path: str, filters, field: str,
+                         lower: datetime) -> list[tuple[str, _Stored]]:
+        """The documents that can match `filters` and may hold a timestamp at or after `lower` in `field`, in no
+        promised order: from the ordered view of the filters' equalities by `field`, from `lower` on, as a
+        composite index answers a range (`_views_for`); without an equality filter, `_candidates`' (every
+        document they allow). A superset of those matching `filters` whose `field` is a time >= `lower`."""
+        views = self._views_for(collection_path, filters, ((field, ASCENDING),))
+        if views is None:
+            return self._candidates(collection_path, filters)
+        docs = self._collections.get(collection_path, {})
+        start = (_order_key(lower),)
+        seen: set[str] = set()
+        out = []
+        for view in views:
+            entries = view.entries
+            for entry in entries[bisect.bisect_left(entries, start):]:
+                doc_id = entry[-1]
+                if doc_id not in seen:
+                    seen.add(doc_id)
+                    out.append((doc_id, docs[doc_id]))
+        return out
 
     def _views_for(self, collection_path: str, filters, orders: tuple) -> list[_OrderedView] | None:
         """Ordered views whose union holds every document an ordered query's equality filters can match (its

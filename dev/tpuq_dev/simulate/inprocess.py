@@ -52,6 +52,12 @@ class SimTpuClient:
     def __init__(self, cloud: SimCloud) -> None:
         self.cloud = cloud
         self._parsed: dict[tuple[type, str], bytes] = {}  # the same JSON parses to the same message: parse it once
+        # The claimer's repeated observations (`simulate.observed`): queued resource id -> (its record, the calls
+        # its observation made as (kind, name, body key), the observation); the answers of calls already made,
+        # to hand out in order (kind, name, (body, key) or the exception); the calls made, while recorded.
+        self.observed: dict[str, tuple] = {}
+        self.prefetched: list[tuple[str, str, Any]] = []
+        self.recording: list[tuple[str, str, bytes | None]] | None = None
 
     def _parse(self, message_type, data: dict, key: bytes | None = None):
         """`message_type.from_json` of the body, as the REST transport parses it; a fresh message every time.
@@ -71,6 +77,33 @@ class SimTpuClient:
         except ApiError as e:
             raise_as_client(e)
 
+    # -- exact reads' answers: (the REST JSON, not to be changed; its `body_key`), raised as the client raises ------
+    def fetch(self, kind: str, name: str) -> tuple[dict, bytes]:
+        """One exact read (`qr`: a queued resource, `node`: a node) from the cloud, counted."""
+        zone, resource_id = _split(name)
+        return self._call(self.cloud.queued_resource_body if kind == "qr" else self.cloud.node_body, zone,
+                          resource_id)
+
+    def _answer(self, kind: str, name: str) -> tuple[dict, bytes]:
+        """`fetch`, or the answer already fetched for this call (`prefetched`'s first); noted while recording."""
+        if self.prefetched and self.prefetched[0][:2] == (kind, name):
+            answer = self.prefetched.pop(0)[2]
+            if isinstance(answer, BaseException):
+                self._note(kind, name, None)
+                raise answer
+        else:
+            try:
+                answer = self.fetch(kind, name)
+            except BaseException:
+                self._note(kind, name, None)
+                raise
+        self._note(kind, name, answer[1])
+        return answer
+
+    def _note(self, kind: str, name: str, key: bytes | None) -> None:
+        if self.recording is not None:
+            self.recording.append((kind, name, key))
+
     # -- queued resources -----------------------------------------------------------------------
     def create_queued_resource(self, request=None, **_: Any):
         from google.cloud import tpu_v2
@@ -84,9 +117,7 @@ class SimTpuClient:
     def get_queued_resource(self, name: str = "", **_: Any):
         from google.cloud import tpu_v2
 
-        zone, qr_id = _split(name)
-        data, key = self._call(self.cloud.queued_resource_body, zone, qr_id)
-        return self._parse(tpu_v2.QueuedResource, data, key)
+        return self._parse(tpu_v2.QueuedResource, *self._answer("qr", name))
 
     def list_queued_resources(self, parent: str = "", request=None, **_: Any):
         from google.cloud import tpu_v2
@@ -111,8 +142,7 @@ class SimTpuClient:
 
     def node_body(self, name: str) -> tuple[dict, bytes]:
         """The node's REST JSON (not to be changed) and its `body_key`."""
-        zone, node_id = _split(name)
-        return self._call(self.cloud.node_body, zone, node_id)
+        return self._answer("node", name)
 
     def list_nodes(self, parent: str = "", request=None, **_: Any):
         from google.cloud import tpu_v2

@@ -199,6 +199,14 @@ def _plain(when: datetime) -> datetime:
                     tzinfo=when.tzinfo)
 
 
+def flips_from(moving: "TracedNow") -> datetime:
+    """A plain time before which no stored time's comparison with `moving` (a live traced now) flips later: one
+    compared with `moving` by <, <=, > or >= notes an instant only if it is at least `moving`'s value less the
+    trace's epsilon, so a document whose value is earlier than this can be left out of `_note_moving_filters`'
+    comparisons (a second's margin)."""
+    return _plain(moving) - timedelta(seconds=1)
+
+
 class TracedDelta(timedelta):
     """`now - t`: a duration that grows (rate 1) or shrinks (rate -1) with the clock."""
 

@@ -48,8 +48,9 @@ from .cloud import SimCloud
 from .events import EventLoop
 from .inprocess import SimGoogleApisSession, SimTpuClient
 from .metrics import FirestoreOps
+from .observed import RepeatedObservations
 from .workers import AttemptRun, SimWorkers
-from .quiet import Deadlines, TracedClock, TracedNow
+from .quiet import Deadlines, TracedClock, TracedNow, flips_from
 from .storeops import OpsBySubscription
 from .waits import Waits
 from .workload import SimJob
@@ -161,9 +162,10 @@ def _worker_count(attempt) -> int:
     return max(1, sum(len(one.endpoints) for one in slices) if slices else len(attempt.endpoints))
 
 
-class SimTpuApi(TpuApi):
+class SimTpuApi(RepeatedObservations, TpuApi):
     """The claimer's TPU shell, with each node's JSON parsed once per distinct answer (a watch pass reads every
-    ACTIVE node each tick; most answers are the same as the last one)."""
+    ACTIVE node each tick; most answers are the same as the last one), and a queued resource observed once per
+    distinct set of answers (`simulate.observed`)."""
 
     def __init__(self, client: SimTpuClient, parsed: dict, **kwargs):
         super().__init__(client, node_json=client.node_json, **kwargs)
@@ -463,7 +465,7 @@ class TpuqPolicy:
             if mirrored is None or not _moving(f.given):
                 continue
             others = filters[:i] + filters[i + 1:]
-            for _, stored in self.db._candidates(collection_path, others):
+            for _, stored in self.db._candidates_from(collection_path, others, f.field, flips_from(f.given)):
                 data = stored.data
                 if all(g.matches(data) for g in others):
                     value = _lookup(data, f.field)
