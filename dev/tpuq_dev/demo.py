@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -151,6 +152,7 @@ def run(console: Console | None = None, state_dir: Path | None = None, keep_stac
         timeout: float = 170.0) -> DemoResult:
     console = console or Console()
     started = time.monotonic()
+    own_dir = state_dir is None  # made here: removed after a demo that passed (it holds the executor's SSH key)
     state_dir = state_dir or Path(tempfile.mkdtemp(prefix="tpuq-demo-"))
     stack = DevStack(
         state_dir=state_dir, services=("scheduler", "claimer", "executor", "janitor"),
@@ -219,6 +221,11 @@ def run(console: Console | None = None, state_dir: Path | None = None, keep_stac
                 stopped = stack.down()
             console.print(f"[green]✓[/green] stopped {len(stopped)} processes; "
                           f"total {time.monotonic() - started:.0f}s")
+            if own_dir and result.ok:
+                shutil.rmtree(state_dir, ignore_errors=True)
+            elif own_dir:
+                console.print(f"the services' logs are in {stack.log_dir} (remove {state_dir} when done: it holds "
+                              "the stack's private SSH key)")
     return result
 
 

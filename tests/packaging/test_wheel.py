@@ -328,9 +328,19 @@ def test_simulate_runs_from_the_wheel_with_the_simulate_extra(with_simulate_extr
 
 
 def test_demo_runs_from_the_wheel_with_the_dev_extra(with_dev_extra):
-    result = with_dev_extra.tpuq("demo", "--state-dir", str(with_dev_extra.work / "demo"), timeout=600)
+    """As a new user runs it: no --state-dir, so the demo makes its own temporary directory, and removes it once it
+    passed (it holds the stack's private SSH key)."""
+    tmp = with_dev_extra.work / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = with_dev_extra.env
+    with_dev_extra.env = {**env, "TMPDIR": str(tmp)}
+    try:
+        result = with_dev_extra.tpuq("demo", timeout=600)
+    finally:
+        with_dev_extra.env = env
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "every job succeeded" in result.stdout and "stopped" in result.stdout
+    assert not list(tmp.glob("tpuq-demo-*")), "the demo's directory is left behind"
 
 
 # ---------------------------------------------------------------- Cloud Build's steps
