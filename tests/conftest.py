@@ -54,6 +54,11 @@ def _longest_first(item) -> int:
     return next((rank for rank, part in enumerate(LONGEST_FIRST) if part in path), len(LONGEST_FIRST))
 
 
+# First, so that the groups are marked before pytest-xdist's worker reads them: its own hook (WorkerInteractor, registered
+# after this conftest, so called before it) appends each item's `xdist_group` to its node id, and the `loadgroup`
+# scheduler splits work by that suffix. Marked after it, no item had one and every test was a group of its own: a
+# module's tests ran on both workers, each starting the module's stack, and the fuzz tally saw none of its module's sends.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """In one process the end-to-end tests run last: they bring up a second, whole-system stack for the rest of
     the session. Under pytest-xdist (`make test PYTEST_WORKERS=2`, `--dist loadgroup --no-loadscope-reorder`)
