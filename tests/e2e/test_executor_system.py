@@ -228,9 +228,10 @@ def test_train_py_saves_on_the_preemption_notice_and_resumes_from_that_step(syst
     saved = wait_for(lambda: re.search(r"stopped by SIGTERM at step (\d+)", logs_text(system_clients, first)),
                      timeout=60, what="train.py's save on SIGTERM")
     step = int(saved.group(1))
+    # Its log reaches GCS in pieces: wait for the step after the resume, not only the resume's line.
     second = wait_for(lambda: (j := job(system_clients, job_id)).get("attempt") == 2
-                      and "resuming from" in logs_text(system_clients, j) and j, timeout=DEADLINE,
-                      what="the second attempt's resume")
+                      and "resuming from" in (t := logs_text(system_clients, j)) and f"step {step + 1} " in t and j,
+                      timeout=DEADLINE, what="the second attempt's resume and its next step")
     text = logs_text(system_clients, second)
     assert f"resuming from step {step}" in text and f"step {step + 1} " in text, text
     assert "attempt 2, preemptions so far 1" in text  # TPUQ_ATTEMPT, TPUQ_PREEMPTIONS from the job document

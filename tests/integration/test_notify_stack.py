@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.helpers import wait_until
 from tpuq.contracts import store
@@ -80,6 +80,19 @@ def push_times(stack, message_id: str) -> list[float]:
     return [e["at"] for e in map(json.loads, lines) if e.get("message_id") == message_id]
 
 
+def all_acknowledged(stack, *message_ids: str) -> bool:
+    """Each of these messages was pushed on janitor-notifications, and the front's dispatcher holds none of that
+    subscription's messages: each was acknowledged, so its handling, and any POST in it, is over (a message nacked
+    is held until its redelivery is acknowledged)."""
+    pushed = {message_id for (subscription, message_id) in stack.delivery_counts()
+              if subscription.endswith("/janitor-notifications")}
+    if not pushed >= set(message_ids):
+        return False
+    stats = requests.get(f"http://127.0.0.1:{stack.front_control_port}/stats", timeout=10).json()
+    return all(queue["held"] == 0 for service in stats.values() for name, queue in service.items()
+               if name.endswith("/janitor-notifications"))
+
+
 def stored_text(clients) -> str:
     db = clients.firestore
     return repr([s.to_dict() for c in (store.NOTIFICATIONS, store.NOTIFY_DESTINATIONS, store.DEAD_LETTERS)
@@ -88,12 +101,11 @@ def stored_text(clients) -> str:
 
 def test_the_dev_webhook_secret_reaches_the_receiver_once_and_tpuq_dev_notifications_shows_it(stack, parts):
     clients, receiver, _ = parts
-    n = publish(parts, DEV_WEBHOOK_SECRET)
+    n, first = publish_with_id(parts, DEV_WEBHOOK_SECRET)
     got = wait_until(lambda: [r for r in receiver.received("/hook") if r["body"]["id"] == n.event_id],
                      timeout=60, what="the POST at /hook")
-    clients.publish("notifications", n)  # published again (a producer's redelivery): delivered already
-    wait_until(lambda: sum(1 for k in stack.delivery_counts() if k[0].endswith("/janitor-notifications")) >= 2, timeout=60)
-    time.sleep(2)  # a second POST, were there one, would be under way
+    again = clients.publish("notifications", n)  # published again (a producer's redelivery): delivered already
+    wait_until(lambda: all_acknowledged(stack, first, again), timeout=60, what="both messages handled")
     assert len([r for r in receiver.received("/hook") if r["body"]["id"] == n.event_id]) == len(got) == 1
     env = {**os.environ, **stack.env, "TPUQ_DEV_DIR": str(stack.state_dir)}
     done = subprocess.run(["tpuq", "dev", "notifications", "--state-dir", str(stack.state_dir)], env=env,
@@ -136,11 +148,12 @@ def test_a_receiver_that_never_answers_is_failing_with_no_url_in_firestore(stack
 def test_delivered_twice_and_concurrently_posts_once(stack, parts):
     clients, receiver, _ = parts
     name, path = hook(stack, parts, [{"status": 200, "delay_seconds": 1.0}])
-    n = publish(parts, name)
-    clients.publish("notifications", n)  # the same event twice at once: two messages, pushed concurrently
+    n, first = publish_with_id(parts, name)
+    again = clients.publish("notifications", n)  # the same event twice at once: two messages, pushed concurrently
     wait_until(lambda: sum(1 for s in clients.firestore.collection(store.NOTIFICATIONS).stream()
                            if (s.to_dict() or {}).get("destination") == name
                            and s.to_dict().get("state") == "delivered"), timeout=60)
-    wait_until(lambda: sum(1 for k in stack.delivery_counts() if k[0].endswith("/janitor-notifications")) >= 2, timeout=60)
-    time.sleep(12)  # the message that found the lease held comes back after the backoff, and must not POST
+    # The message that found the lease held comes back after the backoff (10 s), and must not POST.
+    wait_until(lambda: all_acknowledged(stack, first, again), timeout=60,
+               what="both messages handled, the one that found the lease held redelivered")
     assert len(receiver.received(path)) == 1
