@@ -55,7 +55,8 @@ class TickDue:
             return tickdue.ALWAYS
         state = state or {}
         judge = state.get(JUDGE_AT) if isinstance(state.get(JUDGE_AT), datetime) else None
-        return tickdue.earliest(due_at(state.get(SWEEP_AT), now, self.every), judge) or tickdue.ALWAYS
+        # A sweep overdue (never claimed since) is due now, whatever judgement waits later.
+        return tickdue.earliest(tickdue.of_turn(due_at(state.get(SWEEP_AT), now, self.every)), judge)
 
     def fields(self, stored: dict | None, fields: dict, now: datetime) -> dict:
         """`fields`, written over `stored` (as read), with the `due_at` they make."""

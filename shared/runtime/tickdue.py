@@ -56,6 +56,11 @@ def earliest(*dues: datetime | None) -> datetime | None:
     return min((d for d in dues if d is not None), default=None)
 
 
+def of_turn(at: datetime | None) -> datetime:
+    """A run's next turn as a `due_at` (None, as `tpuq.runtime.cadence.due_at` says for a run due now: ALWAYS)."""
+    return ALWAYS if at is None else at
+
+
 def wakes_janitor(path: str, fields: dict) -> bool:
     """Whether a write of `fields` to the document at `path` gives the janitor's tick work."""
     collection, _, rest = path.partition("/")

@@ -44,6 +44,8 @@ def test_the_executors_tick_is_due_at_a_deferred_judgement_or_its_sweep_and_ever
     soon = NOW + timedelta(seconds=40)
     assert TickDue(EVERY).at({**swept, JUDGE_AT: soon}, NOW) == soon
     assert TickDue(EVERY, probing=True).at(swept, NOW) == tickdue.ALWAYS
+    overdue = {SWEEP_AT: NOW - 2 * EVERY, JUDGE_AT: soon}  # a judgement deferred while the sweep waits its tick
+    assert TickDue(EVERY).at(overdue, NOW) == tickdue.ALWAYS
 
 
 def test_a_commit_that_makes_a_tpu_idle_or_deleting_gives_the_janitor_work_whoever_writes_it():
