@@ -198,7 +198,7 @@ def ids_in_use(db, prepared: list[PreparedJob]) -> list[str]:
     jobs = db.collection(store.JOBS)
     singles = [p.spec.id for p in prepared if not p.spec.is_group]
     stored = {snap.id: (snap.to_dict() or {}).get("state")
-              for snap in db.get_all([jobs.document(i) for i in singles]) if snap.exists}
+              for snap in db.get_all([jobs.document(i) for i in singles]) if snap.exists} if singles else {}
     lines = []
     for i, p in enumerate(prepared):
         job_id = p.spec.id

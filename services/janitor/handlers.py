@@ -481,7 +481,7 @@ def _fleet_tick(ctx: Context, state: "JanitorState", fleet: FleetFile, now) -> A
         janitor.scan_orphans(runs.doc)
     if waiting or control.drain_pending:
         return tickdue.ALWAYS
-    return cadence.runs_due_at(runs.after, now, state.sweep_every, state.orphan_scan_seconds) or tickdue.ALWAYS
+    return tickdue.of_turn(cadence.runs_due_at(runs.after, now, state.sweep_every, state.orphan_scan_seconds))
 
 
 def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:

@@ -71,8 +71,7 @@ def tick_due_at(state: dict | None, now: datetime, every: timedelta) -> datetime
                 else state[FOLLOWUP_DUE_FIELD] if isinstance(state[FOLLOWUP_DUE_FIELD], datetime) else None)
     pass_due_at = state.get(PASS_DUE_FIELD) if isinstance(state.get(PASS_DUE_FIELD), datetime) else None
     backstops = backstops_due_at(state, now, every)
-    return tickdue.earliest(tickdue.ALWAYS if backstops is None else backstops, followup, pass_due_at) \
-        or tickdue.ALWAYS
+    return tickdue.earliest(tickdue.of_turn(backstops), followup, pass_due_at)
 
 
 def with_tick_due(stored: dict | None, fields: dict, now: datetime, every: timedelta) -> dict:

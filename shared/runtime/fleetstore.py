@@ -19,6 +19,7 @@ from typing import Any
 
 from tpuq.contracts import store
 from tpuq.contracts.errors import Permanent, Retryable
+from tpuq.runtime import tickdue
 from tpuq.runtime.guarded import LOST_RACE
 from tpuq.contracts.fleet import FleetFile
 from tpuq.contracts.notify import refuse_inline_urls
@@ -141,11 +142,9 @@ def set_paused(db, fleet: str, paused: bool, now: datetime, by: str | None = Non
 def _with_janitor_due(db, ref, fields: dict[str, Any]) -> None:
     """A control change, and the janitor's tick work due from now (`tpuq.runtime.tickdue`), in one commit: what
     the change asks (idle TPUs deleted at once, a drain) is done by the next tick even if its nudge is lost."""
-    from tpuq.runtime import tickdue
-
     batch = db.batch()
     batch.set(ref, fields, merge=True)
-    batch.set(tickdue.ref(db, tickdue.JANITOR), {tickdue.DUE_AT: tickdue.ALWAYS}, merge=True)
+    tickdue.wake_janitor(batch, db)
     batch.commit()
 
 

@@ -107,7 +107,7 @@ def commit_guarded(db, writes: WriteSet) -> list | None:
     written = [(snap.reference, fields) for snap, fields in writes.guarded] + writes.unguarded + writes.replaced
     if any(tickdue.wakes_janitor(ref.path, fields) for ref, fields in written):
         # A TPU idle or deleting: the janitor's tick has work from now (its `due_at`, in the same commit).
-        batch.set(tickdue.ref(db, tickdue.JANITOR), {tickdue.DUE_AT: tickdue.ALWAYS}, merge=True)
+        tickdue.wake_janitor(batch, db)
     try:
         return list(batch.commit())
     except LOST_RACE:

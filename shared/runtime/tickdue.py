@@ -98,6 +98,11 @@ def ref(db, doc_id: str):
     return db.collection(store.TICK_DUE).document(doc_id)
 
 
+def wake_janitor(batch, db) -> None:
+    """In `batch`: the janitor's tick has work from now (a TPU made idle or deleting, a pause, a drain asked for)."""
+    batch.set(ref(db, JANITOR), {DUE_AT: ALWAYS}, merge=True)
+
+
 def due_docs(db, now: datetime) -> dict:
     """The `tick_due/` documents due at `now`, by id (one read when none is)."""
     from google.cloud.firestore import FieldFilter
