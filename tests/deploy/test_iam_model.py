@@ -115,6 +115,24 @@ def test_updates_secret_grants_and_secret_mounts_are_allowed_to_both():
     assert refused(check(requests, OWNER, project)) == ""
 
 
+def test_moving_an_older_deploys_tick_subscription_is_allowed_to_the_cloud_build_account():
+    """A subscription cannot change topic: deploy deletes its own and creates it again (the ticks the janitor routes
+    since 2026-12-05); `pubsub.subscriptions.delete` is in roles/pubsub.admin."""
+    from tpuq.deploy.subscriptions import desired_subscription
+
+    target, _ = drifted_plan(FLEET, SECRETS)
+    infra = load_infra(target.variables())
+    state = ProjectState(known=True, project_number="42", secrets=set(SECRETS))
+    spec = next(s for s in infra.pubsub.subscriptions if s.name == "scheduler-ticks")
+    state.subscriptions = {spec.name: {**desired_subscription(target, infra, spec),
+                                       "topic": f"projects/{target.project}/topics/ticks"}}
+    requests = [line for a in plan(target, infra, state) if a.what == "subscription scheduler-ticks"
+                for line in gcp.wire_requests(a)]
+    assert [methods.find(r["method"], r["url"]).method.id for r in requests] == [
+        "pubsub.projects.subscriptions.delete", "pubsub.projects.subscriptions.create"]
+    assert refused(check(requests, deployer(target), deployed_project(target))) == ""
+
+
 class AnsweringSession(RecordingSession):
     """Records every request; answers each with a resource that exists, so every read deploy makes is made."""
 

@@ -317,6 +317,10 @@ METHODS: tuple[Method, ...] = (
            "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}",
            _p("pubsub.subscriptions.update", on=PROJECT), f"{PUBSUB}; {PUSH_AUTH}",
            acts_as=("subscription.pushConfig.oidcToken.serviceAccountEmail",)),
+    # deploy's move of its own subscription to another topic (a subscription cannot change topic: deleted, created)
+    Method("pubsub.projects.subscriptions.delete", "DELETE",
+           "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}",
+           _p("pubsub.subscriptions.delete", on=PROJECT), PUBSUB),
     # deploy's grant on the hold subscription (infra/iam.yaml: the dashboard reads it)
     Method("pubsub.projects.subscriptions.getIamPolicy", "GET",
            "https://pubsub.googleapis.com/v1/projects/{project}/subscriptions/{subscription}:getIamPolicy",

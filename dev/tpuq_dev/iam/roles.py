@@ -62,7 +62,8 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "roles/logging.logWriter": ("Logs Writer", ()),
     "roles/orgpolicy.policyViewer": ("Organization Policy Viewer", ("orgpolicy.policy.get",)),
     "roles/pubsub.admin": ("Pub/Sub Admin", (
-        "pubsub.subscriptions.consume", "pubsub.subscriptions.create", "pubsub.subscriptions.getIamPolicy",
+        "pubsub.subscriptions.consume", "pubsub.subscriptions.create", "pubsub.subscriptions.delete",
+        "pubsub.subscriptions.getIamPolicy",
         "pubsub.subscriptions.list", "pubsub.subscriptions.setIamPolicy", "pubsub.subscriptions.update",
         "pubsub.topics.attachSubscription", "pubsub.topics.create", "pubsub.topics.get", "pubsub.topics.getIamPolicy",
         "pubsub.topics.list", "pubsub.topics.publish", "pubsub.topics.setIamPolicy", "resourcemanager.projects.get",
