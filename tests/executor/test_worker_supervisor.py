@@ -171,6 +171,28 @@ def test_cancel_of_another_attempt_does_nothing(worker, bucket):
     assert worker.wait_status(bucket, a)["cancelled"] is False
 
 
+@pytest.mark.parametrize("steps", ["start", "prepare-then-launch"])
+def test_the_detached_supervisor_keeps_nothing_of_the_command_that_started_it(worker, bucket, steps):
+    """The supervisor is a fork of `start` (or `launch`): it must leave that command's SSH channel (its stdout
+    reaches EOF while the job runs: the executor's exec returns), have a session of its own, and not hold the
+    control lock the next `prepare` waits for."""
+    a = make_assignment(command="echo running; sleep 300", bucket=bucket)
+    if steps == "start":
+        answer = worker.run("start", "--attempt-id", a.attempt_id, stdin=json.dumps(worker.spec(a)))
+        state = answer["launched"]["state"]
+    else:
+        state = worker.start(a)["state"]
+    pid = state["supervisor_pid"]
+    attempt = worker.home / "tpuq/attempt"
+    assert lock_is_held(str(attempt / "supervisor.lock")) and lock_is_held(str(attempt / "job.lock"))
+    assert os.getsid(pid) == pid
+    fds = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    assert (fds[0], fds[1], fds[2]) == (os.devnull, str(attempt / "supervisor.err"), str(attempt / "supervisor.err"))
+    assert str(worker.home / ".tpuq-control.lock") not in fds.values()
+    assert not lock_is_held(str(worker.home / ".tpuq-control.lock"))
+    assert not any(target.startswith(("pipe:", "socket:")) and fd < 3 for fd, target in fds.items())
+
+
 def test_new_attempt_stops_the_old_one_and_replaces_the_workspace(worker, fake_gcs, bucket):
     first = make_assignment(attempt=1, command="echo old > marker; sleep 300", bucket=bucket)
     worker.start(first)

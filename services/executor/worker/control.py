@@ -6,11 +6,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import traceback
 
 from .files import WorkerPaths, read_json
 from .processes import current_state, job_alive, lock_is_held, request_cancel, signal_group, supervisor_alive, wait_for
 from .spec import paths_for
 from .status import tail
+from .supervision import supervise
 
 # How the executor (and `launch`) run this file: imported as a module, so that its bytecode is
 # cached in __pycache__ after the first run of an attempt; -I -S: no user site, no site-packages.
@@ -42,35 +45,85 @@ def launch(home: str, attempt_id: str, script_path: str, wait_seconds: float = 2
         prepared = None
     if prepared != attempt_id:
         return {"ok": False, "kind": "infra", "reason": f"attempt {attempt_id} was not prepared completely"}
-    err = open(paths.attempt_file("supervisor.err"), "ab")
-    try:
-        # A new session: no controlling terminal, so closing the SSH channel sends it nothing.
-        proc = subprocess.Popen(
-            bootstrap_argv(sys.executable, script_path, "--home", home, "supervise"),
-            stdin=subprocess.DEVNULL,
-            stdout=err,
-            stderr=err,
-            start_new_session=True,
-            close_fds=True,
-            cwd=paths.root,
-        )
-    finally:
-        err.close()
+    exited = _start_supervisor(home, script_path, paths.root, paths.attempt_file("supervisor.err"))
 
     def started():
         s = current_state(paths)
         return s if s and s.get("attempt_id") == attempt_id and s.get("job_pgid") else None
 
-    if not wait_for(lambda: started() or proc.poll() is not None, wait_seconds, interval=0.01):
+    if not wait_for(lambda: started() or exited() is not None, wait_seconds, interval=0.01):
         return {"ok": False, "kind": "infra", "reason": "the supervisor did not start the job in time"}
     state = started()
     if state is None:
         if os.path.exists(paths.attempt_file("status.json")):
             return {"ok": True, "already": False, "state": None, "ended": True}
-        return {"ok": False, "kind": "infra", "reason": f"the supervisor exited with {proc.returncode}: "
+        return {"ok": False, "kind": "infra", "reason": f"the supervisor exited with {exited()}: "
                 + tail(paths.attempt_file("supervisor.err"))[-500:]}
     return {"ok": True, "already": False, "state": state}
 
+
+def _start_supervisor(home: str, script_path: str, cwd: str, err_path: str):
+    """`supervise`, detached: a session of its own (no controlling terminal, so closing the SSH channel sends it
+    nothing), stdin from /dev/null, stdout and stderr to supervisor.err, none of this process's other descriptors
+    (the SSH channel's pipes, the control lock). Returns a function that says the supervisor's exit code once it
+    has exited, else None.
+
+    A fork of this process, not a new interpreter: the job starts one Python start and the bundle's imports sooner
+    (50-60 ms of a ~170 ms start measured on the local stack's hosts). Forking is safe only with one thread, which
+    `launch` and `start` have; with more, a new interpreter as before."""
+    if threading.active_count() > 1:
+        err = open(err_path, "ab")
+        try:
+            proc = subprocess.Popen(bootstrap_argv(sys.executable, script_path, "--home", home, "supervise"),
+                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
+                                    close_fds=True, cwd=cwd)
+        finally:
+            err.close()
+        return proc.poll
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _become_supervisor(home, cwd, err_path)  # never returns
+    status: list[int] = []
+
+    def exit_code() -> int | None:
+        if not status:
+            done, wait_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status.append(os.waitstatus_to_exitcode(wait_status))
+        return status[0] if status else None
+
+    return exit_code
+
+
+def _become_supervisor(home: str, cwd: str, err_path: str) -> None:
+    code = 1
+    try:
+        os.setsid()
+        os.chdir(cwd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        err = os.open(err_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(devnull, 0)
+        os.dup2(err, 1)
+        os.dup2(err, 2)
+        for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+            if fd > 2:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass  # the listing's own descriptor, closed already
+        code = supervise(home)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def cancel(home: str, attempt_id: str, reason: str, grace: float | None) -> dict:
