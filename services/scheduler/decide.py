@@ -1,6 +1,6 @@
 """The scheduling pass's decision: core (pure, no I/O).
 
-`scheduling.py` (the shell) reads a `PassSnapshot` once, `decide_pass` turns it
+`passreads.py` (the shell) reads a `PassSnapshot` once, `decide_pass` turns it
 into every write and message of the pass, and the shell applies them. The
 phases are those of Kueue's `schedule()`: read everything, decide in one pure
 function, apply. The fleet file enters here once; `plan` matches jobs to idle

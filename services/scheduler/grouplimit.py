@@ -74,7 +74,7 @@ MAX_EXTRA_PAGES = 4
 def surplus(snaps) -> int:
     """How many of these pending jobs (snapshots in queue order) are surely held back: a limited group's tasks past
     its limit's count (at most `limit` of a group are offered a TPU in a pass, whatever runs). Read field by field:
-    the snapshot's whole document is copied once, later (tpuq.scheduler.scheduling.read_snapshot)."""
+    the snapshot's whole document is copied once, later (tpuq.scheduler.passreads.read_snapshot)."""
     seen: dict[str, int] = {}
     held = 0
     for snap in snaps:

@@ -1,16 +1,11 @@
 """The scheduling pass: shell (Firestore reads and guarded writes, Pub/Sub publishes).
 
-A pass has three phases over one snapshot: `read_snapshot` reads everything
+A pass has three phases over one snapshot: `read_snapshot` (tpuq.scheduler.passreads) reads everything
 it decides on, `decide.decide_pass` (pure) decides the assignments and the
 capacity asks, and `_apply` commits and publishes them.
 
-A pass reads only what it needs, through indexed queries (see
-infra/firestore.indexes.json): idle TPUs, then, for each type an idle TPU or a
-fleet entry has, the first pending jobs in queue order that accept that type
-(or, for a newly stored job, just that job), and counts the live TPUs and open
-requests of the fleet entries its waiting jobs could ask from. Its reads grow
-with the fleet (types x idle TPUs + a bound), never with the queue's length: a
-long queue of jobs for a type with no capacity hides no job another type could run. A pass writes only the
+A pass reads only what it needs (passreads says what), growing with the fleet, never with the queue's length:
+a long queue of jobs for a type with no capacity hides no job another type could run. A pass writes only the
 job and TPU pairs it assigns and the jobs it asks capacity for; no document is
 written by every pass.
 
@@ -25,12 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterable
 
-from google.cloud.firestore import FieldFilter, Query
+from google.cloud.firestore import FieldFilter
 
 from tpuq.contracts import store
 from tpuq.contracts.documents import (
@@ -45,27 +39,20 @@ from tpuq.contracts.documents import (
     execution_doc_id,
     short_node_name,
 )
-from tpuq.contracts.errors import Permanent
 from tpuq.contracts.fleet import FleetFile, RetryBudgets
-from tpuq.runtime.fleetstore import paused_fleets
 from tpuq.runtime.guarded import WriteSet, commit_if_unchanged, read_decide_commit
 from tpuq.contracts.messages import (AssignmentAction, AttemptEvent, AttemptEventKind, AttemptOutcome, FleetEvent,
                                      FleetEventKind, WorkerEndpoint)
-from tpuq.contracts.jobspec import ANY_TPU
-from tpuq.contracts.tputypes import canonical_name, parse_accelerator_type
-from tpuq.scheduler import capacity, dependencies, gangs, grouplimit, lifecycle, notices
-from tpuq.scheduler.counts import live_tpus_of, open_requests_of
-from tpuq.scheduler.decide import PassDecision, PassSnapshot, decide_pass, entries_to_count, queue_from, queued
+from tpuq.contracts.tputypes import parse_accelerator_type
+from tpuq.scheduler import capacity, gangs, lifecycle, notices
+from tpuq.scheduler.decide import PassDecision, decide_pass
+from tpuq.scheduler.passreads import IDLE_LIMIT, RoundReads, read_snapshot
 from tpuq.scheduler.passdue import FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, lower_dues, next_pass_due
 from tpuq.runtime.versioned import versioned
 from tpuq.runtime.service import Context
 
 log = logging.getLogger("tpuq.scheduler")
 
-# Pending jobs read per type beyond the idle TPUs of that type: room for jobs ahead in the queue that cannot
-# take them (a zone, a region, a named node, a retry back-off) and for the type's capacity asks.
-PER_TYPE_EXTRA = 64
-IDLE_LIMIT = 2000
 MAX_ROUNDS = 3  # plan again after losing pairs to another instance, at most this often per message
 
 
@@ -85,52 +72,11 @@ class PassReport:
 # ------------------------------------------------------------------ reads
 
 
-def idle_tpu_snapshots(db) -> list:
-    q = db.collection(store.TPUS).where(filter=FieldFilter("state", "==", TpuState.idle)).limit(IDLE_LIMIT)
-    return list(q.stream())
-
-
-def pending_jobs_for_type(db, tpu_type: str, limit: int) -> list:
-    """The first `limit` pending jobs in queue order that accept `tpu_type` (their stored `types` name it, or
-    `any`): one indexed query (state, types, priority_rank, submit_time)."""
-    q = (
-        db.collection(store.JOBS)
-        .where(filter=FieldFilter(JobDoc.field("state"), "==", JobState.pending))
-        .where(filter=FieldFilter(JobDoc.field("types"), "array_contains_any", sorted({tpu_type, ANY_TPU})))
-        .order_by(JobDoc.field("priority_rank"), direction=Query.DESCENDING)
-        .order_by(JobDoc.field("submit_time"))
-    )
-    return grouplimit.read_past_held(q, limit)  # (a group's tasks past its limit hide no job behind them)
-
-
-def pending_job_snapshots(db, tpu_docs: list[dict], fleet: FleetFile | None) -> list:
-    """The pending jobs a pass over the whole queue considers: per type, bounded (`types_to_read`)."""
-    found: dict[str, object] = {}
-    for tpu_type, limit in types_to_read(tpu_docs, fleet).items():
-        for snap in pending_jobs_for_type(db, tpu_type, limit):
-            found.setdefault(snap.id, snap)
-    return list(found.values())
-
-
-def types_to_read(tpu_docs: list[dict], fleet: FleetFile | None) -> dict[str, int]:
-    """TPU type -> how many pending jobs accepting it a pass reads: the idle TPUs of the type plus
-    PER_TYPE_EXTRA, for every type an idle TPU has (what may be assigned now) or a fleet entry offers
-    (what may ask for capacity)."""
-    idle = Counter(canonical_name(d["type"]) for d in tpu_docs if d.get("type"))
-    offered = {canonical_name(e.type) for e in fleet.tpus} if fleet else set()
-    return {t: idle[t] + PER_TYPE_EXTRA for t in sorted(set(idle) | offered)}
-
-
 def any_job_pending(db) -> bool:
     """Is any job pending? One indexed query of at most one document (one read billed): a tick's full pass with
     no pending job has nothing to decide (it assigns, asks and blocks only pending jobs), so it is not run."""
     q = db.collection(store.JOBS).where(filter=FieldFilter(JobDoc.field("state"), "==", JobState.pending)).limit(1)
     return any(True for _ in q.stream())
-
-
-def job_snapshots(db, job_ids: Iterable[str]) -> list:
-    refs = [db.collection(store.JOBS).document(j) for j in dict.fromkeys(job_ids)]
-    return [s for s in db.get_all(refs) if s.exists] if refs else []
 
 
 def jobs_with_request(db, request_id: str) -> list:
@@ -145,59 +91,6 @@ def _job_view(snap) -> JobDoc:
 
 def _parsed_view(job_id: str, doc: dict) -> JobDoc:
     return JobDoc.from_doc(doc, job_id)
-
-
-def read_snapshot(db, fleet: FleetFile | None, trigger_job_ids: list[str],
-                  full: bool, now: datetime | None = None, told=None) -> tuple[PassSnapshot, dict, dict]:
-    """Phase 1: everything the pass decides on; and the snapshots its guarded writes are checked against.
-    Each document is copied out of its snapshot once (`to_dict` copies the whole document, every time)."""
-    paused = paused_fleets(db)  # `tpuq fleet pause`: its idle TPUs take no new job (the janitor deletes them)
-    tpus = [(s, d) for s, d in _with_docs(idle_tpu_snapshots(db)) if d.get("fleet") not in paused]
-    triggered = [s for s in job_snapshots(db, trigger_job_ids) if _is_pending(s)] if trigger_job_ids else []
-    if trigger_job_ids and not full:
-        job_snaps = triggered
-    else:
-        job_snaps = pending_job_snapshots(db, [d for _, d in tpus], fleet)
-        # The full read is bounded per type: the jobs that triggered this pass are planned in it all the same.
-        read = {s.id for s in job_snaps}
-        job_snaps += [s for s in triggered if s.id not in read]
-    if now is not None:  # a job waiting for its dependencies takes no TPU and asks for none (its reason is written)
-        job_snaps = dependencies.hold_waiting(db, job_snaps, now, told)
-    kept = versioned(db, "queued job", queued)  # each stored version copied and parsed once (module docstring)
-    jobs = sorted(((s, *kept.get(s)) for s in job_snaps), key=_queue_order)
-    # A group's tasks past its limit (`%K`) take no TPU and ask for none (their reason is written).
-    held, held_reasons = grouplimit.held_in_pass(db, [(s.id, parsed) for s, _, parsed in jobs])
-    queue = queue_from([(s.id, parsed) for s, _, parsed in jobs if s.id not in held])
-    entries = entries_to_count(queue, fleet)
-    snapshot = PassSnapshot(
-        queue=queue,
-        idle_tpus=[d for _, d in tpus],
-        live_tpus={e: live_tpus_of(db, e) for e in entries},
-        open_requests={e: open_requests_of(db, e) for e in entries},
-        held=held_reasons,
-    )
-    return snapshot, {s.id: s for s, _, _ in jobs}, {d.get("name"): s for s, d in tpus}
-
-
-def _with_docs(snaps) -> list[tuple]:
-    return [(s, s.to_dict() or {}) for s in snaps]
-
-
-def _queue_order(snap_and_doc: tuple) -> tuple:
-    """Priority, then submit time, then id: the order the per-type reads are merged in (the matcher orders
-    them again by its own key)."""
-    snap, doc = snap_and_doc[:2]
-    submitted = doc.get(JobDoc.field("submit_time"))
-    return (-(doc.get(JobDoc.field("priority_rank")) or 0), submitted.timestamp() if submitted else 0.0, snap.id)
-
-
-def _is_pending(snap) -> bool:
-    """A triggering job still pending; one whose stored state no enum has is not (logged, as the pass skips it)."""
-    try:
-        return JobDoc.from_doc(snap.to_dict() or {}, snap.id).state is JobState.pending
-    except Permanent as e:
-        log.error("%s", e)
-        return False
 
 
 # ------------------------------------------------------------------- pass
@@ -223,11 +116,13 @@ def scheduling_pass(
     runner_bucket = ctx.clients.settings.runner_bucket or (fleet.runner_bucket if fleet else None)
     rounds = MAX_ROUNDS
     teller = notices.Teller(ctx, fleet)
+    reused: RoundReads | None = None
     while report.rounds < rounds:
         report.rounds += 1
-        snapshot, job_snaps, tpu_snaps = read_snapshot(db, fleet, trigger_job_ids, full, ctx.now(), teller)
+        snapshot, job_snaps, tpu_snaps, reads = read_snapshot(db, fleet, trigger_job_ids, full, ctx.now(), teller,
+                                                              reused)
         report.jobs_read += len(job_snaps)
-        report.tpus_read += len(tpu_snaps)
+        report.tpus_read += len(tpu_snaps) if reused is None else 0
         now = ctx.now()
         decision = decide_pass(snapshot, fleet, runner_bucket, now)
         report.next_due = next_pass_due(snapshot, now)
@@ -237,7 +132,9 @@ def scheduling_pass(
             # new job alone.
             full = True
             rounds += 1  # a round planned again, not one lost to another instance
+            reused = reads  # only the queue is read again: a new job's start waits one round's reads less
             continue
+        reused = None  # a round after lost pairs reads everything afresh
         lost = _apply(ctx, fleet, decision, job_snaps, tpu_snaps, now, report)
         if full:  # the pending jobs it read, past a destination's `pending_after` (no read of its own)
             placed = {a.job_id for a in decision.assignments} | {j for j, _, _ in decision.unassignable}

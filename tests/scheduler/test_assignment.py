@@ -97,7 +97,7 @@ def test_a_new_job_that_fits_an_idle_tpu_gets_it_behind_a_long_queue_that_does_n
     from datetime import datetime, timezone
 
     from tpuq.runtime.fleetstore import save_fleet
-    from tpuq.scheduler.scheduling import PER_TYPE_EXTRA
+    from tpuq.scheduler.passreads import PER_TYPE_EXTRA
 
     from tests.scheduler.conftest import PROJECT_ZONE, fleet_file
 

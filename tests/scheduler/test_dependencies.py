@@ -140,7 +140,7 @@ def test_a_job_after_a_group_waits_for_every_task_and_is_cancelled_naming_the_fa
 
 def test_a_long_pipeline_waiting_at_the_head_of_the_queue_hides_no_job_behind_it(sched):
     """More waiting jobs ahead than a pass reads per type (PER_TYPE_EXTRA): it reads on past them."""
-    from tpuq.scheduler.scheduling import PER_TYPE_EXTRA
+    from tpuq.scheduler.passreads import PER_TYPE_EXTRA
 
     sched.deliver("jobs", {"id": "prepare", **V4, "command": "prep"})
     sched.deliver("jobs", {"id": "sweep", **V4, "command": "train", "priority": "high",

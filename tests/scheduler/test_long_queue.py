@@ -17,7 +17,8 @@ from tpuq.contracts.documents import JobState
 from tpuq.contracts.jobspec import PublishedJob
 from tpuq.contracts.messages import Tick
 from tpuq.scheduler import intake
-from tpuq.scheduler.scheduling import PER_TYPE_EXTRA, scheduling_pass
+from tpuq.scheduler.passreads import PER_TYPE_EXTRA
+from tpuq.scheduler.scheduling import scheduling_pass
 from tpuq.runtime.service import Context
 
 from tests.scheduler.conftest import active, fleet_file, utc
@@ -71,3 +72,19 @@ def test_a_job_of_any_type_is_read_for_every_idle_type(sched):
     sched.deliver("jobs", {"id": "anything", "tpu": "any", "command": "train", "priority": "low"})
     sched.deliver("fleet-events", active("n1"))
     assert sched.job("anything")["state"] == JobState.assigned
+
+
+def test_a_new_job_s_second_round_reads_the_queue_again_but_not_the_idle_tpus(sched):
+    """A new job that fits an idle TPU makes the pass read the whole queue (an older job may be owed that TPU); the
+    idle TPUs the first round read a moment ago are reused, not read again, and the older job still gets it."""
+    sched.deliver("fleet-events", active("n1"))  # idle, nothing pending
+    store_pending(sched.db, 1, "v4-8", "normal", "old")  # as if its pass had not run yet
+    job = PublishedJob.model_validate({"id": "new", "tpu": "v4-8", "command": "train"})
+    sched.db.collection(store.JOBS).document("new").set(
+        intake.job_document(job, "new", "cli", "m-new", NOW + timedelta(minutes=1)))
+
+    report = scheduling_pass(context(sched), fleet_file(), trigger_job_ids=["new"])
+
+    assert (report.rounds, report.tpus_read, report.assigned) == (2, 1, 1)
+    assert sched.job("old-00000")["state"] == JobState.assigned
+    assert sched.job("new")["state"] == JobState.pending
