@@ -5,7 +5,10 @@
 - the race winner going ACTIVE → the losing queued resources deleted.
 
 "Running" is the time the command itself prints (`date +%s.%N` on the worker), read back from the
-job's log in GCS, so log flushing does not count. The stack is the real one: emulators, fake GCS,
+job's log in GCS, so log flushing does not count. Where the time goes, per job (medians in `stages_p50_s`), from
+the front's delivery log: publish → the scheduler's push (the publish RPC, the emulator's push, the front), →
+the executor's push (the scheduler's intake and pass, its publish, the second push), → running (the executor's
+Firestore record, its SSH exec, the worker's supervisor and the command's shell). The stack is the real one: emulators, fake GCS,
 the fake Cloud TPU with sshd workers, the four services receiving Pub/Sub push.
 """
 
@@ -13,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
 import uuid
+from pathlib import Path
 
 
 from tpuq.contracts import store
@@ -74,6 +79,25 @@ def running_at(clients: Clients, job_id: str, attempt: int | None = None) -> flo
     return wait_for(stamp, timeout=60, interval=0.1, what=f"{job_id} to log its start")
 
 
+def stages(deliveries: Path, jobs: list[tuple[float, float]]) -> dict[str, float]:
+    """Median seconds of each stage of publish → running, from the front's delivery log: for each job (published
+    at t0, running at t1, one at a time), the first push to the scheduler's `jobs` subscription and the first to the
+    executor's `assignments` subscription between the two."""
+    pushes = [json.loads(line) for line in deliveries.read_text().splitlines() if line.strip()]
+    parts: dict[str, list[float]] = {"publish_to_scheduler_push": [], "scheduler_push_to_executor_push": [],
+                                     "executor_push_to_running": []}
+    for t0, t1 in jobs:
+        within = [p for p in pushes if t0 <= p["at"] <= t1]
+        to_scheduler = next((p["at"] for p in within if p["subscription"].endswith("/scheduler-jobs")), None)
+        to_executor = next((p["at"] for p in within if p["subscription"].endswith("/executor-assignments")), None)
+        if to_scheduler is None or to_executor is None:
+            continue
+        parts["publish_to_scheduler_push"].append(to_scheduler - t0)
+        parts["scheduler_push_to_executor_push"].append(to_executor - to_scheduler)
+        parts["executor_push_to_running"].append(t1 - to_executor)
+    return {k: round(statistics.median(v), 3) for k, v in parts.items() if v}
+
+
 def submit(clients: Clients, job_id: str, command: str) -> float:
     t = time.time()
     clients.publish("jobs", {"id": job_id, "tpu": "v4-8", "command": command})
@@ -90,7 +114,7 @@ def idle_tpus(clients) -> list[dict]:
 
 
 def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
-    with whole_stack(SCENARIO, FLEET, SCALE, prefix="bench-latency") as (_, env):
+    with whole_stack(SCENARIO, FLEET, SCALE, prefix="bench-latency") as (stack, env):
         clients = Clients(Settings.from_env(env))
         control = FakeTpuControl(env["TPUQ_TPU_API_ENDPOINT"])
 
@@ -126,15 +150,17 @@ def main(n_jobs: int = 50, n_preemptions: int = 5) -> None:
                           "max_s": round(max(deltas), 3) if deltas else None}), flush=True)
 
         # 1. publish -> running on an idle ACTIVE TPU.
-        latencies = []
+        latencies, spans = [], []
         for i in range(n_jobs):
             job_id = f"lat-{i}-{uuid.uuid4().hex[:6]}"
             t0 = submit(clients, job_id, STAMP)
-            latencies.append(running_at(clients, job_id) - t0)
+            spans.append((t0, running_at(clients, job_id)))
+            latencies.append(spans[-1][1] - t0)
             wait_state(clients, job_id, ("succeeded",))
             wait_for(lambda: len(idle_tpus(clients)) >= 2, timeout=30, what="the TPU idle again")
         print(json.dumps({"bench": "publish_to_running", "jobs": n_jobs, "p50_s": round(percentile(latencies, 50), 3),
                           "p95_s": round(percentile(latencies, 95), 3), "max_s": round(max(latencies), 3),
+                          "stages_p50_s": stages(stack.delivery_log_file, spans),
                           "load_average": [round(x, 1) for x in os.getloadavg()],
                           "machine_reference_seconds": machine_reference_seconds()}),
               flush=True)
