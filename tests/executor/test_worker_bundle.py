@@ -98,3 +98,20 @@ def test_joined_modules_run_in_import_order_with_the_entry_last():
     })
     out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=30)
     assert out.stdout == "hello worker", out.stderr
+
+
+def test_the_supervisor_command_line_reads_what_the_executor_sends_and_refuses_the_rest(capsys):
+    from tpuq.executor.worker.main import main, parse
+
+    assert parse(["--home", "/h", "start", "--lock-wait", "12", "--attempt-id", "a-1"]) == \
+        ("/h", "start", {"--lock-wait": "12", "--attempt-id": "a-1"})
+    assert parse(["--home=/h", "cancel", "--attempt-id=a-1", "--reason", "user asked", "--grace", "0.5"]) == \
+        ("/h", "cancel", {"--attempt-id": "a-1", "--reason": "user asked", "--grace": "0.5"})
+    assert parse(["--home", "/h", "status"]) == ("/h", "status", {})
+    for argv, why in [([], "a subcommand is required"), (["launch"], "launch requires --attempt-id"),
+                      (["status", "--grace", "1"], "unexpected argument '--grace'"),
+                      (["status", "--home", "/h"], "unexpected argument '--home'"),
+                      (["cancel", "--attempt-id"], "--attempt-id needs a value"),
+                      (["cancel", "--attempt-id", "a", "--grace", "soon"], "could not convert string to float")]:
+        assert main(argv) == 2
+        assert why in capsys.readouterr().err
