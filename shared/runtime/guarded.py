@@ -114,6 +114,15 @@ def commit_guarded(db, writes: WriteSet) -> list | None:
         return None
 
 
+def read_all(db, refs: list) -> list:
+    """The snapshots of `refs`, in their order, read in one round trip (`get_all` answers in any order; a document
+    that does not exist comes back as a snapshot that says so)."""
+    if len(refs) == 1:
+        return [refs[0].get()]
+    by_path = {snap.reference.path: snap for snap in db.get_all(refs)}
+    return [by_path[ref.path] for ref in refs]
+
+
 def read_decide_commit(db, refs: list, decide: Callable[..., tuple[WriteSet, T]], attempts: int = 6) -> T:
     """Read `refs`, let `decide(*snapshots)` choose writes, commit them unless something changed; repeat.
 
@@ -121,7 +130,7 @@ def read_decide_commit(db, refs: list, decide: Callable[..., tuple[WriteSet, T]]
     snapshots whenever a concurrent writer won.
     """
     for _ in range(attempts):
-        snaps = [ref.get() for ref in refs]
+        snaps = read_all(db, refs)
         writes, result = decide(*snaps)
         if commit_if_unchanged(db, writes):
             return result

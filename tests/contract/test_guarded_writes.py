@@ -110,3 +110,15 @@ def test_a_kept_version_guards_like_a_snapshot_and_a_replaced_record_lands_only_
     assert commit_guarded(db, lost) is None  # decided from the old version
     assert slot.get().to_dict() == {"last_claim": "qr-1"} and not col.document("qr-2").get().exists
     assert won[0].update_time == slot.get().update_time  # the new version, for the next claim
+
+
+def test_read_all_answers_in_the_order_asked_missing_documents_included(db, col):
+    """read_decide_commit reads its documents in one round trip (`get_all` answers in any order, on both stores)."""
+    from tpuq.runtime.guarded import read_all
+
+    refs = [col.document(name) for name in ("c", "missing", "a", "b")]
+    for ref in (refs[0], refs[2], refs[3]):
+        ref.set({"name": ref.id})
+    snaps = read_all(db, refs)
+    assert [(s.id, s.exists) for s in snaps] == [("c", True), ("missing", False), ("a", True), ("b", True)]
+    assert [s.to_dict() for s in snaps if s.exists] == [{"name": "c"}, {"name": "a"}, {"name": "b"}]
