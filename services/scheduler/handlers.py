@@ -210,7 +210,10 @@ def _record_node_lost(event: FleetEvent, fleet, ctx: Context) -> bool:
 def _other_slices(ctx: Context, job_id: str, node: str) -> list:
     """The TPU documents of the job's current multislice attempt other than `node`'s ([] on one slice): its gang,
     read from the job (a gang does not change within an attempt; each free checks the attempt id)."""
-    stored = _jobs(ctx).document(job_id).get().to_dict()
+    return _gang_refs(ctx, _jobs(ctx).document(job_id).get().to_dict(), job_id, node)
+
+
+def _gang_refs(ctx: Context, stored: dict | None, job_id: str, node: str) -> list:
     if not stored:
         return []
     return [_tpus(ctx).document(short_node_name(name)) for name in JobDoc.from_doc(stored, job_id).gang
@@ -261,9 +264,12 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
         raise Permanent("an ended attempt event needs an outcome", field="outcome")
     fleet = fleet_in_force(ctx)
     tpu_ref = _tpus(ctx).document(short_node_name(event.node))
-    others = _other_slices(ctx, event.job_id, event.node)
+    others: list = []  # a multislice attempt's other slices: known once the job is read
 
     def decide_ended(job, tpu, *other_tpus):
+        gang = _gang_refs(ctx, job.to_dict(), event.job_id, event.node)
+        if [r.path for r in gang] != [o.reference.path for o in other_tpus]:
+            return WriteSet(), gang  # read again with every slice of the gang (a single slice never is)
         now = ctx.now()
         stored = job.to_dict()
         end = lifecycle.attempt_ended(stored, event.attempt, event.outcome, event.detail, _budgets(fleet), now,
@@ -275,7 +281,14 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
             writes.update(other, lifecycle.tpu_freed(other.to_dict(), event.attempt_id, now, suspect))
         return writes, (end, freed, stored)
 
-    end, freed, stored = read_decide_commit(db, [job_ref, tpu_ref, *others], decide_ended)
+    for _ in range(3):
+        decided = read_decide_commit(db, [job_ref, tpu_ref, *others], decide_ended)
+        if not isinstance(decided, list):
+            break
+        others = decided
+    else:
+        raise Retryable(f"job {event.job_id}'s slices kept changing; will retry")
+    end, freed, stored = decided
     teller = notices.Teller(ctx, fleet)
     teller.attempt_ended(stored, end.job, event.attempt)  # (again on a redelivery: the same event ids)
     log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,
