@@ -228,23 +228,27 @@ def hold_waiting(db, job_snaps: list, now: datetime, told: Told | None = None) -
     return out
 
 
-def look_at_waiters(db, job_id: str, now: datetime, told: Told | None = None) -> list[str]:
+def look_at_waiters(db, job_id: str, now: datetime, told: Told | None = None, stored: dict | None = None) -> list[str]:
     """`job_id` ended (or started): look at once at the jobs waiting on it or its group. Those now met are
     returned (for a pass to run them); those never to be met are cancelled, naming the job, and so on down the
     chain; the others' `waiting` reason is brought up to date ("waiting for train-3 (running)"). `told`: called
-    with each cancelled job's document (tpuq.scheduler.notices)."""
-    return _cascade(db, [job_id], now, told)
+    with each cancelled job's document (tpuq.scheduler.notices). `stored`: the job's document, when the caller
+    just read it (its group never changes), else it is read."""
+    return _cascade(db, [job_id], now, told, {job_id: stored} if stored is not None else {})
 
 
-def _cascade(db, ended: list[str], now: datetime, told: Told | None = None) -> list[str]:
+def _cascade(db, ended: list[str], now: datetime, told: Told | None = None,
+             known: dict[str, dict] | None = None) -> list[str]:
     queue = list(ended)
     asked: set[str] = set()
     released: list[str] = []
     visited = 0
     while queue and visited < MAX_CASCADE:
         job_id = queue.pop(0)
-        snap = _jobs(db).document(job_id).get()
-        names = {job_id} | ({g} if (g := (snap.to_dict() or {}).get(JobDoc.field("group"))) else set())
+        doc = (known or {}).get(job_id)
+        if doc is None:
+            doc = _jobs(db).document(job_id).get().to_dict() or {}
+        names = {job_id} | ({g} if (g := doc.get(JobDoc.field("group"))) else set())
         waiters = {}
         for name in sorted(names - asked):
             asked.add(name)

@@ -295,7 +295,8 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
              end.job[JobDoc.field("state")] if end.job else "unchanged", "freed" if freed else "unchanged")
     # The jobs waiting on this one are looked at at once (tpuq.scheduler.dependencies): met ones are planned now,
     # never-met ones cancelled naming it.
-    released = dependencies.look_at_waiters(db, event.job_id, ctx.now(), teller) if end.job and _ended(end.job) else []
+    released = (dependencies.look_at_waiters(db, event.job_id, ctx.now(), teller, stored or {})
+                if end.job and _ended(end.job) else [])
     if freed or (end.job and _requeued(end.job)) or released:
         scheduling_pass(ctx, fleet, trigger_job_ids=released, full=bool(freed or (end.job and _requeued(end.job))))
 
