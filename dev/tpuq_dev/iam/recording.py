@@ -15,7 +15,8 @@ code is not touched; tpuq knows nothing of this):
   Cloud Quotas and Cloud Billing reads): each request is one line with its verb, URL, query and, for a JSON body,
   the body.
 
-Each line is `{"account", "kind": "grpc"|"http", ...}`, appended to FILE with one write on an O_APPEND descriptor
+Each line is `{"account", "kind": "grpc"|"http", ..., "at"}` (`at`: when the call began, epoch seconds: with the
+front's delivery log, a timeline of where a job's seconds go), appended to FILE with one write on an O_APPEND descriptor
 (a few microseconds; lines from several processes and threads never interleave, and a killed process loses
 nothing). `tpuq_dev.iam.calls` reads the file and checks each call against the IAM model.
 """
@@ -27,6 +28,7 @@ import os
 import runpy
 import sys
 import threading
+import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -45,7 +47,7 @@ class Recorder:
         self._lock = threading.Lock()
 
     def write(self, entry: dict) -> None:
-        entry = {"account": self.account, **entry, "thread": threading.current_thread().name}
+        entry = {"account": self.account, **entry, "thread": threading.current_thread().name, "at": time.time()}
         line = (json.dumps(entry, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             if self._fd is None or self._pid != os.getpid():  # a forked worker (gunicorn) opens its own
