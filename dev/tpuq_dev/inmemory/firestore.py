@@ -1109,8 +1109,11 @@ class MemoryQuery:
             collection, filters, orders, limit, offset)
 
     def _copy(self, **changes: Any) -> "MemoryQuery":
-        fields = {"filters": self._filters, "orders": self._orders, "limit": self._limit, "offset": self._offset}
-        return MemoryQuery(self._parent, **{**fields, **changes})
+        copied = MemoryQuery.__new__(MemoryQuery)  # (every query built is copied once a clause: made directly)
+        copied._parent, copied._filters, copied._orders, copied._limit, copied._offset = (
+            self._parent, changes.get("filters", self._filters), changes.get("orders", self._orders),
+            changes.get("limit", self._limit), changes.get("offset", self._offset))
+        return copied
 
     def where(self, field_path: str | None = None, op_string: str | None = None, value: Any = None, *,
               filter: Any = None) -> "MemoryQuery":
