@@ -183,15 +183,12 @@ def _with_docs(snaps) -> list[tuple]:
     return [(s, s.to_dict() or {}) for s in snaps]
 
 
-_SUBMIT_TIME, _PRIORITY_RANK = JobDoc.field("submit_time"), JobDoc.field("priority_rank")
-
-
 def _queue_order(snap_and_doc: tuple) -> tuple:
     """Priority, then submit time, then id: the order the per-type reads are merged in (the matcher orders
     them again by its own key)."""
     snap, doc = snap_and_doc[:2]
-    submitted = doc.get(_SUBMIT_TIME)
-    return (-(doc.get(_PRIORITY_RANK) or 0), submitted.timestamp() if submitted else 0.0, snap.id)
+    submitted = doc.get(JobDoc.field("submit_time"))
+    return (-(doc.get(JobDoc.field("priority_rank")) or 0), submitted.timestamp() if submitted else 0.0, snap.id)
 
 
 def _is_pending(snap) -> bool:
