@@ -189,18 +189,32 @@ def fleet_options(job: PendingJob, fleet: FleetFile | None) -> int:
     return sum(entry.max_slices for entry in eligible_entries(job, fleet))
 
 
+# (fleet id, what of a job `eligible_entries` reads) -> (the fleet, its answer). A pass asks for every queued job,
+# several times; jobs share a few constraints and a fleet is one parse per version (FleetFile is frozen, and kept
+# here, so its id is not reused while its answers are).
+_ELIGIBLE: dict[tuple, tuple[FleetFile, tuple[FleetEntry, ...]]] = {}
+_ELIGIBLE_MAX = 4_096
+
+
 def eligible_entries(job: PendingJob, fleet: FleetFile | None) -> list[FleetEntry]:
     """The fleet entries whose slices `job` could run on: its type, in a zone it may use."""
     if fleet is None:
         return []
-    return [
-        entry
-        for entry in fleet.tpus
-        if job.accepts(entry.type)
-        and any(
-            (job.zone is None or job.zone == zone) and job.region_allowed(zone_region(zone)) for zone in entry.zones
-        )
-    ]
+    key = (id(fleet), job.types, job.zone, job.regions, job.pinned_region)
+    kept = _ELIGIBLE.get(key)
+    if kept is None or kept[0] is not fleet:
+        if len(_ELIGIBLE) >= _ELIGIBLE_MAX:
+            _ELIGIBLE.clear()
+        kept = _ELIGIBLE[key] = (fleet, tuple(
+            entry
+            for entry in fleet.tpus
+            if job.accepts(entry.type)
+            and any(
+                (job.zone is None or job.zone == zone) and job.region_allowed(zone_region(zone))
+                for zone in entry.zones
+            )
+        ))
+    return list(kept[1])
 
 
 def order_key(job: PendingJob, options: int) -> tuple:

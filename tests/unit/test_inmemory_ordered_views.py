@@ -1,4 +1,4 @@
-"""The in-memory Firestore answers a limited, ordered query with an equality filter from an ordered view kept up
+"""The in-memory Firestore answers a limited query (ordered, or in id order) with an equality filter from an ordered view kept up
 to date by every write. Its answers must be exactly those of ordering every match (the path without a limit),
 through creates, updates that move a document in or out of the view, and deletes."""
 
@@ -18,6 +18,7 @@ ORDERS = [
     [("at", Query.ASCENDING)],
     [("rank", Query.ASCENDING)],
     [("at", Query.DESCENDING)],
+    [],  # none: in id order (a limited query's view then keeps the matches by id)
 ]
 
 

@@ -300,7 +300,7 @@ class _OrderedView:
 
     def __init__(self, conditions: tuple[tuple[str, Any, bool], ...], orders: tuple[tuple[str, str], ...]) -> None:
         self.conditions, self.orders = conditions, orders
-        self._id_reversed = orders[-1][1] == DESCENDING
+        self._id_reversed = bool(orders) and orders[-1][1] == DESCENDING  # no orders: by id, ascending
         self.entries: list[tuple] = []  # sorted composite keys; each ends with its document's id
         self._keys: dict[str, tuple] = {}
 
@@ -603,6 +603,10 @@ class MemoryFirestore:
         # Ordered views, made on a limited ordered query's first use: collection path -> (field, value key,
         # orders) -> the view. Only the speed of queries depends on them too.
         self._views: dict[str, dict[tuple, _OrderedView]] = {}
+        # The same views filed by their first condition: collection path -> (field, by array element?) -> value
+        # key -> views. A write updates only the views its old or new document meets the first condition of (a
+        # view per request id or per fleet would otherwise be updated by every write of the collection).
+        self._view_routes: dict[str, dict[tuple[str, bool], dict[Any, list[_OrderedView]]]] = {}
         # Told of every read and every change (the simulator's quiet ticks: tpuq_dev.simulate.tpuq_policy); None: nobody.
         self.observer: StoreObserver | None = None
 
@@ -700,9 +704,7 @@ class MemoryFirestore:
     def _views_for(self, collection_path: str, filters, orders: tuple) -> list[_OrderedView] | None:
         """Ordered views whose union holds every document an ordered query's equality filters can match (its
         `==` and `array_contains` filters in each, and one per value of its first `in` or `array_contains_any`);
-        None when the query is not ordered or has no such filter."""
-        if not orders:
-            return None
+        None when the query has no such filter. A query without orders is in id order, as Firestore answers it."""
         fixed: list[tuple[str, Any, bool]] = []
         split: list[tuple[str, Any, bool]] | None = None
         for f in filters:
@@ -723,8 +725,12 @@ class MemoryFirestore:
             view = views.get((conditions, orders))
             if view is None:
                 view = views[(conditions, orders)] = _OrderedView(conditions, orders)
-                for doc_id, stored in self._collections.get(collection_path, {}).items():
-                    view.update(doc_id, stored.data)
+                field, key, elements = conditions[0]
+                docs = self._collections.get(collection_path, {})
+                for doc_id in sorted(self._index_for(collection_path, field, elements).get(key, ())):  # (a set)
+                    view.update(doc_id, docs[doc_id].data)
+                routes = self._view_routes.setdefault(collection_path, {}).setdefault((field, elements), {})
+                routes.setdefault(key, []).append(view)
             chosen.append(view)
         return chosen
 
@@ -755,8 +761,12 @@ class MemoryFirestore:
             for (field, elements), index in self._indexes.get(collection, {}).items():
                 _unindex(index, field, elements, doc_id, current.data if current else None)
                 _index(index, field, elements, doc_id, stored.data if stored else None)
-            for view in self._views.get(collection, {}).values():
-                view.update(doc_id, stored.data if stored else None)
+            for (field, elements), by_key in self._view_routes.get(collection, {}).items():
+                old_keys = _index_values(current.data if current else None, field, elements)
+                new_keys = _index_values(stored.data if stored else None, field, elements)
+                for key in dict.fromkeys(old_keys + new_keys):
+                    for view in by_key.get(key, ()):
+                        view.update(doc_id, stored.data if stored else None)
         if stored is not None:
             self._collections.setdefault(collection, {})[doc_id] = stored
         elif doc_id in self._collections.get(collection, {}):
@@ -1099,8 +1109,11 @@ class MemoryQuery:
             collection, filters, orders, limit, offset)
 
     def _copy(self, **changes: Any) -> "MemoryQuery":
-        fields = {"filters": self._filters, "orders": self._orders, "limit": self._limit, "offset": self._offset}
-        return MemoryQuery(self._parent, **{**fields, **changes})
+        copied = MemoryQuery.__new__(MemoryQuery)  # (every query built is copied once a clause: made directly)
+        copied._parent, copied._filters, copied._orders, copied._limit, copied._offset = (
+            self._parent, changes.get("filters", self._filters), changes.get("orders", self._orders),
+            changes.get("limit", self._limit), changes.get("offset", self._offset))
+        return copied
 
     def where(self, field_path: str | None = None, op_string: str | None = None, value: Any = None, *,
               filter: Any = None) -> "MemoryQuery":

@@ -48,9 +48,9 @@ class _View:
     @classmethod
     def field(cls, name: str, *nested: str) -> str:
         """A declared field's name (for a query), or a path into a map field: `field("capacity_request", "id")`."""
-        if name not in cls.field_names():
+        if name not in _declared(cls)[0]:
             raise AttributeError(f"{cls.COLLECTION} documents have no field {name!r}")
-        return ".".join((name, *nested))
+        return ".".join((name, *nested)) if nested else name
 
     @classmethod
     def fields(cls, **values: Any) -> dict[str, Any]:
