@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import traceback
 
 from .files import WorkerPaths, read_json
 from .processes import current_state, job_alive, lock_is_held, request_cancel, signal_group, supervisor_alive, wait_for
@@ -117,6 +116,8 @@ def _become_supervisor(home: str, cwd: str, err_path: str) -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
+        import traceback  # here: its imports would delay every job's start
+
         traceback.print_exc()
     finally:
         try:

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 
-# urllib.request (with http.client, email, ssl) is imported where it is used: it is most of
-# this script's start-up time, and `status`, `cancel` and the job's start do not need it.
+# urllib.request (with http.client, email, ssl) and urllib.parse are imported where they are used: they are most
+# of this script's start-up time, and `status`, `cancel` and the job's start do not need them.
 
 
 def urllib_request():
     import urllib.request
 
     return urllib.request
+
+
+def quote(text: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.quote(text, safe="")
+
+
+def urlencode(query: dict) -> str:
+    import urllib.parse
+
+    return urllib.parse.urlencode(query)
 
 
 class GcsError(Exception):
@@ -67,8 +78,8 @@ class Gcs:
         if if_absent:
             query["ifGenerationMatch"] = "0"
         url = (
-            f"{self.api_base}/upload/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?"
-            + urllib.parse.urlencode(query)
+            f"{self.api_base}/upload/storage/v1/b/{quote(bucket)}/o?"
+            + urlencode(query)
         )
         req = urllib_request().Request(url, data=data, method="POST", headers={"Content-Type": content_type})
         try:
@@ -82,8 +93,8 @@ class Gcs:
 
     def download_to(self, bucket: str, name: str, path: str) -> int:
         url = (
-            f"{self.api_base}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o/"
-            f"{urllib.parse.quote(name, safe='')}?alt=media"
+            f"{self.api_base}/storage/v1/b/{quote(bucket)}/o/"
+            f"{quote(name)}?alt=media"
         )
         size = 0
         with self._open(urllib_request().Request(url)) as resp, open(path, "wb") as out:
