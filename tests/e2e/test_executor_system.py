@@ -283,12 +283,22 @@ def fork_limited(pids: list[int], headroom: int):
         (group / "pids.max").write_text(str(int((group / "pids.current").read_text()) + headroom))
         yield group
     finally:
-        for pid in (group / "cgroup.procs").read_text().split():
+        # A process of the host may fork into the group while its members are moved out (the cgroup is then not
+        # empty, EBUSY): move them out again until it is, with a deadline.
+        deadline = time.monotonic() + 30
+        while True:
+            for pid in (group / "cgroup.procs").read_text().split():
+                try:
+                    (PIDS_CGROUPS / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass
             try:
-                (PIDS_CGROUPS / "cgroup.procs").write_text(pid)
+                group.rmdir()
+                break
             except OSError:
-                pass
-        group.rmdir()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
 
 def _status(clients, job_id: str, worker: int) -> dict | None:
