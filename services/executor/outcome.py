@@ -17,8 +17,10 @@ from tpuq.contracts.jobspec import format_duration
 from tpuq.contracts.messages import AttemptOutcome
 from tpuq.contracts.runtime_failures import TAIL_LINES, RuntimeFailures  # the lines a detail shows, and reads
 from tpuq.executor.worker.status import CANCEL_REASON
+from tpuq.runtime.settings import DEFAULT_FAILURE_GRACE_SECONDS
 
-DEFAULT_FAILURE_GRACE = timedelta(seconds=30)
+# The executor's is `Settings.executor_failure_grace` (TPUQ_EXECUTOR_FAILURE_GRACE_SECONDS), this by default.
+DEFAULT_FAILURE_GRACE = timedelta(seconds=DEFAULT_FAILURE_GRACE_SECONDS)
 # How long after one worker ended on a preemption notice the others are waited for: a spot VM's notice (~30 s,
 # production-facts.md "Spot TPU preemption notice"), by whose end each worker has saved and stopped or is gone.
 NOTICE_GRACE = timedelta(seconds=30)

@@ -148,5 +148,6 @@ def build_executor(settings: Settings, clients: Clients) -> Executor:
         objects=GcsObjectStore(clients.storage),
         clock=lambda: datetime.now(timezone.utc),
         settings=worker_settings,
+        failure_grace=settings.executor_failure_grace,
         connection_cache=ConnectionCache() if settings.executor_keep_ssh else None,
     )

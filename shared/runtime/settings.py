@@ -25,12 +25,15 @@ ENV_WORKER_SERVICE_ACCOUNT = "TPUQ_WORKER_SERVICE_ACCOUNT"  # the claimer attach
 ENV_SSH_PRIVATE_KEY_FILE = "TPUQ_SSH_PRIVATE_KEY_FILE"  # the executor's key, mounted from Secret Manager
 ENV_EXECUTOR_KEEP_SSH = "TPUQ_EXECUTOR_KEEP_SSH"  # 0: a new SSH connection per call
 ENV_EXECUTOR_PROBE_SECONDS = "TPUQ_EXECUTOR_PROBE_SECONDS"  # how often a running attempt's workers are probed
+# How long, after one worker of a slice failed, the others are given to report before the attempt ends failed.
+ENV_EXECUTOR_FAILURE_GRACE_SECONDS = "TPUQ_EXECUTOR_FAILURE_GRACE_SECONDS"
 ENV_ORPHAN_SCAN_SECONDS = "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS"  # how often the janitor lists a zone for orphans
 ENV_REPUBLISH_ASSIGNMENT_SECONDS = "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS"  # an unstarted assignment is sent again
 ENV_BACKSTOP_SECONDS = "TPUQ_BACKSTOP_SECONDS"  # how often each service looks for lost events (and reads all again)
 ENV_CLOUD_RUN = "K_SERVICE"  # Cloud Run sets it in every container
 
 DEFAULT_PROBE_SECONDS = 60.0
+DEFAULT_FAILURE_GRACE_SECONDS = 30.0  # one host failing kills a slice: the others' reports come within it
 DEFAULT_ORPHAN_SCAN_SECONDS = 600.0  # a per-zone list is the only scan tpuq makes: rarely
 DEFAULT_REPUBLISH_ASSIGNMENT_SECONDS = 300.0
 # tpuq.scheduler.backstops: a lost event (dead-lettered, or a handler that died between its writes and its
@@ -73,6 +76,7 @@ class Settings:
     ssh_private_key_file: str | None = None
     executor_keep_ssh: bool = True
     executor_probe_seconds: float = DEFAULT_PROBE_SECONDS
+    executor_failure_grace_seconds: float = DEFAULT_FAILURE_GRACE_SECONDS
     orphan_scan_seconds: float = DEFAULT_ORPHAN_SCAN_SECONDS
     republish_assignment_seconds: float = DEFAULT_REPUBLISH_ASSIGNMENT_SECONDS
     backstop_seconds: float = DEFAULT_BACKSTOP_SECONDS
@@ -101,6 +105,8 @@ class Settings:
             ssh_private_key_file=env.get(ENV_SSH_PRIVATE_KEY_FILE) or None,
             executor_keep_ssh=env.get(ENV_EXECUTOR_KEEP_SSH, "1").strip() != "0",
             executor_probe_seconds=_seconds(env, ENV_EXECUTOR_PROBE_SECONDS, DEFAULT_PROBE_SECONDS),
+            executor_failure_grace_seconds=_seconds(env, ENV_EXECUTOR_FAILURE_GRACE_SECONDS,
+                                                    DEFAULT_FAILURE_GRACE_SECONDS),
             orphan_scan_seconds=_seconds(env, ENV_ORPHAN_SCAN_SECONDS, DEFAULT_ORPHAN_SCAN_SECONDS),
             republish_assignment_seconds=_seconds(env, ENV_REPUBLISH_ASSIGNMENT_SECONDS,
                                                   DEFAULT_REPUBLISH_ASSIGNMENT_SECONDS),
@@ -120,6 +126,10 @@ class Settings:
     @property
     def executor_probe_every(self) -> timedelta:
         return timedelta(seconds=self.executor_probe_seconds)
+
+    @property
+    def executor_failure_grace(self) -> timedelta:
+        return timedelta(seconds=self.executor_failure_grace_seconds)
 
     @property
     def republish_assignment_after(self) -> timedelta:

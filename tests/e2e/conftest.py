@@ -25,7 +25,8 @@ def system(tmp_path_factory):
         time_scale=60.0,
         tick_period=1.0,
         extra_buckets=("tpuq-demo-us-central2",),
-        service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2"},  # ask the workers often: tests wait for it
+        # Ask the workers often, and wait for a slice's other workers 10 s after one failed, not 30: tests wait for it.
+        service_env={"TPUQ_EXECUTOR_PROBE_SECONDS": "2", "TPUQ_EXECUTOR_FAILURE_GRACE_SECONDS": "10"},
     )
     with s.running():
         yield s

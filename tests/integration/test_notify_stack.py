@@ -59,10 +59,6 @@ def hook(stack, parts, answers: list[dict] | None = None) -> tuple[str, str]:
     return name, path
 
 
-def publish(parts, secret: str, subject: str | None = None) -> Notification:
-    return publish_with_id(parts, secret, subject)[0]
-
-
 def publish_with_id(parts, secret: str, subject: str | None = None) -> tuple[Notification, str]:
     clients = parts[0]
     subject = subject or f"job-{uuid.uuid4().hex[:6]}"
@@ -116,10 +112,27 @@ def test_the_dev_webhook_secret_reaches_the_receiver_once_and_tpuq_dev_notificat
     assert any(line.split("\t")[1:] == ["/hook", "succeeded", n.title] for line in lines[1:])
 
 
-def test_500_then_200_is_delivered_once_on_the_retry(stack, parts):
+@pytest.fixture(scope="module")
+def begun(stack, parts) -> dict[str, tuple]:
+    """The three cases below each wait out janitor-notifications' retry backoff (10 s after a nack): they are begun
+    together, at the first of their tests, so that their backoffs run at once; each test then waits for its own
+    outcome. Each has a secret and a receiver path of its own."""
+    clients = parts[0]
+    retried = hook(stack, parts, [{"status": 500}, {"status": 200}])
+    never = hook(stack, parts)
+    parts[1].script(never[1], [{"hang": True}], repeat_last=True)
+    twice = hook(stack, parts, [{"status": 200, "delay_seconds": 1.0}])
+    begun = {"retried": (*retried, publish_with_id(parts, retried[0])[1]),
+             "never": (*never, publish_with_id(parts, never[0])[1])}
+    n, first = publish_with_id(parts, twice[0])
+    again = clients.publish("notifications", n)  # the same event twice at once: two messages, pushed concurrently
+    begun["twice"] = (*twice, first, again)
+    return begun
+
+
+def test_500_then_200_is_delivered_once_on_the_retry(stack, parts, begun):
     clients, receiver, _ = parts
-    name, path = hook(stack, parts, [{"status": 500}, {"status": 200}])
-    _, message_id = publish_with_id(parts, name)
+    name, path, message_id = begun["retried"]
     wait_until(lambda: len(receiver.received(path)) >= 2, timeout=90, what="the retry after the 500")
     record = wait_until(lambda: next((s.to_dict() for s in clients.firestore.collection(store.NOTIFICATIONS).stream()
                                       if (s.to_dict() or {}).get("destination") == name
@@ -131,11 +144,9 @@ def test_500_then_200_is_delivered_once_on_the_retry(stack, parts):
     assert second - first >= 9.5
 
 
-def test_a_receiver_that_never_answers_is_failing_with_no_url_in_firestore(stack, parts):
+def test_a_receiver_that_never_answers_is_failing_with_no_url_in_firestore(stack, parts, begun):
     clients, receiver, _ = parts
-    name, path = hook(stack, parts)
-    receiver.script(path, [{"hang": True}], repeat_last=True)
-    publish(parts, name)
+    name, path, _ = begun["never"]
     health = wait_until(lambda: (clients.firestore.collection(store.NOTIFY_DESTINATIONS).document(store.doc_id(name))
                                  .get().to_dict() or {}).get("failing") and
                         clients.firestore.collection(store.NOTIFY_DESTINATIONS).document(store.doc_id(name)).get()
@@ -145,11 +156,9 @@ def test_a_receiver_that_never_answers_is_failing_with_no_url_in_firestore(stack
     assert stack.env[ENV_WEBHOOK_URL] not in stored_text(clients)
 
 
-def test_delivered_twice_and_concurrently_posts_once(stack, parts):
+def test_delivered_twice_and_concurrently_posts_once(stack, parts, begun):
     clients, receiver, _ = parts
-    name, path = hook(stack, parts, [{"status": 200, "delay_seconds": 1.0}])
-    n, first = publish_with_id(parts, name)
-    again = clients.publish("notifications", n)  # the same event twice at once: two messages, pushed concurrently
+    name, path, first, again = begun["twice"]
     wait_until(lambda: sum(1 for s in clients.firestore.collection(store.NOTIFICATIONS).stream()
                            if (s.to_dict() or {}).get("destination") == name
                            and s.to_dict().get("state") == "delivered"), timeout=60)

@@ -17,6 +17,7 @@ from tpuq.contracts.messages import Tick
 from tpuq.executor import decide, handlers
 from tpuq.executor.decide import AssignmentStep
 from tpuq.executor.executor import WorkerProbe
+from tpuq.executor.outcome import DEFAULT_FAILURE_GRACE
 from tpuq.executor.ssh import ConnectionCache
 from tpuq.runtime.clients import Clients
 from tpuq.runtime.fleetstore import save_fleet
@@ -103,12 +104,12 @@ def _write_key(path) -> None:
 
 def test_the_real_executor_is_built_on_first_use_from_the_settings_alone(tmp_path, monkeypatch):
     for name, value in (("TPUQ_SSH_PRIVATE_KEY_FILE", str(tmp_path / "absent")), ("TPUQ_EXECUTOR_KEEP_SSH", "1"),
-                        ("TPUQ_FLEET", "absent")):
+                        ("TPUQ_FLEET", "absent"), ("TPUQ_EXECUTOR_FAILURE_GRACE_SECONDS", "1")):
         monkeypatch.setenv(name, value)  # none of these is read: the Settings are
     key_file = tmp_path / "executor_key"
     _write_key(key_file)
     settings = Settings(project="tpuq-local", runner_bucket="tpuq-runner", ssh_private_key_file=str(key_file),
-                        executor_keep_ssh=False, fleet="lab")
+                        executor_keep_ssh=False, fleet="lab", executor_failure_grace_seconds=7)
     clients = memory_clients(settings)
     for name, user in (("lab", "researcher"), ("other", "someone")):
         save_fleet(clients.firestore, FleetFile.model_validate(
@@ -124,9 +125,11 @@ def test_the_real_executor_is_built_on_first_use_from_the_settings_alone(tmp_pat
     assert executor._ssh_key().get_name() == "ssh-ed25519"  # the key file the settings name
     assert executor.ssh_login().user == "researcher"  # the fleet the settings name, of the two stored
     assert service.state.probe_every == timedelta(seconds=settings.executor_probe_seconds)
+    assert executor.failure_grace == timedelta(seconds=7)
 
     kept = handlers.build_service(Settings(project="tpuq-local", ssh_private_key_file=str(key_file)), clients)
     assert isinstance(kept.state.executor.connection_cache, ConnectionCache)
+    assert kept.state.executor.failure_grace == DEFAULT_FAILURE_GRACE
 
 
 def test_an_executor_without_its_key_names_the_setting_at_first_use_and_the_push_is_retried(monkeypatch, tmp_path):

@@ -78,20 +78,23 @@ def test_settings_are_read_once_from_the_given_environment():
     settings = Settings.from_env({"GOOGLE_CLOUD_PROJECT": "p", "TPUQ_FLEET": "f", "TPUQ_EXECUTOR_KEEP_SSH": "0",
                                   "TPUQ_EXECUTOR_PROBE_SECONDS": "2", "TPUQ_JANITOR_ORPHAN_SCAN_SECONDS": "30",
                                   "TPUQ_REPUBLISH_ASSIGNMENT_SECONDS": "45", "K_SERVICE": "tpuq-janitor",
-                                  "TPUQ_BACKSTOP_SECONDS": "10",
+                                  "TPUQ_BACKSTOP_SECONDS": "10", "TPUQ_EXECUTOR_FAILURE_GRACE_SECONDS": "5",
                                   "TPUQ_WORKER_SERVICE_ACCOUNT": "w@p.iam.gserviceaccount.com"})
     assert (settings.project, settings.fleet, settings.executor_keep_ssh) == ("p", "f", False)
     assert settings.executor_probe_every == timedelta(seconds=2) and settings.orphan_scan_seconds == 30
     assert settings.republish_assignment_after == timedelta(seconds=45) and settings.on_cloud_run
     assert settings.worker_service_account == "w@p.iam.gserviceaccount.com"
     assert settings.backstop_every == timedelta(seconds=10) and Settings.from_env({}).backstop_seconds == 900
+    assert settings.executor_failure_grace == timedelta(seconds=5)
+    assert Settings.from_env({}).executor_failure_grace == timedelta(seconds=30)
     defaults = Settings.from_env({})
     assert (defaults.project, defaults.fleet, defaults.executor_keep_ssh, defaults.orphan_scan_seconds) == \
         ("tpuq-local", None, True, 600.0)
 
 
 @pytest.mark.parametrize("name, value", [("TPUQ_EXECUTOR_PROBE_SECONDS", "soon"),
-                                         ("TPUQ_JANITOR_ORPHAN_SCAN_SECONDS", "-5")])
+                                         ("TPUQ_JANITOR_ORPHAN_SCAN_SECONDS", "-5"),
+                                         ("TPUQ_EXECUTOR_FAILURE_GRACE_SECONDS", "half a minute")])
 def test_a_setting_that_does_not_parse_is_refused_by_name(name, value):
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})

@@ -198,8 +198,7 @@ class DevStack:
                 self._store_fleet()
             self._assign_service_urls()
             notifystack.start(self)  # the webhook receiver, and the secret tpuq-dev-webhook naming it
-            for name in self.services:
-                self._start_service(name)
+            self._start_services({name: None for name in self.services})
             self._start_front()
             self._declare_subscriptions()
             if self.tick_period:
@@ -388,17 +387,26 @@ class DevStack:
                 if e["name"].startswith("TPUQ_PUSH_") or e["name"] in server or e["name"] in AS_DEPLOYED}
 
     def _start_service(self, name: str, port: int | None = None) -> None:
-        port = port or processes.free_port()
-        url = f"http://127.0.0.1:{port}"
-        rec = self._spawn(
-            # Under the IAM recorder: each Google API call it makes, as its service account (tpuq_dev.iam.calls).
-            name, recording.wrap(service_argv(name, "127.0.0.1", port), str(self.iam_calls_file),
-                                 self.service_account(name)), port, url,
-            {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self._deployed_env(name), **self.service_env},
-            cwd=str(self.state_dir),  # not the caller's directory, nor a source tree an installed tpuq lacks
-        )
-        processes.wait_http(url + "/", rec, timeout=START_TIMEOUT, ok=lambda r: r.status_code == 200)
-        self.backend_urls[name] = url
+        self._start_services({name: port})
+
+    def _start_services(self, ports: dict[str, int | None]) -> None:
+        """Start each named service (on its port, or a free one), all at once, then wait for each to answer: their
+        start-ups (mostly imports) overlap instead of following one another."""
+        started = []
+        for name, port in ports.items():
+            port = port or processes.free_port()
+            url = f"http://127.0.0.1:{port}"
+            rec = self._spawn(
+                # Under the IAM recorder: each Google API call it makes, as its service account (tpuq_dev.iam.calls).
+                name, recording.wrap(service_argv(name, "127.0.0.1", port), str(self.iam_calls_file),
+                                     self.service_account(name)), port, url,
+                {"TPUQ_SERVICE": name, "PYTHONUNBUFFERED": "1", **self._deployed_env(name), **self.service_env},
+                cwd=str(self.state_dir),  # not the caller's directory, nor a source tree an installed tpuq lacks
+            )
+            started.append((name, rec, url))
+        for name, rec, url in started:
+            processes.wait_http(url + "/", rec, timeout=START_TIMEOUT, ok=lambda r: r.status_code == 200)
+            self.backend_urls[name] = url
 
     def _start_front(self) -> None:
         if not self.services:
