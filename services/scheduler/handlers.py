@@ -264,12 +264,8 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
         raise Permanent("an ended attempt event needs an outcome", field="outcome")
     fleet = fleet_in_force(ctx)
     tpu_ref = _tpus(ctx).document(short_node_name(event.node))
-    others: list = []  # a multislice attempt's other slices: known once the job is read
 
     def decide_ended(job, tpu, *other_tpus):
-        gang = _gang_refs(ctx, job.to_dict(), event.job_id, event.node)
-        if [r.path for r in gang] != [o.reference.path for o in other_tpus]:
-            return WriteSet(), gang  # read again with every slice of the gang (a single slice never is)
         now = ctx.now()
         stored = job.to_dict()
         end = lifecycle.attempt_ended(stored, event.attempt, event.outcome, event.detail, _budgets(fleet), now,
@@ -281,14 +277,10 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
             writes.update(other, lifecycle.tpu_freed(other.to_dict(), event.attempt_id, now, suspect))
         return writes, (end, freed, stored)
 
-    for _ in range(3):
-        decided = read_decide_commit(db, [job_ref, tpu_ref, *others], decide_ended)
-        if not isinstance(decided, list):
-            break
-        others = decided
-    else:
-        raise Retryable(f"job {event.job_id}'s slices kept changing; will retry")
-    end, freed, stored = decided
+    # A multislice attempt's other slices are known once the job is read (a single slice reads nothing more).
+    end, freed, stored = read_decide_commit(
+        db, [job_ref, tpu_ref], decide_ended,
+        then=lambda snaps: _gang_refs(ctx, snaps[0].to_dict(), event.job_id, event.node))
     teller = notices.Teller(ctx, fleet)
     teller.attempt_ended(stored, end.job, event.attempt)  # (again on a redelivery: the same event ids)
     log.info("attempt %s ended %s: job %s, TPU %s", event.attempt_id, event.outcome.value,

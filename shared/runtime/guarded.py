@@ -117,20 +117,24 @@ def commit_guarded(db, writes: WriteSet) -> list | None:
 def read_all(db, refs: list) -> list:
     """The snapshots of `refs`, in their order, read in one round trip (`get_all` answers in any order; a document
     that does not exist comes back as a snapshot that says so)."""
-    if len(refs) == 1:
-        return [refs[0].get()]
+    if len(refs) <= 1:
+        return [ref.get() for ref in refs]
     by_path = {snap.reference.path: snap for snap in db.get_all(refs)}
     return [by_path[ref.path] for ref in refs]
 
 
-def read_decide_commit(db, refs: list, decide: Callable[..., tuple[WriteSet, T]], attempts: int = 6) -> T:
+def read_decide_commit(db, refs: list, decide: Callable[..., tuple[WriteSet, T]], attempts: int = 6,
+                       then: Callable[[list], list] | None = None) -> T:
     """Read `refs`, let `decide(*snapshots)` choose writes, commit them unless something changed; repeat.
 
     `decide` must be pure apart from its arguments: it runs again on fresh
-    snapshots whenever a concurrent writer won.
+    snapshots whenever a concurrent writer won. `then(snapshots)`: more documents, known only from those read (a
+    multislice job's other slices, from the job); read after them and passed to `decide` after theirs, guarded too.
     """
     for _ in range(attempts):
         snaps = read_all(db, refs)
+        if then is not None:
+            snaps += read_all(db, then(snaps))
         writes, result = decide(*snaps)
         if commit_if_unchanged(db, writes):
             return result

@@ -122,3 +122,20 @@ def test_read_all_answers_in_the_order_asked_missing_documents_included(db, col)
     snaps = read_all(db, refs)
     assert [(s.id, s.exists) for s in snaps] == [("c", True), ("missing", False), ("a", True), ("b", True)]
     assert [s.to_dict() for s in snaps if s.exists] == [{"name": "c"}, {"name": "a"}, {"name": "b"}]
+
+
+def test_read_decide_commit_reads_the_documents_the_first_ones_name_and_guards_them_too(db, col):
+    """`then`: documents known only from those read (a multislice job's other slices), read next and guarded alike."""
+    job, a, b = col.document("gang-job"), col.document("slice-a"), col.document("slice-b")
+    job.set({"gang": ["slice-a", "slice-b"]})
+    a.set({"state": "busy"})
+    b.set({"state": "busy"})
+
+    def free_all(job_snap, *slices):
+        return WriteSet().update(job_snap, {"state": "ended"}).update(slices[0], {"state": "idle"}).update(
+            slices[1], {"state": "idle"}), [s.id for s in slices]
+
+    read = read_decide_commit(db, [job], free_all,
+                              then=lambda snaps: [col.document(n) for n in snaps[0].to_dict()["gang"]])
+    assert read == ["slice-a", "slice-b"]
+    assert (a.get().to_dict(), b.get().to_dict()) == ({"state": "idle"}, {"state": "idle"})

@@ -18,7 +18,6 @@ def emit(result: dict) -> int:
     return 0 if result.get("ok") else 1
 
 
-
 # Each subcommand's options (all take a value) and those it requires. Parsed by hand, not by argparse: this runs
 # once or twice before every job starts, and argparse's import and parsers cost ~15 ms of a ~50 ms run.
 OPTIONS = {
