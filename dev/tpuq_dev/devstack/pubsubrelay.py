@@ -1,0 +1,311 @@
+"""The local stack's services publish through this relay, so their messages reach the front without the emulator's wait.
+
+Why: the Pub/Sub emulator's push loop looks for new messages every 100 ms per subscription (its `PushLoop`,
+`checkIntervalMillis` 100, read from the emulator's jar), so every hop of an event waited 50 ms on average and up
+to 100 ms before the front's dispatcher (tpuq_dev.devstack.dispatcher) even saw it: on a job's path from publish to
+running (two hops) and from one job's end to the next one's start (three), that wait was most of the local
+latency, and none of it is Pub/Sub's (Pub/Sub pushes a message as soon as its push window allows; Google publishes
+no figure for the delay, so the stand-in adds none).
+
+What it does: a gRPC server the services use as `PUBSUB_EMULATOR_HOST` (and fake-gcs-server for its object
+notifications). Every call goes through to the emulator unchanged, byte for byte (the emulator still answers,
+refuses and stores everything). After a `Publish` the emulator accepted, the relay pulls the topic's push
+subscriptions whose endpoint is one of the front's URLs (`Pull` with `returnImmediately`) and pushes each message
+there exactly as the emulator's push loop would (the same envelope, no token: the front takes it at once with 204,
+and its dispatcher delivers it with Pub/Sub's rules), then acknowledges it. What the relay does not deliver (a
+push the front refused, a publish made straight to the emulator by a person or a test) stays with the emulator,
+whose push loop delivers it as before: the relay only makes delivery sooner, it never drops or alters a message.
+
+People and tests get the relay's second port as `PUBSUB_EMULATOR_HOST` (`tpuq dev env`): a connection that opens
+with HTTP/2's preface (a gRPC client: the Python and Go libraries) goes to the relay; any other (HTTP/1.1: gcloud
+and REST calls, which the emulator also answers on its one port) goes to the emulator byte for byte, and a REST
+publish seen on it starts the same pulls once its answer comes back.
+
+Run: `python -m tpuq_dev.devstack.pubsubrelay --pubsub HOST:PORT --port PORT --mux-port PORT --front-url URL ...`
+(the stack does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+
+import grpc
+import requests
+
+log = logging.getLogger("tpuq_dev.devstack.pubsubrelay")
+
+PUBLISH = "/google.pubsub.v1.Publisher/Publish"
+STREAMING = {"/google.pubsub.v1.Subscriber/StreamingPull"}  # the API's one streaming method (bidirectional)
+PULL_BATCH = 100
+TOPIC_SUBSCRIPTIONS_TTL_SECONDS = 2.0  # a subscription created since is pushed by the emulator meanwhile
+PUSH_TIMEOUT_SECONDS = 10.0
+HTTP2_PREFACE_START = b"PRI "  # "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n": a gRPC connection's first bytes
+REST_PUBLISH = re.compile(rb"POST /v1/(projects/[^/\s]+/topics/[^/:\s?]+):publish[\s?]")
+# Pub/Sub's pushes come from Google's push agent (https://developers.google.com/webmasters/APIs-Google.html); the
+# emulator's say Java/<version>.
+PUSH_USER_AGENT = "APIs-Google; (+https://developers.google.com/webmasters/APIs-Google.html)"
+PUSHERS = 8  # a pulled batch's messages pushed to the front together (the front takes each at once)
+
+
+def published_topic(request: bytes) -> str:
+    """The topic of a serialized PublishRequest (field 1)."""
+    from google.pubsub_v1.types import PublishRequest
+
+    return PublishRequest.pb().FromString(request).topic
+
+
+class _Forwarder(grpc.GenericRpcHandler):
+    """Every method passed through to the emulator as raw bytes; `published(topic)` after each accepted Publish."""
+
+    def __init__(self, channel: grpc.Channel, published: Callable[[str], None]):
+        self._channel = channel
+        self._published = published
+
+    def service(self, handler_call_details):
+        method = handler_call_details.method
+        if method in STREAMING:
+            upstream_stream = self._channel.stream_stream(method)
+
+            def stream(requests_in, context):
+                call = upstream_stream(requests_in, timeout=context.time_remaining())
+                context.add_callback(call.cancel)
+                try:
+                    yield from call
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.CANCELLED:
+                        context.abort(e.code(), e.details() or "")
+
+            return grpc.stream_stream_rpc_method_handler(stream)
+        upstream = self._channel.unary_unary(method)
+
+        def unary(request: bytes, context):
+            try:
+                answer = upstream(request, timeout=context.time_remaining())
+            except grpc.RpcError as e:
+                context.abort(e.code(), e.details() or "")
+            if method == PUBLISH:
+                self._published(published_topic(request))
+            return answer
+
+        return grpc.unary_unary_rpc_method_handler(unary)
+
+
+class Relay:
+    """Pulls a topic's front-bound push subscriptions after each publish and pushes what it pulled to the front."""
+
+    def __init__(self, pubsub_host: str, front_urls: list[str], clock: Callable[[], float] = time.monotonic):
+        self._base = f"http://{pubsub_host}/v1/"
+        self._front_urls = tuple(u.rstrip("/") + "/" for u in front_urls)
+        self._clock = clock
+        self._session = requests.Session()
+        self._session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=64))
+        self._lock = threading.Lock()
+        self._targets: dict[str, tuple[list[tuple[str, str]], float]] = {}  # topic -> [(subscription, endpoint)]
+        self._pushers = futures.ThreadPoolExecutor(max_workers=PUSHERS, thread_name_prefix="relay-push")
+        self._refreshing: set[str] = set()  # topics whose subscriptions are being read again
+        self._draining: set[str] = set()
+        self._again: set[str] = set()
+        self.pushed = 0
+
+    def published(self, topic: str) -> None:
+        """Called on the Publish call's thread: the pulls start on threads of their own, the answer goes at once."""
+        threading.Thread(target=self._kick_all, args=(topic,), daemon=True).start()
+
+    def _kick_all(self, topic: str) -> None:
+        for subscription, endpoint in self._push_targets(topic):
+            self._kick(subscription, endpoint)
+
+    def _push_targets(self, topic: str) -> list[tuple[str, str]]:
+        """The topic's subscriptions that push to the front. Read once, then kept: an answer older than
+        `TOPIC_SUBSCRIPTIONS_TTL_SECONDS` is still used while a read in the background replaces it, so that no
+        publish waits for the emulator's REST answers (tens of milliseconds on a loaded machine)."""
+        with self._lock:
+            cached = self._targets.get(topic)
+            stale = cached is None or self._clock() - cached[1] >= TOPIC_SUBSCRIPTIONS_TTL_SECONDS
+            refresh = stale and cached is not None and topic not in self._refreshing
+            if refresh:
+                self._refreshing.add(topic)
+        if cached is None:
+            return self._read_targets(topic)
+        if refresh:
+            threading.Thread(target=self._read_targets, args=(topic,), daemon=True).start()
+        return cached[0]
+
+    def _read_targets(self, topic: str) -> list[tuple[str, str]]:
+        targets = []
+        try:
+            names = self._session.get(self._base + topic + "/subscriptions", timeout=10).json().get("subscriptions", [])
+            for name in names:
+                endpoint = ((self._session.get(self._base + name, timeout=10).json().get("pushConfig") or {})
+                            .get("pushEndpoint") or "")
+                if endpoint.startswith(self._front_urls):
+                    targets.append((name, endpoint))
+        except (requests.RequestException, ValueError) as e:
+            log.warning("%s: subscriptions not read (%s): the emulator pushes its messages", topic, e)
+            with self._lock:
+                self._refreshing.discard(topic)
+            return []
+        with self._lock:
+            self._targets[topic] = (targets, self._clock())
+            self._refreshing.discard(topic)
+        return targets
+
+    def _kick(self, subscription: str, endpoint: str) -> None:
+        """One drain of the subscription at a time; a publish during it drains again after it."""
+        with self._lock:
+            if subscription in self._draining:
+                self._again.add(subscription)
+                return
+            self._draining.add(subscription)
+        threading.Thread(target=self._drain, args=(subscription, endpoint), daemon=True).start()
+
+    def _drain(self, subscription: str, endpoint: str) -> None:
+        while True:
+            try:
+                full = self._pull_and_push(subscription, endpoint) == PULL_BATCH
+            except (requests.RequestException, ValueError) as e:
+                log.warning("%s: relay pull failed (%s): the emulator pushes its messages", subscription, e)
+                full = False
+            with self._lock:
+                if not full and subscription not in self._again:
+                    self._draining.discard(subscription)
+                    return
+                self._again.discard(subscription)
+
+    def _pull_and_push(self, subscription: str, endpoint: str) -> int:
+        answer = self._session.post(self._base + subscription + ":pull",
+                                    json={"returnImmediately": True, "maxMessages": PULL_BATCH}, timeout=10)
+        if answer.status_code != 200:
+            with self._lock:
+                self._targets.clear()  # gone or changed (a reset): read the subscriptions again next time
+            return 0
+        received = answer.json().get("receivedMessages", [])
+
+        def push(item: dict) -> str | None:
+            envelope = {"message": item["message"], "subscription": subscription}
+            try:
+                status = self._session.post(endpoint, json=envelope, headers={"User-Agent": PUSH_USER_AGENT},
+                                            timeout=PUSH_TIMEOUT_SECONDS).status_code
+            except requests.RequestException:
+                status = 0
+            return item["ackId"] if 200 <= status < 300 else None
+
+        answers = list(self._pushers.map(push, received) if len(received) > 1 else map(push, received))
+        delivered = [ack for ack in answers if ack]
+        refused = [item["ackId"] for item, ack in zip(received, answers) if not ack]
+        if refused:  # handed back at once: the emulator's push loop delivers them, with its own retries
+            self._session.post(self._base + subscription + ":modifyAckDeadline",
+                               json={"ackIds": refused, "ackDeadlineSeconds": 0}, timeout=10)
+        if delivered:
+            self._session.post(self._base + subscription + ":acknowledge", json={"ackIds": delivered}, timeout=10)
+            with self._lock:
+                self.pushed += len(delivered)
+        return len(received)
+
+
+# ------------------------------------------------------------------------------------------ one port for both
+def _splice(source: socket.socket, sink: socket.socket, seen: Callable[[bytes], None] | None = None) -> None:
+    """Copy bytes until `source` ends, then end `sink`'s writing side."""
+    try:
+        while chunk := source.recv(65536):
+            if seen is not None:
+                seen(chunk)
+            sink.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        try:
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def _route(client: socket.socket, grpc_address: tuple[str, int], emulator: tuple[str, int],
+           published: Callable[[str], None]) -> None:
+    try:
+        opening = client.recv(len(HTTP2_PREFACE_START), socket.MSG_PEEK | socket.MSG_WAITALL)
+        upstream = socket.create_connection(grpc_address if opening == HTTP2_PREFACE_START else emulator, timeout=10)
+    except OSError:
+        client.close()
+        return
+    upstream.settimeout(None)
+    for s in (client, upstream):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    pending: list[str] = []  # topics of REST publishes sent on this connection, not yet answered
+
+    def request_bytes(chunk: bytes) -> None:
+        pending.extend(m.group(1).decode() for m in REST_PUBLISH.finditer(chunk))
+
+    def answer_bytes(_chunk: bytes) -> None:
+        while pending:  # HTTP/1.1 answers in order: the publish was answered
+            published(pending.pop(0))
+
+    back = threading.Thread(target=_splice, args=(upstream, client, answer_bytes), daemon=True)
+    back.start()
+    _splice(client, upstream, request_bytes if opening != HTTP2_PREFACE_START else None)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def _accept(listener: socket.socket, grpc_address: tuple[str, int], emulator: tuple[str, int],
+            published: Callable[[str], None]) -> None:
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            return  # closed: stopping
+        threading.Thread(target=_route, args=(client, grpc_address, emulator, published), daemon=True).start()
+
+
+class Running:
+    """A relay serving: its gRPC port (the services'), and its port for everyone (gRPC here, the rest to the emulator)."""
+
+    def __init__(self, pubsub_host: str, port: int, front_urls: list[str], mux_port: int | None = None):
+        self.relay = Relay(pubsub_host, front_urls)
+        self._channel = grpc.insecure_channel(pubsub_host)
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=64),
+                                   handlers=[_Forwarder(self._channel, self.relay.published)])
+        self._server.add_insecure_port(f"127.0.0.1:{port}")
+        self._server.start()
+        self._listener = None
+        if mux_port:
+            host, _, emulator_port = pubsub_host.rpartition(":")
+            self._listener = socket.create_server(("127.0.0.1", mux_port), backlog=128)
+            threading.Thread(target=_accept, args=(self._listener, ("127.0.0.1", port), (host, int(emulator_port)),
+                                                   self.relay.published), daemon=True).start()
+        log.info("pubsub relay up on 127.0.0.1:%d (and %s) → %s", port, mux_port, pubsub_host)
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        self._server.stop(grace=1).wait()
+        self._channel.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The local stack's Pub/Sub relay: publishes go to the emulator, "
+                                                 "their pushes to the front at once")
+    parser.add_argument("--pubsub", required=True, help="the emulator's HOST:PORT")
+    parser.add_argument("--port", type=int, required=True, help="gRPC only (the services')")
+    parser.add_argument("--mux-port", type=int, help="gRPC to the relay, anything else to the emulator (people's)")
+    parser.add_argument("--front-url", action="append", default=[], help="a service's URL on the front (repeat)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    running = Running(args.pubsub, args.port, args.front_url, args.mux_port)
+    stop.wait()
+    running.stop()
+
+
+if __name__ == "__main__":
+    main()
