@@ -117,6 +117,7 @@ class DevStack:
     pubsub_relay_host: str | None = None  # where the services publish (tpuq_dev.devstack.pubsubrelay); None: none
     pubsub_emulator_host: str | None = None  # the emulator itself (`env` has the relay's port for everyone, when up)
     _deployment: Any = field(default=None, repr=False)
+    _pubsub_relay_rec: ProcRecord | None = field(default=None, repr=False)
 
     @property
     def state_file(self) -> Path:
@@ -204,6 +205,7 @@ class DevStack:
                 self._store_fleet()
             notifystack.start(self)  # the webhook receiver, and the secret tpuq-dev-webhook naming it
             self._start_services({name: None for name in self.services})
+            self._wait_for_pubsub_relay()
             self._start_front()
             self._declare_subscriptions()
             if self.tick_period:
@@ -268,12 +270,19 @@ class DevStack:
             return
         grpc_port, mux_port = processes.free_port(), processes.free_port()
         fronts = [arg for p in self.front_ports.values() for arg in ("--front-url", f"http://127.0.0.1:{p}")]
-        rec = self._spawn("pubsub-relay", [sys.executable, "-m", "tpuq_dev.devstack.pubsubrelay", "--pubsub",
-                                           self.pubsub_emulator_host, "--port", str(grpc_port), "--mux-port",
-                                           str(mux_port), *fronts], mux_port, f"http://127.0.0.1:{mux_port}")
-        processes.wait_http(rec.url + "/", rec, timeout=START_TIMEOUT)  # the emulator's answer, through the relay
+        # Not waited for here: nothing publishes before the services start (`_wait_for_pubsub_relay`), and its
+        # start-up (gRPC's import) overlaps theirs and fake-gcs-server's.
+        self._pubsub_relay_rec = self._spawn(
+            "pubsub-relay", [sys.executable, "-m", "tpuq_dev.devstack.pubsubrelay", "--pubsub", self.pubsub_emulator_host,
+                             "--port", str(grpc_port), "--mux-port", str(mux_port), *fronts],
+            mux_port, f"http://127.0.0.1:{mux_port}")
         self.pubsub_relay_host = f"127.0.0.1:{grpc_port}"
         self.env["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{mux_port}"
+
+    def _wait_for_pubsub_relay(self) -> None:
+        if self._pubsub_relay_rec is not None:  # up once the emulator answers through it
+            rec = self._pubsub_relay_rec
+            processes.wait_http(rec.url + "/", rec, timeout=START_TIMEOUT)
 
     def _publishing_env(self) -> dict[str, str]:
         """A publishing process's Pub/Sub address: the relay when there is one."""
