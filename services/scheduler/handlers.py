@@ -36,7 +36,7 @@ from tpuq.scheduler import capacity, dependencies, intake, lifecycle, notices
 from tpuq.scheduler.backstops import Backstop, claimed, decide_backstops
 from tpuq.scheduler.gcs_submit import on_object_finalized
 from tpuq.scheduler.counts import slices_recorded
-from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs
+from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs, whole_queue_pass
 from tpuq.scheduler.passdue import (FOLLOWUP_DUE_FIELD, PASS_DUE_FIELD, followup_due, pass_due, replace_due,
                                     state_ref, with_tick_due)
 from tpuq.scheduler.scheduling import (
@@ -102,13 +102,13 @@ def on_fleet_event(event: FleetEvent, ctx: Context) -> None:
             # deleted as idle (or preempted) the claimer does not ask for it again. Demand that
             # remains comes back as a new request from a later pass.
             ctx.publish("capacity", capacity.withdrawal(event.request_id, event.fleet, ctx.now()))
-        scheduling_pass(ctx, fleet)
+        whole_queue_pass(ctx, fleet)
     elif event.kind is FleetEventKind.node_health:
         if event.node and _record_health(event, ctx):
-            scheduling_pass(ctx, fleet)  # an idle TPU healthy again may take a waiting job
+            whole_queue_pass(ctx, fleet)  # an idle TPU healthy again may take a waiting job
     elif lifecycle.node_is_lost(event):
         if _record_node_lost(event, fleet, ctx):
-            scheduling_pass(ctx, fleet)
+            whole_queue_pass(ctx, fleet)
     elif (reason := lifecycle.request_failure_reason(event)) is not None:
         note_request_failure(ctx, event.request_id, reason)
     # PROVISIONING / WAITING_FOR_RESOURCES change nothing here.
@@ -289,8 +289,10 @@ def on_attempt_event(event: AttemptEvent, ctx: Context) -> None:
     # never-met ones cancelled naming it.
     released = (dependencies.look_at_waiters(db, event.job_id, ctx.now(), teller, stored or {})
                 if end.job and _ended(end.job) else [])
-    if freed or (end.job and _requeued(end.job)) or released:
-        scheduling_pass(ctx, fleet, trigger_job_ids=released, full=bool(freed or (end.job and _requeued(end.job))))
+    if freed or (end.job and _requeued(end.job)):
+        whole_queue_pass(ctx, fleet, released)
+    elif released:
+        scheduling_pass(ctx, fleet, trigger_job_ids=released)
 
 
 # ------------------------------------------------------------------ cancel

@@ -11,7 +11,7 @@ from tpuq.runtime.fleetstore import fleet_or_none
 from tpuq.contracts.jobspec import PublishedJob
 from tpuq.contracts.messages import message_owner
 from tpuq.scheduler import arrays, capacity, dependencies, intake
-from tpuq.scheduler.grouping import GroupedPasses
+from tpuq.scheduler.grouping import CoveringPasses, GroupedPasses
 from tpuq.scheduler.plan import PendingJob
 from tpuq.scheduler.scheduling import scheduling_pass
 from tpuq.runtime.service import Context
@@ -59,6 +59,7 @@ def submit_jobs(ctx: Context, jobs: list[PublishedJob], source: str, fleet: Flee
 
 
 _GROUPS: dict[int, GroupedPasses] = {}
+_COVERING: dict[int, CoveringPasses] = {}
 _GROUPS_LOCK = threading.Lock()
 
 
@@ -66,3 +67,12 @@ def new_job_passes(ctx: Context) -> GroupedPasses:
     """This instance's grouping of new-job passes (one per set of clients: one per process in a service)."""
     with _GROUPS_LOCK:
         return _GROUPS.setdefault(id(ctx.clients), GroupedPasses())
+
+
+def whole_queue_pass(ctx: Context, fleet: FleetFile | None, job_ids: list[str] | tuple = ()) -> None:
+    """A pass over the whole queue (a TPU freed or new, a job requeued), with `job_ids` planned in it all the
+    same; one at a time per instance, each covering every request made before it began
+    (tpuq.scheduler.grouping.CoveringPasses)."""
+    with _GROUPS_LOCK:
+        passes = _COVERING.setdefault(id(ctx.clients), CoveringPasses())
+    passes.run(job_ids, lambda batch: scheduling_pass(ctx, fleet, trigger_job_ids=batch, full=True))
