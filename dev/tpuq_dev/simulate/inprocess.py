@@ -41,11 +41,29 @@ def raise_as_client(err: ApiError, url: str = "https://tpu.googleapis.com/") -> 
     raise core_exceptions.from_http_response(_response(err.http_status, err.to_json(), url)) from None
 
 
+def parse_json(message_type, data: dict):
+    """The protobuf message (`message_type.pb()`) the REST transport's `json_format.Parse(response text,
+    ignore_unknown_fields=True)` makes of the JSON body `data`: Parse is `json.loads` (refusing duplicate keys,
+    which a dict cannot have) then `ParseDict`, so `ParseDict` of the dict itself, without its text."""
+    from google.protobuf import json_format
+
+    return json_format.ParseDict(data, message_type.pb()(), ignore_unknown_fields=True)
+
+
+_SPLIT: dict[str, tuple[str, str]] = {}  # resource name -> (zone, id): a run reads the same names over and over
+
+
 def _split(name: str) -> tuple[str, str]:
+    found = _SPLIT.get(name)
+    if found is not None:
+        return found
     m = _NAME.match(name)
     if m is None:
         raise_as_client(ApiError("INVALID_ARGUMENT", f"Invalid resource name {name!r}"))
-    return m["zone"], m["id"]
+    if len(_SPLIT) > 100_000:
+        _SPLIT.clear()
+    found = _SPLIT[name] = (m["zone"], m["id"])
+    return found
 
 
 class SimTpuClient:
@@ -60,15 +78,14 @@ class SimTpuClient:
         self.recording: list[tuple[str, str, bytes | None]] | None = None
 
     def _parse(self, message_type, data: dict, key: bytes | None = None):
-        """`message_type.from_json` of the body, as the REST transport parses it; a fresh message every time.
+        """The body parsed as the REST transport parses it (`parse_json`); a fresh message every time.
         `key`: the body's `body_key`, when known."""
         key = (message_type, key or body_key(data))
         wire = self._parsed.get(key)
         if wire is None:
             if len(self._parsed) > 50_000:
                 self._parsed.clear()
-            wire = self._parsed[key] = message_type.serialize(
-                message_type.from_json(json.dumps(data), ignore_unknown_fields=True))
+            wire = self._parsed[key] = parse_json(message_type, data).SerializeToString()
         return message_type.deserialize(wire)
 
     def _call(self, fn, *args):
