@@ -376,7 +376,8 @@ class FakeTpuWorld:
                         rpc = self.sync_error_of_class(fault.error_class, project, zone or "-")
                         raise ApiError(rpc.status, fault.message or rpc.message, rpc.details)
                     raise ApiError(fault.status, fault.message, fault.details)
-            self.faults = [f for f in self.faults if f.remaining > 0]
+            if self.faults:
+                self.faults = [f for f in self.faults if f.remaining > 0]
             if self.billing_disabled(project):
                 err = billing_error(project)
                 raise ApiError(err.status, err.message, err.details)
