@@ -191,6 +191,7 @@ class Config:
     subnetwork: str
     # (job types, job regions) -> the entries that accept such a pending job (`_Pass.accepting`): a memo, not state
     accepting_memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    key_memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # `_Pass._constraint_key`
 
     def __post_init__(self) -> None:
         ids = [e.id for e in self.entries]
@@ -575,9 +576,18 @@ class _Pass:
         return found
 
     def _constraint_key(self, job: JobRec) -> tuple:  # capacity_policy.py: pending_job_entry_constraint_key
-        # (of a pending job; `sum(_entry_accepts(job, e) for e in entries)`)
+        # (of a pending job; `sum(_entry_accepts(job, e) for e in entries)`), kept per job record: a function of
+        # its fields, and a waiting job keeps its record from pass to pass
+        memo = self.cfg.key_memo
+        kept = memo.get(id(job))
+        if kept is not None and kept[0] is job:
+            return kept[1]
         compatible = len(self.accepting(job))
-        return (compatible == 0, -job.rank, compatible, job.submitted_at, job.id)
+        key = (compatible == 0, -job.rank, compatible, job.submitted_at, job.id)
+        if len(memo) > 100_000:
+            memo.clear()
+        memo[id(job)] = (job, key)
+        return key
 
     # tpu_runner/capacity_policy.py: plan_idle_assignments; tpu_runner/controller.py: Controller.assign_pending_jobs
     def assign(self) -> None:
@@ -593,8 +603,13 @@ class _Pass:
             e = entries[slot.node_id]
             return e is not None and job.accepts(e.type, e.zone)
 
+        fitting: dict[tuple, list[Slot]] = {}  # job shape -> the idle slots (in `idle`'s order) it fits
+
         def match(job: JobRec, visited: set[str]) -> bool:
-            candidates = sorted((s for s in idle if s.node_id not in visited and fits(job, s)),
+            shape = (job.types, job.regions)
+            if shape not in fitting:
+                fitting[shape] = [s for s in idle if fits(job, s)]
+            candidates = sorted((s for s in fitting[shape] if s.node_id not in visited),
                                 key=lambda s: (s.node_id in matched, s.node_id))
             for slot in candidates:
                 visited.add(slot.node_id)
