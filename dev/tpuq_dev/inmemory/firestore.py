@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import heapq
 import random
 import string
@@ -860,8 +861,8 @@ class _Named:
     def id(self) -> str:
         return self._parts[-1]
 
-    @property
-    def path(self) -> str:
+    @functools.cached_property
+    def path(self) -> str:  # (a reference's parts never change: joined once, on the first ask)
         return "/".join(self._parts)
 
 

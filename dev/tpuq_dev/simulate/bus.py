@@ -40,6 +40,43 @@ class Delivery:
 QUIET = object()  # a tick push the observer knows would be quiet: not pushed
 
 
+class KeyedRandom(random.Random):
+    """`random.Random(key)`, seeded when first drawn from rather than when made: the same numbers (every draw goes
+    through `random` or `getrandbits`), without seeding a generator for each of the many handlings that draw
+    nothing."""
+
+    def __init__(self, key: str) -> None:  # (random.Random.__init__ would seed now)
+        self._key: str | None = key
+        self.gauss_next = None
+
+    def _seeded(self) -> None:
+        key, self._key = self._key, None
+        random.Random.seed(self, key)
+
+    def random(self) -> float:
+        if self._key is not None:
+            self._seeded()
+        return super().random()
+
+    def getrandbits(self, k: int) -> int:
+        if self._key is not None:
+            self._seeded()
+        return super().getrandbits(k)
+
+    def getstate(self):
+        if self._key is not None:
+            self._seeded()
+        return super().getstate()
+
+    def seed(self, a=None, version: int = 2) -> None:
+        self._key = None
+        super().seed(a, version)
+
+    def setstate(self, state) -> None:
+        self._key = None
+        super().setstate(state)
+
+
 class DeliveryObserver(Protocol):
     def tick_push(self, subscription: str, message_id: str) -> object:
         """A tick is about to be pushed to `subscription`; the token comes back with its answer. `QUIET`: the
@@ -112,7 +149,10 @@ class SimBus:
         return str(self.TICK_IDS_FROM + number)
 
     def rng_for(self, subscription: str, message_id: str, attempt: int) -> random.Random:
-        return random.Random(f"{self.seed}:{subscription}:{message_id}:{attempt}")
+        return random.Random(self._rng_key(subscription, message_id, attempt))
+
+    def _rng_key(self, subscription: str, message_id: str, attempt: int) -> str:
+        return f"{self.seed}:{subscription}:{message_id}:{attempt}"
 
     def _latency(self, rng: random.Random) -> float:
         mean = self.delivery.latency
@@ -123,7 +163,8 @@ class SimBus:
         service = self.services[sub.service]
 
         def push():
-            service.rng = self.rng_for(sub.name, msg.message_id, attempt)  # the handler's randomness, keyed too
+            # The handler's randomness, keyed too (seeded only if the handler draws: most never do).
+            service.rng = KeyedRandom(self._rng_key(sub.name, msg.message_id, attempt))
             with self.handling(sub.name):
                 return service.deliver(sub, PushMessage(
                     msg.message_id, msg.data, msg.attributes, msg.publish_time, msg.subscription, attempt))

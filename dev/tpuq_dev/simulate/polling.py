@@ -108,6 +108,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections import Counter
 import random
 import re
 from collections.abc import Mapping
@@ -135,6 +136,7 @@ QR_DELETING = frozenset({Qs.DELETING, Qs.SUSPENDING})
 # tpu_runner/gcp.py: TERMINAL_TPU_VM_STATES
 NODE_TERMINAL = frozenset({Ns.PREEMPTED, Ns.TERMINATED, Ns.STOPPED, Ns.DELETING})
 LABEL_OWNER, LABEL_ENTRY = "managed-by", "fleet-entry"
+_GET_KINDS = {"nodes": "nodes.get", "queuedResources": "queuedResources.get"}  # the call counts' names
 
 
 class JobStatus(Enum):
@@ -187,9 +189,21 @@ class Config:
     external_ips: bool
     network: str
     subnetwork: str
+    # (job types, job regions) -> the entries that accept such a pending job (`_Pass.accepting`): a memo, not state
+    accepting_memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    key_memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)  # `_Pass._constraint_key`
+
+    def __post_init__(self) -> None:
+        ids = [e.id for e in self.entries]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"entry ids must be unique: {ids}")
+
+    @functools.cached_property
+    def by_id(self) -> dict[str, Entry]:
+        return {e.id: e for e in self.entries}
 
     def entry(self, entry_id: str | None) -> Entry | None:
-        return next((e for e in self.entries if e.id == entry_id), None)
+        return self.by_id.get(entry_id)  # type: ignore[arg-type]
 
 
 def _slug(value: str) -> str:
@@ -436,9 +450,12 @@ class _Pass:
             self.jobs.setdefault(job.id, job)
         self.slots = dict(state.slots)
         self.actions: list[Action] = []
+        self._reserved: Counter | None = None  # (family, zone) -> chips held (`reserved_chips`)
 
     def entry_of(self, view: NodeView | QrView) -> Entry | None:
-        return next((e for e in self.cfg.entries if owned(view, e, self.cfg.runner)), None)
+        """The entry that owns the view: only the one whose id is the view's entry label can."""
+        e = self.cfg.by_id.get(view.labels.get(LABEL_ENTRY))  # type: ignore[arg-type]
+        return e if e is not None and owned(view, e, self.cfg.runner) else None
 
     def run(self) -> ControllerState:
         self.refresh_queued()
@@ -472,7 +489,8 @@ class _Pass:
                 if slot is None:
                     self.slots[node.node_id] = Slot(node.node_id, entry.id, SlotStatus.idle, idle_since=self.now)
                 elif slot.job:
-                    self.slots[node.node_id] = replace(slot, status=SlotStatus.busy)
+                    if slot.status is not SlotStatus.busy:  # (an equal record otherwise)
+                        self.slots[node.node_id] = replace(slot, status=SlotStatus.busy)
                 elif slot.status in (SlotStatus.deleted, SlotStatus.preempted, SlotStatus.provisioning,
                                      SlotStatus.unavailable):
                     self.slots[node.node_id] = replace(slot, status=SlotStatus.idle, idle_since=self.now)
@@ -546,9 +564,30 @@ class _Pass:
     def _entry_accepts(self, job: JobRec, entry: Entry) -> bool:  # capacity_policy.py: pending_job_accepts_entry
         return job.status is JobStatus.pending and entry.count > 0 and job.accepts(entry.type, entry.zone)
 
+    def accepting(self, job: JobRec) -> tuple[int, ...]:
+        """The indexes of the entries `_entry_accepts` a pending job of this shape (types, regions): the same for
+        every job of the shape, so worked out once per shape."""
+        memo = self.cfg.accepting_memo
+        shape = (job.types, job.regions)
+        found = memo.get(shape)
+        if found is None:
+            pending = job if job.status is JobStatus.pending else replace(job, status=JobStatus.pending)
+            found = memo[shape] = tuple(i for i, e in enumerate(self.cfg.entries) if self._entry_accepts(pending, e))
+        return found
+
     def _constraint_key(self, job: JobRec) -> tuple:  # capacity_policy.py: pending_job_entry_constraint_key
-        compatible = sum(self._entry_accepts(job, e) for e in self.cfg.entries)
-        return (compatible == 0, -job.rank, compatible, job.submitted_at, job.id)
+        # (of a pending job; `sum(_entry_accepts(job, e) for e in entries)`), kept per job record: a function of
+        # its fields, and a waiting job keeps its record from pass to pass
+        memo = self.cfg.key_memo
+        kept = memo.get(id(job))
+        if kept is not None and kept[0] is job:
+            return kept[1]
+        compatible = len(self.accepting(job))
+        key = (compatible == 0, -job.rank, compatible, job.submitted_at, job.id)
+        if len(memo) > 100_000:
+            memo.clear()
+        memo[id(job)] = (job, key)
+        return key
 
     # tpu_runner/capacity_policy.py: plan_idle_assignments; tpu_runner/controller.py: Controller.assign_pending_jobs
     def assign(self) -> None:
@@ -564,8 +603,13 @@ class _Pass:
             e = entries[slot.node_id]
             return e is not None and job.accepts(e.type, e.zone)
 
+        fitting: dict[tuple, list[Slot]] = {}  # job shape -> the idle slots (in `idle`'s order) it fits
+
         def match(job: JobRec, visited: set[str]) -> bool:
-            candidates = sorted((s for s in idle if s.node_id not in visited and fits(job, s)),
+            shape = (job.types, job.regions)
+            if shape not in fitting:
+                fitting[shape] = [s for s in idle if fits(job, s)]
+            candidates = sorted((s for s in fitting[shape] if s.node_id not in visited),
                                 key=lambda s: (s.node_id in matched, s.node_id))
             for slot in candidates:
                 visited.add(slot.node_id)
@@ -591,16 +635,25 @@ class _Pass:
     # tpu_runner/capacity_policy.py: allocate_managed_pending_demand, desired_managed_capacity_counts
     def desired_counts(self) -> dict[str, int]:
         entries = self.cfg.entries
-        busy = {e.id: sum(1 for s in self.slots.values() if s.entry_id == e.id and s.busy) for e in entries}
-        demand = {e.id: 0 for e in entries}
-        pending = sorted((j for j in self.jobs.values() if j.status is JobStatus.pending), key=self._constraint_key)
-        for job in pending:
-            for e in entries:
-                if demand[e.id] >= max(0, e.count - busy[e.id]):
-                    continue
-                if self._entry_accepts(job, e):
-                    demand[e.id] += 1
-        return {e.id: min(e.count, max(e.keep_warm, busy[e.id] + demand[e.id])) for e in entries}
+        busy_by_entry = Counter(s.entry_id for s in self.slots.values() if s.busy)
+        busy = {e.id: busy_by_entry[e.id] for e in entries}
+        # Each pending job, in constraint order, adds one to every accepting entry still under its cap (count -
+        # busy); entries are independent of each other, and once every entry is at its cap no job adds anything.
+        caps = [max(0, e.count - busy[e.id]) for e in entries]
+        demand = [0] * len(entries)
+        open_entries = sum(1 for cap in caps if cap > 0)
+        if open_entries:
+            pending = sorted((j for j in self.jobs.values() if j.status is JobStatus.pending),
+                             key=self._constraint_key)
+            for job in pending:
+                for i in self.accepting(job):
+                    if demand[i] < caps[i]:
+                        demand[i] += 1
+                        if demand[i] == caps[i]:
+                            open_entries -= 1
+                if not open_entries:
+                    break
+        return {e.id: min(e.count, max(e.keep_warm, busy[e.id] + demand[i])) for i, e in enumerate(entries)}
 
     # tpu_runner/controller.py: Controller.managed_idle_timeout_elapsed
     def idle_timeout_elapsed(self, node_id: str, entry: Entry) -> bool:
@@ -625,22 +678,30 @@ class _Pass:
             if e.quota_key not in quota:
                 quota[e.quota_key] = max(0, e.chip_limit - self.reserved_chips(e))
         desired_counts = self.desired_counts()
+        # What each entry owns (in the order observed) and its busy slots, grouped once for the pass.
+        qrs_of, nodes_of = self._owned_by_entry(obs.qrs.values()), self._owned_by_entry(obs.nodes.values())
+        busy_of: dict[str, set[str]] = {}
+        for s in self.slots.values():
+            if s.busy:
+                busy_of.setdefault(s.entry_id, set()).add(s.node_id)
+        used_names = set(obs.qrs)
+        used_nodes = {q.node_id for q in obs.qrs.values() if q.node_id}
         for e in cfg.entries:
             declared = e.slots
             desired_count = desired_counts[e.id]
             declared_ids = [n for _, n in declared]
-            mine_qrs = [q for q in obs.qrs.values() if owned(q, e, cfg.runner)]
-            mine_nodes = [n for n in obs.nodes.values() if owned(n, e, cfg.runner)]
+            mine_qrs = qrs_of.get(e.id, [])
+            mine_nodes = nodes_of.get(e.id, [])
             terminal_qr_nodes = {q.node_id for q in mine_qrs if q.terminal and q.node_id}
             terminal_qr_names = {q.qr_id for q in mine_qrs if q.terminal}
-            busy_ids = {s.node_id for s in self.slots.values() if s.entry_id == e.id and s.busy}
+            busy_ids = busy_of.get(e.id, set())
             ready = [n for n in mine_nodes if n.ready and n.node_id not in terminal_qr_nodes
                      and f"qr-{n.node_id}" not in terminal_qr_names]
             live_ids = {n.node_id for n in ready} | {q.node_id for q in mine_qrs if q.live and q.node_id}
-            preferred: list[str] = []
+            preferred: dict[str, None] = {}  # (an ordered set)
             for group in (busy_ids, live_ids, set(declared_ids) - terminal_qr_nodes):
-                preferred += [n for n in declared_ids if n in group and n not in preferred]
-            desired_ids = set(preferred[:desired_count])
+                preferred.update((n, None) for n in declared_ids if n in group and n not in preferred)
+            desired_ids = set(list(preferred)[:desired_count])
             desired = [(q, n) for q, n in declared if n in desired_ids]
             deleted_qrs: set[str] = set()
             if desired_count == 0:
@@ -682,8 +743,6 @@ class _Pass:
                        and (q.qr_id, q.node_id) in pairs and q.node_id not in ready_ids]
             missing = max(0, desired_count - len(ready) - len(waiting))
             missing = min(missing, quota[e.quota_key] // e.chips)
-            used_names = set(obs.qrs)
-            used_nodes = {q.node_id for q in obs.qrs.values() if q.node_id}
             for qr_id, node_id in desired:
                 if missing <= 0:
                     break
@@ -694,16 +753,35 @@ class _Pass:
                 quota[e.quota_key] -= e.chips
                 missing -= 1
 
+    def _owned_by_entry(self, views) -> dict[str, list]:
+        """Entry id -> the views `owned` by that entry, in the views' order (`[v for v in views if owned(v, e)]`
+        for every entry at once: only the entry named by a view's entry label can own it)."""
+        out: dict[str, list] = {}
+        runner, by_id = self.cfg.runner, self.cfg.by_id
+        for view in views:
+            e = by_id.get(view.labels.get(LABEL_ENTRY))  # type: ignore[arg-type]
+            if e is not None and owned(view, e, runner):
+                out.setdefault(e.id, []).append(view)
+        return out
+
     def reserved_chips(self, entry: Entry) -> int:
         """Chips held in the entry's (family, zone): non-terminal nodes, plus live requests without a node."""
-        terminal_qr_nodes = {q.node_id for q in self.obs.qrs.values() if q.terminal and q.node_id}
-        key = entry.quota_key
-        nodes = {n.node_id: n for n in self.obs.nodes.values()
-                 if not n.terminal and n.node_id not in terminal_qr_nodes and (_accel(n.type)[0], n.zone) == key}
-        total = sum(_accel(n.type)[1] for n in nodes.values())
-        total += sum(_accel(q.type)[1] for q in self.obs.qrs.values()
-                     if q.live and q.node_id not in nodes and (_accel(q.type)[0], q.zone) == key)
-        return total
+        if self._reserved is None:  # every (family, zone) at once: the observations do not change in a pass
+            terminal_qr_nodes = {q.node_id for q in self.obs.qrs.values() if q.terminal and q.node_id}
+            nodes: dict[tuple, set[str]] = {}
+            reserved: Counter = Counter()
+            for n in self.obs.nodes.values():
+                if not n.terminal and n.node_id not in terminal_qr_nodes:
+                    family, chips = _accel(n.type)
+                    nodes.setdefault((family, n.zone), set()).add(n.node_id)
+                    reserved[(family, n.zone)] += chips
+            for q in self.obs.qrs.values():
+                if q.live:
+                    family, chips = _accel(q.type)
+                    if q.node_id not in nodes.get((family, q.zone), ()):
+                        reserved[(family, q.zone)] += chips
+            self._reserved = reserved
+        return self._reserved[entry.quota_key]
 
 
 @functools.lru_cache(maxsize=None)
@@ -754,6 +832,11 @@ class PollingPolicy:
         self.passes = 0
         self._live: dict[tuple[str, int], tuple[str, str]] = {}  # (job, attempt) -> (zone, node id) started
         self._quiet: tuple | None = None  # the world's fingerprint after a pass that changed nothing
+        # Every declared ordinal: (zone, queued resource id, node id, the queued resource's and the node's full names)
+        self._views: dict[str, tuple[dict, NodeView | QrView]] = {}  # full name -> (its last body, its view)
+        self._declared = [(e.zone, qr_id, node_id, self._name(e.zone, "queuedResources", qr_id),
+                           self._name(e.zone, "nodes", node_id))
+                          for e in self.state.config.entries for qr_id, node_id in e.slots]
 
     def start(self) -> None:
         self.workers.before_end = self._physics
@@ -795,13 +878,11 @@ class PollingPolicy:
     # same records under the declared names, no submission, no finished attempt, no idle timeout due, and no
     # scripted call faults or billing windows (they make GETs fail at a time of their own).
     def _fingerprint(self) -> tuple:
-        world, project = self.cloud.world, self.cloud.project
+        qrs, nodes = self.cloud.world.queued_resources, self.cloud.world.nodes
         out = []
-        for e in self.state.config.entries:
-            for qr_id, node_id in e.slots:
-                q = world.queued_resources.get(f"projects/{project}/locations/{e.zone}/queuedResources/{qr_id}")
-                n = world.nodes.get(self._node_name(e.zone, node_id))
-                out.append((q.state if q else None, n.state if n else None, n.health if n else None))
+        for _, _, _, qr_name, node_name in self._declared:
+            q, n = qrs.get(qr_name), nodes.get(node_name)
+            out.append((q.state if q else None, n.state if n else None, n.health if n else None))
         return tuple(out)
 
     def _still_quiet(self) -> bool:
@@ -817,10 +898,9 @@ class PollingPolicy:
     def _count_gets(self) -> None:
         reads = 1 if self.state.has_active_jobs else 2  # R1: the second inventory read of a pass without jobs
         self.inventory_reads += reads
-        for e in self.state.config.entries:
-            for _ in range(len(e.slots) * reads):
-                self.cloud.count("nodes.get")
-                self.cloud.count("queuedResources.get")
+        if self._declared:  # (`SimCloud.count` of each GET)
+            self.cloud.calls["nodes.get"] += len(self._declared) * reads
+            self.cloud.calls["queuedResources.get"] += len(self._declared) * reads
 
     def _unseen_jobs(self) -> bool:
         return self._next_job < len(self.jobs) and self.jobs[self._next_job].submit_at <= self.loop.now()
@@ -831,15 +911,26 @@ class PollingPolicy:
         self.inventory_reads += 1
         self.cloud.world.advance()
         self._checked = {}  # a new pass: asked again
-        for e in self.state.config.entries:
-            for qr_id, node_id in e.slots:
-                node = self._get(e.zone, "nodes", node_id)
-                if node is not None:
-                    nodes[node_id] = node_view(node)
-                qr = self._get(e.zone, "queuedResources", qr_id)
-                if qr is not None:
-                    qrs[qr_id] = qr_view(qr)
+        views = self._views
+        for zone, qr_id, node_id, qr_name, node_name in self._declared:
+            node = self._get(zone, "nodes", node_name)
+            if node is not None:
+                nodes[node_id] = self._view(views, node_name, node, node_view)
+            qr = self._get(zone, "queuedResources", qr_name)
+            if qr is not None:
+                qrs[qr_id] = self._view(views, qr_name, qr, qr_view)
         return nodes, qrs
+
+    @staticmethod
+    def _view(views: dict, name: str, body: dict, parse):
+        """`parse(body)`, parsed again only when the body is another object: SimCloud hands out the same body
+        object while the resource's rendered fields stay the same (and bodies are never changed)."""
+        kept = views.get(name)
+        if kept is not None and kept[0] is body:
+            return kept[1]
+        view = parse(body)
+        views[name] = (body, view)
+        return view
 
     def _stops(self) -> bool:
         """R1: with no job left, tpu-runner reads the whole inventory a second time (`managed_capacity_exists`)
@@ -864,12 +955,12 @@ class PollingPolicy:
         exited = frozenset(j for j in self.state.jobs if j in self.workers.done)
         return Observed(nodes, qrs, tuple(submitted), exited)
 
-    def _get(self, zone: str, collection: str, name: str) -> dict | None:
+    def _get(self, zone: str, collection: str, full: str) -> dict | None:
         """`SimCloud.get_node` / `get_queued_resource` (counted, checked, rendered the same way) without the
         model's `advance()` on every call: the pass's GETs are at one virtual instant, and the driver advanced the
-        world once before them. None for NOT_FOUND (R3)."""
+        world once before them. `full`: the resource's full name. None for NOT_FOUND (R3)."""
         cloud, world = self.cloud, self.cloud.world
-        cloud.count(f"{collection}.get")
+        cloud.calls[_GET_KINDS[collection]] += 1  # `SimCloud.count` of a read
         if world.faults:  # scripted failures count down call by call
             world.check_call(cloud.project, zone, "GET", collection)
         else:  # without them the answer is the project's and the zone's, at this instant: asked once a pass
@@ -881,7 +972,6 @@ class PollingPolicy:
                     self._checked[zone] = err
             if self._checked[zone] is not None:
                 raise self._checked[zone]
-        full = f"projects/{cloud.project}/locations/{zone}/{collection}/{name}"
         if collection == "nodes":
             record = world.nodes.get(full)
             return cloud.node_record_body(record)[0] if record is not None else None
@@ -926,7 +1016,10 @@ class PollingPolicy:
             self.log.append((now, action))
 
     def _node_name(self, zone: str, node_id: str) -> str:
-        return f"projects/{self.cloud.project}/locations/{zone}/nodes/{node_id}"
+        return self._name(zone, "nodes", node_id)
+
+    def _name(self, zone: str, collection: str, resource_id: str) -> str:
+        return f"projects/{self.cloud.project}/locations/{zone}/{collection}/{resource_id}"
 
     def _node_gone(self, zone: str, node_id: str) -> None:
         at = self._lost_at(zone, node_id)

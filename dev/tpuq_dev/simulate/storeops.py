@@ -21,15 +21,23 @@ OUTSIDE = "(simulator)"
 class OpsBySubscription:
     def __init__(self, billed: BilledOps) -> None:
         self._billed = billed  # the store's own counter, read at each boundary
-        self._mark = billed.copy()
+        self._mark = (billed.reads, billed.writes, billed.deletes)  # its counts at the last boundary
         self._handling: list[str] = []  # the subscriptions being handled, innermost last
         self.by: dict[str, BilledOps] = {}
 
     def _flush(self) -> None:
-        """Count what the store billed since the last boundary to the handling in progress."""
-        label = self._handling[-1] if self._handling else OUTSIDE
-        self.by.setdefault(label, BilledOps()).add(self._billed - self._mark)
-        self._mark = self._billed.copy()
+        """Count what the store billed since the last boundary to the handling in progress (called twice a push:
+        plain integers, and nothing counted when nothing was billed)."""
+        billed, (reads, writes, deletes) = self._billed, self._mark
+        if billed.reads != reads or billed.writes != writes or billed.deletes != deletes:
+            label = self._handling[-1] if self._handling else OUTSIDE
+            ops = self.by.get(label)
+            if ops is None:
+                ops = self.by[label] = BilledOps()
+            ops.reads += billed.reads - reads
+            ops.writes += billed.writes - writes
+            ops.deletes += billed.deletes - deletes
+            self._mark = (billed.reads, billed.writes, billed.deletes)
 
     @contextmanager
     def handling(self, subscription: str) -> Iterator[None]:

@@ -13,7 +13,6 @@ Nothing here decides anything the services decide.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections import Counter, defaultdict
@@ -46,7 +45,7 @@ from tpuq.runtime.service import Service
 from .bus import QUIET, Delivery, SimBus
 from .cloud import SimCloud
 from .events import EventLoop
-from .inprocess import SimGoogleApisSession, SimTpuClient
+from .inprocess import SimGoogleApisSession, SimTpuClient, parse_json
 from .metrics import FirestoreOps
 from .observed import RepeatedObservations
 from .workers import AttemptRun, SimWorkers
@@ -180,8 +179,7 @@ class SimTpuApi(RepeatedObservations, TpuApi):
         if hit is None:
             if len(self._parsed) > 20_000:
                 self._parsed.clear()
-            node = tpu_v2.Node.from_json(json.dumps(data), ignore_unknown_fields=True)
-            hit = self._parsed[key] = (tpu_v2.Node.serialize(node), NodeHealth.from_api(data))
+            hit = self._parsed[key] = (parse_json(tpu_v2.Node, data).SerializeToString(), NodeHealth.from_api(data))
         return tpu_v2.Node.deserialize(hit[0]), hit[1]
 
 
