@@ -189,3 +189,10 @@ def test_what_the_relay_reads_off_the_wire():
     line = b"POST /v1/projects/tpuq-local/topics/jobs:publish?alt=json HTTP/1.1\r\nHost: x\r\n\r\n{}"
     assert [m.group(1) for m in REST_PUBLISH.finditer(line)] == [b"projects/tpuq-local/topics/jobs"]
     assert not REST_PUBLISH.search(b"POST /v1/projects/p/subscriptions/s:pull HTTP/1.1\r\n")
+
+
+def test_a_publish_as_large_as_pub_sub_takes_passes_the_relay(stack, relay, endpoint, topic, monkeypatch):
+    """gRPC's own 4 MB limit must not refuse what Pub/Sub accepts (a publish request up to 10 MB)."""
+    subscribe(stack, topic, endpoint.url + "/push")
+    publish_grpc(relay.grpc_host, topic, ["x" * (6 << 20)], monkeypatch)
+    wait_until(lambda: len(endpoint.received) == 1, timeout=60, what="the 6 MB message pushed")

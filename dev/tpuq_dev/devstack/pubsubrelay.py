@@ -46,6 +46,8 @@ log = logging.getLogger("tpuq_dev.devstack.pubsubrelay")
 PUBLISH = "/google.pubsub.v1.Publisher/Publish"
 STREAMING = {"/google.pubsub.v1.Subscriber/StreamingPull"}  # the API's one streaming method (bidirectional)
 PULL_BATCH = 100
+# gRPC's 4 MB default would refuse a publish Pub/Sub takes (a request up to 10 MB): the emulator decides instead.
+MESSAGE_SIZE_OPTIONS = [("grpc.max_receive_message_length", 32 << 20), ("grpc.max_send_message_length", 32 << 20)]
 TOPIC_SUBSCRIPTIONS_TTL_SECONDS = 2.0  # a subscription created since is pushed by the emulator meanwhile
 PUSH_TIMEOUT_SECONDS = 10.0
 HTTP2_PREFACE_START = b"PRI "  # "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n": a gRPC connection's first bytes
@@ -304,9 +306,9 @@ class Running:
     """A relay serving: its gRPC port (the services'), and its port for everyone (gRPC here, the rest to the emulator)."""
 
     def __init__(self, pubsub_host: str, port: int, front_urls: list[str], mux_port: int | None = None):
-        self._channel = grpc.insecure_channel(pubsub_host)
+        self._channel = grpc.insecure_channel(pubsub_host, options=MESSAGE_SIZE_OPTIONS)
         self.relay = Relay(self._channel, front_urls)
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=64),
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=MESSAGE_SIZE_OPTIONS,
                                    handlers=[_Forwarder(self._channel, self.relay.published)])
         self._server.add_insecure_port(f"127.0.0.1:{port}")
         self._server.start()
