@@ -25,7 +25,9 @@ class StackError(TpuqError, RuntimeError):
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("TPUQ_DEV_DIR") or Path.home() / ".tpuq" / "dev")
+    """`$TPUQ_DEV_DIR`; else the stack a shell's `eval "$(tpuq dev env)"` points at (`dev down` and `dev status` in
+    that shell act on the stack its other commands use, wherever it was started); else ~/.tpuq/dev."""
+    return Path(os.environ.get("TPUQ_DEV_DIR") or os.environ.get(ENV_STACK_DIR) or Path.home() / ".tpuq" / "dev")
 
 
 def load_env(state_dir: Path | None = None) -> dict[str, str]:

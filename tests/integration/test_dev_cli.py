@@ -19,6 +19,8 @@ def test_dev_up_env_down_leaves_nothing_running(tmp_path):
     env = {**os.environ, "TPUQ_DEV_DIR": str(tmp_path / "dev")}
     up = tpuq("dev", "up", env=env)
     assert up.returncode == 0, up.stderr
+    exported = None
+    other = {k: v for k, v in os.environ.items() if k not in ("TPUQ_DEV_DIR", "TPUQ_DEV_STACK_DIR")}
     try:
         status = json.loads(tpuq("dev", "status", "--json", env=env).stdout)
         names = {p["name"] for p in status}
@@ -39,9 +41,19 @@ def test_dev_up_env_down_leaves_nothing_running(tmp_path):
                                       capture_output=True, text=True, check=True).stdout.strip()
         assert tpu_endpoint.startswith("http://127.0.0.1:")
         assert tpuq("dev", "up", env=env).returncode == 1  # one stack at a time, said clearly
+        # Another terminal, which only evaluated `dev env` (no TPUQ_DEV_DIR): `dev status` and `dev down` there act
+        # on this stack, as its other commands do.
+        there = subprocess.run(["bash", "-c", f"{exported}\ntpuq dev status --json"], env=other, capture_output=True,
+                               text=True, timeout=180)
+        assert there.returncode == 0 and {p["name"] for p in json.loads(there.stdout)} == names, there.stderr
     finally:
-        down = tpuq("dev", "down", env=env)
+        if exported is not None:
+            down = subprocess.run(["bash", "-c", f"{exported}\ntpuq dev down"], env=other, capture_output=True,
+                                  text=True, timeout=180)
+        else:
+            down = tpuq("dev", "down", env=env)
     assert down.returncode == 0, down.stderr
+    assert f"stopped {len(records)} processes" in down.stdout
     assert not any(is_alive(r) for r in records)
     def group_gone(r: ProcRecord) -> bool:
         try:
