@@ -53,10 +53,13 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
     if follow and any(p.spec.is_group for p in prepared):
         raise CliError("--follow prints one job's logs: a group's are its tasks' (tpuq logs TASK-ID); use --wait")
     _store_webhook_urls(clients, prepared)
-    _check_runnable(clients, prepared, force)
+    _check_job_buckets(clients, prepared)  # first: a mistyped bucket also names a region no entry offers
+    forced = _check_runnable(clients, prepared, force)
     _check_ids_unused(clients, prepared)
     _check_dependencies(clients, prepared)
-    _check_job_buckets(clients, prepared)
+    for line in forced:  # said once nothing else stops the submission
+        err.print(f"[yellow]warning:[/yellow] {line}; submitted anyway (--force): it waits blocked",
+                  highlight=False, markup=True)
     ids = submit_prepared(clients, prepared, owner=current_owner())
     for p, job_id in zip(prepared, ids):
         note = ""
@@ -94,8 +97,9 @@ def _store_webhook_urls(clients, prepared) -> None:
                                "Nothing was submitted") from None
 
 
-def _check_runnable(clients, prepared, force: bool) -> None:
-    """A job no entry of the stored fleet can run is refused (one line per job), unless --force."""
+def _check_runnable(clients, prepared, force: bool) -> list[str]:
+    """A job no entry of the stored fleet can run is refused (one line per job), unless --force: then the lines to
+    warn with."""
     from datetime import datetime, timezone
 
     from tpuq.contracts.errors import TpuqError
@@ -104,14 +108,11 @@ def _check_runnable(clients, prepared, force: bool) -> None:
     try:
         fleet = load_fleet(clients.firestore, fleet_in_use())
     except TpuqError:
-        return  # no fleet stored (or several, none chosen): nothing to check against; the scheduler decides
+        return []  # no fleet stored (or several, none chosen): nothing to check against; the scheduler decides
     lines = unrunnable_jobs(prepared, fleet, datetime.now(timezone.utc))
-    if lines and force:
-        for line in lines:
-            err.print(f"[yellow]warning:[/yellow] {line}; submitted anyway (--force): it waits blocked",
-                      highlight=False, markup=True)
-    elif lines:
+    if lines and not force:
         raise CliError("; ".join(lines) + " (--force submits anyway)")
+    return lines
 
 
 def _check_ids_unused(clients, prepared) -> None:
@@ -282,7 +283,8 @@ def list_(state: Optional[JobState] = typer.Option(None, "--state", case_sensiti
     if as_json:
         print(json.dumps(rows, default=json_default, indent=2))
         return
-    print_job_table(rows, datetime.now(timezone.utc))
+    narrowed = " and ".join(([f"in state {state.value}"] if state else []) + (["of yours"] if mine else []))
+    print_job_table(rows, datetime.now(timezone.utc), narrowed or None)
 
 
 # Exit statuses of cancel and set-priority, as tpu-runner's: 1 an unknown job, 2 a conflict (it started).

@@ -122,6 +122,17 @@ def test_a_job_no_entry_can_run_is_refused_naming_what_the_fleet_offers(person, 
     assert person.tpuq("status", job_id, ok=None).returncode != 0  # nothing was sent
 
 
+def test_a_mistyped_bucket_is_named_first_not_taken_for_a_region_no_entry_offers(person):
+    job_id = f"typo-{uuid.uuid4().hex[:6]}"
+    refused = person.tpuq("submit", str(person.job_file(id=job_id, tpu="v4-8", command="true",
+                                                          buckets=["gs://tpuq-demo-us-centrl2"])),
+                          "--force", ok=None)
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.strip().startswith("error: bucket gs://tpuq-demo-us-centrl2 does not exist"), refused.stderr
+    assert "submitted anyway" not in refused.stderr and "no fleet entry" not in refused.stderr
+    assert person.tpuq("status", job_id, ok=None).returncode != 0  # nothing was sent
+
+
 def test_forced_or_published_it_waits_blocked_from_the_first_second(person):
     job_id = f"forced-{uuid.uuid4().hex[:6]}"
     forced = person.tpuq("submit", str(person.job_file(id=job_id, tpu="v5p-8", command="true")), "--force")
