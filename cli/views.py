@@ -106,9 +106,10 @@ def tab_separated(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join("\t".join(cell(c) for c in r) for r in (header, *rows))
 
 
-def print_job_table(rows, now) -> None:
+def print_job_table(rows, now, filtered: str | None = None) -> None:
+    """`filtered`: what narrowed the list (`--state pending`, `--mine`), named when nothing is left."""
     if not rows:
-        out.print("no jobs yet (tpuq submit job.yaml)")
+        out.print(f"no jobs {filtered}" if filtered else "no jobs yet (tpuq submit job.yaml)")
         return
     text_rows = job_table_rows(rows, now)
     if not out.is_terminal:

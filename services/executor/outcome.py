@@ -244,7 +244,7 @@ def _decide(
             # attempt now would free the slice for deletion under them.
             return Wait(f"worker {noticed[0].worker_id} saw the notice; waiting for the others to save and stop",
                         until=save_until)
-        workers = ", ".join(str(s.worker_id) for s in noticed)
+        workers = ", ".join(str(w) for w in sorted(s.worker_id for s in noticed))  # by number, not by when
         what = next((s.preemption_notice for s in noticed if s.preemption_notice not in (None, "preempted")), None)
         notice = f"the notice of {what}" if what else "the preemption notice"
         return Decided(AttemptOutcome.preempted, f"worker {workers} saw {notice}", exit_codes)

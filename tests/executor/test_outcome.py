@@ -107,6 +107,9 @@ def test_the_others_are_given_the_notice_to_save_before_the_attempt_ends():
 @pytest.mark.parametrize("statuses, kw, outcome, detail", [
     # A job that checkpoints on the notice's SIGTERM and exits 0 has not finished: preempted, retried.
     ([st(i, 0, preempted=True) for i in range(4)], {}, AttemptOutcome.preempted, "worker 0, 1, 2, 3 saw the preemption notice"),
+    # Named by number, whichever noticed first.
+    ([st(w, 0, at=n, preempted=True) for n, w in enumerate([1, 2, 0, 3])], {"now_s": 40}, AttemptOutcome.preempted,
+     "worker 0, 1, 2, 3 saw the preemption notice"),
     ([st(0, 143, preempted=True, preemption_notice="host maintenance (TERMINATE_ON_HOST_MAINTENANCE)")], {"workers": 1},
      AttemptOutcome.preempted, "worker 0 saw the notice of host maintenance (TERMINATE_ON_HOST_MAINTENANCE)"),
     # max_duration: failed at once (terminal), whatever the exit codes, the node or the other workers.
@@ -118,7 +121,7 @@ def test_the_others_are_given_the_notice_to_save_before_the_attempt_ends():
      "timed out after 1m30s (max_duration): worker 1 stopped"),
     ([st(0, 143, timed_out=True, max_duration_seconds=90)], {"cancel_requested": True}, AttemptOutcome.cancelled,
      "cancelled"),
-], ids=["notice-then-exit-0", "maintenance-notice", "timed-out-one", "timed-out-all-exit-0", "timed-out-beats-node",
+], ids=["notice-then-exit-0", "noticed-out-of-order", "maintenance-notice", "timed-out-one", "timed-out-all-exit-0", "timed-out-beats-node",
         "cancel-beats-timeout"])
 def test_preemption_notice_and_max_duration(statuses, kw, outcome, detail):
     d = decide(statuses, **kw)

@@ -78,6 +78,12 @@ def test_list_folds_a_group_into_one_line_unless_asked_for_its_tasks(cli):
     assert len(every.stdout.splitlines()) == 1 + 6, every.stdout
 
 
+def test_an_empty_filtered_list_says_what_it_filtered_not_that_there_are_no_jobs(cli):
+    none = cli("list", "--state", "cancelled")
+    assert none.exit_code == 0, none.output
+    assert none.stdout.strip() == "no jobs in state cancelled"
+
+
 def _ending_one_task_per_sleep(monkeypatch, clients, outcome):
     """`tpuq watch GROUP`'s sleeps, each ending the next unfinished task (`outcome(task id)`: its end state)."""
     from tpuq.cli import live
