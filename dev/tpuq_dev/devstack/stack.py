@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 import shutil
 import subprocess
@@ -191,14 +193,20 @@ class DevStack:
         self.env.update({ENV_STACK_ID: uuid.uuid4().hex[:12], ENV_STACK_DIR: str(self.state_dir.resolve())})
         try:
             self._start_emulators()
-            self._declare_topics()
-            self._start_fake_gcs()
-            self._create_buckets(self.buckets)
-            self._make_ssh_identity()
-            if self.scenario is not None:
-                self._start_fake_tpu()
-            if self.fleet_file is not None:
-                self._store_fleet()
+            # The emulators' first requests (the topics, the fleet: 1-2 s of their JVMs warming up) run beside the
+            # other processes' start-ups. Fake GCS publishes to a topic only on an upload; a service reads the
+            # fleet at its first request.
+            with ThreadPoolExecutor(2, thread_name_prefix="stack-up") as pool:
+                first_requests = [pool.submit(self._declare_topics)]
+                if self.fleet_file is not None:
+                    first_requests.append(pool.submit(self._fleet_store()))
+                self._start_fake_gcs()
+                self._create_buckets(self.buckets)
+                self._make_ssh_identity()
+                if self.scenario is not None:
+                    self._start_fake_tpu()
+                for request in first_requests:
+                    request.result()
             self._assign_service_urls()
             notifystack.start(self)  # the webhook receiver, and the secret tpuq-dev-webhook naming it
             self._start_services({name: None for name in self.services})
@@ -311,6 +319,11 @@ class DevStack:
         self.env["CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER"] = google_url + "/"  # `gcloud secrets ...` too
 
     def _store_fleet(self) -> None:
+        self._fleet_store()()
+
+    def _fleet_store(self) -> Callable[[], None]:
+        """What stores the fleet file's fleet, to call now or on another thread; the client is made and TPUQ_FLEET
+        set here, on the caller's."""
         from google.cloud import firestore
 
         from tpuq.runtime.fleetstore import save_fleet
@@ -328,8 +341,8 @@ class DevStack:
                 os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
             else:
                 os.environ["FIRESTORE_EMULATOR_HOST"] = previous
-        save_fleet(db, fleet, utcnow())
         self.env["TPUQ_FLEET"] = fleet.name
+        return lambda: save_fleet(db, fleet, utcnow())
 
     def kill_service(self, name: str) -> None:
         """SIGKILL a service process, like a crash (`start_service_again` brings it back on its port)."""
