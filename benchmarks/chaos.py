@@ -436,7 +436,8 @@ class Soak:
                 self.dump(job.id)
 
     def wait_terminal(self, deadline: float) -> None:
-        last_dump = time.monotonic()
+        last_dump = last_log = time.monotonic()
+        last_states: Counter = Counter()
         while time.monotonic() < deadline:
             states, waiting = Counter(), []
             for snap in self.clients.firestore.collection(store.JOBS).select(["state"]).stream():
@@ -448,12 +449,14 @@ class Soak:
             done = sum(n for s, n in states.items() if s and JobState(s).terminal)
             if done == len(self.published) == self.n_jobs:
                 return
-            log(f"{done}/{self.n_jobs} jobs terminal", dict(states))
+            if states != last_states or time.monotonic() - last_log >= 5:
+                last_states, last_log = states, time.monotonic()
+                log(f"{done}/{self.n_jobs} jobs terminal", dict(states))
             if time.monotonic() - last_dump > 60 and len(waiting) <= 5:
                 last_dump = time.monotonic()
                 for job_id in waiting:  # what a stall looks like, for whoever reads the log
                     self.dump(job_id)
-            time.sleep(5)
+            time.sleep(1)  # one query: the soak ends within a second of its last job, not up to 5 s later
 
     def dump(self, job_id: str) -> None:
         job = self.job(job_id) or {}
@@ -499,7 +502,7 @@ class Soak:
             left = self.tpuq_resources()
             if not left or time.monotonic() > deadline:
                 break
-            time.sleep(3)
+            time.sleep(1)
         violations["leftovers"] = left
         deletes = [c for c in self.control.calls(method="DELETE")
                    if c["path"].rsplit("/", 1)[-1].split("?")[0] in HAND_MADE]

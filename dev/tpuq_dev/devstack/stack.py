@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 import shutil
 import subprocess
@@ -55,6 +57,9 @@ def ALL_SERVICES_AVAILABLE() -> tuple[str, ...]:
     from tpuq.runtime.entrypoints import entry_module
 
     return tuple(name for name in topology.SERVICES if importlib.util.find_spec(entry_module(name)))
+
+
+GRACEFUL_STOP = frozenset({"fake-tpu"})  # what `down` stops with SIGTERM and a grace; the rest with SIGKILL
 
 
 def service_argv(name: str, host: str, port: int, python: str = sys.executable) -> list[str]:
@@ -193,16 +198,22 @@ class DevStack:
         self.env.update({ENV_STACK_ID: uuid.uuid4().hex[:12], ENV_STACK_DIR: str(self.state_dir.resolve())})
         try:
             self._start_emulators()
-            self._declare_topics()
             self._assign_service_urls()
-            self._start_pubsub_relay()
-            self._start_fake_gcs()
-            self._create_buckets(self.buckets)
-            self._make_ssh_identity()
-            if self.scenario is not None:
-                self._start_fake_tpu()
-            if self.fleet_file is not None:
-                self._store_fleet()
+            self._start_pubsub_relay()  # spawned only: waited for before the front
+            # The emulators' first requests (the topics, the fleet: 1-2 s of their JVMs warming up) run beside the
+            # other processes' start-ups. Fake GCS publishes to a topic only on an upload; a service reads the
+            # fleet at its first request.
+            with ThreadPoolExecutor(2, thread_name_prefix="stack-up") as pool:
+                first_requests = [pool.submit(self._declare_topics)]
+                if self.fleet_file is not None:
+                    first_requests.append(pool.submit(self._fleet_store()))
+                self._start_fake_gcs()
+                self._create_buckets(self.buckets)
+                self._make_ssh_identity()
+                if self.scenario is not None:
+                    self._start_fake_tpu()
+                for request in first_requests:
+                    request.result()
             notifystack.start(self)  # the webhook receiver, and the secret tpuq-dev-webhook naming it
             self._start_services({name: None for name in self.services})
             self._wait_for_pubsub_relay()
@@ -343,6 +354,11 @@ class DevStack:
         self.env["CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER"] = google_url + "/"  # `gcloud secrets ...` too
 
     def _store_fleet(self) -> None:
+        self._fleet_store()()
+
+    def _fleet_store(self) -> Callable[[], None]:
+        """What stores the fleet file's fleet, to call now or on another thread; the client is made and TPUQ_FLEET
+        set here, on the caller's."""
         from google.cloud import firestore
 
         from tpuq.runtime.fleetstore import save_fleet
@@ -360,8 +376,8 @@ class DevStack:
                 os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
             else:
                 os.environ["FIRESTORE_EMULATOR_HOST"] = previous
-        save_fleet(db, fleet, utcnow())
         self.env["TPUQ_FLEET"] = fleet.name
+        return lambda: save_fleet(db, fleet, utcnow())
 
     def kill_service(self, name: str) -> None:
         """SIGKILL a service process, like a crash (`start_service_again` brings it back on its port)."""
@@ -470,7 +486,8 @@ class DevStack:
 
     # ------------------------------------------------------------ pubsub/gcs
     def _declare_topics(self) -> None:
-        declare_topics(self.env["PUBSUB_EMULATOR_HOST"], self.project)
+        # The emulator itself: at `up` the relay, which `env` names once spawned, may not listen yet.
+        declare_topics(self.pubsub_emulator_host or self.env["PUBSUB_EMULATOR_HOST"], self.project)
 
     def _declare_subscriptions(self) -> None:
         """The push subscriptions as deploy creates them (endpoint, OIDC account and audience), on the emulator, and
@@ -544,7 +561,9 @@ class DevStack:
         if not records and self.state_file.exists():
             records, _ = processes.load_records(self.state_file)
         notifystack.save_secret_grants(self)  # for the IAM check after (tpuq_dev.iam.calls.stack_project)
-        processes.stop_all(list(reversed(records)))
+        # Only the fake TPU has work to do on SIGTERM (it kills its worker hosts). The rest hold only memory that goes
+        # with the stack: killed at once, not after a graceful stop (a busy executor's took the whole 5 s grace).
+        processes.stop_all(list(reversed(records)), graceful=lambda rec: rec.name in GRACEFUL_STOP)
         stopped = [rec.name for rec in reversed(records)]
         self.records = []
         for path in (self.state_file, self.env_file):
