@@ -8,6 +8,7 @@ operations as Firestore bills them."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 
 from tpuq.contracts import store
@@ -145,3 +146,32 @@ def test_a_worker_that_answers_again_clears_its_grace_once():
     assert decide.probe_record({"unreachable_since": since}, since, NOW) is None
     assert decide.probe_record({}, decide.unreachable_since({}, down, NOW), NOW) == \
         {"probed_at": NOW, "unreachable_since": NOW}
+
+
+class WorkersThatAnswerOnlyTogether(ProbedExecutor):
+    """Each probe waits until `together` probes are waiting (a barrier): probed one after another, every probe
+    times out. Stands for hosts that answer only after their SSH connect timeout."""
+
+    def __init__(self, together: int, fail: str | None = None):
+        super().__init__()
+        self.barrier = threading.Barrier(together, timeout=5)
+        self.fail = fail
+
+    def probe_attempt(self, attempt):
+        self.barrier.wait()
+        if attempt.attempt_id == self.fail:
+            raise RuntimeError("the SSH pool broke")
+        return super().probe_attempt(attempt)
+
+
+def test_a_tick_probes_its_running_attempts_together_not_one_after_another():
+    # Six dead hosts, one after another at the 10 s connect timeout, held a tick past its 60 s ack deadline.
+    settings, clients = _stack(running=RUNNING)
+    workers, clock = WorkersThatAnswerOnlyTogether(RUNNING, fail="j2-1"), Clock()
+    service = _service(settings, clients, workers, clock)
+    deliver(service, "executor-ticks", Tick(at=clock.now), message_id="t0")
+    # Every probe got past the barrier (one after another, the first would have waited 5 s and broken it); the
+    # one whose probe failed did not stop the others, and nothing was ended for it.
+    assert sorted(workers.probes) == ["j0-1", "j1-1", "j3-1"]
+    assert not workers.barrier.broken
+    assert _ended(clients) == []
