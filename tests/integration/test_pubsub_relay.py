@@ -18,7 +18,8 @@ from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
 from tpuq_dev.devstack import processes
-from tpuq_dev.devstack.pubsubrelay import PUSH_USER_AGENT, REST_PUBLISH, Running, published_topic
+from tpuq_dev.devstack.pubsubrelay import (PUSH_USER_AGENT, REST_PUBLISH, NotificationConfig, Running,
+                                          published_topic)
 
 from tests.helpers import wait_until
 
@@ -196,3 +197,79 @@ def test_a_publish_as_large_as_pub_sub_takes_passes_the_relay(stack, relay, endp
     subscribe(stack, topic, endpoint.url + "/push")
     publish_grpc(relay.grpc_host, topic, ["x" * (6 << 20)], monkeypatch)
     wait_until(lambda: len(endpoint.received) == 1, timeout=60, what="the 6 MB message pushed")
+
+
+def _object_event(bucket: str, name: str) -> dict:
+    """A finalize notification's attributes as Cloud Storage (and fake-gcs-server) set them."""
+    return {"eventType": "OBJECT_FINALIZE", "bucketId": bucket, "objectId": name, "payloadFormat": "JSON_API_V1"}
+
+
+def test_object_notifications_no_config_covers_are_not_published(stack, endpoint, topic, monkeypatch):
+    """Cloud Storage publishes an object's notification only if one of the bucket's configs covers it (bucket,
+    prefix, event type); fake-gcs-server publishes every object. Fails if the relay passes the others on."""
+    from google.cloud import pubsub_v1
+
+    grpc_port = processes.free_port()
+    configs = [NotificationConfig(topic.rsplit("/", 1)[1], "runner", "tpuq/status/"),
+               NotificationConfig(topic.rsplit("/", 1)[1], "runner", "submit/")]
+    running = Running(stack.pubsub_emulator_host, grpc_port, [endpoint.url], notifications=configs)
+    try:
+        subscribe(stack, topic, endpoint.url + "/push")
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{grpc_port}")
+        # One request with all five (the Go client fake-gcs-server uses batches too): the answer still has an id
+        # for each, in order, and only the covered ones and the test's own message reach the subscription.
+        publisher = pubsub_v1.PublisherClient(batch_settings=pubsub_v1.types.BatchSettings(max_messages=5,
+                                                                                            max_latency=5.0))
+        sent = [("log", _object_event("runner", "tpuq/jobs/j/attempts/1/tpuq-logs/worker-0/000000.txt")),
+                ("status", _object_event("runner", "tpuq/status/j/1/worker-0.json")),
+                ("other-bucket", _object_event("job-bucket", "tpuq/status/j/1/worker-0.json")),
+                ("submitted", _object_event("runner", "submit/train.yaml")),
+                ("own", {"origin": "test"})]
+        futures = [publisher.publish(topic, data.encode(), **attributes) for data, attributes in sent]
+        ids = [f.result(timeout=30) for f in futures]
+        assert len(set(ids)) == 5 and all(ids)
+        wait_until(lambda: len(endpoint.received) >= 3, timeout=30, what="the covered messages pushed")
+        assert running.notifications.not_published == 2
+        # Only uncovered messages in a request: nothing reaches the emulator, the publisher still gets its id.
+        alone = pubsub_v1.PublisherClient(batch_settings=pubsub_v1.types.BatchSettings(max_messages=1))
+        assert alone.publish(topic, b"checkpoint", **_object_event("runner", "tpuq/jobs/j/checkpoints/ck")).result(
+            timeout=30)
+        assert running.notifications.not_published == 3
+        alone.publish(topic, b"last", origin="test").result(timeout=30)
+        wait_until(lambda: "last" in endpoint.datas(), timeout=30, what="a later message")
+        assert endpoint.datas() == ["last", "own", "status", "submitted"]
+    finally:
+        running.stop()
+
+
+def test_the_stack_publishes_only_the_object_notifications_its_bucket_configs_cover(stack, monkeypatch):
+    """The stack's relay has infra/storage.yaml's configs: a log chunk stored in the runner bucket never reaches
+    gcs-events, a status object does. Fails if the stack leaves fake-gcs-server's every object to the topic."""
+    from google.cloud import pubsub_v1, storage
+
+    assert [(c["prefix"], c["bucket"]) for c in stack.notification_configs()] == [
+        ("submit/", stack.runner_bucket), ("tpuq/status/", stack.runner_bucket)]
+    watcher = f"projects/{stack.project}/subscriptions/gcs-watch-{uuid.uuid4().hex[:8]}"
+    requests.put(f"http://{stack.pubsub_emulator_host}/v1/{watcher}", timeout=10,
+                 json={"topic": f"projects/{stack.project}/topics/gcs-events"}).raise_for_status()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", stack.env["STORAGE_EMULATOR_HOST"])
+        bucket = storage.Client(project=stack.project).bucket(stack.runner_bucket)
+        job = f"relay-{uuid.uuid4().hex[:6]}"
+        bucket.blob(f"tpuq/jobs/{job}/attempts/1/tpuq-logs/worker-0/000000.txt").upload_from_string("a log line\n")
+        bucket.blob(f"tpuq/jobs/{job}/checkpoints/step-1").upload_from_string("weights")
+        bucket.blob(f"tpuq/status/{job}/1/worker-0.json").upload_from_string("{}")  # no such attempt: ignored
+        subscriber = pubsub_v1.SubscriberClient()
+        names: list[str] = []
+
+        def pulled() -> bool:
+            answer = subscriber.pull(subscription=watcher, max_messages=10, return_immediately=True, timeout=10)
+            names.extend(m.message.attributes["objectId"] for m in answer.received_messages)
+            return any(n.startswith("tpuq/status/") for n in names)
+
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", stack.pubsub_emulator_host)
+        wait_until(pulled, timeout=30, what="the status object's notification")
+        pulled()
+        assert names == [f"tpuq/status/{job}/1/worker-0.json"]
+    finally:
+        requests.delete(f"http://{stack.pubsub_emulator_host}/v1/{watcher}", timeout=10)

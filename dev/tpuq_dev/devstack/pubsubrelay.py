@@ -16,6 +16,15 @@ and its dispatcher delivers it with Pub/Sub's rules), then acknowledges it. What
 push the front refused, a publish made straight to the emulator by a person or a test) stays with the emulator,
 whose push loop delivers it as before: the relay only makes delivery sooner, it never drops or alters a message.
 
+Cloud Storage's notification configs: fake-gcs-server publishes every object it stores (one bucket and one prefix
+at most, by its flags), where Cloud Storage publishes only what a notification config of the bucket covers (its
+bucket, `object_name_prefix` and event types: infra/storage.yaml has two on the runner bucket, `submit/` and
+`tpuq/status/`). Given those configs (`--notifications`), the relay publishes on their topics only the object
+notifications some config covers, as Cloud Storage would, and answers fake-gcs-server for the rest as if
+published: log chunks, checkpoints and bundles never reach the scheduler and the executor, locally as in
+production (before, 3 of the 4 pushes an ordinary job's objects caused were ones production never sends). A
+message with no `eventType` attribute is not an object notification (a test's own publish) and passes unchanged.
+
 People and tests get the relay's second port as `PUBSUB_EMULATOR_HOST` (`tpuq dev env`): a connection that opens
 with HTTP/2's preface (a gRPC client: the Python and Go libraries) goes to the relay; any other (HTTP/1.1: gcloud
 and REST calls, which the emulator also answers on its one port) goes to the emulator byte for byte, and a REST
@@ -28,13 +37,16 @@ Run: `python -m tpuq_dev.devstack.pubsubrelay --pubsub HOST:PORT --port PORT --m
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from concurrent import futures
 
 import grpc
@@ -65,12 +77,72 @@ def published_topic(request: bytes) -> str:
     return PublishRequest.pb().FromString(request).topic
 
 
+@dataclass(frozen=True)
+class NotificationConfig:
+    """A bucket's notification config as Cloud Storage applies it: the objects of `bucket` whose names start with
+    `prefix`, for the `event_types` named, are published to `topic` (short name)."""
+
+    topic: str
+    bucket: str
+    prefix: str
+    event_types: tuple[str, ...] = ("OBJECT_FINALIZE",)
+
+    def covers(self, attributes) -> bool:
+        return (attributes.get("bucketId") == self.bucket and attributes.get("objectId", "").startswith(self.prefix)
+                and attributes.get("eventType") in self.event_types)
+
+
+class Notifications:
+    """Every notification config of the stack's buckets, by topic."""
+
+    def __init__(self, configs: list[NotificationConfig]):
+        self._by_topic: dict[str, list[NotificationConfig]] = {}
+        for config in configs:
+            self._by_topic.setdefault(config.topic, []).append(config)
+        self.not_published = 0
+
+    def filtered(self, request: bytes) -> tuple[bytes | None, list[bool]]:
+        """(the request with only the messages Cloud Storage would publish, or None: none; which were kept), or
+        (`request` itself, []) when nothing is left out."""
+        if not self._by_topic:
+            return request, []
+        from google.pubsub_v1.types import PublishRequest
+
+        parsed = PublishRequest.pb().FromString(request)
+        configs = self._by_topic.get(parsed.topic.rsplit("/", 1)[-1])
+        if not configs:
+            return request, []
+        kept = [not m.attributes.get("eventType") or any(c.covers(m.attributes) for c in configs)
+                for m in parsed.messages]
+        if all(kept):
+            return request, []
+        self.not_published += kept.count(False)
+        if not any(kept):
+            return None, kept
+        messages = [m for m, keep in zip(parsed.messages, kept) if keep]
+        del parsed.messages[:]
+        parsed.messages.extend(messages)
+        return parsed.SerializeToString(), kept
+
+
+def _answer_with_left_out(answer: bytes | None, kept: list[bool]) -> bytes:
+    """The PublishResponse for the whole request: the emulator's message ids for the messages it got, a made-up
+    one (never delivered) for each one left out, in the request's order."""
+    from google.pubsub_v1.types import PublishResponse
+
+    given = iter(PublishResponse.pb().FromString(answer).message_ids if answer is not None else [])
+    ids = [next(given) if keep else f"not-published-{uuid.uuid4().hex[:12]}" for keep in kept]
+    return PublishResponse.pb()(message_ids=ids).SerializeToString()
+
+
 class _Forwarder(grpc.GenericRpcHandler):
     """Every method passed through to the emulator as raw bytes; `published(topic)` after each accepted Publish."""
 
-    def __init__(self, channel: grpc.Channel, published: Callable[[str], None]):
+    def __init__(self, channel: grpc.Channel, published: Callable[[str], None],
+                 notifications: Notifications | None = None):
         self._channel = channel
         self._published = published
+        self._notifications = notifications or Notifications([])
 
     def service(self, handler_call_details):
         method = handler_call_details.method
@@ -90,12 +162,19 @@ class _Forwarder(grpc.GenericRpcHandler):
         upstream = self._channel.unary_unary(method)
 
         def unary(request: bytes, context):
+            kept: list[bool] = []
+            if method == PUBLISH:
+                request, kept = self._notifications.filtered(request)
+                if request is None:  # only object notifications no config covers: Cloud Storage sends none
+                    return _answer_with_left_out(None, kept)
             try:
                 answer = upstream(request, timeout=context.time_remaining())
             except grpc.RpcError as e:
                 context.abort(e.code(), e.details() or "")
             if method == PUBLISH:
                 self._published(published_topic(request))
+                if kept:
+                    return _answer_with_left_out(answer, kept)
             return answer
 
         return grpc.unary_unary_rpc_method_handler(unary)
@@ -305,11 +384,13 @@ def _accept(listener: socket.socket, grpc_address: tuple[str, int], emulator: tu
 class Running:
     """A relay serving: its gRPC port (the services'), and its port for everyone (gRPC here, the rest to the emulator)."""
 
-    def __init__(self, pubsub_host: str, port: int, front_urls: list[str], mux_port: int | None = None):
+    def __init__(self, pubsub_host: str, port: int, front_urls: list[str], mux_port: int | None = None,
+                 notifications: list[NotificationConfig] | None = None):
         self._channel = grpc.insecure_channel(pubsub_host, options=MESSAGE_SIZE_OPTIONS)
         self.relay = Relay(self._channel, front_urls)
+        self.notifications = Notifications(notifications or [])
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=MESSAGE_SIZE_OPTIONS,
-                                   handlers=[_Forwarder(self._channel, self.relay.published)])
+                                   handlers=[_Forwarder(self._channel, self.relay.published, self.notifications)])
         self._server.add_insecure_port(f"127.0.0.1:{port}")
         self._server.start()
         self._listener = None
@@ -334,11 +415,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True, help="gRPC only (the services')")
     parser.add_argument("--mux-port", type=int, help="gRPC to the relay, anything else to the emulator (people's)")
     parser.add_argument("--front-url", action="append", default=[], help="a service's URL on the front (repeat)")
+    parser.add_argument("--notifications", default="[]",
+                        help="Cloud Storage's notification configs, JSON: [{topic, bucket, prefix, event_types}]")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    running = Running(args.pubsub, args.port, args.front_url, args.mux_port)
+    configs = [NotificationConfig(c["topic"], c["bucket"], c["prefix"], tuple(c["event_types"]))
+               for c in json.loads(args.notifications)]
+    running = Running(args.pubsub, args.port, args.front_url, args.mux_port, configs)
     stop.wait()
     running.stop()
 

@@ -285,10 +285,20 @@ class DevStack:
         # start-up (gRPC's import) overlaps theirs and fake-gcs-server's.
         self._pubsub_relay_rec = self._spawn(
             "pubsub-relay", [sys.executable, "-m", "tpuq_dev.devstack.pubsubrelay", "--pubsub", self.pubsub_emulator_host,
-                             "--port", str(grpc_port), "--mux-port", str(mux_port), *fronts],
+                             "--port", str(grpc_port), "--mux-port", str(mux_port), *fronts,
+                             "--notifications", json.dumps(self.notification_configs())],
             mux_port, f"http://127.0.0.1:{mux_port}")
         self.pubsub_relay_host = f"127.0.0.1:{grpc_port}"
         self.env["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{mux_port}"
+
+    def notification_configs(self) -> list[dict]:
+        """The runner bucket's notification configs as `tpuq deploy` creates them (infra/storage.yaml): the relay
+        publishes only the object notifications they cover, as Cloud Storage does (fake-gcs-server publishes all)."""
+        _, infra = self.deployment()
+        if any(n.bucket != "runner" for n in infra.storage.notifications):
+            raise StackError("infra/storage.yaml: a notification on a bucket other than the runner's")
+        return [{"topic": n.topic, "bucket": self.runner_bucket, "prefix": n.object_name_prefix,
+                 "event_types": list(n.event_types)} for n in infra.storage.notifications]
 
     def _wait_for_pubsub_relay(self) -> None:
         if self._pubsub_relay_rec is not None:  # up once the emulator answers through it
