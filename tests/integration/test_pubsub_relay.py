@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import threading
 import uuid
 
@@ -273,3 +274,33 @@ def test_the_stack_publishes_only_the_object_notifications_its_bucket_configs_co
         assert names == [f"tpuq/status/{job}/1/worker-0.json"]
     finally:
         requests.delete(f"http://{stack.pubsub_emulator_host}/v1/{watcher}", timeout=10)
+
+
+def test_everyone_s_port_keeps_accepting_after_a_connection_it_could_not_serve(monkeypatch):
+    """A failure to serve one connection (here: no thread to spare) must not end the port's accept loop: later
+    clients would connect to a backlog nobody serves and hang until their deadlines."""
+    from tpuq_dev.devstack import pubsubrelay
+
+    routed: list = []
+    starts = {"n": 0}
+    real_thread = threading.Thread
+
+    class FlakyThread(real_thread):
+        def start(self):
+            starts["n"] += 1
+            if starts["n"] == 1:
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(pubsubrelay.threading, "Thread", FlakyThread)
+    monkeypatch.setattr(pubsubrelay, "_route", lambda client, *_: (routed.append(client), client.close()))
+    listener = socket.create_server(("127.0.0.1", 0))
+    loop = real_thread(target=pubsubrelay._accept, args=(listener, ("127.0.0.1", 1), ("127.0.0.1", 1), print),
+                       daemon=True)
+    loop.start()
+    try:
+        for _ in range(2):
+            socket.create_connection(listener.getsockname(), timeout=5).close()
+        wait_until(lambda: len(routed) == 1, timeout=10, what="the second connection served")
+    finally:
+        listener.close()

@@ -376,9 +376,15 @@ def _accept(listener: socket.socket, grpc_address: tuple[str, int], emulator: tu
     while True:
         try:
             client, _ = listener.accept()
-        except OSError:
-            return  # closed: stopping
-        threading.Thread(target=_route, args=(client, grpc_address, emulator, published), daemon=True).start()
+            threading.Thread(target=_route, args=(client, grpc_address, emulator, published), daemon=True).start()
+        except Exception as e:  # noqa: BLE001 - only a closed listener ends the loop
+            if listener.fileno() == -1:
+                return  # closed: stopping
+            # Anything else (a connection reset before it was accepted, no descriptor or thread to spare for a
+            # moment) ends that one connection, never the port: a dead loop leaves later clients connected to a
+            # backlog nobody serves, their calls hanging until their own deadlines.
+            log.warning("everyone's port: a connection not served (%r); accepting the next", e)
+            time.sleep(0.05)
 
 
 class Running:
