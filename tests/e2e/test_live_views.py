@@ -195,8 +195,12 @@ def test_a_waiting_job_says_pending_and_ctrl_c_leaves_it_running(system, system_
     reader.start()
     try:
         # stderr is a pipe: --wait prints its progress as lines.
-        wait_until(lambda: any(f"{job_id}: pending" in line for line in progress), timeout=DEADLINE,
-                   what="--wait to say the job is pending")
+        try:
+            wait_until(lambda: any(f"{job_id}: pending" in line for line in progress), timeout=DEADLINE,
+                       what="--wait to say the job is pending")
+        except AssertionError as e:  # what it said instead, and whether the job was ever stored (seen once: neither)
+            raise AssertionError(f"{e}; submit {'still running' if waiting.poll() is None else 'exited'}, said "
+                                 f"{''.join(progress)!r}; job state {job_state(system_clients, job_id)!r}") from None
         assert job_state(system_clients, job_id) == "pending"
         waiting.send_signal(signal.SIGINT)  # Ctrl-C
         waiting.wait(timeout=60)
