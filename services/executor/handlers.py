@@ -244,22 +244,20 @@ def _judge(ctx: Context, stored: dict, probed: decide.Probed = decide.Probed(),
     return None
 
 
-def _probe(ctx: Context, ref, stored: dict) -> decide.Probed | None:
+def _probe(ctx: Context, snap, stored: dict) -> decide.Probed:
     """Ask the workers, at most once per probe interval per attempt (`Settings.executor_probe_every`, the last
     probe kept in this instance's memory), whether the attempt still runs there: a supervisor killed with its
     host (or by the OOM killer) leaves no status object to wake us, and one whose status object GCS refused
-    leaves only its local copy, which says why. None: no probe was due."""
-    if not _probe_due(ctx, ref.id, stored):
-        return None
+    leaves only its local copy, which says why. Called only when one is due (`_probe_due`)."""
     now, state = ctx.now(), _state(ctx)
     every = state.probe_every
     assignment = Assignment.model_validate(stored["assignment"])
     answers = decide.probed(state.executor.probe_attempt(assignment))
-    state.record_probe(ref.id, now)
+    state.record_probe(snap.id, now)
     since = decide.unreachable_since(stored, answers, now)
     record = decide.probe_record(stored, since, now)
     if record is not None:  # a worker turned unreachable, or answered again: the grace starts or ends
-        ref.set(record, merge=True)
+        snap.reference.set(record, merge=True)
     return decide.unreachable_problem(answers, since, now, decide.unreachable_grace(every))
 
 
@@ -269,10 +267,10 @@ def _probe_due(ctx: Context, attempt_doc_id: str, stored: dict) -> bool:
                                                               state.probed_at(attempt_doc_id))
 
 
-def _probe_caught(ctx: Context, ref, stored: dict) -> tuple[decide.Probed | None, Exception | None]:
+def _probe_caught(ctx: Context, snap, stored: dict) -> tuple[decide.Probed | None, Exception | None]:
     """`_probe`, its failure returned rather than raised: raised in the tick's loop, in that attempt's part."""
     try:
-        return _probe(ctx, ref, stored), None
+        return _probe(ctx, snap, stored), None
     except Exception as e:  # noqa: BLE001 - isolated per attempt by the caller
         return None, e
 
@@ -329,12 +327,11 @@ def _tick_attempts(ctx: Context, judge_all: bool, state: dict, now: datetime | N
             judgeable.append((snap, stored))
     # The probes together (each waits on its workers' SSH), then the judgements one by one, as before.
     # Threads only for the probes due: a tick between probes starts none.
-    due = [i for i, (snap, stored) in enumerate(judgeable) if _probe_due(ctx, snap.id, stored)]
-    found = map_concurrently(lambda i: _probe_caught(ctx, judgeable[i][0].reference, judgeable[i][1]), due,
-                             PROBES_AT_ONCE)
-    probes = dict(zip(due, found))
-    for i, (snap, stored) in enumerate(judgeable):
-        probed, failure = probes.get(i, (None, None))
+    due = [(snap, stored) for snap, stored in judgeable if _probe_due(ctx, snap.id, stored)]
+    probes = dict(zip((snap.id for snap, _ in due), map_concurrently(lambda item: _probe_caught(ctx, *item), due,
+                                                                     PROBES_AT_ONCE)))
+    for snap, stored in judgeable:
+        probed, failure = probes.get(snap.id, (None, None))
         with attempts.part(f"judging {snap.id}"):
             if failure is not None:
                 raise failure

@@ -101,17 +101,15 @@ class Notifications:
             self._by_topic.setdefault(config.topic, []).append(config)
         self.not_published = 0
 
-    def filtered(self, request: bytes) -> tuple[bytes | None, list[bool]]:
-        """(the request with only the messages Cloud Storage would publish, or None: none; which were kept), or
-        (`request` itself, []) when nothing is left out."""
-        if not self._by_topic:
+    def filtered(self, request: bytes, topic: str) -> tuple[bytes | None, list[bool]]:
+        """(the request to `topic` with only the messages Cloud Storage would publish, or None: none; which were
+        kept), or (`request` itself, []) when nothing is left out. Parsed whole only for a topic with configs."""
+        configs = self._by_topic.get(topic.rsplit("/", 1)[-1])
+        if not configs:
             return request, []
         from google.pubsub_v1.types import PublishRequest
 
         parsed = PublishRequest.pb().FromString(request)
-        configs = self._by_topic.get(parsed.topic.rsplit("/", 1)[-1])
-        if not configs:
-            return request, []
         kept = [not m.attributes.get("eventType") or any(c.covers(m.attributes) for c in configs)
                 for m in parsed.messages]
         if all(kept):
@@ -164,7 +162,8 @@ class _Forwarder(grpc.GenericRpcHandler):
         def unary(request: bytes, context):
             kept: list[bool] = []
             if method == PUBLISH:
-                request, kept = self._notifications.filtered(request)
+                topic = published_topic(request)
+                request, kept = self._notifications.filtered(request, topic)
                 if request is None:  # only object notifications no config covers: Cloud Storage sends none
                     return _answer_with_left_out(None, kept)
             try:
@@ -172,7 +171,7 @@ class _Forwarder(grpc.GenericRpcHandler):
             except grpc.RpcError as e:
                 context.abort(e.code(), e.details() or "")
             if method == PUBLISH:
-                self._published(published_topic(request))
+                self._published(topic)
                 if kept:
                     return _answer_with_left_out(answer, kept)
             return answer
