@@ -14,7 +14,8 @@ subscriptions whose endpoint is one of the front's URLs (`Pull` with `returnImme
 there exactly as the emulator's push loop would (the same envelope, no token: the front takes it at once with 204,
 and its dispatcher delivers it with Pub/Sub's rules), then acknowledges it. What the relay does not deliver (a
 push the front refused, a publish made straight to the emulator by a person or a test) stays with the emulator,
-whose push loop delivers it as before: the relay only makes delivery sooner, it never drops or alters a message.
+whose push loop delivers it as before: the relay only makes delivery sooner, it never drops or alters a message
+(but for the object notifications Cloud Storage would not send, below).
 
 Cloud Storage's notification configs: fake-gcs-server publishes every object it stores (one bucket and one prefix
 at most, by its flags), where Cloud Storage publishes only what a notification config of the bucket covers (its
