@@ -57,6 +57,58 @@ def test_a_port_someone_listens_on_is_passed_over(monkeypatch):
         assert processes.free_port() in (other, other + 1)
 
 
+
+# Another process on the machine (a second test worker, a demo beside `tpuq dev up`): it hands out ports, prints
+# them, and lives until its standard input closes. It uses the test's registry, as every process uses the same one.
+_OTHER_PROCESS = """
+import sys
+from pathlib import Path
+from tpuq_dev.devstack import processes
+processes.PORT_REGISTRY = Path(sys.argv[1])
+print(" ".join(str(processes.free_port()) for _ in range(int(sys.argv[2]))), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch):
+    monkeypatch.setattr(processes, "PORT_REGISTRY", tmp_path / "ports")
+    monkeypatch.setattr(processes, "_handed_out", set())
+    return tmp_path / "ports"
+
+
+def _other_process(registry, n: int) -> tuple[subprocess.Popen, list[int]]:
+    other = subprocess.Popen([sys.executable, "-c", _OTHER_PROCESS, str(registry), str(n)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    return other, [int(p) for p in other.stdout.readline().split()]
+
+
+def test_a_port_another_live_process_handed_out_is_passed_over_before_its_server_binds_it(registry, monkeypatch):
+    other, theirs = _other_process(registry, 20)
+    try:
+        assert len(theirs) == 20
+        # This process would try exactly their ports first: none of them is bound yet, so only the registry can
+        # tell that they are taken.
+        spare = [p for p in range(processes.LISTEN_PORTS_LOW + 7_000, processes.LISTEN_PORTS_LOW + 7_100)
+                 if p not in theirs]
+        monkeypatch.setattr(processes, "_port_choice", _Choices([*theirs, *spare]))
+        mine = [processes.free_port() for _ in range(5)]
+        assert not set(mine) & set(theirs), (mine, theirs)
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)
+
+
+def test_ports_a_process_handed_out_are_free_again_once_it_has_gone(registry, monkeypatch):
+    other, theirs = _other_process(registry, 3)
+    other.stdin.close()
+    other.wait(timeout=60)
+    monkeypatch.setattr(processes, "_port_choice", _Choices(theirs))
+    assert [processes.free_port() for _ in range(3)] == theirs
+    # and the gone process's list was cleared away; this process's own list names what it handed out
+    assert [f.read_text().split() for f in registry.iterdir() if not f.name.startswith(".")] == [
+        [str(p) for p in theirs]]
+
 def _own_session(*argv: str) -> subprocess.Popen:
     return subprocess.Popen(list(argv), start_new_session=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

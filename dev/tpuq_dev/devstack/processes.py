@@ -8,6 +8,8 @@ so `tpuq dev down` can stop a half-started stack.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
@@ -34,7 +36,13 @@ REQUEST_TIMEOUT = 60.0  # seconds for one set-up request (a topic, a subscriptio
 # moment ago whose server has not bound it yet (the front's executor port once came back as the claimer's
 # port, and the front could not start). So ports are chosen below the ephemeral range, never twice by
 # one process, and only when nobody has bound them.
+# Nor twice by two processes at once: two test workers, or a demo beside `tpuq dev up`, each start stacks, and a
+# port one had chosen but not yet bound looked free to the other. Had the second's emulator lost the race to bind
+# it, the second stack's readiness check would have been answered by the first's emulator (same project, same
+# topics), and its jobs published into the wrong stack. So every process lists the ports it handed out in a file of
+# its own in PORT_REGISTRY (one lock for choosing), and a file whose process has gone no longer counts.
 LISTEN_PORTS_LOW = 10_000
+PORT_REGISTRY = Path("/tmp/tpuq-dev-ports")
 _EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _handed_out: set[int] = set()
 _handed_out_lock = threading.Lock()
@@ -59,24 +67,76 @@ def _bindable(host: str, port: int) -> bool:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port for a server this process is about to start: unbound now, outside the range the kernel gives
-    outgoing connections, and never returned before by this process."""
+    outgoing connections, never returned before by this process, nor handed out by another live one."""
     high = _ephemeral_low() - 1
-    with _handed_out_lock:
+    with _handed_out_lock, _machine_registry() as others:
+        taken = _handed_out | others.ports
         if high - LISTEN_PORTS_LOW >= 1_000:
             for _ in range(200):
                 port = _port_choice.randint(LISTEN_PORTS_LOW, high)
-                if port not in _handed_out and _bindable(host, port):
-                    _handed_out.add(port)
-                    return port
+                if port not in taken and _bindable(host, port):
+                    return others.hand_out(port)
         # A machine whose ephemeral range leaves too little below it: the kernel's choice, still never twice.
         for _ in range(200):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.bind((host, 0))
                 port = s.getsockname()[1]
-            if port not in _handed_out:
-                _handed_out.add(port)
-                return port
+            if port not in taken:
+                return others.hand_out(port)
     raise RuntimeError(f"no free port to listen on at {host}")
+
+
+@dataclass
+class _Registry:
+    """The ports other live processes handed out, read under the registry's lock; `hand_out` adds one of ours."""
+
+    ports: set[int]
+    own_file: Path | None
+
+    def hand_out(self, port: int) -> int:
+        _handed_out.add(port)
+        if self.own_file is not None:
+            try:
+                with self.own_file.open("a") as f:
+                    f.write(f"{port}\n")
+            except OSError:
+                pass  # a registry we cannot write: this process's own record still holds
+        return port
+
+
+@contextlib.contextmanager
+def _machine_registry():
+    """PORT_REGISTRY locked for this process while it chooses; a machine where it cannot be used (another user's
+    directory, no /tmp) leaves each process to its own record, as before."""
+    own_ticks = _proc_start_ticks(os.getpid())
+    try:
+        if own_ticks is None:
+            raise OSError("no /proc: whether another process is alive cannot be told")
+        if not PORT_REGISTRY.is_dir():
+            PORT_REGISTRY.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                PORT_REGISTRY.chmod(0o1777)  # every user's stacks, each deleting only its own files
+        lock = os.open(PORT_REGISTRY / ".lock", os.O_RDONLY | os.O_CREAT, 0o444)
+    except OSError:
+        yield _Registry(set(), None)
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        me = f"{os.getpid()}-{own_ticks}"
+        others: set[int] = set()
+        for entry in PORT_REGISTRY.iterdir():
+            pid, _, ticks = entry.name.partition("-")
+            if entry.name == me or not pid.isdigit():
+                continue
+            if _proc_start_ticks(int(pid)) != ticks:  # its process is gone (or the pid is someone else's now)
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                others.update(int(line) for line in entry.read_text().split())
+        yield _Registry(others, PORT_REGISTRY / me)
+    finally:
+        os.close(lock)  # closing the descriptor releases the lock
 
 
 @dataclass
