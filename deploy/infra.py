@@ -61,6 +61,7 @@ class SubscriptionSpec(StrictModel):
     max_delivery_attempts: int
     min_backoff_seconds: int
     max_backoff_seconds: int
+    filter: str = ""
 
     def as_topology(self) -> topology.Subscription:
         return topology.Subscription(**self.model_dump())
@@ -365,7 +366,8 @@ def render_pubsub() -> dict:
         "subscriptions": [
             {"name": s.name, "topic": s.topic, "service": s.service, "path": s.path,
              "ack_deadline_seconds": s.ack_deadline_seconds, "max_delivery_attempts": s.max_delivery_attempts,
-             "min_backoff_seconds": s.min_backoff_seconds, "max_backoff_seconds": s.max_backoff_seconds}
+             "min_backoff_seconds": s.min_backoff_seconds, "max_backoff_seconds": s.max_backoff_seconds,
+             **({"filter": s.filter} if s.filter else {})}
             for s in topology.SUBSCRIPTIONS
         ],
         # No service consumes it; it keeps dead letters for a week for people to read (tpuq.operations.heldletters).

@@ -63,7 +63,13 @@ def subscription_projection(body: dict) -> dict:
         "deadLetterTopic": dead.get("deadLetterTopic"),
         "maxDeliveryAttempts": dead.get("maxDeliveryAttempts"),
         "expirationPolicy": expiration_ttl(body),
+        "filter": body.get("filter") or "",
     }
+
+
+# What Pub/Sub never changes on a subscription: a change means deleting it and creating it again. "After creating
+# the subscription, you can't modify the filter" (https://cloud.google.com/pubsub/docs/subscription-message-filter).
+IMMUTABLE = ("topic", "filter")
 
 
 # What an update of a push subscription always rewrites. expirationPolicy is added only when it differs: the
@@ -98,24 +104,27 @@ def subscription_actions(target: Target, infra: Infra, state: ProjectState) -> l
         have, want = subscription_projection(current), subscription_projection(body)
         if have == want:
             continue
-        if have["topic"] != want["topic"]:
+        fixed = [k for k in IMMUTABLE if have[k] != want[k]]
+        if fixed:
             path = f"projects/{p}/subscriptions/{spec.name}"
+            what = "; ".join(f"its {k} is {have[k] or 'none'!r}, infra/ says {want[k] or 'none'!r}" for k in fixed)
             if not owned(current, target):
                 out.append(Action("todo", f"subscription {spec.name}",
-                                  f"is attached to {have['topic']}, infra/ says {want['topic']}, and it does not carry "
-                                  "tpuq's labels: a subscription cannot change topic; delete it and deploy again",
+                                  f"{what}, and it does not carry tpuq's labels: a subscription's "
+                                  f"{' and '.join(fixed)} cannot change; delete it and deploy again",
                                   commands=(f"gcloud pubsub subscriptions delete {spec.name} --project={p}",)))
                 continue
             # Deploy's own (an older tpuq's: the ticks routed by the janitor since issue 34 moved three of them off
-            # `ticks`). A subscription cannot change topic: deleted and created again; what it held is lost
-            # (for ticks: a minute's tick, sent again the next minute).
-            moved = f"(from {have['topic'].rsplit('/', 1)[-1]} to {want['topic'].rsplit('/', 1)[-1]})"
+            # `ticks`; the runner bucket's notifications filtered per subscription since then too). Deleted and
+            # created again; what it held is lost (for ticks: a minute's tick, sent again the next minute; for a
+            # status object: the executor's probe finds the attempt's end within its probe interval).
+            moved = f"({what.replace('infra/ says', 'now')})"
             out.append(Action("delete", f"subscription {spec.name}", moved, Request("pubsub", "DELETE", path)))
             out.append(Action("create", f"subscription {spec.name}", _subscription_summary(body),
                               Request("pubsub", "PUT", path, body=body)))
             continue
         changed = sorted(k for k in want if have[k] != want[k])
-        update = {k: v for k, v in body.items() if k != "topic"}
+        update = {k: v for k, v in body.items() if k not in IMMUTABLE}
         mask = [*SUBSCRIPTION_UPDATE_MASK, *(["expirationPolicy"] if "expirationPolicy" in changed else [])]
         out.append(Action("update", f"subscription {spec.name}", f"({', '.join(changed)}) " + _subscription_summary(body),
                           Request("pubsub", "PATCH", f"projects/{p}/subscriptions/{spec.name}",

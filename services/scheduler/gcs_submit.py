@@ -30,13 +30,13 @@ from pydantic import ValidationError
 
 from tpuq.contracts.bundle import BundleError
 from tpuq.contracts.errors import NotFound, Permanent, describe_validation_error
+from tpuq.contracts.gcslayout import SUBMIT_PREFIX
 from tpuq.contracts.jobspec import JobFile, PublishedJob, job_id_base
 from tpuq.contracts.messages import GcsObjectEvent
 from tpuq.scheduler.folder_bundle import pack_folder, packing_name
 from tpuq.scheduler.new_jobs import fleet_in_force, submit_jobs  # the jobs topic's intake, shared
 from tpuq.runtime.service import Context
 
-SUBMIT_PREFIX = "submit/"
 RESULT_SUFFIX = ".result.json"
 JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 FILE_FIELD = "(job file)"

@@ -31,6 +31,8 @@ from tpuq.contracts.jobspec import split_gs_uri
 
 STATUS_ROOT = "tpuq/status"
 STATUS_NOTIFICATION_PREFIX = STATUS_ROOT + "/"
+# Job files people upload for the scheduler (tpuq.scheduler.gcs_submit); the runner bucket's other notification.
+SUBMIT_PREFIX = "submit/"
 CANCELLED_MARKER = "cancelled.json"
 
 # On every worker, relative to the login user's home.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpuq.contracts import messages
+from tpuq.contracts.gcslayout import STATUS_NOTIFICATION_PREFIX, SUBMIT_PREFIX
 
 SERVICES = ("scheduler", "claimer", "executor", "janitor")
 
@@ -31,6 +32,9 @@ class Subscription:
     max_delivery_attempts: int = 10
     min_backoff_seconds: int = 1
     max_backoff_seconds: int = 60
+    # Pub/Sub's filter on message attributes ("": every message): a message it does not match is acknowledged
+    # by Pub/Sub and never pushed. Fixed at creation: deploy replaces a subscription whose filter changed.
+    filter: str = ""
 
     @property
     def route(self) -> str:
@@ -55,18 +59,28 @@ TOPICS: tuple[Topic, ...] = (
     Topic("dead-letters", None, "Messages Pub/Sub gave up on"),
 )
 
+def object_prefix_filter(prefix: str) -> str:
+    """The filter of Cloud Storage notifications for objects under `prefix` (the `objectId` attribute,
+    https://cloud.google.com/storage/docs/pubsub-notifications#attributes)."""
+    return f'hasPrefix(attributes.objectId, "{prefix}")'
+
+
 SUBSCRIPTIONS: tuple[Subscription, ...] = (
     Subscription("scheduler-jobs", "jobs", "scheduler", "/push/jobs"),
     Subscription("scheduler-fleet-events", "fleet-events", "scheduler", "/push/fleet-events"),
     Subscription("scheduler-attempt-events", "attempt-events", "scheduler", "/push/attempt-events"),
     Subscription("scheduler-ticks", "ticks-scheduler", "scheduler", "/push/ticks"),
     Subscription("scheduler-cancels", "cancels", "scheduler", "/push/cancels"),
-    Subscription("scheduler-gcs-submit", "gcs-events", "scheduler", "/push/gcs-submit"),
+    # The runner bucket's two notification configs publish to one topic: each subscription takes its own prefix
+    # (a status object pushed to the scheduler, or a job file to the executor, is a wasted request).
+    Subscription("scheduler-gcs-submit", "gcs-events", "scheduler", "/push/gcs-submit",
+                 filter=object_prefix_filter(SUBMIT_PREFIX)),
     Subscription("claimer-capacity", "capacity", "claimer", "/push/capacity"),
     Subscription("claimer-ticks", "ticks-claimer", "claimer", "/push/ticks"),
     # A start (bundle download and extract on every worker) can take minutes; 600 s is Pub/Sub's maximum.
     Subscription("executor-assignments", "assignments", "executor", "/push/assignments", ack_deadline_seconds=600),
-    Subscription("executor-gcs-status", "gcs-events", "executor", "/push/gcs-status"),
+    Subscription("executor-gcs-status", "gcs-events", "executor", "/push/gcs-status",
+                 filter=object_prefix_filter(STATUS_NOTIFICATION_PREFIX)),
     Subscription("executor-ticks", "ticks-executor", "executor", "/push/ticks"),
     Subscription("janitor-fleet-events", "fleet-events", "janitor", "/push/fleet-events"),
     Subscription("janitor-attempt-events", "attempt-events", "janitor", "/push/attempt-events"),
@@ -141,6 +155,8 @@ def subscription_body(sub: Subscription, project: str, endpoint: str | None) -> 
         },
         "expirationPolicy": never_expires(),
     }
+    if sub.filter:
+        body["filter"] = sub.filter
     if endpoint:
         body["pushConfig"] = {"pushEndpoint": endpoint.rstrip("/") + sub.path}
     return body

@@ -138,6 +138,30 @@ def test_a_tick_subscription_of_an_older_deploy_is_moved_to_its_routed_topic(dep
     assert subs["executor-ticks"]["topic"] == f"projects/{PROJECT}/topics/ticks"  # not ours: untouched
 
 
+def test_the_runner_bucket_s_subscriptions_of_an_older_deploy_are_replaced_to_take_their_filter(deployment):
+    """Before each took only its own prefix, both subscriptions of the runner bucket's notifications took every
+    object. A filter is fixed at creation (the emulator refuses to update one, as Pub/Sub does): deploy deletes its
+    own and creates it with the filter; one it did not create is left for its owner, with the command; a second
+    deploy finds nothing to do."""
+    target, infra, adapters, base = deployment
+    deploy(target, infra, adapters)
+    for name in ("scheduler-gcs-submit", "executor-gcs-status"):
+        body = emulator_subscriptions(base)[name]
+        assert body["filter"] == next(s.filter for s in topology.SUBSCRIPTIONS if s.name == name)
+        assert requests.delete(f"{base}/subscriptions/{name}", timeout=10).status_code == 200
+        old = {k: v for k, v in body.items() if k not in ("name", "filter")}
+        if name == "executor-gcs-status":
+            old.pop("labels", None)  # someone else's
+        assert requests.put(f"{base}/subscriptions/{name}", json=old, timeout=10).status_code == 200, name
+    actions = deploy(target, infra, adapters)
+    replaced = [f"{a.verb} {a.what}" for a in actions if "gcs-" in a.what]
+    assert replaced == ["delete subscription scheduler-gcs-submit", "create subscription scheduler-gcs-submit",
+                        "todo subscription executor-gcs-status"], [str(a) for a in actions]
+    subs = emulator_subscriptions(base)
+    assert subs["scheduler-gcs-submit"]["filter"] == 'hasPrefix(attributes.objectId, "submit/")'
+    assert not subs["executor-gcs-status"].get("filter")  # not ours: untouched
+    assert [a for a in deploy(target, infra, adapters) if "gcs-submit" in a.what] == []
+
 def test_what_the_stand_ins_received_never_touches_the_network(deployment):
     target, infra, adapters, _ = deployment
     deploy(target, infra, adapters)

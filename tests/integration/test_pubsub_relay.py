@@ -243,37 +243,77 @@ def test_object_notifications_no_config_covers_are_not_published(stack, endpoint
         running.stop()
 
 
-def test_the_stack_publishes_only_the_object_notifications_its_bucket_configs_cover(stack, monkeypatch):
+class GcsEvents:
+    """The stack's runner bucket, and a pull subscription of this test's own on gcs-events to see what reached it."""
+
+    def __init__(self, stack, monkeypatch):
+        from google.cloud import pubsub_v1, storage
+
+        self.host = stack.pubsub_emulator_host
+        self.name = f"projects/{stack.project}/subscriptions/gcs-watch-{uuid.uuid4().hex[:8]}"
+        requests.put(f"http://{self.host}/v1/{self.name}", timeout=10,
+                     json={"topic": f"projects/{stack.project}/topics/gcs-events"}).raise_for_status()
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", stack.env["STORAGE_EMULATOR_HOST"])
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", self.host)
+        self.bucket = storage.Client(project=stack.project).bucket(stack.runner_bucket)
+        self._subscriber = pubsub_v1.SubscriberClient()
+        self.seen: dict[str, str] = {}  # objectId -> message id, in the order pulled
+
+    def pulled(self) -> set[str]:
+        """The objects whose notifications reached gcs-events so far."""
+        answer = self._subscriber.pull(subscription=self.name, max_messages=10, return_immediately=True, timeout=10)
+        self.seen.update({m.message.attributes["objectId"]: m.message.message_id for m in answer.received_messages})
+        return set(self.seen)
+
+    def close(self) -> None:
+        requests.delete(f"http://{self.host}/v1/{self.name}", timeout=10)
+
+
+@pytest.fixture
+def gcs_events(stack, monkeypatch):
+    watcher = GcsEvents(stack, monkeypatch)
+    yield watcher
+    watcher.close()
+
+
+def test_the_stack_publishes_only_the_object_notifications_its_bucket_configs_cover(stack, gcs_events):
     """The stack's relay has infra/storage.yaml's configs: a log chunk stored in the runner bucket never reaches
     gcs-events, a status object does. Fails if the stack leaves fake-gcs-server's every object to the topic."""
-    from google.cloud import pubsub_v1, storage
-
     assert [(c["prefix"], c["bucket"]) for c in stack.notification_configs()] == [
         ("submit/", stack.runner_bucket), ("tpuq/status/", stack.runner_bucket)]
-    watcher = f"projects/{stack.project}/subscriptions/gcs-watch-{uuid.uuid4().hex[:8]}"
-    requests.put(f"http://{stack.pubsub_emulator_host}/v1/{watcher}", timeout=10,
-                 json={"topic": f"projects/{stack.project}/topics/gcs-events"}).raise_for_status()
-    try:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", stack.env["STORAGE_EMULATOR_HOST"])
-        bucket = storage.Client(project=stack.project).bucket(stack.runner_bucket)
-        job = f"relay-{uuid.uuid4().hex[:6]}"
-        bucket.blob(f"tpuq/jobs/{job}/attempts/1/tpuq-logs/worker-0/000000.txt").upload_from_string("a log line\n")
-        bucket.blob(f"tpuq/jobs/{job}/checkpoints/step-1").upload_from_string("weights")
-        bucket.blob(f"tpuq/status/{job}/1/worker-0.json").upload_from_string("{}")  # no such attempt: ignored
-        subscriber = pubsub_v1.SubscriberClient()
-        names: list[str] = []
+    job = f"relay-{uuid.uuid4().hex[:6]}"
+    gcs_events.bucket.blob(f"tpuq/jobs/{job}/attempts/1/tpuq-logs/worker-0/000000.txt").upload_from_string("a log\n")
+    gcs_events.bucket.blob(f"tpuq/jobs/{job}/checkpoints/step-1").upload_from_string("weights")
+    status = f"tpuq/status/{job}/1/worker-0.json"
+    gcs_events.bucket.blob(status).upload_from_string("{}")  # no such attempt: ignored
+    wait_until(lambda: status in gcs_events.pulled(), timeout=30, what="the status object's notification")
+    assert gcs_events.pulled() == {status}
 
-        def pulled() -> bool:
-            answer = subscriber.pull(subscription=watcher, max_messages=10, return_immediately=True, timeout=10)
-            names.extend(m.message.attributes["objectId"] for m in answer.received_messages)
-            return any(n.startswith("tpuq/status/") for n in names)
 
-        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", stack.pubsub_emulator_host)
-        wait_until(pulled, timeout=30, what="the status object's notification")
-        pulled()
-        assert names == [f"tpuq/status/{job}/1/worker-0.json"]
-    finally:
-        requests.delete(f"http://{stack.pubsub_emulator_host}/v1/{watcher}", timeout=10)
+def test_each_service_is_pushed_only_the_objects_its_subscription_s_filter_selects(stack, gcs_events):
+    """Both of the runner bucket's notification configs publish to gcs-events; each subscription's filter
+    (topology: a prefix of `objectId`) takes its own objects. The emulator stores filters but delivers everything:
+    fails if the front leaves that to the services (the scheduler pushed every status object, the executor every
+    job file), as production never would."""
+    tag = uuid.uuid4().hex[:6]
+    status, submitted = f"tpuq/status/filter-{tag}/1/worker-0.json", f"submit/filter-{tag}/notes.txt"
+    gcs_events.bucket.blob(status).upload_from_string("{}")  # no such attempt: the executor ignores it
+    gcs_events.bucket.blob(submitted).upload_from_string("not a job file")  # not .yaml or .json: ignored
+    wait_until(lambda: {status, submitted} <= gcs_events.pulled(), timeout=30, what="both objects' notifications")
+    ids = gcs_events.seen
+
+    def seen() -> dict[str, set[tuple[str, bool]]]:
+        out: dict[str, set[tuple[str, bool]]] = {ids[status]: set(), ids[submitted]: set()}
+        for line in stack.delivery_log_file.read_text().splitlines():
+            entry = json.loads(line)
+            if entry["message_id"] in out:
+                out[entry["message_id"]].add((entry["subscription"].rsplit("/", 1)[-1], bool(entry.get("filtered"))))
+        return out
+
+    wait_until(lambda: all(len(v) == 2 for v in seen().values()), timeout=60,
+               what="each notification pushed to one subscription and left out of the other")
+    assert seen() == {ids[status]: {("executor-gcs-status", False), ("scheduler-gcs-submit", True)},
+                      ids[submitted]: {("scheduler-gcs-submit", False), ("executor-gcs-status", True)}}
 
 
 def test_everyone_s_port_keeps_accepting_after_a_connection_it_could_not_serve(monkeypatch):

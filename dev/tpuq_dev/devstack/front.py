@@ -77,6 +77,7 @@ from werkzeug.wrappers import Request, Response
 from tpuq.runtime.auth import SERVERLESS_AUTHORIZATION, check_time_and_issuer, split_token, strip_signature
 from tpuq_dev.devstack.deadlettering import publish_dead_letter
 from tpuq_dev.devstack.dispatcher import Policy, Push, PushDispatcher, Subscriptions
+from tpuq_dev.pubsubfilter import FilterError, compiled_filter
 from tpuq_dev.devstack.run_limits import RequestGate, ServingLimits
 
 log = logging.getLogger("tpuq_dev.devstack.front")
@@ -249,6 +250,8 @@ class Front:
         request = Request(environ)
         push = self._pushed_by_pubsub(request)
         if push is not None:
+            if self._filtered_out(push):  # acknowledged by Pub/Sub itself: the service never sees it
+                return Response(status=204)(environ, start_response)
             self.dispatcher.accept(push)  # the message is the dispatcher's now: the emulator may forget it
             return Response(status=204)(environ, start_response)
         return self.handle(request)(environ, start_response)
@@ -359,11 +362,13 @@ class Front:
         return publish_dead_letter(self._session, self.pubsub_host, push.envelope, push.attempts,
                                    policy.dead_letter_topic or "")
 
-    def _log_delivery(self, push: Push, redelivery: bool) -> None:
+    def _log_delivery(self, push: Push, redelivery: bool, filtered: bool = False) -> None:
+        """A line of the delivery log: a push made, or (`filtered`) a message the subscription's filter left out."""
         if self.delivery_log is None:
             return
-        line = json.dumps({"service": self.route.service, "subscription": push.subscription,
-                           "message_id": push.message_id, "at": round(self.now(), 3), "redelivery": redelivery})
+        entry = {"service": self.route.service, "subscription": push.subscription, "message_id": push.message_id,
+                 "at": round(self.now(), 3), "redelivery": redelivery}
+        line = json.dumps({**entry, "filtered": True} if filtered else entry)
         with self._log_lock, open(self.delivery_log, "a") as f:
             f.write(line + "\n")
 
@@ -374,6 +379,24 @@ class Front:
             raise TokenRejected(f"audience {claims.get('aud')} is not this service's URL {self.route.url}")
         if claims.get("email") not in self.route.invokers:
             raise TokenRejected(f"{claims.get('email')} does not have {INVOKER_ROLE} on {self.route.service}", 403)
+
+    def _filtered_out(self, push: Push) -> bool:
+        """Whether the subscription's filter, which the emulator stores but does not apply, leaves this message out
+        (tpuq_dev.pubsubfilter). A filter Pub/Sub would have refused leaves every message out."""
+        text = (self.subscriptions.get(push.subscription) or {}).get("filter") or ""
+        if not text:
+            return False
+        try:
+            matches = compiled_filter(text)
+        except FilterError as e:
+            log.error("%s: filter %r is one Pub/Sub refuses (%s): the subscription could not exist; message %s "
+                      "not delivered", push.subscription, text, e, push.message_id)
+            return True
+        attributes = push.envelope["message"].get("attributes") or {}
+        if matches(attributes):
+            return False
+        self._log_delivery(push, redelivery=False, filtered=True)
+        return True
 
     def _pushed_by_pubsub(self, request: Request) -> Push | None:
         """The emulator's push of a message to a subscription that pushes to this URL and path, else None. The

@@ -36,6 +36,7 @@ from tpuq_dev.devstack import notifystack, processes, ticker
 from tpuq_dev.devstack.processes import ProcRecord
 from tpuq_dev.devstack.workerenv import host_env_args, worker_host_env
 from tpuq_dev.iam import recording
+from tpuq_dev.pubsubfilter import FilterError, compile_filter
 from tpuq_dev.devstack.processes import REQUEST_TIMEOUT, START_TIMEOUT
 from tpuq.operations.stackenv import ENV_FILE_NAME, ENV_STACK_DIR, ENV_STACK_ID, StackError, default_state_dir, local_job_bucket
 
@@ -138,7 +139,8 @@ class DevStack:
 
     @property
     def delivery_log_file(self) -> Path:
-        """The front's record of every push Pub/Sub made: a JSON line each (`delivery_counts` reads it)."""
+        """The front's record of every push Pub/Sub made, and of each message a filter left out: a JSON line each
+        (`delivery_counts` reads it)."""
         return self.state_dir / "deliveries.jsonl"
 
     @property
@@ -152,7 +154,8 @@ class DevStack:
         return target.sa_email(infra.services.service(name).service_account)
 
     def delivery_counts(self) -> dict[tuple[str, str], int]:
-        """(subscription, message id) -> how many times Pub/Sub pushed that message, as the front saw it."""
+        """(subscription, message id) -> how many times Pub/Sub pushed that message, as the front saw it (a message
+        the subscription's filter left out was never pushed: its line says `filtered`)."""
         counts: dict[tuple[str, str], int] = {}
         if not self.delivery_log_file.exists():
             return counts
@@ -161,6 +164,8 @@ class DevStack:
                 entry = json.loads(line)
             except ValueError:
                 continue  # a line being written
+            if entry.get("filtered"):
+                continue
             key = (entry.get("subscription") or "", entry.get("message_id") or "")
             counts[key] = counts.get(key, 0) + 1
         return counts
@@ -610,6 +615,12 @@ def declare_topics(pubsub_host: str, project: str) -> None:
 
 
 def put_subscription(base: str, name: str, body: dict) -> None:
+    """Create a subscription on the emulator, refusing first a filter Pub/Sub refuses (the emulator stores any)."""
+    try:
+        compile_filter(body.get("filter") or "")
+    except FilterError as e:
+        raise StackError(f"could not create subscription {name}: 400 INVALID_ARGUMENT: filter "
+                         f"{body['filter']!r}: {e}") from e
     r = requests.put(f"{base}/subscriptions/{name}", json=body, timeout=REQUEST_TIMEOUT)
     if r.status_code not in (200, 409):
         raise StackError(f"could not create subscription {name}: {r.status_code} {r.text}")

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from tpuq.contracts import topology
 from tpuq_dev.inmemory.pubsub import _Published
+from tpuq_dev.pubsubfilter import compile_filter
 from tpuq.runtime.service import PushMessage, Service
 
 from .events import EventLoop
@@ -113,6 +114,7 @@ class SimBus:
         """Deliver to these services (a bus is made before the services that publish on it)."""
         self.services = services
         self._subs: dict[str, list[topology.Subscription]] = {}
+        self._filters = {sub.name: compile_filter(sub.filter) for sub in topology.SUBSCRIPTIONS}
         for sub in topology.SUBSCRIPTIONS:
             if sub.service in services:
                 self._subs.setdefault(sub.topic, []).append(sub)
@@ -125,6 +127,8 @@ class SimBus:
         message_id = attributes.pop("_sim_message_id", None) or str(next(self._ids))
         self.published[name] += 1
         for sub in self._subs.get(name, ()):
+            if not self._filters[sub.name](attributes):
+                continue  # acknowledged by Pub/Sub itself, never pushed (tpuq_dev.pubsubfilter)
             msg = PushMessage(message_id, data, dict(attributes), self.loop.utcnow(), sub.name)
             for delay in self._delays(sub.name, message_id):
                 self.loop.after(delay, self._deliver, sub, msg, 1)

@@ -115,7 +115,11 @@ class SimExecutor:
         for w in range(count):
             event = GcsObjectEvent(bucket=gcslayout.bucket_name(RUNNER_BUCKET),
                                    name=gcslayout.worker_status_name(run.job_id, run.attempt, w))
-            self.bus.publish("gcs-events", event.model_dump_json(exclude_none=True).encode())
+            # The attributes Cloud Storage sets on a notification, which the subscriptions' filters read
+            # (https://cloud.google.com/storage/docs/pubsub-notifications#attributes).
+            self.bus.publish("gcs-events", event.model_dump_json(exclude_none=True).encode(),
+                             bucketId=event.bucket, objectId=event.name, eventType="OBJECT_FINALIZE",
+                             payloadFormat="JSON_API_V1")
 
     def cancel_attempt(self, assignment, reason: str = "cancelled", grace_seconds: float | None = None,
                        marker: bool = True) -> Decided:
