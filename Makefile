@@ -35,11 +35,10 @@ install-python:
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -e '.[dev]' -e ./dev
 
-# One process by default, as CI runs it. PYTEST_WORKERS=2 runs two pytest-xdist workers (the whole-system tests one
-# group, each other module a group, the longest groups first in tests/conftest.py's order: --no-loadscope-reorder
-# keeps it): 13-14 minutes instead of 19-20, but one run in four failed on a stack test beside another stack
-# (docs/DEVELOPING.md, Tests).
-PYTEST_WORKERS ?= 0
+# Two pytest-xdist workers by default, as CI runs it (the whole-system tests one group, each other module a group,
+# the longest groups first in tests/conftest.py's order: --no-loadscope-reorder keeps it): 12-13 minutes instead of
+# 19 in one process. PYTEST_WORKERS=0 runs it in one process (docs/DEVELOPING.md, Tests).
+PYTEST_WORKERS ?= 2
 test: install
 	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 

@@ -60,11 +60,11 @@ def _longest_first(item) -> int:
 # module's tests ran on both workers, each starting the module's stack, and the fuzz tally saw none of its module's sends.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """In one process (`make test`, as CI runs it) the end-to-end tests run last, and of them first the modules
+    """In one process (`make test PYTEST_WORKERS=0`) the end-to-end tests run last, and of them first the modules
     that never use the whole-system stack (fixture `system`): that stack, once up, stays up for the rest of the
     session, ticking every second (0.14 of a core when idle, measured 2026-12-05), so the modules with stacks of
     their own (the chaos soak, the run-life and fidelity tests, ...) run before it starts, not beside it. Under
-    pytest-xdist (`make test PYTEST_WORKERS=2`: `--dist loadgroup --no-loadscope-reorder`) the longest
+    pytest-xdist (`make test`, as CI runs it: `--dist loadgroup --no-loadscope-reorder`) the longest
     groups go first (LONGEST_FIRST). The tests on the whole-system stack (fixture `system`) are one
     group, so one worker brings it up once and runs them all; every other module is a group of its own, so a
     module that starts a stack for its tests starts it once, on whichever worker is free."""
