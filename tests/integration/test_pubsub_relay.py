@@ -42,7 +42,6 @@ class Endpoint:
     @Request.application
     def _app(self, request: Request) -> Response:
         envelope = json.loads(request.get_data())
-        data = base64.b64decode(envelope["message"]["data"]).decode()
         with self._lock:
             if self.refusing:
                 self.refused += 1
