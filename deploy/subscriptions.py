@@ -107,8 +107,8 @@ def subscription_actions(target: Target, infra: Infra, state: ProjectState) -> l
         fixed = [k for k in IMMUTABLE if have[k] != want[k]]
         if fixed:
             path = f"projects/{p}/subscriptions/{spec.name}"
-            what = "; ".join(f"its {k} is {have[k] or 'none'!r}, infra/ says {want[k] or 'none'!r}" for k in fixed)
             if not owned(current, target):
+                what = "; ".join(f"its {k} is {have[k] or 'none'!r}, infra/ says {want[k] or 'none'!r}" for k in fixed)
                 out.append(Action("todo", f"subscription {spec.name}",
                                   f"{what}, and it does not carry tpuq's labels: a subscription's "
                                   f"{' and '.join(fixed)} cannot change; delete it and deploy again",
@@ -118,7 +118,7 @@ def subscription_actions(target: Target, infra: Infra, state: ProjectState) -> l
             # `ticks`; the runner bucket's notifications filtered per subscription since then too). Deleted and
             # created again; what it held is lost (for ticks: a minute's tick, sent again the next minute; for a
             # status object: the executor's probe finds the attempt's end within its probe interval).
-            moved = f"({what.replace('infra/ says', 'now')})"
+            moved = "(" + "; ".join(f"its {k} was {have[k] or 'none'!r}, now {want[k] or 'none'!r}" for k in fixed) + ")"
             out.append(Action("delete", f"subscription {spec.name}", moved, Request("pubsub", "DELETE", path)))
             out.append(Action("create", f"subscription {spec.name}", _subscription_summary(body),
                               Request("pubsub", "PUT", path, body=body)))

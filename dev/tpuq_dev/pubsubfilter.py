@@ -44,10 +44,8 @@ _TOKEN = re.compile(r"""
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
-    out, at = [], 0
-    while at < len(text):
-        if text[at:].strip() == "":
-            break
+    out, at, end = [], 0, len(text.rstrip())
+    while at < end:
         m = _TOKEN.match(text, at)
         if not m:
             raise FilterError(f"unexpected {text[at:].strip()[:20]!r} at {at}")
@@ -110,7 +108,9 @@ class _Parser:
         if self.is_word("hasPrefix"):
             self.at += 1
             self.take("op", "(")
-            key = self.attribute(".")
+            self.take("word", "attributes")
+            self.take("op", ".")
+            key = self.key()
             self.take("op", ",")
             prefix = self.take("string")
             self.take("op", ")")
@@ -121,7 +121,8 @@ class _Parser:
             self.at += 1
             key = self.key()
             return lambda a: key in a
-        key = self.attribute(".", after_attributes=True)
+        self.take("op", ".")
+        key = self.key()
         op = self.peek()
         if op not in (("op", "="), ("op", "!=")):
             raise FilterError(f"expected = or != after attributes.{key}")
@@ -130,12 +131,6 @@ class _Parser:
         if op[1] == "=":
             return lambda a: a.get(key) == value
         return lambda a: key in a and a[key] != value
-
-    def attribute(self, separator: str, after_attributes: bool = False) -> str:
-        if not after_attributes:
-            self.take("word", "attributes")
-        self.take("op", separator)
-        return self.key()
 
     def key(self) -> str:
         token = self.peek()

@@ -368,7 +368,9 @@ class Front:
             return
         entry = {"service": self.route.service, "subscription": push.subscription, "message_id": push.message_id,
                  "at": round(self.now(), 3), "redelivery": redelivery}
-        line = json.dumps({**entry, "filtered": True} if filtered else entry)
+        if filtered:
+            entry["filtered"] = True
+        line = json.dumps(entry)
         with self._log_lock, open(self.delivery_log, "a") as f:
             f.write(line + "\n")
 
