@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf import duration_pb2
 
 from tpuq.runtime.concurrency import map_concurrently
+from tpuq.runtime.httppool import widened
 from tpuq.claimer.model import NodeInfo, Observation, QrRecord, create_request_id
 from tpuq.claimer.sshkeys import ssh_keys_metadata
 from tpuq.contracts.documents import NodeHealth
@@ -142,22 +144,24 @@ class NodeJsonReader:
         self.endpoint = endpoint if "://" in endpoint else f"https://{endpoint}"  # as ClientOptions reads it
         self.local = endpoint != self.DEFAULT_ENDPOINT
         self._session = session
+        self._session_lock = threading.Lock()  # the first watch pass's reads all ask for it at once: one is made
         self.timeout = timeout
 
     def _get_session(self):
-        if self._session is None:
-            from google.auth.transport.requests import AuthorizedSession
+        with self._session_lock:
+            if self._session is None:
+                from google.auth.transport.requests import AuthorizedSession
 
-            if self.local:
-                from google.auth.credentials import AnonymousCredentials
+                if self.local:
+                    from google.auth.credentials import AnonymousCredentials
 
-                credentials = AnonymousCredentials()
-            else:
-                import google.auth
+                    credentials = AnonymousCredentials()
+                else:
+                    import google.auth
 
-                credentials, _ = google.auth.default(scopes=[self.SCOPE])
-            self._session = AuthorizedSession(credentials)
-        return self._session
+                    credentials, _ = google.auth.default(scopes=[self.SCOPE])
+                self._session = widened(AuthorizedSession(credentials))  # a watch pass reads many nodes at once
+            return self._session
 
     def __call__(self, name: str) -> dict:
         from google.api_core import exceptions

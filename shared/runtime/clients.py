@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tpuq.runtime.httppool import widen_rest_client
 from tpuq.runtime.settings import Settings  # what the clients connect to is part of the one settings object
 
 _CONSTRUCTION_LOCK = threading.Lock()
@@ -124,12 +125,12 @@ class Clients:
             from google.api_core.client_options import ClientOptions
             from google.auth.credentials import AnonymousCredentials
 
-            return tpu_v2.TpuClient(
+            return widen_rest_client(tpu_v2.TpuClient(
                 transport="rest",
                 credentials=AnonymousCredentials(),
                 client_options=ClientOptions(api_endpoint=endpoint),
-            )
-        return tpu_v2.TpuClient(transport="rest")
+            ))
+        return widen_rest_client(tpu_v2.TpuClient(transport="rest"))
 
     def publish(self, topic: str, message: BaseModel | dict[str, Any], **attributes: str) -> str:
         """Publish a model as JSON to a declared topic; returns the message id."""
