@@ -36,8 +36,17 @@ def detect_kind(data: object) -> str:
         return "job"
     if not isinstance(data, dict):
         raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+    from tpuq.contracts.fieldnames import did_you_mean, known_fields
+    from tpuq.contracts.fleet import FleetFile
+    from tpuq.contracts.jobspec import JobSpec
+
+    # A key neither kind knows, close to one of the three that say the kind (`tpu:` is a job's own: not a hint).
+    known = {*known_fields(JobSpec, ()), *known_fields(FleetFile, ())}
+    misspelt = {key: did_you_mean(key, ["jobs", "command", "tpus"]) for key in data
+                if isinstance(key, str) and key not in known}
+    hint = "".join(f"; `{key}:` looks like `{meant}:`" for key, meant in misspelt.items() if meant)
     raise CliError("neither a job file nor a fleet file: a job file has `jobs:` (or one job's `command:`), a fleet "
-                   "file or a tpu-runner deployment.yaml has `tpus:`, and this file has neither")
+                   f"file or a tpu-runner deployment.yaml has `tpus:`, and this file has neither{hint}")
 
 
 def read_fleet_data(data: object):
@@ -51,7 +60,10 @@ def read_fleet_data(data: object):
     try:
         return read_fleet(data)
     except ValidationError as e:
-        _, reason = describe_validation_error(e)
+        from tpuq.contracts.fleet import FleetFile
+
+        # A tpu-runner file's names are not FleetFile's: no suggestion from its fields for them.
+        _, reason = describe_validation_error(e, model=None if is_runner_file(data) else FleetFile)
         raise CliError(f"invalid {kind} file: {reason}") from None
     except Permanent as e:
         raise CliError(f"invalid {kind} file: {e}") from None
@@ -67,7 +79,7 @@ def validate_data(data: object, kind: str):
     try:
         return JobFile.model_validate(data)
     except ValidationError as e:
-        _, reason = describe_validation_error(e)
+        _, reason = describe_validation_error(e, model=JobFile)
         raise CliError(f"invalid {kind} file: {reason}") from None
 
 

@@ -91,7 +91,7 @@ def parse_job_file(text: str, bucket: str, name: str, generation: str) -> tuple[
     try:
         jobs = JobFile.model_validate(data)
     except ValidationError as e:
-        field, reason = describe_validation_error(e)
+        field, reason = describe_validation_error(e, model=JobFile)
         raise Permanent(reason, field=field) from None
     out, folders = [], {}
     for i, spec in enumerate(jobs.jobs):
@@ -107,7 +107,7 @@ def parse_job_file(text: str, bucket: str, name: str, generation: str) -> tuple[
         try:
             out.append(PublishedJob.model_validate(data))
         except ValidationError as e:
-            field, reason = describe_validation_error(e, prefix=f"jobs[{i}]")
+            field, reason = describe_validation_error(e, prefix=f"jobs[{i}]", model=PublishedJob)
             raise Permanent(reason, field=field) from None
     return out, folders
 

@@ -20,7 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+from tpuq.contracts.fieldnames import did_you_mean, known_fields
 
 # "field: reason", "field[1]: ...", "jobs[2].depends_on[0]: ...": a validator's message naming where it applies.
 _FIELD_PREFIX = re.compile(r"^([a-z_][a-z0-9_]*(?:\[\d+\])?(?:\.[a-z_][a-z0-9_]*(?:\[\d+\])?)*): ")
@@ -149,8 +151,10 @@ def _loc_to_path(loc: tuple) -> str:
     return out
 
 
-def describe_validation_error(err: ValidationError, prefix: str = "") -> tuple[str, str]:
-    """(field, one-line reason) for the first problem; the full text lists all of them."""
+def describe_validation_error(err: ValidationError, prefix: str = "",
+                              model: type[BaseModel] | None = None) -> tuple[str, str]:
+    """(field, one-line reason) for the first problem; the full text lists all of them. With the `model` that was
+    validated, an unknown field says which known one it most likely misspells."""
     lines = []
     first_field = ""
     for e in err.errors(include_url=False):
@@ -169,6 +173,10 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> tuple[s
             msg = msg[named.end():]
         if e.get("type") == "extra_forbidden":
             msg = "unknown field"
+            meant = model is not None and loc and isinstance(loc[-1], str) and \
+                did_you_mean(loc[-1], known_fields(model, loc[:-1]))
+            if meant:
+                msg += f"; did you mean `{meant}`?"
         elif e.get("type") == "missing":
             msg = "is required"
         if not first_field:
@@ -177,8 +185,8 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> tuple[s
     return first_field, "; ".join(lines)
 
 
-def from_validation_error(err: ValidationError, prefix: str = "") -> Permanent:
-    field, reason = describe_validation_error(err, prefix)
+def from_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> Permanent:
+    field, reason = describe_validation_error(err, prefix, model)
     return Permanent(reason, field=field)
 
 

@@ -25,10 +25,13 @@ class JobSubmission:
     """The `jobs` topic carries a PublishedJob, or a whole `jobs:` file (PublishedJobFile) pasted as one message."""
 
     @staticmethod
+    def model_of(payload) -> type[PublishedJob] | type[PublishedJobFile]:
+        """The model `payload` is validated as (its errors' field names are that model's)."""
+        return PublishedJobFile if isinstance(payload, dict) and "jobs" in payload else PublishedJob
+
+    @staticmethod
     def model_validate(payload) -> PublishedJob | PublishedJobFile:
-        if isinstance(payload, dict) and "jobs" in payload:
-            return PublishedJobFile.model_validate(payload)
-        return PublishedJob.model_validate(payload)
+        return JobSubmission.model_of(payload).model_validate(payload)
 
 # Who submitted a job: the `owner` attribute of its `jobs` message, stored as the job's `owner`. Pub/Sub tells a
 # subscriber nothing about the publisher (a push's OIDC token is the push subscription's account, the message has

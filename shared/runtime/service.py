@@ -246,7 +246,10 @@ class Service:
         try:
             model = topic.model.model_validate(payload) if topic.model else payload
         except ValidationError as e:
-            return self._reject(sub, msg, payload, from_validation_error(e))
+            # The model that refused it: a misspelt field is then told which one it likely meant.
+            model_of = getattr(topic.model, "model_of", None)
+            return self._reject(sub, msg, payload,
+                                from_validation_error(e, model=model_of(payload) if model_of else topic.model))
         except Permanent as e:
             return self._reject(sub, msg, payload, e)
         ctx = Context(

@@ -34,3 +34,13 @@ def test_a_local_bundle_path_in_a_pasted_file_is_refused_with_the_hint(sched):
     assert letter["field"] == "jobs[0].bundle"
     assert "tpuq submit job.yaml" in letter["reason"] and "gs://" in letter["reason"]
     assert sched.all(store.JOBS) == {}
+
+
+def test_a_misspelt_field_is_refused_with_the_field_it_likely_meant(sched):
+    """Published past `tpuq submit` (gcloud, a script): the dead letter names the unknown field and the one meant."""
+    sched.deliver("jobs", {"tpu": "v4-8", "comand": "python train.py"}, message_id="5")
+    sched.deliver("jobs", {"jobs": [{"tpu": "v4-8", "command": "x", "priorty": "high"}]}, message_id="6")
+    letters = {letter["message_id"]: letter for letter in sched.all(store.DEAD_LETTERS).values()}
+    assert "did you mean `command`?" in letters["5"]["reason"]
+    assert letters["6"]["field"] == "jobs[0].priorty" and "did you mean `priority`?" in letters["6"]["reason"]
+    assert sched.all(store.JOBS) == {}

@@ -40,6 +40,12 @@ def test_bad_files(tmp_path):
     (tmp_path / "job.yaml").write_text("jobs:\n  - tpu: v4-8\n    priority: urgent\n    command: x\n")
     assert_one_line_error(run(["validate", str(tmp_path / "job.yaml")], tmp_path), "jobs[0].priority")
     assert_one_line_error(run(["submit", str(tmp_path / "job.yaml")], tmp_path), "jobs[0].priority")
+    (tmp_path / "typo.yaml").write_text("jobs:\n  - tpu: v4-8\n    comand: x\n")
+    for command in ("validate", "submit"):
+        assert_one_line_error(run([command, str(tmp_path / "typo.yaml")], tmp_path),
+                              "jobs[0].comand: unknown field; did you mean `command`?")
+    (tmp_path / "one.yaml").write_text("comand: x\ntpu: v4-8\n")  # one job's form, its `command:` misspelt
+    assert_one_line_error(run(["validate", str(tmp_path / "one.yaml")], tmp_path), "`comand:` looks like `command:`")
     assert_one_line_error(run(["validate", str(tmp_path / "missing.yaml")], tmp_path), "no such file")
     (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00")
     assert_one_line_error(run(["validate", str(tmp_path / "bin.yaml")], tmp_path))

@@ -51,3 +51,9 @@ def test_refusals_name_the_field_and_the_reason(text, field, reason):
         parse_job_file(text, "b", "submit/job.yaml", "1")
     assert e.value.field == field
     assert reason in str(e.value)
+
+
+def test_a_misspelt_field_in_an_uploaded_file_is_told_the_one_meant():
+    with pytest.raises(Permanent) as refused:
+        parse_job_file("jobs:\n  - tpu: v4-8\n    command: x\n    priorty: high\n", "b", "submit/j.yaml", "1")
+    assert refused.value.field == "jobs[0].priorty" and "did you mean `priority`?" in str(refused.value)
