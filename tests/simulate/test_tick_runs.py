@@ -64,3 +64,30 @@ def test_a_stored_time_written_back_changes_nothing_and_commits_stay_strictly_la
     third = ref.update({"n": 2}).update_time
     assert first < second < third  # a frozen clock: each commit a microsecond after the last
     assert ref.get().read_time > third
+
+
+
+def test_a_cpu_clock_splits_the_runs_cpu_by_subscription_and_by_what_a_tick_changed():
+    """benchmarks/bench_sim_handlings.py's figures: the run's CPU is counted once, under the subscription handled
+    or the simulator's own (`OUTSIDE`), and each tick handling run under whether it changed something."""
+    import time
+
+    from tpuq_dev.simulate.storeops import OUTSIDE
+
+    rng = random.Random(1)
+    jobs = sorted((SimJob(f"job-{i}", rng.uniform(0, 2 * 3600), ("v4-8",), "normal", rng.uniform(600, 2400), 600)
+                   for i in range(5)), key=lambda j: j.submit_at)
+    started = time.process_time()
+    run = simulate("tpuq", fleet=FleetFile.model_validate(FLEET), scenario=parse_scenario(SCENARIO), jobs=jobs,
+                   horizon=4 * 3600, seed=2, cpu_clock=time.process_time)
+    policy = run.driver
+    policy.store_ops.per_day(1.0)  # counts the last stretch
+    whole = time.process_time() - started
+    counted = policy.store_ops.cpu
+    assert 0.8 * whole <= sum(counted.values()) <= whole
+    assert {OUTSIDE, "claimer-ticks", "scheduler-jobs", "executor-assignments"} <= set(counted)
+    assert {changed for _, changed in policy.tick_cpu} == {True, False}
+    for name in {name for name, _ in policy.tick_cpu}:  # the tick handlings run: their subscription's (and the
+        # judging of each around its push)
+        ticks = sum(s for (n, _), (_, s) in policy.tick_cpu.items() if n == name)
+        assert 0.5 * counted[name] <= ticks <= 1.5 * counted[name] + 0.01

@@ -6,11 +6,14 @@ handling. A handling is entered and left around each push (`SimBus`'s observer),
 (`simulate.waits`: the claimer's fast watch) leaves its handling while it waits and enters it again when it
 wakes, so the pushes that run meanwhile count their own operations. Operations made outside any handling (the
 simulator's own setup: the fleet file saved at the start) count under `OUTSIDE`.
+
+Given a CPU clock (`time.process_time`; benchmarks/bench_sim_handlings.py), the CPU seconds between the same
+boundaries are counted the same way (`cpu`): what each subscription's handlings cost the simulator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from tpuq_dev.inmemory.firestore import BilledOps
@@ -19,15 +22,22 @@ OUTSIDE = "(simulator)"
 
 
 class OpsBySubscription:
-    def __init__(self, billed: BilledOps) -> None:
+    def __init__(self, billed: BilledOps, cpu_clock: Callable[[], float] | None = None) -> None:
         self._billed = billed  # the store's own counter, read at each boundary
         self._mark = (billed.reads, billed.writes, billed.deletes)  # its counts at the last boundary
         self._handling: list[str] = []  # the subscriptions being handled, innermost last
         self.by: dict[str, BilledOps] = {}
+        self._cpu_clock = cpu_clock
+        self._cpu_mark = cpu_clock() if cpu_clock is not None else 0.0
+        self.cpu: dict[str, float] = {}  # subscription -> CPU seconds of its handlings (with a cpu_clock)
 
     def _flush(self) -> None:
         """Count what the store billed since the last boundary to the handling in progress (called twice a push:
         plain integers, and nothing counted when nothing was billed)."""
+        if self._cpu_clock is not None:
+            now, label = self._cpu_clock(), self._handling[-1] if self._handling else OUTSIDE
+            self.cpu[label] = self.cpu.get(label, 0.0) + now - self._cpu_mark
+            self._cpu_mark = now
         billed, (reads, writes, deletes) = self._billed, self._mark
         if billed.reads != reads or billed.writes != writes or billed.deletes != deletes:
             label = self._handling[-1] if self._handling else OUTSIDE

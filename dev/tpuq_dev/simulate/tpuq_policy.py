@@ -226,7 +226,11 @@ class TpuqPolicy:
 
     def __init__(self, *, loop: EventLoop, cloud: SimCloud, workers: SimWorkers, jobs: list[SimJob],
                  fleet: FleetFile, rng: random.Random, tick_seconds: float = PRODUCTION_TICK_SECONDS,
-                 delivery: Delivery = Delivery(), skip_quiet_ticks: bool = True, verify_quiet: bool = False) -> None:
+                 delivery: Delivery = Delivery(), skip_quiet_ticks: bool = True, verify_quiet: bool = False,
+                 cpu_clock: Callable[[], float] | None = None) -> None:
+        """`cpu_clock` (`time.process_time`): count the CPU seconds of the handlings, by subscription
+        (`store_ops.cpu`) and, for the tick handlings run, also by whether they changed something (`tick_cpu`;
+        the janitor's routing of the clock's tick is a change: it publishes the routed ticks)."""
         self.loop, self.cloud, self.workers, self.jobs, self.rng = loop, cloud, workers, jobs, rng
         self.fleet = fleet.model_copy(update={"project": cloud.project})
         self.tick_seconds = tick_seconds
@@ -246,7 +250,10 @@ class TpuqPolicy:
         self.db = MemoryFirestore(project=cloud.project, now=loop.utcnow, rng=random.Random(rng.random()))
         self.db.observer = self
         self.store_ops_skipped = BilledOps()  # the Firestore operations of the ticks skipped as quiet
-        self.store_ops = OpsBySubscription(self.db.billed)  # the same, by the subscription handled
+        self.store_ops = OpsBySubscription(self.db.billed, cpu_clock)  # the same, by the subscription handled
+        self.cpu_clock = cpu_clock
+        # (subscription, changed something?) -> [tick handlings run, their CPU seconds]: with a cpu_clock
+        self.tick_cpu: dict[tuple[str, bool], list[float]] = defaultdict(lambda: [0, 0.0])
         self.settings = Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET)
         self.tpu_client = SimTpuClient(cloud)
         self._parsed_nodes: dict = {}
@@ -405,16 +412,20 @@ class TpuqPolicy:
         ticks.deadlines.reset()
         ticks.quiet, ticks.dirty = None, False
         return (ticks, reads, self.activity(), self.cloud.calls.copy(), skip, self.db.billed.copy(),
-                self._remembered(ticks.service))
+                self._remembered(ticks.service), self.cpu_clock() if self.cpu_clock is not None else 0.0)
 
     def tick_answered(self, token, status: int) -> None:
         self._reading, self.clock.deadlines = None, self._scratch_deadlines
         if token is None:
             return
-        ticks, reads, before, calls_before, verifying, billed_before, remembered_before = token
+        ticks, reads, before, calls_before, verifying, billed_before, remembered_before, cpu_before = token
         calls = self.cloud.calls - calls_before
         reads.cloud = reads.cloud or bool(calls)
         changed = status >= 500 or self.activity() != before
+        if self.cpu_clock is not None:
+            spent = self.tick_cpu[ticks.subscription, changed]
+            spent[0] += 1
+            spent[1] += self.cpu_clock() - cpu_before
         if verifying and changed:
             self.violations.append((self.loop.now(), ticks.subscription))
         # The pre-checks are read through their cache, which a repeat of this tick would hit: not counted again.
