@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from tpuq.cli.console import CliError, err, out
+from tpuq.contracts import yamltext
 from tpuq.contracts.errors import describe_validation_error
 
 
@@ -19,11 +20,9 @@ def load_yaml_file(path: Path) -> object:
     if path.is_dir():
         raise CliError(f"{path}: is a directory, expected a YAML file")
     try:
-        return yaml.safe_load(path.read_text())
+        return yamltext.load(path.read_text())
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise CliError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        raise CliError(f"{path}: {yamltext.error_text(e)}") from None
     except UnicodeDecodeError:
         raise CliError(f"{path}: not a text file") from None
 

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from tpuq.contracts import topology
+from tpuq.contracts import topology, yamltext
 from tpuq.contracts.jobspec import StrictModel
 
 # infra/ is package data: pyproject.toml installs the top-level infra/ directory as the package `tpuq._infra`, so an
@@ -300,9 +300,9 @@ def _read_yaml(directory: Path, name: str) -> Any:
     if not path.exists():
         raise InfraError(f"{path}: missing")
     try:
-        return yaml.safe_load(path.read_text())
+        return yamltext.load(path.read_text())  # a key given twice is refused, not the last one kept
     except yaml.YAMLError as e:
-        raise InfraError(f"{path}: not valid YAML: {e}") from None
+        raise InfraError(f"{path}: {yamltext.error_text(e)}") from None
 
 
 def _model(model, data: Any, where: str):

@@ -28,6 +28,7 @@ import yaml
 from google.api_core.exceptions import Forbidden, NotFound as GcsNotFound
 from pydantic import ValidationError
 
+from tpuq.contracts import yamltext
 from tpuq.contracts.bundle import BundleError
 from tpuq.contracts.errors import NotFound, Permanent, describe_validation_error
 from tpuq.contracts.gcslayout import SUBMIT_PREFIX
@@ -44,13 +45,6 @@ FILE_FIELD = "(job file)"
 
 def is_job_file(name: str) -> bool:
     return name.startswith(SUBMIT_PREFIX) and name.endswith(JOB_FILE_SUFFIXES) and not name.endswith(RESULT_SUFFIX)
-
-
-def yaml_error(e: yaml.YAMLError) -> str:
-    """`not valid YAML at line 3, column 7: ...`, the way `tpuq validate` says it."""
-    mark = getattr(e, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    return f"not valid YAML{where}: {getattr(e, 'problem', None) or e}"
 
 
 def gcs_job_id(name: str | None, bucket: str, object_name: str, generation: str, index: int) -> str:
@@ -83,9 +77,9 @@ def parse_job_file(text: str, bucket: str, name: str, generation: str) -> tuple[
     """Pure: the job file's text -> (the jobs, with their ids; {job index: bucket folder to pack as its bundle}).
     A refusal is `Permanent` with the field and the reason."""
     try:
-        data = yaml.safe_load(text)
+        data = yamltext.load(text)
     except yaml.YAMLError as e:
-        raise Permanent(yaml_error(e), field=FILE_FIELD) from None
+        raise Permanent(yamltext.error_text(e), field=FILE_FIELD) from None
     if not isinstance(data, dict):
         raise Permanent("the job file must be a mapping with a `jobs:` list", field=FILE_FIELD)
     try:

@@ -44,6 +44,9 @@ def test_bad_files(tmp_path):
     for command in ("validate", "submit"):
         assert_one_line_error(run([command, str(tmp_path / "typo.yaml")], tmp_path),
                               "jobs[0].comand: unknown field; did you mean `command`?")
+    (tmp_path / "twice.yaml").write_text("jobs:\n  - tpu: v4-8\n    command: a\n    command: b\n")
+    for command in ("validate", "submit"):
+        assert_one_line_error(run([command, str(tmp_path / "twice.yaml")], tmp_path), "line 4", "'command' twice")
     (tmp_path / "one.yaml").write_text("comand: x\ntpu: v4-8\n")  # one job's form, its `command:` misspelt
     assert_one_line_error(run(["validate", str(tmp_path / "one.yaml")], tmp_path), "`comand:` looks like `command:`")
     assert_one_line_error(run(["validate", str(tmp_path / "missing.yaml")], tmp_path), "no such file")

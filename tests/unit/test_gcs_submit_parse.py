@@ -57,3 +57,9 @@ def test_a_misspelt_field_in_an_uploaded_file_is_told_the_one_meant():
     with pytest.raises(Permanent) as refused:
         parse_job_file("jobs:\n  - tpu: v4-8\n    command: x\n    priorty: high\n", "b", "submit/j.yaml", "1")
     assert refused.value.field == "jobs[0].priorty" and "did you mean `priority`?" in str(refused.value)
+
+
+def test_a_key_given_twice_in_an_uploaded_file_is_refused_with_its_line():
+    with pytest.raises(Permanent) as refused:
+        parse_job_file("jobs:\n  - tpu: v4-8\n    command: a\n    command: b\n", "b", "submit/j.yaml", "1")
+    assert refused.value.field == "(job file)" and "line 4" in str(refused.value) and "twice" in str(refused.value)
