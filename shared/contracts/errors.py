@@ -151,12 +151,48 @@ def _loc_to_path(loc: tuple) -> str:
     return out
 
 
+_EXPECTED = {  # pydantic's type errors, as a person writing YAML reads them
+    "string_type": "text", "int_type": "a whole number", "int_parsing": "a whole number",
+    "int_from_float": "a whole number", "float_type": "a number", "float_parsing": "a number",
+    "bool_type": "true or false", "bool_parsing": "true or false", "list_type": "a list",
+    "dict_type": "a mapping (key: value lines)",
+}
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return f"a list ({_short_repr(value)})"
+    if isinstance(value, dict):
+        return f"a mapping ({_short_repr(value)})"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return _short_repr(value)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_message(e: dict) -> str | None:
+    """"text expected, got 5: quote it ("5")" for pydantic's "Input should be a valid string"; None: not a type
+    error of a kind people make."""
+    expected = _EXPECTED.get(e.get("type", ""))
+    if expected is None or "input" not in e:
+        return None
+    given = e["input"]
+    msg = f"{expected} expected, got {_shown(given)}"
+    if e["type"] == "string_type" and isinstance(given, (bool, int, float)):
+        msg += f': quote it ("{_shown(given)}")'  # YAML read `5` or `true` as a number or a boolean
+    return msg
+
+
 def describe_validation_error(err: ValidationError, prefix: str = "",
                               model: type[BaseModel] | None = None) -> tuple[str, str]:
     """(field, one-line reason) for the first problem; the full text lists all of them. With the `model` that was
-    validated, an unknown field says which known one it most likely misspells."""
-    lines = []
-    first_field = ""
+    validated, an unknown field says which known one it most likely misspells (first, and a required field it
+    stands for is not said to be missing as well)."""
+    found: list[tuple[str, str, tuple, str | None]] = []  # (field, message, location, the field meant)
     for e in err.errors(include_url=False):
         loc = tuple(p for p in e.get("loc", ()) if not (isinstance(p, str) and p.startswith("function-")))
         # pydantic puts the model-level validator name or the union tag in loc; drop noise.
@@ -171,18 +207,22 @@ def describe_validation_error(err: ValidationError, prefix: str = "",
         if named:
             field = ".".join(p for p in (field, named.group(1)) if p)
             msg = msg[named.end():]
+        meant = None
         if e.get("type") == "extra_forbidden":
             msg = "unknown field"
             meant = model is not None and loc and isinstance(loc[-1], str) and \
-                did_you_mean(loc[-1], known_fields(model, loc[:-1]))
+                did_you_mean(loc[-1], known_fields(model, loc[:-1])) or None
             if meant:
                 msg += f"; did you mean `{meant}`?"
         elif e.get("type") == "missing":
             msg = "is required"
-        if not first_field:
-            first_field = field or "(message)"
-        lines.append(f"{field or '(message)'}: {msg}")
-    return first_field, "; ".join(lines)
+        else:
+            msg = _type_message(e) or msg
+        found.append((field or "(message)", msg, loc, meant))
+    meant_at = {(*loc[:-1], meant) for _, _, loc, meant in found if meant}
+    kept = [f for f in found if not (f[1] == "is required" and f[2] in meant_at)]
+    kept.sort(key=lambda f: f[3] is None)  # a misspelling first: it often explains the rest
+    return kept[0][0] if kept else "(message)", "; ".join(f"{field}: {msg}" for field, msg, _, _ in kept)
 
 
 def from_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> Permanent:

@@ -178,8 +178,13 @@ def _utf8_bytes(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogatepass"))
 
 
-def _as_list(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
+def _tpu_types_given(value: Any) -> Any:
+    """`tpu: v4-8` or a list of types; anything else (`tpu: 8`) is told what a TPU type looks like, not "a list"."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
+        return value
+    raise ValueError(f"a TPU type such as v4-8 or v5litepod-8, or a list of them: got {value!r}")
 
 
 def _array_value(value: Any) -> Any:
@@ -193,7 +198,7 @@ class JobSpec(StrictModel):
 
     id: str | None = Field(default=None, description="Job id; generated when absent")
     name: str | None = Field(default=None, max_length=200, description="Free-form label")
-    tpu: Annotated[list[str], BeforeValidator(_as_list)] = Field(
+    tpu: Annotated[list[str], BeforeValidator(_tpu_types_given)] = Field(
         min_length=1, description="One TPU type or a list of compatible types to race"
     )
     buckets: list[BucketRef] = Field(

@@ -117,6 +117,13 @@ BAD_JOBS = [
     ({"tpu": "v4-8", "command": "x", "zone": "nowhere"}, "zone", "zone"),
     ({"tpu": "v4-8", "command": "x", "colour": "red"}, "colour", "unknown field"),
     ({"tpu": "v4-8", "command": "x", "max_preemptions": -1}, "max_preemptions", "greater than"),
+    # Type errors as a person writing YAML reads them (the value given; what to type instead).
+    ({"tpu": 8, "command": "x"}, "tpu", "a TPU type such as v4-8 or v5litepod-8, or a list of them: got 8"),
+    ({"tpu": "v4-8", "command": "x", "env": {"N": 5}}, "env.N", 'text expected, got 5: quote it ("5")'),
+    ({"tpu": "v4-8", "command": "x", "env": {"F": True}}, "env.F", 'got true: quote it ("true")'),
+    ({"tpu": "v4-8", "command": ["python3", "a.py"]}, "command", "text expected, got a list (['python3', 'a.py'])"),
+    ({"tpu": "v4-8", "command": "x", "max_preemptions": "three"}, "max_preemptions",
+     "a whole number expected, got 'three'"),
 ]
 
 

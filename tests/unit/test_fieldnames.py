@@ -1,4 +1,4 @@
-"""An unknown field is told the known one it most likely misspells, wherever in the document it is
+"""An unknown field is told the known one it most likely misspells, wherever in the document it is, first and once
 (`tpuq.contracts.fieldnames`, through `describe_validation_error`)."""
 
 from __future__ import annotations
@@ -42,3 +42,10 @@ def test_the_known_names_follow_lists_dicts_and_optional_values():
     assert "path" in known_fields(JobSpec, ("caches", 3))
     assert known_fields(JobSpec, ("no_such_field",)) == [] and known_fields(JobSpec, ("command",)) == []
     assert did_you_mean("comand", ["command", "jobs"]) == "command" and did_you_mean("x", ["command"]) is None
+
+
+def test_a_misspelt_required_field_is_said_once_and_first():
+    field, reason = _reason(JobFile, {"jobs": [{"tpu": 8, "comand": "x"}]})
+    assert field == "jobs[0].comand"
+    assert reason.startswith("jobs[0].comand: unknown field; did you mean `command`?; jobs[0].tpu: ")
+    assert "command: is required" not in reason
