@@ -27,6 +27,14 @@ def load_yaml_file(path: Path) -> object:
         raise CliError(f"{path}: not a text file") from None
 
 
+def not_a_mapping(data: object) -> str:
+    """What to say of a file whose top level is not a mapping (`key: value` lines)."""
+    if data is None:
+        return "the file is empty: a job file has `jobs:` (or one job's `command:`), a fleet file `tpus:`"
+    kind = {list: "a list", str: "one line of text"}.get(type(data), f"a {type(data).__name__}")
+    return f"expected `key: value` lines at the top level (a YAML mapping), got {kind}"
+
+
 def detect_kind(data: object) -> str:
     """"fleet" (a tpuq fleet file or a tpu-runner deployment.yaml: `tpus:`) or "job" (`jobs:`, or one job)."""
     if isinstance(data, dict) and "tpus" in data:
@@ -34,7 +42,7 @@ def detect_kind(data: object) -> str:
     if isinstance(data, dict) and ("jobs" in data or "command" in data):
         return "job"
     if not isinstance(data, dict):
-        raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+        raise CliError(not_a_mapping(data))
     from tpuq.contracts.fieldnames import did_you_mean, known_fields
     from tpuq.contracts.fleet import FleetFile
     from tpuq.contracts.jobspec import JobSpec
@@ -54,7 +62,7 @@ def read_fleet_data(data: object):
     from tpuq.operations.tpurunner import is_runner_file, read_fleet
 
     if not isinstance(data, dict):
-        raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+        raise CliError(not_a_mapping(data))
     kind = "tpu-runner deployment" if is_runner_file(data) else "fleet"
     try:
         return read_fleet(data)
@@ -74,7 +82,7 @@ def validate_data(data: object, kind: str):
     if kind == "fleet":
         return read_fleet_data(data).fleet
     if not isinstance(data, dict):
-        raise CliError(f"expected a YAML mapping at the top level, got {type(data).__name__}")
+        raise CliError(not_a_mapping(data))
     try:
         return JobFile.model_validate(data)
     except ValidationError as e:
@@ -95,6 +103,10 @@ def validate(files: list[Path] = typer.Argument(..., metavar="FILE...", help="Fl
     fleets = [(f, model) for f, kind, model in checked if kind == "fleet"]
     jobs = [(f, model) for f, kind, model in checked if kind == "job"]
     _multislice_warnings(fleets, jobs)
+    if jobs and not fleets:  # `ok` must not read as "submit will take it": the fleet decides what it can run
+        err.print("note: the jobs were checked on their own, not against a fleet or its buckets: `tpuq validate "
+                  "fleet.yaml job.yaml` checks them with a fleet file, `tpuq submit` with the fleet in force",
+                  soft_wrap=True, highlight=False, markup=False)
     if fleets and jobs:
         from tpuq.contracts.fleetjobs import fleet_job_warnings
 

@@ -65,7 +65,8 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
         note = ""
         if p.bundle:
             used = " and ".join(p.bundle.ignore_files) or "no ignore file"
-            note = f" (bundle {p.bundle.sha256[:12]}, {p.bundle.files} files; ignore files used: {used})"
+            files = f"{p.bundle.files} file{'s' if p.bundle.files != 1 else ''}"
+            note = f" (bundle {p.bundle.sha256[:12]}, {files}; ignore files used: {used})"
         if p.spec.is_group:  # one message; the scheduler stores its tasks (tpuq.contracts.arrays)
             tasks = group_tasks(job_id, p.spec.array, p.spec.sweep)
             note = f": {len(tasks)} tasks {tasks[0].id} ... {tasks[-1].id}{note}"
@@ -284,7 +285,22 @@ def list_(state: Optional[JobState] = typer.Option(None, "--state", case_sensiti
         print(json.dumps(rows, default=json_default, indent=2))
         return
     narrowed = " and ".join(([f"in state {state.value}"] if state else []) + (["of yours"] if mine else []))
-    print_job_table(rows, datetime.now(timezone.utc), narrowed or None)
+    now = datetime.now(timezone.utc)
+    print_job_table(rows, now, narrowed or None)
+    _say_refused_submissions(db, now)
+
+
+def _say_refused_submissions(db, now) -> None:
+    """A submission refused before it was a job (no `id` to store it under, or not JSON) is in no list: say that
+    some were, and where to read why."""
+    from datetime import timedelta
+
+    from tpuq.operations.deadletters import refused_submissions_since
+
+    refused, more = refused_submissions_since(db, now - timedelta(hours=24))
+    if refused:
+        err.print(f"note: {refused}{' or more' if more else ''} submission{'s were' if refused != 1 else ' was'} "
+                  "refused in the last 24 hours (`tpuq dead-letters` says why)", highlight=False, markup=False)
 
 
 # Exit statuses of cancel and set-priority, as tpu-runner's: 1 an unknown job, 2 a conflict (it started).

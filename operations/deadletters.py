@@ -74,6 +74,20 @@ def recent(db, topic: str | None = None, limit: int = 50) -> list[dict[str, Any]
     return [d.to_dict() for d in query.stream()]
 
 
+SUBMISSION_TOPICS = ("jobs", "gcs-events")  # where a person's submissions arrive (published, uploaded)
+
+
+def refused_submissions_since(db, since: datetime, look_at: int = 10) -> tuple[int, bool]:
+    """How many submissions (of `SUBMISSION_TOPICS`) were refused at or after `since`, and whether there may be more:
+    at most `look_at` a topic are read (the newest, by `recent`'s indexed query: that many reads at most)."""
+    count, more = 0, False
+    for topic in SUBMISSION_TOPICS:
+        newest = [r for r in recent(db, topic, look_at) if r.get("recorded_at") is not None]
+        found = sum(1 for r in newest if r["recorded_at"] >= since)
+        count, more = count + found, more or found == look_at
+    return count, more
+
+
 def read_merged(clients, topic: str | None = None, limit: int = 50) -> tuple[list[dict[str, Any]], str | None]:
     """The handlers' records and the messages Pub/Sub dead-lettered, merged (`merged`); and why the latter could not
     be read, when so (said beside the list, never hidden)."""

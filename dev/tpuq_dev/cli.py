@@ -60,6 +60,9 @@ def dev_up(
     with err.status("starting the local stack..."):
         s.up()
     out.print(f"local stack ready in {time.monotonic() - started:.1f}s; state in {s.state_dir}")
+    names = [row["name"] for row in s.status()]
+    out.print(f"started {len(names)} processes: {', '.join(names)} (`tpuq dev status`: their pids and urls)",
+              highlight=False, markup=False)
     from tpuq_dev.capacitymodel.scenario import load_scenario
     from tpuq_dev.devstack.describe import started_lines
 

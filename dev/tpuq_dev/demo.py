@@ -55,7 +55,7 @@ def demo_jobs(run_id: str) -> dict[str, Any]:
     common = {"bundle": ".", "buckets": [f"gs://{DEMO_BUCKET}"], "command": "sh work.sh"}
     return {"jobs": [
         {**common, "id": f"pod-{run_id}", "name": "4-host slice", "tpu": "v4-32", "env": {"STEPS": "2"}},
-        {**common, "id": f"urgent-{run_id}", "name": "high priority", "tpu": ["v4-8", "v4-32"], "priority": "high"},
+        {**common, "id": f"urgent-{run_id}", "name": "urgent", "tpu": ["v4-8", "v4-32"], "priority": "high"},
         {**common, "id": f"long-{run_id}", "name": "preempted once", "tpu": "v4-8", "priority": "low",
          "env": {"STEPS": "6", "FIRST_ATTEMPT_STEPS": "600"}},  # attempt 1 ends by the preemption
     ]}
@@ -194,8 +194,9 @@ def run(console: Console | None = None, state_dir: Path | None = None, keep_stac
                 if preempted_node is None and long_job and long_job.state is JobState.running and long_job.tpu:
                     preempted_node = long_job.tpu
                     control.preempt(preempted_node)
-                    live.console.print(f"⚡ spot preemption of {preempted_node.rsplit('/', 1)[-1]} "
-                                       f"while {long_id} runs on it")
+                    # A TPU is named after the request that claimed it, often another job's: say whose it is.
+                    live.console.print(f"⚡ spot preemption of the TPU {long_id} runs on "
+                                       f"({preempted_node.rsplit('/', 1)[-1]}: named after the request that claimed it)")
                 if all(j and j.terminal for j in jobs.values()):
                     break
                 time.sleep(0.25)

@@ -85,6 +85,11 @@ def test_refused_gcloud_messages_are_found_by_their_message_id(system_clients, g
     assert any(r["message_id"] == mid and r["raw_data"] == json.dumps({"tpu": "v9-8", "command": "echo never"})
                for r in records)
     assert run(gcloud_env, "tpuq", "dead-letters", "--topic", "job", ok=False).returncode == 2
+    # It is in no job list, but the list says that submissions were refused, and where to read why.
+    listed = run(gcloud_env, "tpuq", "list")
+    assert f"job-{mid}" not in listed.stdout
+    assert re.search(r"note: \d+ submissions? (was|were) refused in the last 24 hours \(`tpuq dead-letters` says why\)",
+                     listed.stderr), listed.stderr
 
 
 def test_a_message_reusing_a_job_id_is_found_both_ways(system_clients, gcloud_env):

@@ -27,6 +27,9 @@ def test_dev_up_env_down_leaves_nothing_running(tmp_path):
         assert {"pubsub-emulator", "firestore-emulator", "fake-gcs-server", "fake-tpu", "ticker", "scheduler",
                 "claimer", "executor", "janitor"} <= names
         assert all(p["alive"] for p in status)
+        # `dev up` says what it started, as the README says: every process `dev status` lists.
+        [started] = [line for line in up.stdout.splitlines() if line.startswith("started ")]
+        assert started.startswith(f"started {len(status)} processes: ") and all(n in started for n in names)
         state = json.loads((tmp_path / "dev" / "state.json").read_text())
         records = [ProcRecord(**p) for p in state["processes"]]
 

@@ -47,6 +47,8 @@ def test_bad_files(tmp_path):
     (tmp_path / "twice.yaml").write_text("jobs:\n  - tpu: v4-8\n    command: a\n    command: b\n")
     for command in ("validate", "submit"):
         assert_one_line_error(run([command, str(tmp_path / "twice.yaml")], tmp_path), "line 4", "'command' twice")
+    (tmp_path / "empty.yaml").write_text("")
+    assert_one_line_error(run(["validate", str(tmp_path / "empty.yaml")], tmp_path), "the file is empty")
     (tmp_path / "one.yaml").write_text("comand: x\ntpu: v4-8\n")  # one job's form, its `command:` misspelt
     assert_one_line_error(run(["validate", str(tmp_path / "one.yaml")], tmp_path), "`comand:` looks like `command:`")
     assert_one_line_error(run(["validate", str(tmp_path / "missing.yaml")], tmp_path), "no such file")

@@ -80,3 +80,20 @@ def test_status_of_an_id_that_is_no_job(capsys):
     assert capsys.readouterr().out.strip() == "job-88 is no job: message 88 submitted job-88-0, mine, taken (tpuq status ID)"
     assert not status_of_no_job(db, "taken", as_json=False)  # a stored job: shown as a job, with its refusal under it
     assert not status_of_no_job(db, "job-999", as_json=False)  # unknown: the usual "no job" error follows
+
+
+def test_refused_submissions_are_counted_over_a_day_of_both_submission_topics():
+    """`tpuq list`'s note: refused jobs messages and uploaded files since a time, at most `look_at` read a topic."""
+    from datetime import timedelta
+
+    from tpuq_dev.inmemory import MemoryFirestore
+    from tpuq.contracts import store
+
+    db = MemoryFirestore()
+    letters = db.collection(store.DEAD_LETTERS)
+    for i, (topic, hours_ago) in enumerate([("jobs", 1), ("jobs", 30), ("gcs-events", 2), ("ticks", 1)]):
+        letters.document(f"d{i}").set({**REFUSED, "message_id": str(i), "topic": topic,
+                                       "recorded_at": AT - timedelta(hours=hours_ago)})
+    assert deadletters.refused_submissions_since(db, AT - timedelta(hours=24)) == (2, False)
+    assert deadletters.refused_submissions_since(db, AT - timedelta(hours=48), look_at=1) == (2, True)
+    assert deadletters.refused_submissions_since(db, AT) == (0, False)

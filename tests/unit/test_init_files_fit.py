@@ -49,6 +49,8 @@ def test_a_job_bucket_the_fleet_does_not_grant_and_a_fleet_without_a_key_are_war
     assert "names no ssh_key_secret: tpuq deploy then deploys no executor" in fit[1]
     alone = tpuq("validate", "job.yaml", cwd=tmp_path)  # a job file alone says nothing of any fleet
     assert alone.returncode == 0 and warnings_of(alone) == []
+    # ... but says it was not checked against one: its `ok` is not "submit takes it"
+    assert "not against a fleet or its buckets" in alone.stderr and "tpuq validate fleet.yaml job.yaml" in alone.stderr
 
 
 def test_a_bundle_read_from_an_ungranted_bucket_is_warned():
