@@ -311,6 +311,10 @@ def _print_table(results: list, title: str) -> None:
     for name, cell in SUMMARY:
         table.add_row(name, *(cell(m) for m in results))
     out.print(table)
+    from tpuq_dev.simulate.report import policy_lines
+
+    for line in policy_lines([m.policy for m in results]):
+        out.print(line, highlight=False, markup=False)
 
 
 def compare_figures(a, b) -> dict:

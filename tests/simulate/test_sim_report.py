@@ -42,6 +42,13 @@ def test_the_report_embeds_its_charts_and_writes_them_beside_it(tmp_path):
     for figure in ("utilization", "wasted VM-hours", "jobs finished / submitted", "wait p50 / p95 / max",
                    "API calls", "tpuq", "polling"):
         assert figure in text
+    # What each policy is, and what "finished" counts, said beside the figures (and under `tpuq simulate`'s table).
+    assert "<li>polling: a tpu-runner-like controller polling every 30 s" in text
+    assert "counts as not finished" in text
+
+
+def test_one_day_is_one_simulated_day():
+    assert report._simulated_days(1) == "1 simulated day" and report._simulated_days(30) == "30 simulated days"
 
 
 def test_without_matplotlib_the_report_is_the_table_and_how_to_install_the_extra(tmp_path, monkeypatch):
