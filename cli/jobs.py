@@ -543,12 +543,13 @@ def watch(job_id: str = typer.Argument(..., help="A job id, or a group's id"),
 def unrunnable_jobs(prepared: list, fleet, now) -> list[str]:
     """One line per job that no entry of `fleet` (the stored fleet file, or None: not known) can ever run, naming
     what the fleet offers; the scheduler would keep such a job pending and blocked with the same reason."""
+    from tpuq.operations.submit import entry_name
     from tpuq.scheduler.capacity import unrunnable_reason
     from tpuq.scheduler.plan import PendingJob
 
     lines = []
-    for p in prepared:
+    for i, p in enumerate(prepared):
         reason = unrunnable_reason(PendingJob.from_spec(p.spec, now), fleet)
         if reason:
-            lines.append(f"job {p.spec.id}: {reason}")
+            lines.append(f"{entry_name(i, p)}: {reason}")
     return lines

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,14 @@ class PreparedJob:
     spec: JobSpec
     bundle: Bundle | None
     buckets: list[str]  # where the bundle goes: every regional bucket of the job, else the runner bucket
+    id_given: bool = True  # False: `spec.id` was made here (exists nowhere before the job is submitted)
+
+
+def entry_name(index: int, prepared: PreparedJob) -> str:
+    """A job of the file as its writer knows it: `jobs[1] (eval)`, by the name or the id it gave (before submitting,
+    an id made for it exists nowhere yet)."""
+    given = prepared.spec.id if prepared.id_given else prepared.spec.name
+    return f"jobs[{index}]" + (f" ({given})" if given else "")
 
 
 def new_job_id(spec: JobSpec, job_file: Path, rng: random.Random) -> str:
@@ -68,7 +75,7 @@ def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: rando
                 raise ValueError("the job lists no buckets and no runner bucket is configured (TPUQ_RUNNER_BUCKET)")
             buckets = [runner_bucket if runner_bucket.startswith("gs://") else f"gs://{runner_bucket}"]
         job_id = spec.id or new_job_id(spec, job_file, rng)
-        prepared.append(PreparedJob(spec.model_copy(update={"id": job_id}), bundle, buckets))
+        prepared.append(PreparedJob(spec.model_copy(update={"id": job_id}), bundle, buckets, id_given=bool(spec.id)))
     return prepared
 
 
@@ -95,6 +102,14 @@ def job_bucket_names(prepared: list[PreparedJob]) -> tuple[list[str], list[str]]
     return used, written
 
 
+def _users_of(bucket: str, prepared: list[PreparedJob]) -> str:
+    """`jobs[1] (eval): ` when a file of several jobs has only some using `bucket`; else nothing."""
+    users = [entry_name(i, p) for i, p in enumerate(prepared)
+             if bucket in {split_gs_uri(uri)[0] for uri in p.buckets}
+             or (p.spec.bundle or "").startswith(f"gs://{bucket}/")]
+    return f"{', '.join(users)}: " if users and len(users) < len(prepared) else ""
+
+
 def may_write(bindings: list[dict], account: str) -> bool:
     """Does this bucket IAM policy (storage JSON API `b/BUCKET/iam` bindings) let `account` write objects?"""
     members = {f"serviceAccount:{account}", "allUsers", "allAuthenticatedUsers"}
@@ -109,7 +124,7 @@ def check_buckets(prepared: list[PreparedJob], exists: Callable[[str], bool],
     used, written = job_bucket_names(prepared)
     regions = {b.name: b.region for p in prepared for b in p.spec.buckets if b.region}
     missing = [name for name in used if not exists(name)]
-    errors = [missing_bucket_line(name, regions.get(name)) for name in missing]
+    errors = [_users_of(name, prepared) + missing_bucket_line(name, regions.get(name)) for name in missing]
     warnings = []
     for name in written:
         if read_bindings is None or name in missing:

@@ -33,3 +33,21 @@ def test_the_reason_names_what_the_fleet_offers(job, reason):
 
 def test_without_a_stored_fleet_nothing_is_known():
     assert unrunnable_reason(PendingJob("j", "normal", ("v5p-8",), NOW), None) is None
+
+
+def test_submit_names_the_refused_job_as_the_file_does(tmp_path):
+    """`tpuq submit`'s refusal names `jobs[1] (eval)`, by the name or id the file gave: an id made for the job
+    before submitting exists nowhere the user could look."""
+    import random
+
+    from tpuq.cli.jobs import unrunnable_jobs
+    from tpuq.contracts.jobspec import JobFile
+    from tpuq.operations.submit import prepare
+
+    jobs = JobFile.model_validate({"jobs": [
+        {"name": "train", "tpu": "v4-8", "command": "x"}, {"name": "eval", "tpu": "v6e-8", "command": "x"},
+        {"id": "probe-1", "tpu": "v5p-8", "command": "x"}, {"tpu": "v5p-8", "command": "x"}]})
+    prepared = prepare(tmp_path / "job.yaml", jobs, None, random.Random(0))
+    lines = unrunnable_jobs(prepared, FLEET, NOW)
+    assert [line.split(": ", 1)[0] for line in lines] == ["jobs[1] (eval)", "jobs[2] (probe-1)", "jobs[3]"]
+    assert lines[0] == f"jobs[1] (eval): no fleet entry offers v6e-8; {OFFERS}"

@@ -40,6 +40,16 @@ def test_a_missing_bucket_is_one_error_line_and_its_policy_is_not_read(tmp_path)
     assert read == ["here-us-central2"] and warnings == [HINT.format("here-us-central2")]
 
 
+def test_in_a_file_of_several_jobs_a_missing_bucket_names_the_jobs_using_it(tmp_path):
+    p = prepared(tmp_path, {"name": "train", "tpu": "v4-8", "command": "x", "buckets": ["gs://here-us-east1"]},
+                 {"name": "eval", "tpu": "v4-8", "command": "x", "buckets": ["gs://gone-us-east1"]},
+                 {"id": "probe-1", "tpu": "v4-8", "command": "x", "bundle": "gs://gone-us-east1/b.tar.gz"})
+    errors, _ = check_buckets(p, lambda name: name != "gone-us-east1", None, WORKER)
+    assert errors == ["jobs[1] (eval), jobs[2] (probe-1): bucket gs://gone-us-east1 does not exist: create it "
+                      "(gcloud storage buckets create gs://gone-us-east1 --location=us-east1) or name an existing "
+                      "bucket in the job's `buckets`"]
+
+
 def test_a_bucket_the_workers_may_write_gives_no_warning(tmp_path):
     p = prepared(tmp_path, {"tpu": "v4-8", "command": "x", "buckets": ["gs://ok-us-east1"]})
     policy = [{"role": "roles/storage.objectViewer", "members": ["allUsers"]},
