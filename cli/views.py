@@ -12,7 +12,7 @@ from tpuq.cli.console import out
 from tpuq.contracts.documents import JOB_STATES_ON_A_TPU, AttemptDoc, JobDoc, JobState
 from tpuq.contracts.errors import Permanent
 from tpuq.operations.jobwatch import STOPPED
-from tpuq.operations.jobs import shown_reason
+from tpuq.operations.jobs import blocked_label, shown_reason
 
 
 def json_default(value):
@@ -57,7 +57,8 @@ def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] =
         value = (stored.get("waiting") if key == "waiting" else shown_reason(job) if key == "reason"
                  else getattr(job, JobDoc.field(key)))
         if value:
-            shown = waiting_shown(value) if key == "waiting" else f"{key}: {value}"
+            label = blocked_label(job) if key == "blocked" else key
+            shown = waiting_shown(value) if key == "waiting" else f"{label}: {value}"
             out.print(f"  {shown}", highlight=False, markup=False)
     print_blocked(blocks, list(details), verbose, indent="  ")
     wanted = max(job.spec_slice_counts, default=1) if spec else 1  # a multislice job: what each attempt got

@@ -59,6 +59,13 @@ def change_priority(clients, job_id: str, wanted, now) -> tuple[str, dict | None
     return result, job
 
 
+def blocked_label(job: JobDoc) -> str:
+    """What the job's stored `blocked` is, for people: "blocked" when the fleet cannot serve it (no request of it is
+    open: no entry offers its type, the entries are full), "racing" when its request is open and the text is one
+    racer's refusal (a stockout in one zone while the others race on: no block, and not to be read as one)."""
+    return "racing" if job.capacity_request_id else "blocked"
+
+
 def shown_reason(job: JobDoc) -> str | None:
     """The job's reason, unless it only repeats the state (`reason: succeeded` under `state: succeeded`)."""
     reason = (job.reason or "").strip()

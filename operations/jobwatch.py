@@ -27,6 +27,7 @@ from tpuq.contracts.jobspec import ANY_TPU
 from tpuq.contracts.messages import AttemptOutcome
 from tpuq.contracts.tputypes import UnknownAcceleratorType, canonical_name, parse_accelerator_type
 from tpuq.contracts.workers import split_worker_id, worker_label
+from tpuq.operations.jobs import blocked_label
 
 # A worker that never reported, on a job that ended: the executor stopped it (another worker failed, a cancel).
 STOPPED = "stopped"
@@ -143,7 +144,9 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
 
 def _waiting_lines(job: JobDoc, waiting: str | None) -> tuple[str, ...]:
     """The scheduler's blocked reason first, then what `tpuq.operations.fleetreport.waiting_reason` found, one item a line."""
-    lines = [f"blocked: {job.blocked}"] if job.blocked else []
+    # A racer's refusal while the request races on is said as it is, not as a block (`blocked_label`).
+    first = (f"blocked: {job.blocked}" if blocked_label(job) == "blocked" else job.blocked) if job.blocked else None
+    lines = [first] if first else []
     for part in (waiting or "").split("; "):
         if part and part not in lines and part != f"blocked: {job.blocked}":
             lines.append(part)

@@ -109,6 +109,18 @@ def test_pending_shows_why_and_the_rows_it_will_have():
     assert facts(w)["job"].startswith("pending: blocked: billing is disabled")
 
 
+def test_a_racers_refusal_while_the_request_races_on_is_not_said_as_a_block():
+    """A stockout in one zone while the others race: the reason as the scheduler wrote it, without "blocked:";
+    with no request open (no entry can serve the job), "blocked:" as before."""
+    racing = job("pending", blocked="v4-32 in us-central2-b: no capacity now (stockout); racing on in the other zones",
+                 capacity_request={"id": "r-pod-1-1", "n": 1, "entry_id": "v4"})
+    w = build_watch(racing, None, None, {}, {}, None, NOW)
+    assert w.waiting == ("v4-32 in us-central2-b: no capacity now (stockout); racing on in the other zones",)
+    assert facts(w)["job"].startswith("pending: v4-32 in us-central2-b: no capacity now")
+    held = job("pending", blocked="no fleet entry offers v5p-8")
+    assert build_watch(held, None, None, {}, {}, None, NOW).waiting == ("blocked: no fleet entry offers v5p-8",)
+
+
 def test_a_requeued_job_forgets_the_ended_attempts_statuses():
     requeued = job("pending", tpu=("v4-8", "v4-32"), attempt=1, reason="preempted: node preempted")
     w = build_watch(requeued, attempt(state="ended"), TPU_DOC, {0: status(0, 143)}, {}, None, NOW)
