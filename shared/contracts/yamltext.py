@@ -17,22 +17,35 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    def construct_mapping(self, node, deep=False):
+    def construct_document(self, node):
+        # Checked on the composed document, before any mapping is built: building one flattens its merges into the
+        # merged nodes themselves, after which a merged key and the mapping's own override would look like twins.
+        _refuse_duplicate_keys(node)
+        return super().construct_document(node)
+
+
+def _refuse_duplicate_keys(root) -> None:
+    seen_nodes: set[int] = set()  # an anchored node is reached once per alias: checked once
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
         if isinstance(node, yaml.MappingNode):
-            seen: set = set()
-            for key_node, _ in node.value:
-                if key_node.tag == _MERGE_TAG:
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    duplicate = key in seen
-                except TypeError:
-                    continue  # an unhashable key: safe_load's own error says so
-                if duplicate:
+            keys: set[tuple[str, str]] = set()
+            for key_node, value_node in node.value:
+                todo.append(value_node)
+                if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                    continue  # a merge may be overridden; a complex key is left to safe_load
+                key = (key_node.tag, key_node.value)  # `a` and 'a' are one key, `1` and "1" two
+                if key in keys:
                     raise ConstructorError("while constructing a mapping", node.start_mark,
-                                           f"found the key {key!r} twice in one mapping", key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+                                           f"found the key {key_node.value!r} twice in one mapping",
+                                           key_node.start_mark)
+                keys.add(key)
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
 
 
 def load(text: str) -> Any:

@@ -18,6 +18,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
+from tpuq.contracts import yamltext
 from tpuq.contracts.documents import MaintenanceType, SymptomType, TpuHealth
 from tpuq.contracts.tputypes import families, zone_region
 
@@ -601,7 +602,7 @@ def load_scenario(path: str | Path | None) -> Scenario:
         path = DEFAULT_SCENARIO_PATH
     text = Path(path).read_text()
     try:
-        data = yaml.safe_load(text)
+        data = yamltext.load(text)
     except yaml.YAMLError as err:
         raise ScenarioError(f"invalid scenario {path}: not YAML: {err}") from None
     return parse_scenario(data, source=f"scenario {path}")

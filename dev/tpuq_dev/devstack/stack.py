@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import requests
-import yaml
 
-from tpuq.contracts import topology
+from tpuq.contracts import topology, yamltext
 from tpuq.runtime.settings import ENV_CLOUDBILLING_ENDPOINT, ENV_CLOUDQUOTAS_ENDPOINT, ENV_SECRETMANAGER_ENDPOINT
 from tpuq_dev.devstack import notifystack, processes, ticker
 from tpuq_dev.devstack.processes import ProcRecord
@@ -187,7 +186,7 @@ class DevStack:
             return None
         from tpuq.operations.tpurunner import read_fleet
 
-        return read_fleet(yaml.safe_load(Path(self.fleet_file).read_text())).fleet  # tpuq's or tpu-runner's file
+        return read_fleet(yamltext.load(Path(self.fleet_file).read_text())).fleet  # tpuq's or tpu-runner's file
 
     # ------------------------------------------------------------------ up
     def up(self) -> dict[str, str]:
@@ -435,7 +434,7 @@ class DevStack:
             from tpuq.deploy.plan import Target
             from tpuq.operations.tpurunner import read_fleet
 
-            data = yaml.safe_load(Path(self.fleet_file or DEMO_DIR / "fleet.yaml").read_text())
+            data = yamltext.load(Path(self.fleet_file or DEMO_DIR / "fleet.yaml").read_text())
             urls = {name: self.env[f"TPUQ_{name.upper()}_URL"] for name in self.services}
             target = Target(fleet=read_fleet({**data, "project": self.project}).fleet, service_urls=urls)
             self._deployment = (target, load_infra(target.variables()))

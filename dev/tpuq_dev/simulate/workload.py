@@ -39,7 +39,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError,
                       field_validator, model_validator)
 
-from tpuq.contracts import multislice
+from tpuq.contracts import multislice, yamltext
 from tpuq.contracts.jobspec import JOB_ID_RE, Priority
 from tpuq.contracts.tputypes import UnknownAcceleratorType, parse_accelerator_type
 
@@ -393,15 +393,13 @@ def load_workload(path: str | Path) -> WorkloadSpec:
     if path.suffix in TRACE_SUFFIXES:
         return parse_workload({"trace": path.name}, base_dir=path.parent)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamltext.load(path.read_text())
     except OSError as e:
         raise WorkloadError(f"workload {path}: {(e.strerror or str(e)).lower()}") from None
     except UnicodeDecodeError:
         raise WorkloadError(f"workload {path}: not a text file") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise WorkloadError(f"workload {path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+        raise WorkloadError(f"workload {path}: {yamltext.error_text(e)}") from None
     return parse_workload(data, base_dir=path.parent)
 
 
