@@ -60,10 +60,13 @@ def change_priority(clients, job_id: str, wanted, now) -> tuple[str, dict | None
 
 
 def blocked_label(job: JobDoc) -> str:
-    """What the job's stored `blocked` is, for people: "blocked" when the fleet cannot serve it (no request of it is
-    open: no entry offers its type, the entries are full), "racing" when its request is open and the text is one
-    racer's refusal (a stockout in one zone while the others race on: no block, and not to be read as one)."""
-    return "racing" if job.capacity_request_id else "blocked"
+    """What the job's stored `blocked` is, for people: "racing" when its request is open and the text is one racer's
+    refusal the request goes on after (a stockout in one zone while the others race: `STILL_RACING_ENDINGS`), else
+    "blocked" (no entry offers its type, the entries are full, the project refuses, a zone's quota is gone)."""
+    from tpuq.contracts.documents.jobs import STILL_RACING_ENDINGS
+
+    racing = job.capacity_request_id and (job.blocked or "").endswith(STILL_RACING_ENDINGS)
+    return "racing" if racing else "blocked"
 
 
 def shown_reason(job: JobDoc) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 from tpuq.contracts import gcslayout
 from tpuq.contracts.documents import (AttemptDoc, AttemptState, ExecutionDoc, ExecutionEnd, ExecutionState, JobDoc, TpuDoc,
                                       TpuState, short_node_name)
+from tpuq.contracts.documents.jobs import ASKING_AGAIN, RACING_ON
 from tpuq.contracts.documents.tpus import lost_by_preemption, lost_node_detail
 from tpuq.contracts.fleet import FleetFile, RetryBudgets
 from tpuq.contracts.jobspec import JobSpec, PublishedJob
@@ -511,9 +512,9 @@ def request_failure_reason(event: FleetEvent) -> str | None:
     where = f"{event.type} in {event.zone}"
     short = {  # known classes in a few words; the API's text is in `tpuq fleet --verbose` / `--json`
         FailureClass.project: f"{where}: the project refuses new TPUs (`tpuq fleet` says why and what to run)",
-        FailureClass.capacity: f"{where}: no capacity now (stockout); racing on in the other zones",
+        FailureClass.capacity: f"{where}: no capacity now (stockout); {RACING_ON}",
         FailureClass.zone_quota: f"{where}: no quota left there (`tpuq fleet` says what to do)",
-        FailureClass.expired: f"{where}: the request expired while queued; asking again",
+        FailureClass.expired: f"{where}: the request expired while queued; {ASKING_AGAIN}",
         FailureClass.network: f"{where}: the fleet's subnetwork does not exist in region {zone_region(event.zone)} "
                               "(subnets are regional); the region is dropped (`tpuq fleet` says what to run)",
         FailureClass.external_ip_quota: f"{where}: the region's external IP quota is used up (`tpuq fleet` says "

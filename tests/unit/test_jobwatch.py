@@ -119,6 +119,10 @@ def test_a_racers_refusal_while_the_request_races_on_is_not_said_as_a_block():
     assert facts(w)["job"].startswith("pending: v4-32 in us-central2-b: no capacity now")
     held = job("pending", blocked="no fleet entry offers v5p-8")
     assert build_watch(held, None, None, {}, {}, None, NOW).waiting == ("blocked: no fleet entry offers v5p-8",)
+    # A refusal the request does not race on after is a block, request or not.
+    refused = job("pending", blocked="v4-32 in us-central2-b: the project refuses new TPUs (`tpuq fleet` says why)",
+                  capacity_request={"id": "r-pod-1-1", "n": 1, "entry_id": "v4"})
+    assert build_watch(refused, None, None, {}, {}, None, NOW).waiting[0].startswith("blocked: v4-32 in us-central2-b")
 
 
 def test_a_requeued_job_forgets_the_ended_attempts_statuses():
@@ -197,3 +201,22 @@ def test_ctrl_c_says_the_job_keeps_running_and_how_to_watch_it():
         assert command in one
     several = detach_message({"a": "running", "b": None})
     assert "keep running" in several and "tpuq watch a" in several and "tpuq cancel b" in several
+
+
+def test_status_labels_a_racers_refusal_racing_and_a_block_blocked(monkeypatch):
+    from datetime import timezone
+
+    from tpuq.cli import views
+
+    def shown(**fields) -> str:
+        console = Console(record=True, width=200)
+        monkeypatch.setattr(views, "out", console)
+        doc = {"id": "pod-1", "state": "pending", "spec": {"tpu": ["v4-32"], "command": "x"}, "submit_time": START,
+               **fields}
+        views.print_job("pod-1", doc, [], now=NOW, tz=timezone.utc)
+        return console.export_text()
+
+    racing = shown(blocked="v4-32 in us-central2-b: no capacity now (stockout); racing on in the other zones",
+                   capacity_request={"id": "r-pod-1-1", "n": 1, "entry_id": "v4"})
+    assert "racing: v4-32 in us-central2-b: no capacity now" in racing and "blocked:" not in racing
+    assert "blocked: no fleet entry offers v4-32" in shown(blocked="no fleet entry offers v4-32")

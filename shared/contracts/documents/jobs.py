@@ -32,6 +32,12 @@ class JobState(StrEnum):
 TERMINAL_JOB_STATES = frozenset({JobState.succeeded, JobState.failed, JobState.cancelled, JobState.rejected})
 # The job holds a TPU: an attempt was handed to the executor and has not ended.
 JOB_STATES_ON_A_TPU = (JobState.assigned, JobState.running)
+# How a `blocked` text ends when it is one racer's refusal while the job's request goes on (a stockout in one zone
+# while the others race, a request that expired in the queue and is asked again): no block, and not shown as one
+# (`tpuq.operations.jobs.blocked_label`). `tpuq.scheduler.lifecycle.request_failure_reason` writes them.
+RACING_ON = "racing on in the other zones"
+ASKING_AGAIN = "asking again"
+STILL_RACING_ENDINGS = (RACING_ON, ASKING_AGAIN)
 
 
 class AttemptState(StrEnum):
