@@ -37,17 +37,18 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
     from tpuq.contracts.bundle import BundleError
     from tpuq.contracts.jobspec import JobFile
     from tpuq.cli.identity import current_owner
-    from tpuq.operations.submit import prepare, select_jobs, submit_prepared
+    from tpuq.operations.submit import file_indices, prepare, select_jobs, submit_prepared
 
-    jobs = validate_data(load_yaml_file(job_file), "job")
-    assert isinstance(jobs, JobFile)
+    whole = validate_data(load_yaml_file(job_file), "job")
+    assert isinstance(whole, JobFile)
     try:
-        jobs = select_jobs(jobs, job_ids or [])
+        jobs = select_jobs(whole, job_ids or [])
     except ValueError as e:
         raise CliError(str(e)) from None
     clients = cli_clients()
     try:
-        prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random())
+        prepared = prepare(job_file, jobs, clients.settings.runner_bucket, random.Random(),
+                           indices=file_indices(whole, jobs))
     except (BundleError, ValueError) as e:
         raise CliError(str(e)) from None
     if follow and any(p.spec.is_group for p in prepared):
@@ -291,8 +292,8 @@ def list_(state: Optional[JobState] = typer.Option(None, "--state", case_sensiti
 
 
 def _say_refused_submissions(db, now) -> None:
-    """A submission refused before it was a job (no `id` to store it under, or not JSON) is in no list: say that
-    some were, and where to read why."""
+    """Submissions refused in the last day (anyone's, whatever `--state` or `--mine`): one refused before it was a job
+    (no `id` to store it under, or not JSON) is in no list, so say that some were, and where to read why."""
     from datetime import timedelta
 
     from tpuq.operations.deadletters import refused_submissions_since
@@ -548,8 +549,8 @@ def unrunnable_jobs(prepared: list, fleet, now) -> list[str]:
     from tpuq.scheduler.plan import PendingJob
 
     lines = []
-    for i, p in enumerate(prepared):
+    for p in prepared:
         reason = unrunnable_reason(PendingJob.from_spec(p.spec, now), fleet)
         if reason:
-            lines.append(f"{entry_name(i, p)}: {reason}")
+            lines.append(f"{entry_name(p)}: {reason}")
     return lines

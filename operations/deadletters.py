@@ -74,17 +74,25 @@ def recent(db, topic: str | None = None, limit: int = 50) -> list[dict[str, Any]
     return [d.to_dict() for d in query.stream()]
 
 
-SUBMISSION_TOPICS = ("jobs", "gcs-events")  # where a person's submissions arrive (published, uploaded)
+# Where a person's submissions arrive: a published `jobs` message, an uploaded job file (`gcs-events` also carries the
+# workers' status objects, to the executor's subscription: not submissions).
+SUBMISSION_SUBSCRIPTIONS = ("scheduler-jobs", "scheduler-gcs-submit")
 
 
 def refused_submissions_since(db, since: datetime, look_at: int = 10) -> tuple[int, bool]:
-    """How many submissions (of `SUBMISSION_TOPICS`) were refused at or after `since`, and whether there may be more:
-    at most `look_at` a topic are read (the newest, by `recent`'s indexed query: that many reads at most)."""
+    """How many submissions (`SUBMISSION_SUBSCRIPTIONS`) their handler refused at or after `since`, and whether there
+    may be more: the newest `look_at` of each topic are read (`recent`'s indexed query: that many reads at most)."""
+    from tpuq.contracts import topology
+
     count, more = 0, False
-    for topic in SUBMISSION_TOPICS:
-        newest = [r for r in recent(db, topic, look_at) if r.get("recorded_at") is not None]
-        found = sum(1 for r in newest if r["recorded_at"] >= since)
-        count, more = count + found, more or found == look_at
+    topics = dict.fromkeys(sub.topic for sub in topology.SUBSCRIPTIONS if sub.name in SUBMISSION_SUBSCRIPTIONS)
+    for topic in topics:
+        newest = recent(db, topic, look_at)
+        count += sum(1 for r in newest if r.get("subscription") in SUBMISSION_SUBSCRIPTIONS
+                     and r.get("kind") == "invalid" and r.get("recorded_at") is not None and r["recorded_at"] >= since)
+        # The last one read is still within the day: older ones may be too.
+        more = more or (len(newest) == look_at and newest[-1].get("recorded_at") is not None
+                        and newest[-1]["recorded_at"] >= since)
     return count, more
 
 

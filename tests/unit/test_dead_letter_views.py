@@ -91,9 +91,15 @@ def test_refused_submissions_are_counted_over_a_day_of_both_submission_topics():
 
     db = MemoryFirestore()
     letters = db.collection(store.DEAD_LETTERS)
-    for i, (topic, hours_ago) in enumerate([("jobs", 1), ("jobs", 30), ("gcs-events", 2), ("ticks", 1)]):
-        letters.document(f"d{i}").set({**REFUSED, "message_id": str(i), "topic": topic,
-                                       "recorded_at": AT - timedelta(hours=hours_ago)})
+    for i, (topic, subscription, kind, hours_ago) in enumerate([
+            ("jobs", "scheduler-jobs", "invalid", 1), ("jobs", "scheduler-jobs", "invalid", 30),
+            ("gcs-events", "scheduler-gcs-submit", "invalid", 2),
+            ("gcs-events", "executor-gcs-status", "invalid", 1),  # a worker's status object: no submission
+            ("jobs", "scheduler-jobs", "exhausted", 3),  # failed in its handler: not refused
+            ("ticks", "scheduler-ticks", "invalid", 1)]):
+        letters.document(f"d{i}").set({**REFUSED, "message_id": str(i), "topic": topic, "subscription": subscription,
+                                       "kind": kind, "recorded_at": AT - timedelta(hours=hours_ago)})
     assert deadletters.refused_submissions_since(db, AT - timedelta(hours=24)) == (2, False)
-    assert deadletters.refused_submissions_since(db, AT - timedelta(hours=48), look_at=1) == (2, True)
+    # Reading only the newest of each topic: the day had more than it counted.
+    assert deadletters.refused_submissions_since(db, AT - timedelta(hours=48), look_at=1) == (1, True)
     assert deadletters.refused_submissions_since(db, AT) == (0, False)
