@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import date, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -159,13 +160,19 @@ _EXPECTED = {  # pydantic's type errors, as a person writing YAML reads them
 }
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return f"a list ({_short_repr(value)})"
-    if isinstance(value, dict):
-        return f"a mapping ({_short_repr(value)})"
+def shown_value(value: Any) -> str:
+    """A value as a person writing YAML recognizes it: "nothing", "true", "a list (['a', 'b'])", "a date
+    (2026-12-05)", 'three'."""
+    if value is None:
+        return "nothing"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return f"a list ({_short_repr(list(value))})"
+    if isinstance(value, dict):
+        return f"a mapping ({_short_repr(value)})"
+    if isinstance(value, (date, datetime)):
+        return f"a date ({value.isoformat()})"
     return _short_repr(value)
 
 
@@ -174,16 +181,24 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# What YAML made of an unquoted value where text was wanted, and so why it is not text.
+_READ_AS = ((bool, "true or false: yes, no, on and off are too"), ((int, float), "a number"),
+            ((date, datetime), "a date"))
+
+
 def _type_message(e: dict) -> str | None:
-    """"text expected, got 5: quote it ("5")" for pydantic's "Input should be a valid string"; None: not a type
-    error of a kind people make."""
+    """"text expected, got 5 (YAML read a number): quote it as you wrote it" for pydantic's "Input should be a valid
+    string"; None: not a type error of a kind people make. The value is shown as read, not as typed (`010` reads as
+    8, `1.10` as 1.1), so the fix says to quote what was written."""
     expected = _EXPECTED.get(e.get("type", ""))
     if expected is None or "input" not in e:
         return None
     given = e["input"]
-    msg = f"{expected} expected, got {_shown(given)}"
-    if e["type"] == "string_type" and isinstance(given, (bool, int, float)):
-        msg += f': quote it ("{_shown(given)}")'  # YAML read `5` or `true` as a number or a boolean
+    msg = f"{expected} expected, got {shown_value(given)}"
+    if e["type"] == "string_type":
+        read_as = next((what for kinds, what in _READ_AS if isinstance(given, kinds)), None)
+        if read_as:
+            msg += f" (YAML read {read_as}): quote it as you wrote it"
     return msg
 
 

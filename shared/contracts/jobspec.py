@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from tpuq.contracts import arrays, multislice
+from tpuq.contracts.errors import shown_value
 from tpuq.contracts.basics import (MAX_DURATION_LIMIT_SECONDS, StrictModel, format_duration,  # noqa: F401 (re-exported)
                                    parse_duration)
 from tpuq.contracts.dependencies import (DependsOnAny, check_depends_on, dependency_names,  # noqa: F401 (re-exported)
@@ -184,7 +185,7 @@ def _tpu_types_given(value: Any) -> Any:
         return [value]
     if isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
         return value
-    raise ValueError(f"a TPU type such as v4-8 or v5litepod-8, or a list of them: got {value!r}")
+    raise ValueError(f"a TPU type such as v4-8 or v5litepod-8, or a list of them: got {shown_value(value)}")
 
 
 def _array_value(value: Any) -> Any:
