@@ -31,7 +31,8 @@ def not_a_mapping(data: object) -> str:
     """What to say of a file whose top level is not a mapping (`key: value` lines)."""
     if data is None:
         return "the file is empty: a job file has `jobs:` (or one job's `command:`), a fleet file `tpus:`"
-    kind = {list: "a list", str: "one line of text"}.get(type(data), f"a {type(data).__name__}")
+    kind = {list: "a list", str: "one line of text", int: "a number", float: "a number",
+            bool: "true or false"}.get(type(data), f"a {type(data).__name__}")
     return f"expected `key: value` lines at the top level (a YAML mapping), got {kind}"
 
 
@@ -103,10 +104,8 @@ def validate(files: list[Path] = typer.Argument(..., metavar="FILE...", help="Fl
     fleets = [(f, model) for f, kind, model in checked if kind == "fleet"]
     jobs = [(f, model) for f, kind, model in checked if kind == "job"]
     _multislice_warnings(fleets, jobs)
-    if jobs and not fleets:  # `ok` must not read as "submit will take it": the fleet decides what it can run
-        err.print("note: the jobs were checked on their own, not against a fleet or its buckets: `tpuq validate "
-                  "fleet.yaml job.yaml` checks them with a fleet file, `tpuq submit` with the fleet in force",
-                  soft_wrap=True, highlight=False, markup=False)
+    if jobs and not fleets:
+        _checked_alone()
     if fleets and jobs:
         from tpuq.contracts.fleetjobs import fleet_job_warnings
 
@@ -138,6 +137,14 @@ def validate_fleet(file: Path = typer.Argument(Path("deployment.yaml"), help="A 
 def validate_jobs(file: Path = typer.Argument(Path("job.yaml"), help="A job.yaml")) -> None:
     """tpu-runner's name for `tpuq validate` on a job file."""
     _report_valid(load_yaml_file(file), "job")
+    _checked_alone()
+
+
+def _checked_alone() -> None:
+    """`ok` for job files alone must not read as "submit will take them": the fleet decides what it can run."""
+    err.print("note: the jobs were checked on their own, not against a fleet or its buckets: `tpuq validate "
+              "fleet.yaml job.yaml` checks them with a fleet file, `tpuq submit` with the fleet in force",
+              soft_wrap=True, highlight=False, markup=False)
 
 
 def _report_valid(data: object, kind: str):

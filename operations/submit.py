@@ -20,18 +20,25 @@ class PreparedJob:
     bundle: Bundle | None
     buckets: list[str]  # where the bundle goes: every regional bucket of the job, else the runner bucket
     id_given: bool = True  # False: `spec.id` was made here (exists nowhere before the job is submitted)
+    index: int = 0  # its place among the file's jobs (`jobs[index]`), whatever `--job-id` chose
 
 
-def entry_name(index: int, prepared: PreparedJob) -> str:
+def entry_name(prepared: PreparedJob) -> str:
     """A job of the file as its writer knows it: `jobs[1] (eval)`, by the name or the id it gave (before submitting,
     an id made for it exists nowhere yet)."""
     given = prepared.spec.id if prepared.id_given else prepared.spec.name
-    return f"jobs[{index}]" + (f" ({given})" if given else "")
+    return f"jobs[{prepared.index}]" + (f" ({given})" if given else "")
 
 
 def new_job_id(spec: JobSpec, job_file: Path, rng: random.Random) -> str:
     base = job_id_base(spec.name or job_file.resolve().parent.name)
     return f"{base}-{rng.getrandbits(32):08x}"
+
+
+def file_indices(whole: JobFile, chosen: JobFile) -> list[int]:
+    """Where each of `chosen` (`select_jobs(whole, ...)`) is among `whole`'s jobs: by id (a one-job file: 0)."""
+    ids = [j.id for j in whole.jobs]
+    return [ids.index(j.id) if j.id in ids else 0 for j in chosen.jobs]
 
 
 def select_jobs(jobs: JobFile, job_ids: list[str]) -> JobFile:
@@ -58,11 +65,13 @@ def select_jobs(jobs: JobFile, job_ids: list[str]) -> JobFile:
     return JobFile(jobs=[j for j in jobs.jobs if j.id in job_ids])
 
 
-def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: random.Random) -> list[PreparedJob]:
+def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: random.Random,
+            indices: list[int] | None = None) -> list[PreparedJob]:
+    """`indices`: each job's place in the file, when `jobs` is a selection of it (`select_jobs`; default: in order)."""
     base_dir = job_file.resolve().parent
     bundles: dict[Path, Bundle] = {}  # several jobs often share one directory: bundle it once
     prepared = []
-    for spec in jobs.jobs:
+    for i, spec in enumerate(jobs.jobs):
         bundle = None
         if spec.bundle is not None and not spec.bundle.startswith("gs://"):
             directory = (base_dir / spec.bundle).resolve()
@@ -75,7 +84,8 @@ def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: rando
                 raise ValueError("the job lists no buckets and no runner bucket is configured (TPUQ_RUNNER_BUCKET)")
             buckets = [runner_bucket if runner_bucket.startswith("gs://") else f"gs://{runner_bucket}"]
         job_id = spec.id or new_job_id(spec, job_file, rng)
-        prepared.append(PreparedJob(spec.model_copy(update={"id": job_id}), bundle, buckets, id_given=bool(spec.id)))
+        prepared.append(PreparedJob(spec.model_copy(update={"id": job_id}), bundle, buckets, id_given=bool(spec.id),
+                                    index=indices[i] if indices else i))
     return prepared
 
 
@@ -85,28 +95,27 @@ WRITER_ROLES = frozenset({"roles/storage.objectAdmin", "roles/storage.admin", "r
                           "roles/storage.legacyBucketOwner", "roles/storage.legacyBucketWriter"})
 
 
+def _buckets_of(p: PreparedJob) -> tuple[list[str], list[str]]:
+    """(the buckets one job uses, those its workers write logs to). A gs:// bundle's bucket is only read."""
+    written = list(dict.fromkeys(split_gs_uri(uri)[0] for uri in p.buckets))
+    read = [split_gs_uri(p.spec.bundle)[0]] if p.bundle is None and (p.spec.bundle or "").startswith("gs://") else []
+    return list(dict.fromkeys(written + read)), written
+
+
 def job_bucket_names(prepared: list[PreparedJob]) -> tuple[list[str], list[str]]:
-    """(every bucket the jobs use, in order; the ones workers write logs to). A gs:// bundle's bucket is only read."""
+    """(every bucket the jobs use, in order; the ones workers write logs to)."""
     used: list[str] = []
     written: list[str] = []
     for p in prepared:
-        for uri in p.buckets:
-            name = split_gs_uri(uri)[0]
-            for names in (used, written):
-                if name not in names:
-                    names.append(name)
-        if p.bundle is None and p.spec.bundle and p.spec.bundle.startswith("gs://"):
-            name = split_gs_uri(p.spec.bundle)[0]
-            if name not in used:
-                used.append(name)
+        uses, writes = _buckets_of(p)
+        used += [name for name in uses if name not in used]
+        written += [name for name in writes if name not in written]
     return used, written
 
 
 def _users_of(bucket: str, prepared: list[PreparedJob]) -> str:
     """`jobs[1] (eval): ` when a file of several jobs has only some using `bucket`; else nothing."""
-    users = [entry_name(i, p) for i, p in enumerate(prepared)
-             if bucket in {split_gs_uri(uri)[0] for uri in p.buckets}
-             or (p.spec.bundle or "").startswith(f"gs://{bucket}/")]
+    users = [entry_name(p) for p in prepared if bucket in _buckets_of(p)[0]]
     return f"{', '.join(users)}: " if users and len(users) < len(prepared) else ""
 
 

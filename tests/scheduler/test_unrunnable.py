@@ -51,3 +51,10 @@ def test_submit_names_the_refused_job_as_the_file_does(tmp_path):
     lines = unrunnable_jobs(prepared, FLEET, NOW)
     assert [line.split(": ", 1)[0] for line in lines] == ["jobs[1] (eval)", "jobs[2] (probe-1)", "jobs[3]"]
     assert lines[0] == f"jobs[1] (eval): no fleet entry offers v6e-8; {OFFERS}"
+    # `tpuq submit --job-id probe-1`: the job is still named by its place in the file
+    from tpuq.operations.submit import file_indices, select_jobs
+
+    chosen = select_jobs(jobs, ["probe-1"])
+    [line] = unrunnable_jobs(prepare(tmp_path / "job.yaml", chosen, None, random.Random(0),
+                                     indices=file_indices(jobs, chosen)), FLEET, NOW)
+    assert line.startswith("jobs[2] (probe-1): no fleet entry offers v5p-8")
