@@ -17,11 +17,13 @@ POOL_SIZE = 64
 
 
 def widened(session: Any, size: int = POOL_SIZE) -> Any:
-    """`session` (a requests `Session`) with adapters that keep `size` connections per host; returned."""
+    """`session` (a requests `Session`) with adapters that keep `size` connections per host; returned. Only requests'
+    own adapter is replaced: another (google-auth's mutual-TLS adapter, when client certificates are on) is kept."""
     from requests.adapters import HTTPAdapter
 
     for prefix in ("https://", "http://"):
-        session.mount(prefix, HTTPAdapter(pool_maxsize=size))
+        if type(session.get_adapter(prefix)) is HTTPAdapter:
+            session.mount(prefix, HTTPAdapter(pool_maxsize=size))
     return session
 
 

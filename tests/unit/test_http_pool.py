@@ -81,3 +81,21 @@ def test_the_tpu_clients_session_keeps_as_many(server):
     for url in (server, "https://tpu.googleapis.com"):
         assert session.get_adapter(url)._pool_maxsize == POOL_SIZE
     assert NodeJsonReader(server)._get_session().get_adapter(server)._pool_maxsize == POOL_SIZE
+
+
+def test_another_adapter_is_kept():
+    """google-auth mounts its mutual-TLS adapter when client certificates are on: it is not replaced."""
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    from tpuq.runtime.httppool import widened
+
+    class MutualTls(HTTPAdapter):
+        pass
+
+    session = requests.Session()
+    mtls = MutualTls()
+    session.mount("https://", mtls)
+    widened(session)
+    assert session.get_adapter("https://tpu.googleapis.com") is mtls
+    assert session.get_adapter("http://127.0.0.1:1")._pool_maxsize == POOL_SIZE
