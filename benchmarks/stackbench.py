@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,12 +27,16 @@ def whole_stack(scenario: dict, fleet: dict, time_scale: float, tick_period: flo
     stack = DevStack(state_dir=work / "dev", services=SERVICES, scenario=work / "scenario.yaml",
                      fleet_file=work / "fleet.yaml", time_scale=time_scale, tick_period=tick_period,
                      service_env=service_env or {})
-    env = stack.up()
-    os.environ.update(env)
+    # A benchmark stopped with SIGTERM (`kill`, `timeout`) stops its stack too: the signal becomes SystemExit, so the
+    # `finally` below runs (by default Python dies at once, leaving a dozen processes and sshd hosts running).
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
+        env = stack.up()
+        os.environ.update(env)
         yield stack, env
     finally:
         stack.down()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -188,7 +188,9 @@ def _bound_metrics(inputs: Inputs, horizon: float):
 
 
 def _days(days: float) -> str:
-    return f"{days:g} day" if days == 1 else f"{days:g} days"
+    from tpuq_dev.simulate.report import days_text
+
+    return days_text(days)
 
 
 def run_policy(policy: str, inputs: Inputs, horizon: float, seed: int,

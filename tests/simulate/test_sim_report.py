@@ -47,8 +47,10 @@ def test_the_report_embeds_its_charts_and_writes_them_beside_it(tmp_path):
     assert "counts as not finished" in text
 
 
-def test_one_day_is_one_simulated_day():
-    assert report._simulated_days(1) == "1 simulated day" and report._simulated_days(30) == "30 simulated days"
+def test_one_day_is_one_day_and_a_compare_names_each_policy_once():
+    assert report.days_text(1) == "1 day" and report.days_text(30) == "30 days" and report.days_text(2.5) == "2.5 days"
+    lines = report.policy_lines(["tpuq (a.yaml)", "tpuq (b.yaml)"])
+    assert lines[0].startswith("tpuq: ") and len(lines) == 2
 
 
 def test_without_matplotlib_the_report_is_the_table_and_how_to_install_the_extra(tmp_path, monkeypatch):

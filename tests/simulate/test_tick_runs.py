@@ -66,7 +66,6 @@ def test_a_stored_time_written_back_changes_nothing_and_commits_stay_strictly_la
     assert ref.get().read_time > third
 
 
-
 def test_a_cpu_clock_splits_the_runs_cpu_by_subscription_and_by_what_a_tick_changed():
     """benchmarks/bench_sim_handlings.py's figures: the run's CPU is counted once, under the subscription handled
     or the simulator's own (`OUTSIDE`), and each tick handling run under whether it changed something."""

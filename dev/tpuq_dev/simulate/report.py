@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .metrics import FirestoreOps, Metrics, SliceState, WasteCause
+from .polling import RECONCILE_SECONDS
 
 INSTALL_HINT = "pip install 'tpuq[simulate]'"
 MISSING_MATPLOTLIB = f"the report's charts need matplotlib, which this install lacks: {INSTALL_HINT}"
@@ -137,10 +138,6 @@ def _summary_rows(results: Sequence[Metrics]) -> list[tuple[str, list[str]]]:
     ]
 
 
-def _simulated_days(days: float) -> str:
-    return f"{days:g} simulated day" + ("" if days == 1 else "s")
-
-
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .7em;text-align:right}
 th:first-child,td:first-child{text-align:left}img{max-width:100%;display:block;margin:1em 0}
@@ -150,7 +147,8 @@ th:first-child,td:first-child{text-align:left}img{max-width:100%;display:block;m
 # What each policy is, in one line (the report and `tpuq simulate`'s table; docs/SIMULATING.md says more).
 POLICY_MEANINGS = {
     "tpuq": "tpuq's four services, their own handlers, on the modelled cloud",
-    "polling": "a tpu-runner-like controller polling every 30 s, each zone given the entry's whole count",
+    "polling": f"a tpu-runner-like controller polling every {RECONCILE_SECONDS:g} s, each zone given the entry's "
+               "whole count",
     "polling-split": "the same controller, each entry's count shared out over its zones",
     "bound": "the offline bound: a slice the instant capacity exists, no race losers, no idle time",
 }
@@ -158,8 +156,15 @@ JOBS_NOTE = "jobs finished: those ended by the horizon; a job still waiting or r
 
 
 def policy_lines(policies: Sequence[str]) -> list[str]:
-    """One line per policy shown, `name: what it is`, then what "jobs finished" counts."""
-    return [f"{p}: {POLICY_MEANINGS[p]}" for p in policies if p in POLICY_MEANINGS] + [JOBS_NOTE]
+    """One line per policy shown, `name: what it is` (once for `--compare`'s "tpuq (a.yaml)" and "tpuq (b.yaml)"),
+    then what "jobs finished" counts."""
+    names = dict.fromkeys(p.split(" (")[0] for p in policies)
+    return [f"{p}: {POLICY_MEANINGS[p]}" for p in names if p in POLICY_MEANINGS] + [JOBS_NOTE]
+
+
+def days_text(days: float) -> str:
+    """`1 day`, `2.5 days`."""
+    return f"{days:g} day" + ("" if days == 1 else "s")
 
 
 def write_report(out_dir: str | Path, results: Sequence[Metrics], title: str) -> Path:
@@ -169,7 +174,7 @@ def write_report(out_dir: str | Path, results: Sequence[Metrics], title: str) ->
     esc = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
              f"<style>{_STYLE}</style></head><body><h1>{esc(title)}</h1>",
-             f"<p>{_simulated_days(max((m.horizon_seconds for m in results), default=0) / 86400)}; "
+             f"<p>{days_text(max((m.horizon_seconds for m in results), default=0) / 86400)} simulated; "
              "figures explained in tpuq's docs/SIMULATING.md.</p>",
              "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in policy_lines([m.policy for m in results])) + "</ul>",
              "<h2>Summary</h2><table><tr><th></th>" + "".join(f"<th>{esc(m.policy)}</th>" for m in results) + "</tr>"]

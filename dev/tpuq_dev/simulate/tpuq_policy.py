@@ -253,7 +253,7 @@ class TpuqPolicy:
         self.store_ops = OpsBySubscription(self.db.billed, cpu_clock)  # the same, by the subscription handled
         self.cpu_clock = cpu_clock
         # (subscription, changed something?) -> [tick handlings run, their CPU seconds]: with a cpu_clock
-        self.tick_cpu: dict[tuple[str, bool], list[float]] = defaultdict(lambda: [0, 0.0])
+        self.tick_cpu: dict[tuple[str, bool], list] = defaultdict(lambda: [0, 0.0])  # [count, seconds]
         self.settings = Settings(project=cloud.project, runner_bucket=RUNNER_BUCKET)
         self.tpu_client = SimTpuClient(cloud)
         self._parsed_nodes: dict = {}
