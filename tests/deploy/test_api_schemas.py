@@ -63,7 +63,9 @@ def test_the_checker_finds_what_google_would_refuse(request_, expected):
 def test_every_request_of_a_deploy_to_an_empty_project_is_documented(tmp_path, fleet):
     if fleet == "init":
         assert tpuq(["init", "."], tmp_path).returncode == 0
-        (tmp_path / "fleet.yaml").write_text((tmp_path / "fleet.yaml").read_text() + "\nssh_key_secret: tpuq-ssh\n")
+        # Set, not appended: a key given twice is refused (tpuq.contracts.yamltext).
+        fleet = {**yaml.safe_load((tmp_path / "fleet.yaml").read_text()), "ssh_key_secret": "tpuq-ssh"}
+        (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
         path = "fleet.yaml"
     else:
         path = str(DEMO_DIR / "fleet.yaml")

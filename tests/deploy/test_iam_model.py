@@ -71,7 +71,9 @@ def dry_run(tmp_path: Path, which: str) -> tuple[Target, list[dict]]:
     if which == "init":
         assert tpuq(["init", "."], tmp_path).returncode == 0
         path = tmp_path / "fleet.yaml"
-        path.write_text(path.read_text() + "\nssh_key_secret: tpuq-ssh\njob_buckets: [gs://my-trc-data]\n")
+        # Set, not appended: a key given twice is refused (tpuq.contracts.yamltext).
+        fleet = {**yaml.safe_load(path.read_text()), "ssh_key_secret": "tpuq-ssh", "job_buckets": ["gs://my-trc-data"]}
+        path.write_text(yaml.safe_dump(fleet, sort_keys=False))
     else:
         path = DEMO_DIR / "fleet.yaml"
     r = tpuq(["deploy", str(path), "--dry-run", "--offline", "--json"], tmp_path)
