@@ -49,6 +49,12 @@ from tpuq.runtime.settings import DEFAULT_BACKSTOP_SECONDS, Settings
 log = logging.getLogger("tpuq.claimer")
 
 FAST_WATCH_PASSES = 3
+# A create whose zone slot another handler took between this one's read and its write (`claim_and_record`: N jobs
+# submitted together are N capacity requests handled at once) is planned again at once, on what that handler wrote,
+# rather than at the next tick (a minute in production): up to this many times, each after a pause of up to
+# CLAIM_RETRY_JITTER_SECONDS so that the handlers retrying together do not meet again.
+CLAIM_RETRIES = 8
+CLAIM_RETRY_JITTER_SECONDS = 0.05
 
 
 @dataclass
@@ -63,6 +69,7 @@ class Claimer:
     prechecks: PrecheckCache | None = None  # quota and billing, read before deciding (None: declared quota only)
     writer: statestore.StateWriter = field(init=False)
     transient_failure: bool = False  # a create still failed after retries: ask Pub/Sub to redeliver
+    lost_claims: int = 0  # creates not sent: another handler took the zone slot meanwhile (`CLAIM_RETRIES`)
     # fleet -> what a tick last found here (`ClaimerState.ticks_checked`; `idlemark`)
     ticks_checked: dict[str, idlemark.TickCheck] = field(default_factory=dict)
     told: set[str] = field(default_factory=set)  # notifications this instance published (`notices.tell`)
@@ -144,6 +151,7 @@ class Claimer:
         qr = create.qr
         if create.claim and not self.writer.claim_and_record(state, qr):
             log.info("zone %s/%s was claimed by another handler meanwhile; %s not created", qr.zone, qr.type, qr.qr_id)
+            self.lost_claims += 1
             return state, None
         state = replace(state, qrs={**state.qrs, qr.qr_id: qr})
         outcome = self.tpu.create(qr, self.fleet, self.public_key(self.fleet))
@@ -267,6 +275,13 @@ def on_capacity(request: CapacityRequest, ctx: Context) -> None:
     fleet = load_fleet(ctx.clients.firestore, request.fleet or ctx.settings.fleet)
     claimer = _state(ctx).claimer(ctx, fleet)
     state = claimer.on_request(claimer.load(request.request_id), request)
+    for _ in range(CLAIM_RETRIES):
+        if not claimer.lost_claims:
+            break
+        # Planned again on a fresh read (the other handler's claim and queued resource included), as a tick plans.
+        claimer.lost_claims = 0
+        claimer.sleep(ctx.rng.uniform(0, CLAIM_RETRY_JITTER_SECONDS))
+        state = claimer.watch(claimer.load(request.request_id))
     pause = fleet.claim.watch_interval_seconds / FAST_WATCH_PASSES
     for _ in range(FAST_WATCH_PASSES):
         mine = fast_watch_targets(state, request.request_id)

@@ -335,3 +335,43 @@ def test_each_service_instance_keeps_its_own_node_reader_and_pre_check_cache():
     assert first.state.prechecks(ctx) is first.state.prechecks(ctx) is not None
     assert first.state.prechecks(ctx) is not second.state.prechecks(ctx)
     assert first.state.public_key(None) == "ssh-ed25519 AAAA"  # from the settings' environment, not os.environ
+
+
+
+
+def test_a_create_whose_zone_slot_another_handler_took_is_planned_again_at_once(claimer):
+    """N jobs submitted together are N capacity requests handled at once; each create is conditioned on the zone's
+    version its handler read (`claim_and_record`), and a zone races one request of a type at a time. Staged here:
+    job-9's request is handled while job-2's handler is loading (it has read the zones, not yet its request), so
+    neither sees the other's request, and job-9 claims the first zone. job-2's create there loses its claim; it
+    plans again at once on a fresh read (`CLAIM_RETRIES`) and races in the second zone, rather than having no racer
+    until the next tick (a minute in production)."""
+    h = claimer(scenario_data(ZONES[:2], provisioning=600))
+    h.fleet(fleet_data(ZONES[:2], count=3, claim={"watch_interval_seconds": 0.3, "hedge_seconds": 300}))
+    db = h.clients.firestore
+
+    class AnotherHandlerFirst:
+        """When job-2's handler reads its request (after the zones and queued resources): job-9's capacity request
+        is handled to the end, as a handler running at the same time could."""
+
+        staged = False
+
+        def read_document(self, path):
+            if not self.staged and path == "requests/job-2":
+                self.staged = True
+                db.observer = None
+                h.push("/push/capacity", request("job-9"))
+
+        def read_query(self, collection, filters):
+            pass
+
+        def changed(self, path, before, after):
+            pass
+
+    db.observer = raced = AnotherHandlerFirst()
+    h.push("/push/capacity", request("job-2"))
+    db.observer = None
+    assert raced.staged, "the race was not staged"
+    zones_of = {rid: [d["zone"] for d in h.qr_docs() if d["request_id"] == rid] for rid in ("job-9", "job-2")}
+    assert zones_of == {"job-9": [ZONES[0]], "job-2": [ZONES[1]]}, zones_of  # job-2: none until a tick, before
+    assert len(h.creates(ZONES[0])) == 1 and len(h.creates(ZONES[1])) == 1
