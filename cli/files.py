@@ -71,7 +71,7 @@ def read_fleet_data(data: object):
         from tpuq.contracts.fleet import FleetFile
 
         # A tpu-runner file's names are not FleetFile's: no suggestion from its fields for them.
-        _, reason = describe_validation_error(e, model=None if is_runner_file(data) else FleetFile)
+        _, reason = describe_validation_error(e, model=FleetFile if kind == "fleet" else None)
         raise CliError(f"invalid {kind} file: {reason}") from None
     except Permanent as e:
         raise CliError(f"invalid {kind} file: {e}") from None

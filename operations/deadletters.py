@@ -84,15 +84,17 @@ def refused_submissions_since(db, since: datetime, look_at: int = 10) -> tuple[i
     may be more: the newest `look_at` of each topic are read (`recent`'s indexed query: that many reads at most)."""
     from tpuq.contracts import topology
 
+    def recent_enough(record: dict) -> bool:
+        return record.get("recorded_at") is not None and record["recorded_at"] >= since
+
     count, more = 0, False
     topics = dict.fromkeys(sub.topic for sub in topology.SUBSCRIPTIONS if sub.name in SUBMISSION_SUBSCRIPTIONS)
     for topic in topics:
         newest = recent(db, topic, look_at)
         count += sum(1 for r in newest if r.get("subscription") in SUBMISSION_SUBSCRIPTIONS
-                     and r.get("kind") == "invalid" and r.get("recorded_at") is not None and r["recorded_at"] >= since)
+                     and r.get("kind") == "invalid" and recent_enough(r))
         # The last one read is still within the day: older ones may be too.
-        more = more or (len(newest) == look_at and newest[-1].get("recorded_at") is not None
-                        and newest[-1]["recorded_at"] >= since)
+        more = more or (len(newest) == look_at and recent_enough(newest[-1]))
     return count, more
 
 

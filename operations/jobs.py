@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tpuq.contracts import store
 from tpuq.contracts.documents import JobDoc
+from tpuq.contracts.documents.jobs import STILL_RACING_ENDINGS
 
 
 def nudge(clients, source: str) -> None:
@@ -63,8 +64,6 @@ def blocked_label(job: JobDoc) -> str:
     """What the job's stored `blocked` is, for people: "racing" when its request is open and the text is one racer's
     refusal the request goes on after (a stockout in one zone while the others race: `STILL_RACING_ENDINGS`), else
     "blocked" (no entry offers its type, the entries are full, the project refuses, a zone's quota is gone)."""
-    from tpuq.contracts.documents.jobs import STILL_RACING_ENDINGS
-
     racing = job.capacity_request_id and (job.blocked or "").endswith(STILL_RACING_ENDINGS)
     return "racing" if racing else "blocked"
 

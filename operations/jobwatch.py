@@ -144,9 +144,9 @@ def _seconds(start: datetime | None, end: datetime | None) -> float | None:
 
 def _waiting_lines(job: JobDoc, waiting: str | None) -> tuple[str, ...]:
     """The scheduler's blocked reason first, then what `tpuq.operations.fleetreport.waiting_reason` found, one item a line."""
-    # A racer's refusal while the request races on is said as it is, not as a block (`blocked_label`).
-    first = (f"blocked: {job.blocked}" if blocked_label(job) == "blocked" else job.blocked) if job.blocked else None
-    lines = [first] if first else []
+    lines = []
+    if job.blocked:  # a racer's refusal while the request races on is said as it is, not as a block
+        lines.append(job.blocked if blocked_label(job) == "racing" else f"blocked: {job.blocked}")
     for part in (waiting or "").split("; "):
         if part and part not in lines and part != f"blocked: {job.blocked}":
             lines.append(part)
