@@ -63,7 +63,8 @@ def test_a_job_s_life_on_the_fake_hosts_through_the_dev_commands(system):
         return job if job.get("state") == JobState.running and job.get("tpu") != not_on else None
 
     first = wait_until(running_on, timeout=DEADLINE, what=f"{job_id} running")
-    waiting = f"dev-wait-{uuid.uuid4().hex[:6]}"  # the fleet's only v4-32 runs the job: this one waits
+    # Waits for the running job, whatever slices other tests on this stack free meanwhile.
+    waiting = f"dev-wait-{uuid.uuid4().hex[:6]}"
     try:
         blobs = clients.storage.bucket(BUCKET)  # the system stack's fake GCS, whatever this process's environment says
         found = wait_until(lambda: [b for b in blobs.list_blobs(prefix=f"tpuq/jobs/{job_id}/checkpoints/")],
@@ -75,7 +76,7 @@ def test_a_job_s_life_on_the_fake_hosts_through_the_dev_commands(system):
         assert unknown.returncode == 1 and "no-such-job" in unknown.stderr, unknown.stderr
         beyond = tpuq(env, "dev", "dirty", job_id, "--worker", "4")
         assert beyond.returncode == 1 and beyond.stderr.strip() == f"error: --worker 4: job {job_id} has 4 workers, 0-3"
-        clients.publish("jobs", {"id": waiting, "tpu": "v4-32", "command": "true"})
+        clients.publish("jobs", {"id": waiting, "tpu": "v4-32", "depends_on": [job_id], "command": "true"})
         wait_until(lambda: db.collection(store.JOBS).document(waiting).get().exists, timeout=DEADLINE, what="stored")
         pending = tpuq(env, "dev", "unhealthy", waiting)
         assert pending.returncode == 1 and pending.stderr.strip() == f"error: job {waiting} is pending: it is on no TPU slice now"
