@@ -8,7 +8,6 @@ import subprocess
 import uuid
 
 from tpuq.contracts import store
-from tpuq_dev.devstack.stack import wait_for
 
 
 def tpuq(system, *args, timeout=600):  # a bound for a hung command; a loaded machine is slow, not hung
@@ -41,7 +40,7 @@ def test_status_list_logs_watch_fleet(system, system_clients):
     only_2 = tpuq(system, "logs", ok_id, "--worker", "2").stdout.splitlines()
     assert only_2 and all(line.startswith("[w2] ") for line in only_2)
     followed = tpuq(system, "logs", ok_id, "-f")  # the job has ended: follow prints everything and stops
-    assert followed.returncode == 0 and f"[w3] line-two from 3" in followed.stdout
+    assert followed.returncode == 0 and "[w3] line-two from 3" in followed.stdout
 
     fleet = json.loads(tpuq(system, "fleet", "--json").stdout)
     assert fleet["fleet"] == "demo" and not fleet["blocked"]

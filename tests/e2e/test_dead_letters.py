@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers import wait_until
 from tpuq.contracts import store
-from tpuq.contracts.documents import TpuState
+from tpuq.contracts.documents import QR_STATES_RACING, TpuState
 from tpuq_dev.faketpu.control import FakeTpuControl
 
 DEADLINE = 120
@@ -160,16 +160,24 @@ def test_a_job_file_uploaded_with_gcloud_storage_runs_its_folder(system, system_
 def test_billing_off_then_on_shows_a_short_reason_then_clears_by_itself(system, system_clients, gcloud_env):
     control = FakeTpuControl(system.env["TPUQ_TPU_API_ENDPOINT"])
     tpus = system_clients.firestore.collection(store.TPUS)
-    # No slice to reuse: the job must ask for one (earlier tests' idle TPUs go after the demo fleet's 8 s).
+    racing = system_clients.firestore.collection(store.QUEUED_RESOURCES)
+    # No slice to reuse, none on its way: the job must ask for one (earlier tests' idle TPUs go after the demo
+    # fleet's 8 s; a racer still being provisioned for an earlier request would take it when it comes up).
     wait_until(lambda: not any(d.to_dict().get("state") in (TpuState.idle, TpuState.busy) and
-                               d.to_dict().get("type") == "v4-32" for d in tpus.stream()),
-               timeout=DEADLINE, what="no v4-32 left from earlier tests")
+                               d.to_dict().get("type") == "v4-32" for d in tpus.stream())
+               and not any(d.to_dict().get("state") in QR_STATES_RACING and d.to_dict().get("type") == "v4-32"
+                           for d in racing.stream()),
+               timeout=DEADLINE, what="no v4-32 left from earlier tests, nor on its way")
     control.set_billing(False)
     try:
         job_id = f"bill-{uuid.uuid4().hex[:8]}"
         system_clients.publish("jobs", {"id": job_id, "tpu": "v4-32", "command": "echo billed"})
         status = system_clients.firestore.collection(store.FLEET_STATUS).document("demo")
-        wait_until(lambda: (status.get().to_dict() or {}).get("blocked"), timeout=DEADLINE, what="the billing block")
+        try:
+            wait_until(lambda: (status.get().to_dict() or {}).get("blocked"), timeout=DEADLINE,
+                       what="the billing block")
+        except AssertionError:  # say whether it got a slice after all (then nothing was asked for)
+            raise AssertionError(f"no billing block; the job: {doc(system_clients, store.JOBS, job_id)}") from None
         short = ("blocked: billing is disabled on project tpuq-local: enable it, then run `tpuq fleet unblock` "
                  "(or wait: tpuq resumes by itself once Cloud Billing reports it enabled)")
         fleet = run(gcloud_env, "tpuq", "fleet").stdout

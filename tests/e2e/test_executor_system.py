@@ -134,7 +134,7 @@ def test_a_worker_that_died_does_not_leave_the_others_running_on_the_slice(syste
     assert gone_after_death <= bound, f"the others ran {gone_after_death:.1f} s after worker 2 died (bound {bound} s)"
     assert gone_after_death >= grace.total_seconds(), f"stopped {gone_after_death:.1f} s after, within the grace"
     tpu = system_clients.firestore.collection(store.TPUS).document(j["tpu"].rsplit("/", 1)[-1]).get().to_dict()
-    assert tpu["state"] in ("idle", "deleting", "gone") and tpu.get("job_id") in (None, ""), tpu
+    assert tpu.get("job_id") != job_id, tpu  # free: idle, deleted, or already another pending job's
     # Stopped by the executor, not by the slice's deletion at its idle timeout: each of the three supervisors
     # recorded the stop in its status object.
 

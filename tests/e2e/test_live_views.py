@@ -123,7 +123,7 @@ def test_watch_a_group_in_a_terminal_until_every_task_ended(system, system_clien
         submitted = tpuq(system, "submit", str(job_file))
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         tmux.type(f"tpuq watch {group} --interval 0.3; echo watch-exit=$?")
-        running = wait_until(lambda: (s := tmux.screen()) and re.search(r"\b[12] running\b", s) and s,
+        running = wait_until(lambda: (s := tmux.screen()) and re.search(r"\b[1-3] running\b", s) and s,
                              timeout=DEADLINE, what="the group's running tasks in the watch view")
         assert f"group {group}: 3 tasks" in running and "0/3 ended" in running, running
         gate.touch()

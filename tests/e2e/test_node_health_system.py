@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 from tpuq.contracts import store
-from tpuq.contracts.documents import NodeHealth, TpuHealth, short_node_name
+from tpuq.contracts.documents import NodeHealth, TpuHealth, TpuState, short_node_name
 from tpuq_dev.devstack.stack import wait_for
 from tpuq_dev.faketpu.control import FakeTpuControl
 
@@ -53,7 +53,11 @@ def test_maintenance_keeps_new_jobs_off_and_an_unhealthy_node_loses_its_job_like
     control.schedule_maintenance(tpu_b, 6 * 3600, duration=3600)
     wait_for(lambda: (h := health_of(clients, tpu_b)) is not None and h.upcoming_maintenance is not None,
              timeout=DEADLINE, what="the maintenance notice in tpus/{node}.node_health")
-    # C waits (both v4-8 slices busy); its first attempt runs until stopped, a second one ends at once.
+    # C waits (both v4-8 slices busy; a spare one an earlier test or a race's loser left goes at its idle timeout
+    # first); its first attempt runs until stopped, a second one ends at once.
+    wait_for(lambda: not any(t.get("type") == "v4-8" and t.get("state") == TpuState.idle
+                             for t in (d.to_dict() for d in clients.firestore.collection(store.TPUS).stream())),
+             timeout=DEADLINE, what="no spare v4-8 slice")
     clients.publish("jobs", {"id": c, "tpu": "v4-8",
                              "command": f'if [ "$ATTEMPT_ID" = "{c}-1" ]; then {LONG}; fi; echo second attempt'})
     clients.publish("cancels", {"job_id": b})

@@ -90,9 +90,10 @@ def test_one_command_on_worker_2_of_a_running_pod_job(system, pod_job):
 
 def test_only_a_running_job(system, pod_job):
     env = local_env(system)
-    waiting = f"ssh-wait-{uuid.uuid4().hex[:6]}"  # the fleet's only v4-32 runs pod_job: this one waits
+    # Waits for pod_job, whatever slices other tests on this stack free meanwhile.
+    waiting = f"ssh-wait-{uuid.uuid4().hex[:6]}"
     clients = Clients(Settings.from_env(system.env))
-    clients.publish("jobs", {"id": waiting, "tpu": "v4-32", "command": "true"})
+    clients.publish("jobs", {"id": waiting, "tpu": "v4-32", "depends_on": [pod_job[0]], "command": "true"})
     try:
         wait_until(lambda: clients.firestore.collection(store.JOBS).document(waiting).get().exists,
                    timeout=DEADLINE, what=f"{waiting} stored")

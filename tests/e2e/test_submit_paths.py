@@ -47,8 +47,11 @@ def test_cli_submit_runs_on_every_worker(system, system_clients, tmp_path):
                           text=True, timeout=DEADLINE)
     for w in range(4):
         assert f"[w{w}] hello from worker {w} of 4 job {job_id}" in logs.stdout
+    # Its slice (perhaps an earlier job's, reused) was created by the claimer through the fake TPU API: a single
+    # slice's node id is its queued resource's id.
     calls = FakeTpuControl(system.env["TPUQ_TPU_API_ENDPOINT"]).calls(method="POST", path_contains="queuedResources")
-    assert calls, "the claimer created queued resources through the fake TPU API"
+    node_id = job["tpu"].rsplit("/", 1)[-1]
+    assert [c for c in calls if f"queuedResourceId={node_id}" in c["query"].split("&")], (node_id, calls[-3:])
 
 
 @pytest.fixture

@@ -30,5 +30,5 @@ def test_lost_logs_are_said_next_to_succeeded(system, system_clients):
     shown = subprocess.run(["tpuq", "status", job_id], env={**os.environ, **system.env}, capture_output=True,
                            text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
-    assert f"succeeded" in shown.stdout
+    assert "succeeded" in shown.stdout
     assert f"but the logs of worker 0 could not be written to gs://{missing}: GCS 404" in shown.stdout, shown.stdout
