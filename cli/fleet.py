@@ -165,7 +165,6 @@ def fleet_unblock(name: Optional[str] = typer.Option(None, help="Fleet name (def
 
 def fleet_apply(file: Path = typer.Argument(..., help="The fleet file")) -> None:
     """Store a fleet file so that the services use it (local stack or deployed project)."""
-    import os
     from datetime import datetime, timezone
 
     from tpuq.cli.console import CliError

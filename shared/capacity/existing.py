@@ -88,7 +88,7 @@ def decide_existing(fleet: FleetFile, entry: FleetEntry, read: NodeRead, key_lin
 
     if read.error:
         return problem(f"unreadable: {read.error}",
-                       f"check that the node exists and that tpuq's account may read it (roles/tpu.viewer)")
+                       "check that the node exists and that tpuq's account may read it (roles/tpu.viewer)")
     if not read.found:
         return problem("not found", f"create it, or fix `existing:` of tpus[{entry.id}]")
     if read.state != TpuNodeState.READY:
