@@ -32,6 +32,22 @@ def slice_node(job, slice_index: int) -> str:
     return nodes[slice_index]
 
 
+def check_on_its_slice(job, command: str) -> None:
+    """A CliError unless `tpuq dev <command>` may act on the job's slice: one the job holds now (assigned or
+    running). `dirty` also takes an ended job's last slice, the one its leftover would be on; preempt and unhealthy
+    would strike whatever job runs there now (an ended job's slice goes to the next job), so they refuse it."""
+    from tpuq.contracts.documents import JOB_STATES_ON_A_TPU
+
+    if job.state in JOB_STATES_ON_A_TPU and job.tpu:
+        return
+    if job.state.terminal and job.tpu:
+        if command == "dirty":
+            return
+        raise CliError(f"job {job.id} has ended ({job.state.value}): its last slice may run another job now; "
+                       f"`tpuq dev {command}` acts on the slice of a job that is assigned or running")
+    raise CliError(f"job {job.id} is {job.state.value}: it is on no TPU slice now")
+
+
 SLICE_HELP = "Which slice of a multislice job (0 first; its node `<request>-<slice>`)"
 
 
@@ -47,8 +63,7 @@ def _job_slice(job_id: str, command: str, slice_index: int = 0):
         raise CliError(f"`tpuq dev {command}` acts on the local stack's fake Cloud TPU, and none is in use: start "
                        "one with `tpuq dev up` (then `eval \"$(tpuq dev env)\"`)")
     job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
-    if not job.tpu:
-        raise CliError(f"job {job_id} is {job.state.value}: it is on no TPU slice now")
+    check_on_its_slice(job, command)
     return FakeTpuControl(endpoint), slice_node(job, slice_index), job
 
 
@@ -58,14 +73,16 @@ def _short(node_name: str) -> str:
     return short_node_name(node_name)
 
 
-def _control_call(call):
+def _control_call(call, node: str):
     from tpuq_dev.faketpu.control import FakeTpuControlError
 
     try:
         return call()
     except FakeTpuControlError as e:
-        message = str(e).split(": ", 1)[-1]  # "POST /_fake/x -> 400: the message"
-        raise CliError(f"the fake Cloud TPU refused: {message}") from None
+        status, _, message = str(e).partition(" -> ")[2].partition(": ")  # "POST /_fake/x -> 400: the message"
+        if status == "404":
+            raise CliError(f"{_short(node)} is gone (deleted since): nothing to act on") from None
+        raise CliError(f"the fake Cloud TPU refused: {message or e}") from None
 
 
 def dev_preempt(job_id: str = typer.Argument(..., metavar="JOB"),
@@ -75,7 +92,7 @@ def dev_preempt(job_id: str = typer.Argument(..., metavar="JOB"),
                 slice_index: int = typer.Option(0, "--slice", min=0, help=SLICE_HELP)) -> None:
     """Preempt the job's slice on the local stack, as Google preempts a spot TPU: the notice, then the stop."""
     control, node, _ = _job_slice(job_id, "preempt", slice_index)
-    _control_call(lambda: control.preempt(node, notice=notice))
+    _control_call(lambda: control.preempt(node, notice=notice), node)
     if notice:
         stops = datetime.now(timezone.utc) + timedelta(seconds=notice)
         out.print(f"preemption notice on {_short(node)} (job {job_id}): its workers' metadata server says "
@@ -96,7 +113,8 @@ def dev_unhealthy(job_id: str = typer.Argument(..., metavar="JOB"),
     if health not in HEALTH_CHOICES:
         raise CliError(f"--health {health}: expected one of {', '.join(HEALTH_CHOICES)}")
     control, node, _ = _job_slice(job_id, "unhealthy", slice_index)
-    _control_call(lambda: control.set_health(node, health, description="set by tpuq dev unhealthy", symptom=symptom))
+    _control_call(lambda: control.set_health(node, health, description="set by tpuq dev unhealthy",
+                                             symptom=symptom), node)
     out.print(f"{_short(node)} (job {job_id}) now reports health {health}" + (f" ({symptom} on worker 0)" if symptom
               else "") + "; its hosts keep running", highlight=False, markup=False)
 
@@ -109,12 +127,12 @@ def dev_dirty(job_id: str = typer.Argument(..., metavar="JOB"),
     from tpuq.operations.sshaccess import SshRefused, check_worker
 
     control, node, _ = _job_slice(job_id, "dirty", slice_index)
-    hosts = _control_call(lambda: control.node_info(node))["hosts"]
+    hosts = _control_call(lambda: control.node_info(node), node)["hosts"]
     try:
         check_worker(job_id, worker, len(hosts))
     except SshRefused as e:
         raise CliError(str(e)) from None
-    held = _control_call(lambda: control.hold_device(node, worker, device))
+    held = _control_call(lambda: control.hold_device(node, worker, device), node)
     out.print(f"worker {worker} of {_short(node)} (job {job_id}): process {held['pid']} (user {held['user']}) holds "
               f"{held['device']} open; it lives until the host stops", highlight=False, markup=False)
 

@@ -66,6 +66,12 @@ def test_a_dirty_worker_fails_the_preflight_and_its_slice_is_deleted_and_the_job
 
         # The first job ends (its own processes stop; the holder outlives it): the slice goes to the second job.
         clients.publish("cancels", CancelRequest(job_id=first, reason="make room"))
+        # The ended job's slice is the next job's now: `tpuq dev preempt` of the ended job refuses, and strikes
+        # nothing (the second job's attempts below: none preempted).
+        wait_until(lambda: job(first).get("state") == JobState.cancelled, timeout=DEADLINE, what=f"{first} cancelled")
+        late = subprocess.run(["tpuq", "dev", "preempt", first, "--notice", "0"], env=env, capture_output=True,
+                              text=True, timeout=DEADLINE)
+        assert late.returncode == 1 and late.stderr.startswith(f"error: job {first} has ended (cancelled)"), late
         done = wait_until(lambda: job(second) if job(second).get("state") == JobState.succeeded else None,
                           timeout=DEADLINE, what=f"{second} retried and succeeded")
         mark(f"{second} succeeded on attempt {done.get('attempts')}")

@@ -1,5 +1,6 @@
 """`tpuq dev preempt/unhealthy/dirty --slice S` pick a multislice job's slice S (its gang, slice order); a bad S is
-refused naming --slice and the slices the job runs on."""
+refused naming --slice and the slices the job runs on. They act on a job's slice while the job holds it; only
+`dirty` also takes an ended job's last slice (preempting it would strike the job that runs there now)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from tpuq.cli.console import CliError
 from tpuq.contracts.documents import JobDoc
-from tpuq_dev.devcommands import slice_node
+from tpuq_dev.devcommands import check_on_its_slice, slice_node
 
 GANG = [f"projects/p/locations/z/nodes/tq-r-0-z-{i}" for i in range(2)]
 
@@ -29,3 +30,31 @@ def test_the_slice_is_the_gangs_and_slice_0_by_default():
 def test_a_slice_past_the_jobs_is_refused_naming_the_option(fields, index, says):
     with pytest.raises(CliError, match=says):
         slice_node(job(**fields), index)
+
+
+NODE = "projects/p/locations/z/nodes/one"
+
+
+@pytest.mark.parametrize("command", ["preempt", "unhealthy", "dirty"])
+@pytest.mark.parametrize("state", ["assigned", "running"])
+def test_a_job_on_its_slice_is_acted_on(command, state):
+    check_on_its_slice(job(state=state, tpu=NODE), command)
+
+
+@pytest.mark.parametrize("command", ["preempt", "unhealthy"])
+@pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled"])
+def test_an_ended_jobs_slice_is_not_preempted_nor_made_unhealthy(command, state):
+    with pytest.raises(CliError, match=rf"job ms has ended \({state}\): its last slice may run another job now; "
+                                       rf"`tpuq dev {command}` acts on the slice of a job that is assigned or running"):
+        check_on_its_slice(job(state=state, tpu=NODE), command)
+
+
+def test_an_ended_jobs_last_slice_can_be_left_dirty():
+    check_on_its_slice(job(state="succeeded", tpu=NODE), "dirty")
+
+
+@pytest.mark.parametrize("command", ["preempt", "unhealthy", "dirty"])
+@pytest.mark.parametrize("fields", [{}, {"tpu": NODE}], ids=["never placed", "requeued after an attempt"])
+def test_a_pending_job_is_on_no_slice(command, fields):
+    with pytest.raises(CliError, match="job ms is pending: it is on no TPU slice now"):
+        check_on_its_slice(job(state="pending", **fields), command)
