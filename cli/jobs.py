@@ -455,13 +455,8 @@ def logs(job_id: str = typer.Argument(...),
     seen: dict[int, int] = {}
     partial: dict[int, str] = {}
     shown = 0  # the attempt whose lines are being printed
-    while True:
-        job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
-        n = attempt or job.attempt
-        if n and n != shown:  # the first read, or (following the latest) a retry began: its own header, from its start
-            _flush_partial(partial, label)
-            seen, partial, shown = {}, {}, n
-            _log_header(clients.firestore, job, n)
+
+    def print_new(job: JobDoc, n: int) -> None:
         for chunk in worker_log_chunks(clients.storage, job, n, worker, after=seen):
             seen[chunk.worker] = chunk.seq
             text = partial.pop(chunk.worker, "") + chunk.text
@@ -469,6 +464,17 @@ def logs(job_id: str = typer.Argument(...),
             partial[chunk.worker] = lines.pop()  # an unfinished line waits for the next chunk
             for line in lines:
                 print(f"[{label(chunk.worker)}] {line}", flush=True)
+
+    while True:
+        job = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
+        n = attempt or job.attempt
+        if n and n != shown:  # the first read, or (following the latest) a retry began: its own header, from its start
+            if shown:  # the ended attempt's last lines first (written as it stopped, perhaps since the last read)
+                print_new(job, shown)
+            _flush_partial(partial, label)
+            seen, partial, shown = {}, {}, n
+            _log_header(clients.firestore, job, n)
+        print_new(job, n)
         if not follow or job.terminal:
             break
         time.sleep(1.0)

@@ -49,6 +49,8 @@ class JobReader:
             a = ref.collection(store.ATTEMPTS).document(str(job.attempt)).get()
             attempt = AttemptDoc.from_doc(a.to_dict() or {}, a.id) if a.exists else None
         if job.state is JobState.pending:
+            if self.details and self._log_attempt:  # requeued: the ended attempt's last lines may still come
+                self._read_attempt_logs(job, self._log_attempt)
             return build_watch(job, attempt, None, {}, {}, self._waiting_reason(stored, now), now)
         self._waiting = None
         node = (attempt.tpu if attempt else None) or job.tpu
@@ -98,12 +100,18 @@ class JobReader:
         return found
 
     def _read_logs(self, job: JobDoc) -> None:
-        from tpuq.operations.queries import worker_log_chunks
-
-        if job.attempt != self._log_attempt:  # a new attempt: the last one's unfinished lines end here
+        if job.attempt != self._log_attempt:  # a new attempt: the last one's lines end here, none left unread
+            if self._log_attempt:
+                self._read_attempt_logs(job, self._log_attempt)
             self.finish()
             self._log_attempt, self._seen, self.lines = job.attempt, {}, LineAssembler()
-        for chunk in worker_log_chunks(self.clients.storage, job, after=self._seen):
+        self._read_attempt_logs(job, job.attempt)
+
+    def _read_attempt_logs(self, job: JobDoc, attempt: int) -> None:
+        """The attempt's log chunks not read yet, its complete lines handed on."""
+        from tpuq.operations.queries import worker_log_chunks
+
+        for chunk in worker_log_chunks(self.clients.storage, job, attempt, after=self._seen):
             self._seen[chunk.worker] = chunk.seq
             for line in self.lines.feed(chunk.worker, chunk.text):
                 if self.on_line:

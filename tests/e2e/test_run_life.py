@@ -88,13 +88,23 @@ def test_preempted_then_dirty_then_resumed_to_success(life):
          "command": "python3 train.py --steps 80 --step-seconds 0.25 --checkpoint-every 10"},
         {"id": short, "tpu": "v4-32", "bundle": ".", "buckets": [BUCKET], "command": "echo short and done"},
     ]}))
-    tpuq(stack, "submit", str(project / "job.yaml"))
+    # Followed as a person follows a run: `submit --follow` from the start, `tpuq logs -f` once it runs. Each must
+    # print the preempted attempt's last lines (saved on SIGTERM, as the workers stop) before the retry's.
+    env = {**os.environ, **stack.env}
+    followed, tailed = work / "submit-follow.out", work / "logs-follow.out"
+    with followed.open("w") as sink:
+        submitting = subprocess.Popen(["tpuq", "submit", str(project / "job.yaml"), "--follow"], env=env,
+                                      stdout=sink, stderr=subprocess.STDOUT)
+    followers = [submitting]
 
     # Two slices: the short job's ends idle (kept 15 minutes), and someone's leftover holds its worker 1's device.
     short_done = wait_state(clients, short, "succeeded", "failed")
     assert short_done["state"] == "succeeded", short_done.get("reason")
     first = wait_state(clients, train, "running")
     assert first["tpu"] != short_done["tpu"]
+    with tailed.open("w") as sink:
+        followers.append(subprocess.Popen(["tpuq", "logs", train, "-f"], env=env, stdout=sink,
+                                          stderr=subprocess.STDOUT))
     dirty = tpuq(stack, "dev", "dirty", short, "--worker", "1")
     assert "/dev/vfio/0" in dirty.stdout, dirty.stdout
 
@@ -104,10 +114,17 @@ def test_preempted_then_dirty_then_resumed_to_success(life):
     tpuq(stack, "dev", "preempt", train)  # a spot VM's 30 s notice: time for `gcloud storage cp` to save
     wait_for(lambda: attempts(clients, train).get(1, {}).get("outcome"), timeout=DEADLINE,
              what="the first attempt's end")
-    # Worker 0 saves (the others only stop), and says so before it says it stopped.
-    first_log = logs_of(clients, first)
-    saved = re.search(r"^checkpoint saved at step (\d+)\nstopped by SIGTERM at step \1$", first_log, re.M)
-    assert saved, first_log
+    # Worker 0 saves (the others only stop), and says so before it says it stopped. Its last chunk is shipped as
+    # it stops, perhaps after the attempt was decided on the node's state: polled.
+    def saved_in_first_log():
+        return re.search(r"^checkpoint saved at step (\d+)\nstopped by SIGTERM at step \1$",
+                         logs_of(clients, first), re.M)
+
+    try:
+        saved = wait_for(saved_in_first_log, timeout=60, interval=0.5,
+                         what="worker 0's save on SIGTERM in attempt 1's log")
+    except TimeoutError:
+        raise AssertionError(logs_of(clients, first)) from None
     step = int(saved.group(1))
 
     # 3: the retry goes to the idle slice, whose preflight finds worker 1's device held.
@@ -133,6 +150,17 @@ def test_preempted_then_dirty_then_resumed_to_success(life):
     assert f"resuming from step {step}" in third_log and f"step {step + 1} " in third_log, third_log
     assert "attempt 3, preemptions so far 1" in third_log, third_log
     assert done["preemptions"] == 1 and done["infra_failures"] == 1, done
+    for follower in followers:  # both end with the jobs
+        try:
+            follower.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            follower.kill()
+    for out, prefix in ((followed.read_text(), f"[{train} w0] "), (tailed.read_text(), "[w0] ")):
+        worker_0 = [line.removeprefix(prefix) for line in out.splitlines() if line.startswith(prefix)]
+        saved = worker_0.index(f"checkpoint saved at step {step}") if f"checkpoint saved at step {step}" in worker_0 else -1
+        assert saved >= 0 and worker_0[saved + 1] == f"stopped by SIGTERM at step {step}", out
+        assert f"resuming from step {step}" in worker_0[saved + 2:], out
+    assert submitting.returncode == 0, followed.read_text()
 
     # 5: the CLI tells it.
     status = tpuq(stack, "status", train).stdout
