@@ -152,6 +152,8 @@ def watch_view(watch) -> Group:
     if watch.elapsed is not None:
         head += f"  {'waiting' if watch.state is JobState.pending else 'for'} {duration(watch.elapsed)}"
     parts: list = [Text.from_markup(head)]
+    if watch.ended_attempt and watch.state is JobState.pending:
+        parts.append(Text(f"  {watch.ended_attempt}; it runs again", style="yellow"))
     parts += [Text(f"  {line}", style="yellow") for line in watch.waiting]
     if watch.state is JobState.pending and not watch.waiting:
         parts.append(Text("  waiting for a TPU", style="yellow"))

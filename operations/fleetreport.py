@@ -226,7 +226,7 @@ def local_time_until(when: datetime, tz: tzinfo, now: datetime) -> str:
     from tpuq.operations.queries import age
 
     shown = local_time(when, tz, now)
-    return f"{shown} (in {age(now, when)})" if when > now else shown
+    return f"{shown} (in {age(now, when)})" if (when - now).total_seconds() >= 1 else shown  # never "(in 0s)"
 
 
 def target_rows(fleet: FleetFile, report: dict[str, Any], now: datetime, tz: tzinfo,

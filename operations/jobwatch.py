@@ -73,8 +73,10 @@ class JobWatch:
     workers: tuple[WorkerRow, ...] = ()
     waiting: tuple[str, ...] = ()  # why a pending job waits: its blocked reason, the zones racing, back-offs
     reason: str | None = None  # the job's reason: how it ended, or why it was requeued
-    elapsed: float | None = None  # pending: since it was submitted; else since the attempt started
+    elapsed: float | None = None  # pending: since it was submitted (or its last attempt ended); else since it started
     exit_code: int | None = None  # once the job ended: what the command exits with (job_exit_code)
+    # Pending again: how its last attempt ended ("attempt 1 ended preempted: ..."), the retry still to come.
+    ended_attempt: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -216,6 +218,11 @@ def build_watch(job: JobDoc, attempt: AttemptDoc | None, tpu: Mapping[str, Any] 
         reason=job.reason,
         elapsed=_seconds(job.submit_time, now) if pending else _seconds(started, job_end),
     )
+    if pending and attempt is not None and attempt.outcome:
+        detail = first_line(attempt.detail)
+        watch = replace(watch, ended_attempt=f"attempt {attempt.attempt} ended {attempt.outcome}" +
+                        (f": {detail}" if detail else ""),
+                        elapsed=_seconds(attempt.ended_at or job.submit_time, now))
     if job.terminal:
         return JobWatch(**{**watch.__dict__, "exit_code": job_exit_code(watch)})
     return watch
@@ -307,6 +314,8 @@ def facts(watch: JobWatch, workers: bool = True) -> dict[str, str]:
     job: a line each would only repeat it. In order: the job's line first, except that a job's end comes after
     its workers' (the last line says how it ended). `workers=False`: the job's line only (`submit --wait`)."""
     job = {"job": job_fact(watch)}
+    if watch.ended_attempt and watch.state is JobState.pending:  # said once, before why it waits now
+        job = {f"attempt {watch.attempt}": watch.ended_attempt, **job}
     ended = {f"worker {r.name}": worker_fact(r) for r in watch.workers if r.ended} if workers else {}
     return {**ended, **job} if watch.terminal else {**job, **ended}
 

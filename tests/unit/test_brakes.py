@@ -207,6 +207,8 @@ def test_a_retry_back_off_shows_its_seconds_and_how_far_off_it_is():
     until = datetime(2026, 12, 1, 17, 34, 52, tzinfo=timezone.utc)
     assert local_time_until(until, timezone.utc, at) == "17:34:52 UTC (in 23s)"
     assert local_time_until(at, timezone.utc, until) == "17:34:29 UTC"  # past: no "in"
+    almost = until - timedelta(milliseconds=400)
+    assert local_time_until(until, timezone.utc, almost) == "17:34:52 UTC"  # under a second off: no "(in 0s)"
     job = {"state": "pending", "spec": {"tpu": ["v4-8"]}, "not_before": until}
     assert waiting_reason(job, [], at, timezone.utc) == "retry not before 17:34:52 UTC (in 23s)"
 

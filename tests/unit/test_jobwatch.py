@@ -131,6 +131,36 @@ def test_a_requeued_job_forgets_the_ended_attempts_statuses():
     assert w.workers == () and w.reason == "preempted: node preempted"
 
 
+def test_a_job_pending_again_says_how_its_attempt_ended_once_and_waits_from_then():
+    """A preempted run goes back to pending: the watch says why before it says what the job waits for (a trial
+    saw `running` then `pending: ... backed off` with no word of the preemption), and counts the wait from the
+    attempt's end, not from the submit."""
+    preempted = attempt(state="ended", outcome="preempted", detail="node preempted\nmore",
+                        ended_at=NOW - timedelta(seconds=10))
+    requeued = job("pending", attempt=1)
+    seen, lines = None, []
+    for w in (
+        build_watch(job(), attempt(), TPU_DOC, {}, {}, None, NOW),
+        build_watch(requeued, preempted, None, {}, {}, "racing v4-32 in us-central2-a", NOW),
+        build_watch(requeued, preempted, None, {}, {}, "racing v4-32 in us-central2-b", NOW),
+        build_watch(job(attempt=2), attempt(attempt=2), TPU_DOC, {}, {}, None, NOW),
+    ):
+        after = facts(w)
+        lines += change_lines(seen, after)
+        seen = after
+    assert lines == [
+        "running on tpuq-demo-pod-1 (us-central2-a, v4-32, 4 workers), attempt 1",
+        "attempt 1 ended preempted: node preempted",
+        "pending: racing v4-32 in us-central2-a",
+        "pending: racing v4-32 in us-central2-b",
+        "running on tpuq-demo-pod-1 (us-central2-a, v4-32, 4 workers), attempt 2",
+    ]
+    console = Console(width=160, record=True, force_terminal=False)
+    console.print(watch_view(build_watch(requeued, preempted, None, {}, {}, "racing v4-32 in us-central2-a", NOW)))
+    text = console.export_text()
+    assert "attempt 1 ended preempted: node preempted; it runs again" in text and "waiting 10s" in text, text
+
+
 def test_piped_lines_one_per_change_in_order():
     seen = None
     lines = []
