@@ -21,7 +21,7 @@ def submit(job_file: Path = typer.Argument(..., help="job.yaml"),
                                                            "(pending and why, running where); exit 1 if one did "
                                                            "not succeed"),
            follow: bool = typer.Option(False, "--follow", "-f", help="Print the jobs' logs (every worker, "
-                                                                     "prefixed [wN]) until they end; exit with "
+                                                                     "prefixed \\[wN]) until they end; exit with "
                                                                      "the job's status"),
            timeout: float = typer.Option(0, help="With --wait or --follow: give up after this many seconds "
                                                  "(0: never)"),
@@ -444,6 +444,7 @@ def logs(job_id: str = typer.Argument(...),
     from tpuq.operations.queries import worker_log_chunks
 
     clients = cli_clients()
+    _refuse_group_logs(clients.firestore, job_id)
     first = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
     label = job_worker_labels(first.spec_tpu, first.spec_slice_counts)  # [w3], or [s1/w0] on several slices
     if attempt is not None and attempt > max(first.attempts, first.attempt):
@@ -485,6 +486,16 @@ def logs(job_id: str = typer.Argument(...),
         which = f"attempt {attempt} of {job_id}" if attempt else job_id
         err.print(f"no logs for {which}: it wrote none (job {job.state})" if ended
                   else f"no logs yet for {job_id} (state {job.state})")
+
+
+def _refuse_group_logs(db, some_id: str) -> None:
+    """A group's logs are its tasks': a CliError naming them, rather than "no job" for an id `tpuq status` shows."""
+    from tpuq.operations.groups import tasks_if_group
+
+    tasks = [t["id"] for t in tasks_if_group(db, some_id) if t.get("id")]  # in index order
+    if tasks:
+        shown = ", ".join(tasks[:4]) + (f", ... ({len(tasks)} in all)" if len(tasks) > 4 else "")
+        raise CliError(f"{some_id} is a group: its logs are its tasks' ({shown}); `tpuq logs {tasks[0]}`")
 
 
 def _flush_partial(partial: dict[int, str], label) -> None:

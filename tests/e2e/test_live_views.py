@@ -138,6 +138,11 @@ def test_watch_a_group_in_a_terminal_until_every_task_ended(system, system_clien
     assert f"failed: {group}-1" in final, final
     assert "watch-exit=1" in final, final
     assert [job_state(system_clients, f"{group}-{i}") for i in range(3)] == ["succeeded", "failed", "succeeded"]
+    # A group's logs are its tasks': `tpuq logs GROUP` says so and names them (not "no job").
+    logs = tpuq(system, "logs", group)
+    assert logs.returncode == 1 and logs.stderr.strip() == (
+        f"error: {group} is a group: its logs are its tasks' ({group}-0, {group}-1, {group}-2); "
+        f"`tpuq logs {group}-0`"), logs.stderr
 
 
 def test_submit_follow_prints_every_workers_logs_and_exits_with_the_jobs_status(system, tmp_path):

@@ -25,6 +25,11 @@ def test_every_command_has_help(command, tmp_path):
     assert r.returncode == 0 and "Usage" in r.stdout
 
 
+def test_help_keeps_bracketed_words_that_rich_would_read_as_markup(tmp_path):
+    r = run(["submit", "--help"], tmp_path, COLUMNS="200")
+    assert "(every worker, prefixed [wN]) until they end" in r.stdout, r.stdout
+
+
 def assert_one_line_error(r, *words):
     assert r.returncode != 0
     assert "Traceback" not in r.stderr + r.stdout

@@ -131,6 +131,16 @@ def test_a_requeued_job_forgets_the_ended_attempts_statuses():
     assert w.workers == () and w.reason == "preempted: node preempted"
 
 
+def piped_lines(*watches) -> list[str]:
+    """What a piped watch prints over these successive reads: one line per new or changed fact."""
+    seen, lines = None, []
+    for w in watches:
+        after = facts(w)
+        lines += change_lines(seen, after)
+        seen = after
+    return lines
+
+
 def test_a_job_pending_again_says_how_its_attempt_ended_once_and_waits_from_then():
     """A preempted run goes back to pending: the watch says why before it says what the job waits for (a trial
     saw `running` then `pending: ... backed off` with no word of the preemption), and counts the wait from the
@@ -138,17 +148,12 @@ def test_a_job_pending_again_says_how_its_attempt_ended_once_and_waits_from_then
     preempted = attempt(state="ended", outcome="preempted", detail="node preempted\nmore",
                         ended_at=NOW - timedelta(seconds=10))
     requeued = job("pending", attempt=1)
-    seen, lines = None, []
-    for w in (
+    assert piped_lines(
         build_watch(job(), attempt(), TPU_DOC, {}, {}, None, NOW),
         build_watch(requeued, preempted, None, {}, {}, "racing v4-32 in us-central2-a", NOW),
         build_watch(requeued, preempted, None, {}, {}, "racing v4-32 in us-central2-b", NOW),
         build_watch(job(attempt=2), attempt(attempt=2), TPU_DOC, {}, {}, None, NOW),
-    ):
-        after = facts(w)
-        lines += change_lines(seen, after)
-        seen = after
-    assert lines == [
+    ) == [
         "running on tpuq-demo-pod-1 (us-central2-a, v4-32, 4 workers), attempt 1",
         "attempt 1 ended preempted: node preempted",
         "pending: racing v4-32 in us-central2-a",
@@ -162,9 +167,7 @@ def test_a_job_pending_again_says_how_its_attempt_ended_once_and_waits_from_then
 
 
 def test_piped_lines_one_per_change_in_order():
-    seen = None
-    lines = []
-    for w in (
+    assert piped_lines(
         build_watch(job("pending"), None, None, {}, {}, "racing v4-32 in us-central2-a", NOW),
         build_watch(job("pending"), None, None, {}, {}, "racing v4-32 in us-central2-a", NOW),  # no change
         build_watch(job("assigned"), attempt(state="assigned"), TPU_DOC, {}, {}, None, NOW),
@@ -174,11 +177,7 @@ def test_piped_lines_one_per_change_in_order():
         build_watch(job("failed", reason="worker 2 exited 3\nlast lines...", finished_at=NOW),
                     attempt(state="ended"), TPU_DOC, {2: status(2, 3), **{i: status(i, 0) for i in (0, 1, 3)}},
                     {2: "oops"}, None, NOW),
-    ):
-        after = facts(w)
-        lines += change_lines(seen, after)
-        seen = after
-    assert lines == [
+    ) == [
         "pending: racing v4-32 in us-central2-a",
         "assigned to tpuq-demo-pod-1 (us-central2-a, v4-32, 4 workers), attempt 1",
         "running on tpuq-demo-pod-1 (us-central2-a, v4-32, 4 workers), attempt 1",
