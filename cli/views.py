@@ -75,6 +75,7 @@ def job_table_rows(rows, now) -> list[tuple[str, ...]]:
     """`tpuq list`'s rows, as text (pure)."""
     from tpuq.operations.fleetreport import waiting_shown
     from tpuq.operations.queries import age
+    from tpuq.operations.runview import owner_shown
 
     table = []
     for row in rows:
@@ -84,7 +85,7 @@ def job_table_rows(rows, now) -> list[tuple[str, ...]]:
             table.append((str(row.get("id", "")), str(row.get("state")), "", "", "", "", str(e)))
             continue
         reason = waiting_shown(row["waiting"]) if row.get("waiting") else (shown_reason(j) or j.blocked or "")
-        table.append((j.id, j.state.value, j.priority or "", ",".join(j.spec_tpu), j.owner or "",
+        table.append((j.id, j.state.value, j.priority or "", ",".join(j.spec_tpu), owner_shown(j),
                       age(j.submit_time, now), reason.strip().splitlines()[0] if reason.strip() else ""))
     return table
 

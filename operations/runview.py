@@ -30,11 +30,16 @@ def job_times(job: JobDoc, tz: tzinfo, now: datetime) -> list[str]:
             if isinstance(when, datetime)]
 
 
+def owner_shown(job: JobDoc) -> str:
+    """The job's owner as `tpuq status` and `tpuq list` show it: "unknown" for a job published with no identity."""
+    return job.owner or "unknown"
+
+
 def job_head_fields(job: JobDoc) -> list[tuple[str, str]]:
     """(label, value) of the job's first line after its state: priority, source, owner; those not set are left
     out (a rejected job has no priority), and an unknown owner says so."""
     fields = [(label, value) for label, value in (("priority", job.priority), ("source", job.source)) if value]
-    return fields + [("owner", job.owner or "unknown")]
+    return fields + [("owner", owner_shown(job))]
 
 
 def attempt_line(a: AttemptDoc, tz: tzinfo, now: datetime, tpu_type: str | None = None,

@@ -74,6 +74,14 @@ def test_a_sweep_is_the_product_in_a_stable_order_with_values_as_strings():
     assert spec.group_limit == 2 and JobSpec.model_validate(job(array="0-9%3")).group_limit == 3
 
 
+def test_a_job_files_sweep_values_are_what_yaml_read_them_as():
+    """USING.md's example file: YAML 1.1 reads `1e-3` (no dot) as text, kept as written; `3.0e-4` is a number."""
+    from tpuq.contracts.yamltext import load
+
+    entry = load("id: tr\ntpu: v4-8\ncommand: x\nsweep: {LR: [1e-3, 3.0e-4, 0.001]}\n")
+    assert JobSpec.model_validate(entry).sweep == {"LR": ["1e-3", "0.0003", "0.001"]}
+
+
 def test_a_file_may_not_hold_a_job_named_like_a_task_of_its_group():
     with pytest.raises(ValidationError) as e:
         JobFile.model_validate({"jobs": [job(id="tr", array=3), job(id="tr-1")]})

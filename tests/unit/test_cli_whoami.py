@@ -144,6 +144,7 @@ def test_the_job_table_keeps_names_whole_and_drops_a_reason_that_repeats_the_sta
                            row("j2", JobState.failed, reason="worker 0 exited 7\nlast lines ...")], NOW)
     assert rows[0] == (long_id, "succeeded", "normal", "v4-8", "alice@example.com", "30s", "")
     assert rows[1][-1] == "worker 0 exited 7"  # the first line only
+    assert rows[1][4] == "unknown"  # published with no identity: as `tpuq status` says it
     text = plain_table(("job", "state", "priority", "tpu", "owner", "age", "reason"), rows).splitlines()
     assert len(text) == 3 and text[1].startswith(long_id + "  succeeded")
 
