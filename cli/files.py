@@ -100,7 +100,7 @@ def validate(files: list[Path] = typer.Argument(..., metavar="FILE...", help="Fl
     for file in files:
         data = load_yaml_file(file)
         kind = detect_kind(data)
-        checked.append((file, kind, _report_valid(data, kind)))
+        checked.append((file, kind, _report_valid(data, kind, file)))
     fleets = [(f, model) for f, kind, model in checked if kind == "fleet"]
     jobs = [(f, model) for f, kind, model in checked if kind == "job"]
     _multislice_warnings(fleets, jobs)
@@ -131,12 +131,12 @@ def _multislice_warnings(fleets, jobs) -> None:
 
 def validate_fleet(file: Path = typer.Argument(Path("deployment.yaml"), help="A fleet or tpu-runner deployment file")) -> None:
     """tpu-runner's name for `tpuq validate` on a fleet (deployment) file."""
-    _report_valid(load_yaml_file(file), "fleet")
+    _report_valid(load_yaml_file(file), "fleet", file)
 
 
 def validate_jobs(file: Path = typer.Argument(Path("job.yaml"), help="A job.yaml")) -> None:
     """tpu-runner's name for `tpuq validate` on a job file."""
-    _report_valid(load_yaml_file(file), "job")
+    _report_valid(load_yaml_file(file), "job", file)
     _checked_alone()
 
 
@@ -147,8 +147,9 @@ def _checked_alone() -> None:
               soft_wrap=True, highlight=False, markup=False)
 
 
-def _report_valid(data: object, kind: str):
-    """Print what the file is, its notes and warnings; the fleet or job file read."""
+def _report_valid(data: object, kind: str, file: Path):
+    """Print what the file is, its notes and warnings; the fleet or job file read. A job file's local bundle
+    folders must be there (relative to the file), as `tpuq submit` needs them."""
     if kind == "fleet":
         read = read_fleet_data(data)
         for note in read.notes:
@@ -160,7 +161,12 @@ def _report_valid(data: object, kind: str):
         out.print(f"[green]ok[/green]: {what} {model.name!r} with {len(model.tpus)} TPU "
                   f"entr{'y' if len(model.tpus) == 1 else 'ies'}")
     else:
+        from tpuq.operations.submit import missing_bundle_folders
+
         model = validate_data(data, kind)
+        missing = missing_bundle_folders(file, model)
+        if missing:
+            raise CliError("invalid job file: " + "; ".join(missing))
         out.print(f"[green]ok[/green]: {len(model.jobs)} job{'s' if len(model.jobs) != 1 else ''}")
     return model
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuq.contracts.bundle import Bundle, make_bundle
+from tpuq.contracts.bundle import Bundle, BundleError, make_bundle
 from tpuq.contracts.errors import missing_bucket_line
 from tpuq.runtime.clients import Clients
 from tpuq.contracts.jobspec import (JOB_ID_RE, JobFile, JobSpec, PublishedJob, PublishedJobFile, dependency_names,
@@ -76,7 +76,10 @@ def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: rando
         if spec.bundle is not None and not spec.bundle.startswith("gs://"):
             directory = (base_dir / spec.bundle).resolve()
             if directory not in bundles:
-                bundles[directory] = make_bundle(directory)
+                try:
+                    bundles[directory] = make_bundle(directory)
+                except BundleError as e:  # "bundle: ...": named as the file's entry, as every refusal is
+                    raise BundleError(f"jobs[{indices[i] if indices else i}].{e}") from None
             bundle = bundles[directory]
         buckets = [b.uri for b in spec.buckets]
         if not buckets and bundle is not None:
@@ -87,6 +90,16 @@ def prepare(job_file: Path, jobs: JobFile, runner_bucket: str | None, rng: rando
         prepared.append(PreparedJob(spec.model_copy(update={"id": job_id}), bundle, buckets, id_given=bool(spec.id),
                                     index=indices[i] if indices else i))
     return prepared
+
+
+def missing_bundle_folders(job_file: Path, jobs: JobFile) -> list[str]:
+    """`jobs[0].bundle: ./data is not a directory (...)` for each local bundle folder that is not there: what
+    `tpuq validate` says before `tpuq submit` would refuse it."""
+    base_dir = job_file.resolve().parent
+    return [f"jobs[{i}].bundle: {spec.bundle} is not a directory ({(base_dir / spec.bundle).resolve()})"
+            for i, spec in enumerate(jobs.jobs)
+            if spec.bundle is not None and not spec.bundle.startswith("gs://")
+            and not (base_dir / spec.bundle).resolve().is_dir()]
 
 
 # ------------------------------------------------------------ the job's buckets, checked before anything is sent

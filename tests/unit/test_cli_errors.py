@@ -52,6 +52,13 @@ def test_bad_files(tmp_path):
     (tmp_path / "twice.yaml").write_text("jobs:\n  - tpu: v4-8\n    command: a\n    command: b\n")
     for command in ("validate", "submit"):
         assert_one_line_error(run([command, str(tmp_path / "twice.yaml")], tmp_path), "line 4", "'command' twice")
+    # A local bundle folder that is not there: validate says so, as submit would (relative to the file).
+    (tmp_path / "nobundle.yaml").write_text("jobs:\n  - tpu: v4-8\n    command: x\n  - tpu: v4-8\n"
+                                            "    bundle: ./nonexistent\n    command: x\n")
+    assert_one_line_error(run(["validate", str(tmp_path / "nobundle.yaml")], tmp_path),
+                          f"jobs[1].bundle: ./nonexistent is not a directory ({tmp_path.resolve()}/nonexistent)")
+    (tmp_path / "nonexistent").mkdir()
+    assert run(["validate", str(tmp_path / "nobundle.yaml")], tmp_path).returncode == 0
     (tmp_path / "empty.yaml").write_text("")
     assert_one_line_error(run(["validate", str(tmp_path / "empty.yaml")], tmp_path), "the file is empty")
     (tmp_path / "one.yaml").write_text("comand: x\ntpu: v4-8\n")  # one job's form, its `command:` misspelt

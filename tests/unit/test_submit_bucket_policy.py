@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 import yaml
 
+from tpuq.contracts.bundle import BundleError
 from tpuq.contracts.jobspec import JobFile
 from tpuq.operations.submit import check_buckets, job_bucket_names, may_write, prepare
 
@@ -68,3 +70,9 @@ def test_reading_is_not_writing():
     assert not may_write([{"role": "roles/storage.objectAdmin", "members": ["serviceAccount:other@p.iam.gserviceaccount.com"]}],
                          WORKER)
     assert may_write([{"role": "roles/storage.legacyBucketWriter", "members": [f"serviceAccount:{WORKER}"]}], WORKER)
+
+
+def test_a_missing_bundle_folder_is_named_as_the_files_entry(tmp_path):
+    with pytest.raises(BundleError, match=r"^jobs\[1\]\.bundle: .*/nonexistent is not a directory$"):
+        prepared(tmp_path, {"tpu": "v4-8", "command": "x"},
+                 {"tpu": "v4-8", "command": "x", "bundle": "./nonexistent"})
