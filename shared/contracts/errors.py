@@ -190,6 +190,8 @@ def _type_message(e: dict) -> str | None:
     """"text expected, got 5 (YAML read a number): quote it as you wrote it" for pydantic's "Input should be a valid
     string"; None: not a type error of a kind people make. The value is shown as read, not as typed (`010` reads as
     8, `1.10` as 1.1), so the fix says to quote what was written."""
+    if e.get("type") in ("enum", "literal_error") and "input" in e and (e.get("ctx") or {}).get("expected"):
+        return f"{e['ctx']['expected']} expected, got {shown_value(e['input'])}"  # `priority: urgent`
     expected = _EXPECTED.get(e.get("type", ""))
     if expected is None or "input" not in e:
         return None

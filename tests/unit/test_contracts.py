@@ -121,6 +121,7 @@ BAD_JOBS = [
     ({"tpu": 8, "command": "x"}, "tpu", "a TPU type such as v4-8 or v5litepod-8, or a list of them: got 8"),
     ({"tpu": "v4-8", "command": "x", "env": {"N": 5}}, "env.N",
      "text expected, got 5 (YAML read a number): quote it as you wrote it"),
+    ({"tpu": "v4-8", "command": "x", "priority": "High"}, "priority", "'low', 'normal' or 'high' expected, got 'High'"),
     ({"tpu": "v4-8", "command": "x", "env": {"F": True}}, "env.F", "got true (YAML read true or false: yes, no, on"),
     ({"tpu": "v4-8", "command": "x", "env": {"D": __import__("datetime").date(2026, 12, 5)}}, "env.D",
      "got a date (2026-12-05) (YAML read a date): quote it"),
