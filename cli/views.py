@@ -59,13 +59,19 @@ def print_job(job_id: str, stored: dict, blocks: list[str], details: list[str] =
         if value:
             label = blocked_label(job) if key == "blocked" else key
             shown = waiting_shown(value) if key == "waiting" else f"{label}: {value}"
-            out.print(f"  {shown}", highlight=False, markup=False)
+            out.print(_indented(shown, "  "), highlight=False, markup=False)
     print_blocked(blocks, list(details), verbose, indent="  ")
     wanted = max(job.spec_slice_counts, default=1) if spec else 1  # a multislice job: what each attempt got
     for a in (AttemptDoc.from_doc(doc) for doc in stored.get("attempt_history") or []):
         detail = f" - {a.detail[:200]}" if a.detail else ""
         line = attempt_line(a, tz, now, requested_type(job), wanted)
-        out.print(f"  {line}{detail}", highlight=False, markup=False)
+        out.print(_indented(f"{line}{detail}", "  "), highlight=False, markup=False)
+
+
+def _indented(text: str, indent: str) -> str:
+    """`text` at `indent`, its further lines (a reason's "last lines of worker 2:" and the lines themselves) two
+    spaces deeper, so that they read as part of the field they continue."""
+    return indent + text.rstrip("\n").replace("\n", "\n" + indent + "  ")
 
 
 JOB_TABLE = ("job", "state", "priority", "tpu", "owner", "age", "reason")

@@ -249,3 +249,22 @@ def test_status_labels_a_racers_refusal_racing_and_a_block_blocked(monkeypatch):
                    capacity_request={"id": "r-pod-1-1", "n": 1, "entry_id": "v4"})
     assert "racing: v4-32 in us-central2-b: no capacity now" in racing and "blocked:" not in racing
     assert "blocked: no fleet entry offers v4-32" in shown(blocked="no fleet entry offers v4-32")
+
+
+def test_status_keeps_a_reasons_further_lines_indented_under_it(monkeypatch):
+    """A failed job's reason holds the failing worker's last lines: each stays inside the job's block."""
+    from datetime import timezone
+
+    from tpuq.cli import views
+
+    console = Console(record=True, width=200)
+    monkeypatch.setattr(views, "out", console)
+    reason = "worker 2 exited 1\nlast lines of worker 2:\nboom on 2"
+    doc = {"id": "pod-1", "state": "failed", "spec": {"tpu": ["v4-32"], "command": "x"}, "submit_time": START,
+           "finished_at": NOW, "reason": reason,
+           "attempt_history": [{"attempt": 1, "state": "ended", "outcome": "failed", "detail": reason}]}
+    views.print_job("pod-1", doc, [], now=NOW, tz=timezone.utc)
+    lines = console.export_text().splitlines()
+    at = lines.index("  reason: worker 2 exited 1")
+    assert lines[at + 1:at + 3] == ["    last lines of worker 2:", "    boom on 2"], lines
+    assert all(line.startswith("  ") for line in lines[1:]), lines
