@@ -444,8 +444,11 @@ def logs(job_id: str = typer.Argument(...),
     from tpuq.operations.queries import worker_log_chunks
 
     clients = cli_clients()
-    _refuse_group_logs(clients.firestore, job_id)
-    first = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
+    try:
+        first = JobDoc.from_doc(job_or_fail(clients.firestore, job_id), job_id)
+    except CliError:  # no such job: a group's id is said as such (read only then)
+        _refuse_group_logs(clients.firestore, job_id)
+        raise
     label = job_worker_labels(first.spec_tpu, first.spec_slice_counts)  # [w3], or [s1/w0] on several slices
     if attempt is not None and attempt > max(first.attempts, first.attempt):
         made = max(first.attempts, first.attempt)
@@ -489,10 +492,11 @@ def logs(job_id: str = typer.Argument(...),
 
 
 def _refuse_group_logs(db, some_id: str) -> None:
-    """A group's logs are its tasks': a CliError naming them, rather than "no job" for an id `tpuq status` shows."""
-    from tpuq.operations.groups import tasks_if_group
+    """A group's logs are its tasks': a CliError naming them, rather than "no job" for an id `tpuq status` shows.
+    Asked once no job has the id."""
+    from tpuq.operations.groups import group_tasks
 
-    tasks = [t["id"] for t in tasks_if_group(db, some_id) if t.get("id")]  # in index order
+    tasks = [t["id"] for t in group_tasks(db, some_id) if t.get("id")]  # in index order
     if tasks:
         shown = ", ".join(tasks[:4]) + (f", ... ({len(tasks)} in all)" if len(tasks) > 4 else "")
         raise CliError(f"{some_id} is a group: its logs are its tasks' ({shown}); `tpuq logs {tasks[0]}`")

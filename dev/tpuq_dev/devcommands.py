@@ -79,10 +79,9 @@ def _control_call(call, node: str):
     try:
         return call()
     except FakeTpuControlError as e:
-        status, _, message = str(e).partition(" -> ")[2].partition(": ")  # "POST /_fake/x -> 400: the message"
-        if status == "404":
+        if e.status == 404:
             raise CliError(f"{_short(node)} is gone (deleted since): nothing to act on") from None
-        raise CliError(f"the fake Cloud TPU refused: {message or e}") from None
+        raise CliError(f"the fake Cloud TPU refused: {e.message}") from None
 
 
 def dev_preempt(job_id: str = typer.Argument(..., metavar="JOB"),

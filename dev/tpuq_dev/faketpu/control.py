@@ -14,7 +14,11 @@ import requests
 
 
 class FakeTpuControlError(RuntimeError):
-    pass
+    """A control call the fake refused: `status` its HTTP status, `message` what it said."""
+
+    def __init__(self, text: str, status: int = 0, message: str = "") -> None:
+        super().__init__(text)
+        self.status, self.message = status, message or text
 
 
 class FakeTpuControl:
@@ -31,7 +35,8 @@ class FakeTpuControl:
             body = {"error": {"message": response.text}}
         if response.status_code >= 400:
             message = (body.get("error") or {}).get("message", response.text)
-            raise FakeTpuControlError(f"{method} /_fake/{path} -> {response.status_code}: {message}")
+            raise FakeTpuControlError(f"{method} /_fake/{path} -> {response.status_code}: {message}",
+                                      response.status_code, message)
         return body
 
     def health(self) -> dict:
